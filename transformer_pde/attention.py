@@ -1,0 +1,432 @@
+r"""Attention specification: kinds, parameters, validation and per-layer tables.
+
+An :class:`Attention` describes the velocity field :math:`\Gamma_\mu` of one
+(possibly multi-head, possibly masked) residual attention layer, with parameters
+that may depend on depth :math:`t`.  Conventions (see ``SPEC.md``):
+
+* score :math:`s(x, y) = \langle Qx, Ky \rangle = y^\top A x` with :math:`A = K^\top Q`;
+  no hidden :math:`1/\sqrt{d}`; a temperature ``beta`` multiplies the score.
+* ``heads = H``: :math:`H` divides :math:`d`, :math:`Q, K, V` are :math:`d\times d`, head
+  :math:`h` uses row block :math:`h k \dots (h+1)k-1` (:math:`k = d/H`) of each and writes
+  :math:`V_h\,(\text{average})` into that same block of the output; ``W_O`` (optional,
+  :math:`d\times d`) multiplies the concatenation.
+* ``masked=True``: tokens carry positions :math:`s\in[0,1]`; a query at position
+  :math:`s` only attends to tokens with :math:`s_j \le s`.
+
+Parameters ``Q``, ``K``, ``V`` and ``W_O`` are arrays, callables ``t -> array``, or
+:class:`Layers` tables (piecewise constant in ``t``, one matrix per layer).
+:meth:`Attention.at` freezes everything at one time into an :class:`AttentionParams`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Union
+
+import numpy as np
+
+__all__ = [
+    "Attention",
+    "AttentionParams",
+    "Head",
+    "Kind",
+    "KINDS",
+    "Layers",
+    "register_kind",
+]
+
+ArrayLike = Any
+Param = Union[np.ndarray, Callable[[float], ArrayLike], "Layers"]
+
+
+# --------------------------------------------------------------------------- kinds
+@dataclass(frozen=True)
+class Kind:
+    """Registry entry describing one attention variant.
+
+    Attributes
+    ----------
+    name : str
+        Registry key, e.g. ``"softmax"``.
+    normalized : bool
+        Whether each query's attention weights sum to one (a single token with
+        ``V = I`` is then a fixed point).
+    affine_on_gaussians : bool
+        Whether the field of a Gaussian measure is affine in ``x`` (so the
+        Gaussian module has closed-form moment ODEs for it).
+    maskable : bool
+        Whether a causal (masked) version is defined.
+    description : str
+        One line with the formula.
+    """
+
+    name: str
+    normalized: bool
+    affine_on_gaussians: bool
+    maskable: bool
+    description: str
+
+
+KINDS: dict[str, Kind] = {}
+
+
+def register_kind(kind: Kind) -> Kind:
+    """Add an attention variant to the registry (its head field goes in
+    :data:`transformer_pde.fields.HEAD_FIELDS` under the same name)."""
+    KINDS[kind.name] = kind
+    return kind
+
+
+for _k in (
+    Kind("softmax", True, True, True,
+         "sum_j w_j e^{b s(x,x_j)} V x_j / sum_j w_j e^{b s(x,x_j)}"),
+    Kind("linear", False, True, True, "sum_j w_j b s(x,x_j) V x_j"),
+    Kind("l2", True, True, True,
+         "kernel exp(-l2_beta |Qx - Ky|^2), normalised like softmax"),
+    Kind("sinkhorn", True, True, False,
+         "doubly stochastic entropic-OT self-coupling density, cost -b s, regularisation eps"),
+    Kind("sigmoid", False, False, True, "sum_j w_j sigmoid(b s(x,x_j)) V x_j"),
+    Kind("relu", False, False, True, "sum_j w_j relu(b s(x,x_j)) V x_j"),
+    Kind("exp", False, False, True, "sum_j w_j exp(b s(x,x_j)) V x_j (unnormalised)"),
+):
+    register_kind(_k)
+
+
+# --------------------------------------------------------------------------- layers
+class Layers:
+    r"""Piecewise-constant table of per-layer matrices, usable as ``Q``, ``K``, ``V`` or ``W_O``.
+
+    ``Layers(values, layer_time=h, t0=t0)`` is the function of time
+    :math:`t \mapsto \text{values}[\ell]` for :math:`t \in [t_0 + \ell h, t_0 + (\ell+1) h)`,
+    clamped to the first / last layer outside :math:`[t_0, t_0 + L h)`.  With the default
+    ``layer_time = 1`` and Euler steps of size 1, step ``l`` uses layer ``l``: a stack of
+    ``L`` distinct residual attention layers.
+
+    Parameters
+    ----------
+    values : array_like, shape (L, r, c)
+        One matrix per layer.
+    layer_time : float, default 1.0
+        Duration of each layer (> 0).
+    t0 : float, default 0.0
+        Start time of layer 0.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> Qs = Layers(np.stack([np.eye(2), 2 * np.eye(2)]))
+    >>> Qs(0.5)[0, 0], Qs(1.0)[0, 0], Qs(7.0)[0, 0]
+    (1.0, 2.0, 2.0)
+    """
+
+    # tolerance so that t = l * layer_time computed in floating point maps to layer l
+    _TOL = 1e-9
+
+    def __init__(self, values: ArrayLike, *, layer_time: float = 1.0, t0: float = 0.0):
+        arr = np.array(values, dtype=float)
+        if arr.ndim != 3 or arr.shape[0] < 1:
+            raise ValueError(
+                f"Layers: values must have shape (L, rows, cols) with L >= 1, got {arr.shape}")
+        if not np.all(np.isfinite(arr)):
+            raise ValueError("Layers: values contain NaN or inf")
+        if not (np.isfinite(layer_time) and layer_time > 0):
+            raise ValueError(f"Layers: layer_time must be finite and > 0, got {layer_time!r}")
+        if not np.isfinite(t0):
+            raise ValueError(f"Layers: t0 must be finite, got {t0!r}")
+        arr.setflags(write=False)
+        self.values = arr
+        self.layer_time = float(layer_time)
+        self.t0 = float(t0)
+
+    @property
+    def n_layers(self) -> int:
+        """Number of layers ``L``."""
+        return self.values.shape[0]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """Shape of one layer's matrix."""
+        return self.values.shape[1:]  # type: ignore[return-value]
+
+    def index(self, t: float) -> int:
+        """Layer index in use at time ``t``."""
+        i = math.floor((float(t) - self.t0) / self.layer_time + self._TOL)
+        return min(max(i, 0), self.n_layers - 1)
+
+    def __call__(self, t: float) -> np.ndarray:
+        return self.values[self.index(t)]
+
+    def __repr__(self) -> str:
+        return (f"Layers(L={self.n_layers}, shape={self.shape}, "
+                f"layer_time={self.layer_time}, t0={self.t0})")
+
+
+# --------------------------------------------------------------------------- frozen params
+@dataclass(frozen=True)
+class Head:
+    r"""One attention head frozen at a time.
+
+    Attributes
+    ----------
+    Q, K : ndarray, shape (k, d)
+        Query and key matrices (score :math:`\langle Qx, Ky\rangle`; temperature not included).
+    V : ndarray, shape (c, d)
+        Value matrix; the head writes :math:`V\,(\text{average})` into ``rows``.
+    rows : slice
+        Output coordinates this head writes (``slice(0, d)`` for a single head).
+    """
+
+    Q: np.ndarray
+    K: np.ndarray
+    V: np.ndarray
+    rows: slice
+
+    @property
+    def A(self) -> np.ndarray:
+        r""":math:`A_h = K_h^\top Q_h` (d×d), so that :math:`s(x, y) = y^\top A_h x`."""
+        return self.K.T @ self.Q
+
+
+@dataclass(frozen=True)
+class AttentionParams:
+    """All parameters of an :class:`Attention` evaluated at one time ``t``.
+
+    ``heads`` holds one :class:`Head` per head; ``W_O`` is ``None`` for the identity.
+    The field is ``W_O @ concat_h(head_h output)``.
+    """
+
+    kind: str
+    d: int
+    heads: tuple[Head, ...]
+    W_O: np.ndarray | None
+    beta: float
+    eps: float
+    l2_beta: float
+    masked: bool
+    t: float = 0.0
+
+    @property
+    def n_heads(self) -> int:
+        return len(self.heads)
+
+
+# --------------------------------------------------------------------------- validation
+def _check_matrix(name: str, value: ArrayLike, t: float | None = None) -> np.ndarray:
+    where = "" if t is None else f" (evaluated at t={t})"
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name}{where} must be a real matrix: {exc}") from None
+    if arr.ndim != 2:
+        raise ValueError(f"{name}{where} must be a 2-D matrix, got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name}{where} must not be empty, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name}{where} contains NaN or inf")
+    return arr
+
+
+def _check_scalar(name: str, value: Any, *, positive: bool) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number, got {value!r}") from None
+    if not np.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if positive and v <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return v
+
+
+# --------------------------------------------------------------------------- Attention
+@dataclass(frozen=True, eq=False)
+class Attention:
+    r"""Specification of an attention velocity field :math:`\Gamma_\mu`.
+
+    Parameters
+    ----------
+    kind : {"softmax", "linear", "l2", "sinkhorn", "sigmoid", "relu", "exp"}
+        Attention variant (see :data:`KINDS`).  With :math:`s = \beta\langle Qx, Ky\rangle`:
+
+        * ``softmax``: :math:`\Gamma(x) = \sum_j w_j e^{s(x,x_j)} V x_j / \sum_j w_j e^{s(x,x_j)}`
+        * ``linear``: :math:`\sum_j w_j s(x,x_j) V x_j`
+        * ``l2``: kernel :math:`e^{-\beta' |Qx - Kx_j|^2}` (:math:`\beta'` = ``l2_beta``), normalised
+          like softmax; ``beta`` must stay 1 (``l2_beta`` is this kind's temperature)
+        * ``sinkhorn``: density of the entropic OT self-coupling of :math:`\mu` for cost
+          :math:`-s` and regularisation ``eps`` (doubly stochastic)
+        * ``sigmoid`` / ``relu`` / ``exp``: :math:`\sum_j w_j \varphi(s(x,x_j)) V x_j`, unnormalised
+    Q, K : array (k, d), callable ``t -> array`` or :class:`Layers`
+        Query and key matrices.  With ``heads > 1`` they must be d×d.
+    V : array (d, d), callable or :class:`Layers`
+        Value matrix.
+    heads : int, default 1
+        Number of heads :math:`H`; must divide :math:`d`.
+    masked : bool, default False
+        Causal attention over token positions (not available for ``sinkhorn``).
+    beta : float, default 1.0
+        Temperature multiplying the score.
+    eps : float, default 1.0
+        Entropic regularisation of ``sinkhorn`` (> 0).
+    l2_beta : float, default 0.5
+        :math:`\beta'` of the ``l2`` kernel (> 0).
+    W_O : array (d, d), callable, :class:`Layers` or None
+        Output projection applied to the concatenated heads (identity if None).
+
+    Raises
+    ------
+    ValueError, TypeError
+        On unknown kind, malformed or non-finite matrices, heads not dividing ``d``,
+        non-positive ``eps`` / ``l2_beta``, masked sinkhorn.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> att = Attention("softmax", np.eye(2), np.eye(2), np.eye(2), beta=2.0)
+    >>> att.d, att.at(0.0).heads[0].A.tolist()
+    (2, [[1.0, 0.0], [0.0, 1.0]])
+    """
+
+    kind: str
+    Q: Param
+    K: Param
+    V: Param
+    heads: int = 1
+    masked: bool = False
+    beta: float = 1.0
+    eps: float = 1.0
+    l2_beta: float = 0.5
+    W_O: Param | None = None
+    d: int = field(init=False)
+    time_dependent: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, str) or self.kind not in KINDS:
+            raise ValueError(
+                f"kind must be one of {sorted(KINDS)}, got {self.kind!r}")
+        if isinstance(self.heads, bool) or not isinstance(self.heads, (int, np.integer)):
+            raise TypeError(f"heads must be a positive integer, got {self.heads!r}")
+        if self.heads < 1:
+            raise ValueError(f"heads must be >= 1, got {self.heads}")
+        if not isinstance(self.masked, (bool, np.bool_)):
+            raise TypeError(f"masked must be a bool, got {self.masked!r}")
+        set_ = object.__setattr__
+        set_(self, "heads", int(self.heads))
+        set_(self, "masked", bool(self.masked))
+        set_(self, "beta", _check_scalar("beta", self.beta, positive=False))
+        set_(self, "eps", _check_scalar("eps", self.eps, positive=True))
+        set_(self, "l2_beta", _check_scalar("l2_beta", self.l2_beta, positive=True))
+        if self.masked and not KINDS[self.kind].maskable:
+            raise ValueError(
+                f"masked=True is not defined for kind={self.kind!r}: no doubly-stochastic "
+                "masked coupling exists; use an unmasked sinkhorn or a maskable kind")
+        if self.kind == "l2" and self.beta != 1.0:
+            raise ValueError(
+                "beta must be 1.0 for kind='l2'; its temperature is l2_beta "
+                f"(kernel exp(-l2_beta |Qx - Ky|^2)), got beta={self.beta}")
+        dynamic = False
+        for name in ("Q", "K", "V", "W_O"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, Layers) or callable(value):
+                dynamic = True
+            else:
+                set_(self, name, _readonly(_check_matrix(name, value)))
+        set_(self, "time_dependent", dynamic)
+        Q0 = self._matrix("Q", 0.0)
+        set_(self, "d", Q0.shape[1])
+        self.at(0.0)  # validates shapes at t = 0
+
+    # ------------------------------------------------------------------ evaluation
+    def _matrix(self, name: str, t: float) -> np.ndarray:
+        value = getattr(self, name)
+        if isinstance(value, np.ndarray):
+            return value
+        return _check_matrix(name, value(t), t)
+
+    def at(self, t: float = 0.0) -> AttentionParams:
+        """Freeze every parameter at time ``t`` (validating shapes) into :class:`AttentionParams`."""
+        Q = self._matrix("Q", t)
+        K = self._matrix("K", t)
+        V = self._matrix("V", t)
+        d = Q.shape[1]
+        if getattr(self, "d", d) != d:
+            raise ValueError(f"Q at t={t} has {d} columns but the attention was built with d={self.d}")
+        if K.shape != Q.shape:
+            raise ValueError(f"K must have the shape of Q {Q.shape}, got {K.shape} (t={t})")
+        if V.shape != (d, d):
+            raise ValueError(f"V must have shape (d, d) = {(d, d)}, got {V.shape} (t={t})")
+        H = self.heads
+        if H > 1:
+            if d % H:
+                raise ValueError(f"heads={H} must divide the dimension d={d}")
+            if Q.shape != (d, d):
+                raise ValueError(
+                    f"with heads={H}, Q and K must be d x d = {(d, d)}, got {Q.shape}")
+            k = d // H
+            heads = tuple(
+                Head(Q[h * k:(h + 1) * k], K[h * k:(h + 1) * k], V[h * k:(h + 1) * k],
+                     slice(h * k, (h + 1) * k))
+                for h in range(H))
+        else:
+            heads = (Head(Q, K, V, slice(0, d)),)
+        W_O = None
+        if self.W_O is not None:
+            W_O = self._matrix("W_O", t)
+            if W_O.shape != (d, d):
+                raise ValueError(f"W_O must have shape (d, d) = {(d, d)}, got {W_O.shape}")
+        return AttentionParams(self.kind, d, heads, W_O, self.beta, self.eps,
+                               self.l2_beta, self.masked, float(t))
+
+    def replace(self, **changes: Any) -> "Attention":
+        """A copy with some constructor arguments changed (validated again)."""
+        args = {n: getattr(self, n) for n in
+                ("kind", "Q", "K", "V", "heads", "masked", "beta", "eps", "l2_beta", "W_O")}
+        args.update(changes)
+        return Attention(**args)
+
+    # ------------------------------------------------------------------ serialisation
+    def to_dict(self) -> dict[str, Any]:
+        """Plain description (scalars and arrays) for saving; callables become ``None``
+        with ``"serialisable": False``; :class:`Layers` are stored with their table."""
+        out: dict[str, Any] = {"kind": self.kind, "heads": self.heads, "masked": self.masked,
+                               "beta": self.beta, "eps": self.eps, "l2_beta": self.l2_beta,
+                               "serialisable": True}
+        for name in ("Q", "K", "V", "W_O"):
+            v = getattr(self, name)
+            if v is None or isinstance(v, np.ndarray):
+                out[name] = v
+            elif isinstance(v, Layers):
+                out[name] = {"layers": v.values, "layer_time": v.layer_time, "t0": v.t0}
+            else:
+                out[name] = None
+                out["serialisable"] = False
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Attention":
+        """Inverse of :meth:`to_dict` (raises if the spec held callables)."""
+        if not data.get("serialisable", True):
+            raise ValueError("this attention held callables of time and cannot be rebuilt")
+        kw = {}
+        for name in ("Q", "K", "V", "W_O"):
+            v = data.get(name)
+            if isinstance(v, dict):
+                v = Layers(v["layers"], layer_time=v["layer_time"], t0=v["t0"])
+            kw[name] = v
+        return cls(data["kind"], kw["Q"], kw["K"], kw["V"], heads=int(data["heads"]),
+                   masked=bool(data["masked"]), beta=float(data["beta"]),
+                   eps=float(data["eps"]), l2_beta=float(data["l2_beta"]), W_O=kw["W_O"])
+
+    def __repr__(self) -> str:
+        extra = "" if not self.time_dependent else ", time-dependent"
+        return (f"Attention(kind={self.kind!r}, d={self.d}, heads={self.heads}, "
+                f"masked={self.masked}, beta={self.beta}, eps={self.eps}, "
+                f"l2_beta={self.l2_beta}{extra})")
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a = np.array(a, dtype=float)
+    a.setflags(write=False)
+    return a
