@@ -1,0 +1,141 @@
+r"""Backends: the three reduction primitives every attention kind is built from.
+
+A backend evaluates, for projected queries ``q`` (M, r), keys ``k`` (N, r), values
+``v`` (N, c), a per-key bias ``bias`` (N,) and per-query visible-prefix lengths
+``limits`` (M,) (``None`` = all keys; keys are then pre-sorted by position):
+
+``softmax(q, k, v, bias, limits) -> (out, lse)``
+    :math:`\ell_{ij} = q_i\cdot k_j + b_j`, :math:`\mathrm{lse}_i = \log\sum_{j<L_i} e^{\ell_{ij}}`,
+    :math:`\mathrm{out}_i = \sum_{j<L_i} e^{\ell_{ij}-\mathrm{lse}_i} v_j`
+    (a query with no visible mass gets ``out = 0`` and ``lse = -inf``).
+``lse(q, k, bias, limits) -> lse``
+    the log-normaliser alone (Sinkhorn potential updates).
+``pointwise(phi, q, k, v, w, limits) -> out``
+    :math:`\mathrm{out}_i = \sum_{j<L_i} w_j \varphi(q_i\cdot k_j) v_j` for
+    ``phi`` in ``{"identity", "sigmoid", "relu"}``.
+
+Backends also expose ``asarray(a, dtype)``, ``to_numpy(a)`` and an array namespace ``xp``
+so that the state can live on the backend's device.  :func:`get_backend` is the single
+dispatch point; ``"auto"`` picks the fastest installed backend for a problem size.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol
+
+__all__ = ["Backend", "BackendNotAvailable", "available_backends", "get_backend",
+           "register_backend", "BACKENDS"]
+
+
+class BackendNotAvailable(ImportError):
+    """Raised when a requested backend's library (numba, cupy, a GPU) is missing."""
+
+
+class Backend(Protocol):
+    """Interface implemented by every backend (see the module docstring)."""
+
+    name: str
+    xp: Any
+
+    def asarray(self, a: Any, dtype: Any = None) -> Any: ...
+
+    def to_numpy(self, a: Any) -> Any: ...
+
+    def softmax(self, q, k, v, bias, limits) -> tuple[Any, Any]: ...
+
+    def lse(self, q, k, bias, limits) -> Any: ...
+
+    def pointwise(self, phi: str, q, k, v, w, limits) -> Any: ...
+
+
+# name -> "module:factory"; factories are imported lazily so optional libraries are
+# only needed when their backend is requested.
+BACKENDS: dict[str, str] = {
+    "numpy": "transformer_pde.backends.numpy_backend:NumpyBackend",
+    "numba": "transformer_pde.backends.numba_backend:NumbaBackend",
+}
+
+_cache: dict[str, Any] = {}
+
+
+def register_backend(name: str, target: str) -> None:
+    """Register a backend factory given as ``"module:callable"``."""
+    BACKENDS[name] = target
+    _cache.pop(name, None)
+
+
+def _load(name: str) -> Any:
+    if name in _cache:
+        return _cache[name]
+    target = BACKENDS[name]
+    mod_name, _, attr = target.partition(":")
+    try:
+        mod = importlib.import_module(mod_name)
+        factory = getattr(mod, attr)
+        be = factory()
+    except BackendNotAvailable:
+        raise
+    except ImportError as exc:
+        raise BackendNotAvailable(
+            f"backend={name!r} is not available: {exc}. Install the optional dependency "
+            f"(e.g. pip install 'transformer-pde[gpu]' for cupy)") from exc
+    _cache[name] = be
+    return be
+
+
+def available_backends() -> list[str]:
+    """Names of the backends that can be loaded on this machine."""
+    out = []
+    for name in BACKENDS:
+        try:
+            _load(name)
+        except BackendNotAvailable:
+            continue
+        out.append(name)
+    return out
+
+
+def get_backend(name: Any = "numpy", *, n_tokens: int | None = None) -> Any:
+    """Return the backend called ``name`` (or pass through a backend object).
+
+    Parameters
+    ----------
+    name : str or backend object
+        ``"numpy"`` (reference), ``"numba"`` (parallel CPU), ``"cupy"`` (GPU) or ``"auto"``.
+    n_tokens : int, optional
+        Problem size used by ``"auto"``.
+
+    Raises
+    ------
+    ValueError
+        Unknown backend name.
+    BackendNotAvailable
+        The backend's library or device is missing.
+    """
+    if not isinstance(name, str):
+        return name
+    if name == "auto":
+        return _load(_auto_choice(n_tokens))
+    if name not in BACKENDS:
+        raise ValueError(f"backend must be one of {sorted(BACKENDS) + ['auto']}, got {name!r}")
+    return _load(name)
+
+
+def _auto_choice(n_tokens: int | None) -> str:
+    # The GPU only pays off once kernel launches are amortised; numba beats the NumPy
+    # reference from a few dozen tokens (measured in benchmarks/particles.py).
+    n = 0 if n_tokens is None else n_tokens
+    if n >= 20_000:
+        try:
+            _load("cupy")
+            return "cupy"
+        except BackendNotAvailable:
+            pass
+    if n >= 64:
+        try:
+            _load("numba")
+            return "numba"
+        except BackendNotAvailable:
+            pass
+    return "numpy"

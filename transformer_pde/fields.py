@@ -1,0 +1,410 @@
+r"""Attention velocity fields of empirical measures, built from backend primitives.
+
+Each attention kind is one *head field* function registered in :data:`HEAD_FIELDS`
+(the kind's metadata lives in :data:`transformer_pde.attention.KINDS`).  A head field
+receives the backend, the evaluation context, the frozen parameters, one head, the
+query points and the token (key) points, and returns that head's output
+:math:`V_h\,\bar x_h(x)` for every query.  All kinds reduce to three backend
+primitives (see :mod:`transformer_pde.backends`):
+
+* softmax:   ``softmax(beta Q x, K y, V y, log w)``
+* l2:        :math:`-\beta'|Qx-Ky|^2 = 2\beta' Qx\cdot Ky - \beta'|Ky|^2 - \beta'|Qx|^2`; the last term
+  cancels in the normalisation, so ``softmax(2 beta' Q x, K y, V y, log w - beta'|Ky|^2)``
+* exp:       :math:`\sum_j w_j e^{s_j} V y_j = e^{\mathrm{lse}}\cdot` (softmax average), computed in
+  the log domain so it is finite whenever the true value is
+* linear / sigmoid / relu: ``pointwise(phi, beta Q x, K y, V y, w)``
+* sinkhorn: potentials from log-domain Sinkhorn (``lse``), then
+  ``softmax(beta Q x / eps, K y, V y, log w + g / eps)`` (the out-of-sample potential
+  :math:`f(x)` is exactly the softmax normaliser).
+
+:class:`FieldEvaluator` binds an attention, a backend, weights and positions (sorted once
+for masked attention) and keeps warm-start state between evaluations.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from .attention import KINDS, Attention, AttentionParams, Head
+from .backends import get_backend
+
+__all__ = [
+    "FieldEvaluator",
+    "HEAD_FIELDS",
+    "SinkhornNotConverged",
+    "register_head_field",
+    "sinkhorn_potentials",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class SinkhornNotConverged(RuntimeError):
+    """Sinkhorn iterations did not reach the requested marginal tolerance."""
+
+
+@dataclass
+class FieldContext:
+    """What a head field needs besides the points: backend arrays and settings."""
+
+    backend: Any
+    w: Any                       # (N,) weights on the backend, keys in kernel order
+    logw: Any                    # (N,) log-weights (-inf for zero weight)
+    limits: Any                  # (M,) visible prefix per query, or None
+    key_limits: Any              # (N,) visible prefix per token (queries = tokens), or None
+    sinkhorn_tol: float = 1e-9
+    sinkhorn_max_iter: int = 2000
+    state: dict = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
+
+
+HeadField = Callable[[FieldContext, AttentionParams, int, Head, Any, Any], Any]
+HEAD_FIELDS: dict[str, HeadField] = {}
+
+
+def register_head_field(name: str) -> Callable[[HeadField], HeadField]:
+    """Decorator registering the head field of attention kind ``name``."""
+    def deco(fn: HeadField) -> HeadField:
+        HEAD_FIELDS[name] = fn
+        return fn
+    return deco
+
+
+def _proj(be, X, M):
+    return X @ be.asarray(M.T, X.dtype)
+
+
+@register_head_field("softmax")
+def _softmax(ctx, P, h, head, Xq, Xk):
+    be = ctx.backend
+    q = _proj(be, Xq, head.Q) * P.beta
+    return be.softmax(q, _proj(be, Xk, head.K), _proj(be, Xk, head.V), ctx.logw, ctx.limits)[0]
+
+
+@register_head_field("l2")
+def _l2(ctx, P, h, head, Xq, Xk):
+    be = ctx.backend
+    k = _proj(be, Xk, head.K)
+    bias = ctx.logw - P.l2_beta * (k * k).sum(axis=1)
+    q = _proj(be, Xq, head.Q) * (2.0 * P.l2_beta)
+    return be.softmax(q, k, _proj(be, Xk, head.V), bias, ctx.limits)[0]
+
+
+@register_head_field("exp")
+def _exp(ctx, P, h, head, Xq, Xk):
+    be = ctx.backend
+    q = _proj(be, Xq, head.Q) * P.beta
+    out, lse = be.softmax(q, _proj(be, Xk, head.K), _proj(be, Xk, head.V), ctx.logw, ctx.limits)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return out * be.xp.exp(lse)[:, None]
+
+
+def _pointwise(phi: str) -> HeadField:
+    def fn(ctx, P, h, head, Xq, Xk):
+        be = ctx.backend
+        q = _proj(be, Xq, head.Q) * P.beta
+        return be.pointwise(phi, q, _proj(be, Xk, head.K), _proj(be, Xk, head.V), ctx.w,
+                            ctx.limits)
+    fn.__name__ = f"_{phi}"
+    return fn
+
+
+HEAD_FIELDS["linear"] = _pointwise("identity")
+HEAD_FIELDS["sigmoid"] = _pointwise("sigmoid")
+HEAD_FIELDS["relu"] = _pointwise("relu")
+
+
+def sinkhorn_potentials(be, qx, kx, logw, eps, *, tol=1e-9, max_iter=2000, g0=None,
+                        symmetric=False):
+    r"""Log-domain Sinkhorn for the entropic self-coupling of :math:`\mu=\sum_j w_j\delta_{x_j}`.
+
+    With scores :math:`s_{ij} = q_i\cdot k_j` (``qx = beta Q x``, ``kx = K x``), cost
+    :math:`-s` and regularisation :math:`\varepsilon`, finds potentials with
+
+    .. math:: \sum_j w_j e^{(f_i+g_j+s_{ij})/\varepsilon} = 1,\qquad
+              \sum_i w_i e^{(f_i+g_j+s_{ij})/\varepsilon} = 1.
+
+    Alternates :math:`f \leftarrow -\varepsilon\,\mathrm{LSE}_j(\log w_j + (g_j+s_{ij})/\varepsilon)`
+    and the same for :math:`g`; stops when the row-marginal error in the log domain,
+    :math:`\max_i |\log \sum_j \pi_{ij}/w_i|`, is below ``tol``.  If ``symmetric`` (the score
+    matrix is symmetric, i.e. :math:`A=A^\top`), :math:`f=g` and the averaged fixed point
+    :math:`f \leftarrow (f + T f)/2` is iterated instead (one reduction per iteration).
+
+    Returns
+    -------
+    f, g : arrays (N,)
+    n_iter : int
+    err : float
+        Final log-domain marginal error.
+    """
+    xp = be.xp
+    inv = 1.0 / eps
+    qs = qx * inv
+    ks = kx * inv
+    g = xp.zeros(kx.shape[0], dtype=kx.dtype) if g0 is None else g0
+    err = np.inf
+    with np.errstate(invalid="ignore", over="ignore"):
+        if symmetric:
+            f = g
+            for it in range(1, max_iter + 1):
+                Tf = -eps * be.lse(qs, kx, logw + f * inv, None)
+                err = float(xp.max(xp.abs(Tf - f))) * inv
+                f = 0.5 * (f + Tf)
+                if err < tol:
+                    break
+            return f, f, it, err
+        f = -eps * be.lse(qs, kx, logw + g * inv, None)
+        for it in range(1, max_iter + 1):
+            g = -eps * be.lse(ks, qx, logw + f * inv, None)
+            f_new = -eps * be.lse(qs, kx, logw + g * inv, None)
+            err = float(xp.max(xp.abs(f_new - f))) * inv
+            f = f_new
+            if err < tol:
+                break
+    return f, g, it, err
+
+
+@register_head_field("sinkhorn")
+def _sinkhorn(ctx, P, h, head, Xq, Xk):
+    be = ctx.backend
+    qx = _proj(be, Xk, head.Q) * P.beta
+    kx = _proj(be, Xk, head.K)
+    A = head.A
+    symmetric = bool(np.allclose(A, A.T, rtol=0, atol=1e-14 * max(1.0, np.abs(A).max())))
+    key = ("sinkhorn_g", h)
+    g0 = ctx.state.get(key)
+    if g0 is not None and g0.shape[0] != kx.shape[0]:
+        g0 = None
+    f, g, n_iter, err = sinkhorn_potentials(
+        be, qx, kx, ctx.logw, P.eps, tol=ctx.sinkhorn_tol, max_iter=ctx.sinkhorn_max_iter,
+        g0=g0, symmetric=symmetric)
+    ctx.info.setdefault("sinkhorn_iterations", []).append(n_iter)
+    if not (err < ctx.sinkhorn_tol):
+        ctx.state.pop(key, None)
+        raise SinkhornNotConverged(
+            f"Sinkhorn did not converge for head {h} at t={P.t}: marginal error {err:.3g} "
+            f"> tol={ctx.sinkhorn_tol:g} after {n_iter} iterations (eps={P.eps}); raise "
+            "sinkhorn_max_iter, loosen sinkhorn_tol or increase eps")
+    ctx.state[key] = g
+    q = _proj(be, Xq, head.Q) * (P.beta / P.eps)
+    return be.softmax(q, kx, _proj(be, Xk, head.V), ctx.logw + g / P.eps, ctx.limits)[0]
+
+
+# ------------------------------------------------------------------ input validation
+def _check_points(name: str, X: Any, d: int) -> np.ndarray:
+    arr = np.asarray(X)
+    if arr.ndim != 2 or arr.shape[1] != d:
+        raise ValueError(f"{name} must have shape (N, d) with d={d}, got {arr.shape}")
+    if arr.shape[0] == 0:
+        raise ValueError(f"{name} must contain at least one point")
+    if not np.issubdtype(arr.dtype, np.number) or np.iscomplexobj(arr):
+        raise TypeError(f"{name} must be a real array, got dtype {arr.dtype}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or inf")
+    return arr
+
+
+def check_weights(weights: Any, n: int) -> np.ndarray:
+    """Validate and normalise token weights (uniform if ``None``)."""
+    if weights is None:
+        return np.full(n, 1.0 / n)
+    w = np.asarray(weights, dtype=float)
+    if w.shape != (n,):
+        raise ValueError(f"weights must have shape (N,) = ({n},), got {w.shape}")
+    if not np.all(np.isfinite(w)):
+        raise ValueError("weights contain NaN or inf")
+    if np.any(w < 0):
+        raise ValueError("weights must be >= 0")
+    s = w.sum()
+    if not s > 0:
+        raise ValueError("weights must have a positive sum")
+    return w / s
+
+
+def check_positions(positions: Any, n: int, masked: bool, name: str = "positions"):
+    """Validate token positions in [0, 1]; required for masked attention."""
+    if positions is None:
+        if masked:
+            raise ValueError(
+                f"masked attention needs {name}: an array of N token positions in [0, 1]")
+        return None
+    p = np.asarray(positions, dtype=float)
+    if p.shape != (n,):
+        raise ValueError(f"{name} must have shape (N,) = ({n},), got {p.shape}")
+    if not np.all(np.isfinite(p)):
+        raise ValueError(f"{name} contain NaN or inf")
+    if np.any(p < 0) or np.any(p > 1):
+        raise ValueError(f"{name} must lie in [0, 1]")
+    return p
+
+
+# ------------------------------------------------------------------ evaluator
+class FieldEvaluator:
+    r"""Evaluate :math:`\Gamma_{\mu}` repeatedly for a fixed attention, weights and positions.
+
+    Token positions never move, so for masked attention the tokens are sorted by
+    position once and every query gets the length of its visible prefix.  Sinkhorn
+    potentials are kept between calls (warm start) in ``state``; iteration counts are
+    appended to ``info["sinkhorn_iterations"]``.
+
+    Parameters
+    ----------
+    att : Attention
+    n_tokens : int
+    weights, positions : array_like, optional
+        Token weights (normalised to sum 1; uniform by default) and positions in
+        [0, 1] (required when ``att.masked``).
+    backend : str or backend object, default "numpy"
+    sinkhorn_tol, sinkhorn_max_iter : float, int
+        Stopping rule of the inner Sinkhorn solve (log-domain marginal error).
+    """
+
+    def __init__(self, att: Attention, n_tokens: int, *, weights: Any = None,
+                 positions: Any = None, backend: Any = "numpy", dtype: Any = np.float64,
+                 sinkhorn_tol: float = 1e-9, sinkhorn_max_iter: int = 2000):
+        if not isinstance(att, Attention):
+            raise TypeError(f"att must be a transformer_pde.Attention, got {type(att).__name__}")
+        if not (np.isfinite(sinkhorn_tol) and sinkhorn_tol > 0):
+            raise ValueError(f"sinkhorn_tol must be > 0, got {sinkhorn_tol!r}")
+        if int(sinkhorn_max_iter) < 1:
+            raise ValueError(f"sinkhorn_max_iter must be >= 1, got {sinkhorn_max_iter!r}")
+        self.att = att
+        self.n = int(n_tokens)
+        self.dtype = np.dtype(dtype)
+        self.be = get_backend(backend, n_tokens=self.n)
+        self.weights = check_weights(weights, self.n)
+        self.positions = check_positions(positions, self.n, att.masked)
+        self.head_fields = [HEAD_FIELDS[att.kind]]
+        be = self.be
+        if att.masked:
+            self.perm = np.argsort(self.positions, kind="stable")
+            self.sorted_pos = self.positions[self.perm]
+            lim = np.searchsorted(self.sorted_pos, self.positions, side="right")
+            self._perm_be = be.asarray(self.perm)
+            self._limits = be.asarray(lim.astype(np.int64))
+            w_sorted = self.weights[self.perm]
+        else:
+            self.perm = None
+            self._perm_be = None
+            self._limits = None
+            w_sorted = self.weights
+        with np.errstate(divide="ignore"):
+            logw = np.log(w_sorted)
+        self.ctx = FieldContext(be, be.asarray(w_sorted, self.dtype), be.asarray(logw, self.dtype),
+                                self._limits, self._limits, float(sinkhorn_tol),
+                                int(sinkhorn_max_iter))
+
+    @property
+    def info(self) -> dict:
+        return self.ctx.info
+
+    @property
+    def state(self) -> dict:
+        return self.ctx.state
+
+    def query_limits(self, query_positions: Any, m: int):
+        qp = check_positions(query_positions, m, True, "query_positions")
+        return self.be.asarray(
+            np.searchsorted(self.sorted_pos, qp, side="right").astype(np.int64))
+
+    def __call__(self, t: float, X: Any, queries: Any = None, query_limits: Any = None) -> Any:
+        """Field of the measure with tokens ``X`` (backend array, (N, d)) at ``X`` or ``queries``."""
+        P = self.att.at(t)
+        ctx = self.ctx
+        Xk = X if self._perm_be is None else X[self._perm_be]
+        if queries is None:
+            Xq = X
+            limits = self._limits
+        else:
+            Xq = queries
+            limits = query_limits
+        saved = ctx.limits
+        ctx.limits = limits
+        try:
+            fn = HEAD_FIELDS[P.kind]
+            if P.n_heads == 1:
+                out = fn(ctx, P, 0, P.heads[0], Xq, Xk)
+            else:
+                xp = self.be.xp
+                out = xp.zeros(Xq.shape, dtype=Xq.dtype)
+                for h, head in enumerate(P.heads):
+                    out[:, head.rows] = fn(ctx, P, h, head, Xq, Xk)
+        finally:
+            ctx.limits = saved
+        if P.W_O is not None:
+            out = out @ self.be.asarray(P.W_O.T, out.dtype)
+        return out
+
+
+def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = None,
+             queries: Any = None, query_positions: Any = None, t: float = 0.0,
+             backend: Any = "numpy", sinkhorn_tol: float = 1e-9,
+             sinkhorn_max_iter: int = 2000) -> Any:
+    r"""Attention velocity field :math:`\Gamma_{\mu}` of :math:`\mu = \sum_j w_j \delta_{X_j}`.
+
+    Evaluates, at each row of ``X`` (or of ``queries``),
+
+    .. math:: \Gamma_\mu(x) = W_O\,\mathrm{concat}_h\Big( V_h \sum_j P^h_j(x)\, X_j \Big)
+
+    with :math:`P^h_j(x)` the attention weights of kind ``att.kind`` (softmax:
+    :math:`w_j e^{\beta\langle Q_h x, K_h X_j\rangle}/\sum_l w_l e^{\beta\langle Q_h x, K_h X_l\rangle}`,
+    etc.; see :class:`~transformer_pde.Attention`).  Normalised kinds are computed with a
+    running maximum (log-sum-exp), so logits of any size give finite, correct output.
+
+    Parameters
+    ----------
+    att : Attention
+    X : array (N, d)
+        Token positions in feature space.
+    weights : array (N,), optional
+        Non-negative masses (normalised to sum 1; uniform by default).
+    positions : array (N,), optional
+        Token positions :math:`s_j \in [0,1]`; required for masked attention, where a
+        query at position :math:`s` sees tokens with :math:`s_j \le s`.
+    queries : array (M, d), optional
+        Evaluate the field of the same measure at these points instead of at ``X``.
+    query_positions : array (M,), optional
+        Positions of ``queries`` (masked attention only).
+    t : float
+        Time (depth) at which time-dependent parameters are evaluated.
+    backend : {"numpy", "numba", "cupy", "auto"}
+    sinkhorn_tol, sinkhorn_max_iter : float, int
+        Inner-solve controls for ``kind="sinkhorn"``.
+
+    Returns
+    -------
+    ndarray (N, d) or (M, d)
+        Same floating dtype as ``X`` (float32 stays float32).
+
+    Raises
+    ------
+    ValueError
+        Wrong shapes, NaN/inf, negative weights, masked attention without positions.
+    SinkhornNotConverged
+        The Sinkhorn inner solve missed its tolerance.
+    """
+    if not isinstance(att, Attention):
+        raise TypeError(f"att must be a transformer_pde.Attention, got {type(att).__name__}")
+    be = get_backend(backend, n_tokens=np.shape(X)[0] if np.ndim(X) else None)
+    Xn = _check_points("X", be.to_numpy(X), att.d)
+    dtype = Xn.dtype if Xn.dtype in (np.float32, np.float64) else np.float64
+    ev = FieldEvaluator(att, Xn.shape[0], weights=weights, positions=positions, backend=be,
+                        dtype=dtype, sinkhorn_tol=sinkhorn_tol,
+                        sinkhorn_max_iter=sinkhorn_max_iter)
+    Xb = be.asarray(Xn, dtype)
+    Qb = None
+    qlim = None
+    if queries is not None:
+        Qn = _check_points("queries", be.to_numpy(queries), att.d)
+        Qb = be.asarray(Qn, dtype)
+        if att.masked:
+            qlim = ev.query_limits(query_positions, Qn.shape[0])
+    elif query_positions is not None:
+        raise ValueError("query_positions given without queries")
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = ev(float(t), Xb, Qb, qlim)
+    return be.to_numpy(out) if isinstance(X, np.ndarray) or be.name != "cupy" else out
