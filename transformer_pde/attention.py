@@ -149,13 +149,23 @@ class Layers:
         """Shape of one layer's matrix."""
         return self.values.shape[1:]  # type: ignore[return-value]
 
-    def index(self, t: float) -> int:
-        """Layer index in use at time ``t``."""
-        i = math.floor((float(t) - self.t0) / self.layer_time + self._TOL)
+    def index(self, t: float, *, left: bool = False) -> int:
+        """Layer index in use at time ``t``.
+
+        The table is right-continuous: at a boundary ``t = t0 + l h`` layer ``l`` is used.
+        ``left=True`` gives the left limit instead (layer ``l - 1`` at that boundary); the
+        integrators use it for stages evaluated at the right end of a step, so that a step
+        over ``[l h, (l+1) h]`` only ever sees layer ``l``.
+        """
+        u = (float(t) - self.t0) / self.layer_time
+        if left:
+            i = math.ceil(u - self._TOL) - 1
+        else:
+            i = math.floor(u + self._TOL)
         return min(max(i, 0), self.n_layers - 1)
 
-    def __call__(self, t: float) -> np.ndarray:
-        return self.values[self.index(t)]
+    def __call__(self, t: float, *, left: bool = False) -> np.ndarray:
+        return self.values[self.index(t, left=left)]
 
     def __repr__(self) -> str:
         return (f"Layers(L={self.n_layers}, shape={self.shape}, "
@@ -339,17 +349,22 @@ class Attention:
         self.at(0.0)  # validates shapes at t = 0
 
     # ------------------------------------------------------------------ evaluation
-    def _matrix(self, name: str, t: float) -> np.ndarray:
+    def _matrix(self, name: str, t: float, left: bool = False) -> np.ndarray:
         value = getattr(self, name)
         if isinstance(value, np.ndarray):
             return value
+        if isinstance(value, Layers):
+            return value(t, left=left)
         return _check_matrix(name, value(t), t)
 
-    def at(self, t: float = 0.0) -> AttentionParams:
-        """Freeze every parameter at time ``t`` (validating shapes) into :class:`AttentionParams`."""
-        Q = self._matrix("Q", t)
-        K = self._matrix("K", t)
-        V = self._matrix("V", t)
+    def at(self, t: float = 0.0, *, left: bool = False) -> AttentionParams:
+        """Freeze every parameter at time ``t`` (validating shapes) into :class:`AttentionParams`.
+
+        ``left=True`` takes left limits of :class:`Layers` tables at layer boundaries
+        (callables are assumed continuous and simply evaluated at ``t``)."""
+        Q = self._matrix("Q", t, left)
+        K = self._matrix("K", t, left)
+        V = self._matrix("V", t, left)
         d = Q.shape[1]
         if getattr(self, "d", d) != d:
             raise ValueError(f"Q at t={t} has {d} columns but the attention was built with d={self.d}")
@@ -373,7 +388,7 @@ class Attention:
             heads = (Head(Q, K, V, slice(0, d)),)
         W_O = None
         if self.W_O is not None:
-            W_O = self._matrix("W_O", t)
+            W_O = self._matrix("W_O", t, left)
             if W_O.shape != (d, d):
                 raise ValueError(f"W_O must have shape (d, d) = {(d, d)}, got {W_O.shape}")
         return AttentionParams(self.kind, d, heads, W_O, self.beta, self.eps,

@@ -311,9 +311,13 @@ class FieldEvaluator:
         return self.be.asarray(
             np.searchsorted(self.sorted_pos, qp, side="right").astype(np.int64))
 
-    def __call__(self, t: float, X: Any, queries: Any = None, query_limits: Any = None) -> Any:
-        """Field of the measure with tokens ``X`` (backend array, (N, d)) at ``X`` or ``queries``."""
-        P = self.att.at(t)
+    def __call__(self, t: float, X: Any, queries: Any = None, query_limits: Any = None,
+                 *, left: bool = False) -> Any:
+        """Field of the measure with tokens ``X`` (backend array, (N, d)) at ``X`` or ``queries``.
+
+        ``left=True`` evaluates piecewise-constant (:class:`~transformer_pde.Layers`)
+        parameters by their left limit at a layer boundary (see :meth:`Attention.at`)."""
+        P = self.att.at(t, left=left)
         ctx = self.ctx
         Xk = X if self._perm_be is None else X[self._perm_be]
         if queries is None:

@@ -280,7 +280,13 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
                         sinkhorn_max_iter=sinkhorn_max_iter)
     be = ev.be
     y = be.asarray(X0n, dtype)
-    f = ev  # f(t, y) -> field
+    step_end = [0.0]
+
+    def f(tau: float, z: Any) -> Any:
+        # Stages evaluated at the right end of the current step use the left limit of
+        # piecewise-constant parameters, so a step inside layer l never sees layer l + 1.
+        return ev(tau, z, left=tau >= step_end[0])
+
     solver.reset()
 
     times = [0.0]
@@ -309,6 +315,7 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
                 step_idx = 0
                 while t < t_max - tol_t:
                     h = min(dt, t_max - t)
+                    step_end[0] = t + h
                     y_new = solver.step(f, t, y, h)
                     step_idx += 1
                     n_steps += 1
@@ -331,13 +338,16 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
             else:
                 ctrl = PIController(solver.order)
                 h = dt
+                step_end[0] = np.inf
                 fy = f(t, y)
                 k = 1
                 while t < t_max - tol_t and status == "ok":
                     t_save = min(k * save_dt, t_max)
                     while t < t_save - tol_t:
                         h_try = min(h, t_save - t)
+                        step_end[0] = t + h_try
                         y_new, err, f_new = solver.attempt(f, t, y, h_try, fy)
+                        step_end[0] = np.inf
                         n_steps += 1
                         if n_steps >= max_steps:
                             status, message = "failed", f"max_steps={max_steps} reached at t={t:.6g}"
