@@ -31,6 +31,7 @@ import numpy as np
 
 from .attention import KINDS, Attention, AttentionParams, Head
 from .backends import get_backend
+from .blocks import token_layer_norm
 
 __all__ = [
     "FieldEvaluator",
@@ -192,6 +193,42 @@ def _sinkhorn(ctx, P, h, head, Xq, Xk):
     ctx.state[key] = g
     q = _proj(be, Xq, head.Q) * (P.beta / P.eps)
     return be.softmax(q, kx, _proj(be, Xk, head.V), ctx.logw + g / P.eps, ctx.limits)[0]
+
+
+# ------------------------------------------------------------------ softmax-free kinds
+# Cao 2021, "Choose a Transformer: Fourier or Galerkin".  With LN the per-token layer
+# normalisation over a head's k features (transformer_pde.blocks.token_layer_norm,
+# eps = SOFTMAX_FREE_LN_EPS), s = beta <q, k>:
+#   galerkin: Gamma(x) = sum_j w_j beta <Q x, LN(K x_j)> LN(V x_j)
+#   fourier:  Gamma(x) = sum_j w_j beta <LN(Q x), LN(K x_j)> V x_j
+# Both are linear in the (normalised) query, so unmasked they cost O(N k^2):
+# Gamma(x) = (sum_j w_j v_j k_j^T) q.  Masked, the prefix sums go through the backend's
+# pointwise("identity") primitive (O(M N)).
+def _softmax_free(ctx, q, k, v, head):
+    be = ctx.backend
+    if head.Q.shape[0] < 2:
+        raise ValueError("galerkin / fourier attention normalise each token over the head's "
+                         f"k features and need k >= 2, got k={head.Q.shape[0]}")
+    if ctx.limits is not None:
+        return be.pointwise("identity", q, k, v, ctx.w, ctx.limits)
+    return q @ ((v * ctx.w[:, None]).T @ k).T
+
+
+@register_head_field("galerkin")
+def _galerkin(ctx, P, h, head, Xq, Xk):
+    be = ctx.backend
+    q = _proj(be, Xq, head.Q) * P.beta
+    k = token_layer_norm(_proj(be, Xk, head.K))
+    v = token_layer_norm(_proj(be, Xk, head.V))
+    return _softmax_free(ctx, q, k, v, head)
+
+
+@register_head_field("fourier")
+def _fourier(ctx, P, h, head, Xq, Xk):
+    be = ctx.backend
+    q = token_layer_norm(_proj(be, Xq, head.Q)) * P.beta
+    k = token_layer_norm(_proj(be, Xk, head.K))
+    return _softmax_free(ctx, q, k, _proj(be, Xk, head.V), head)
 
 
 # ------------------------------------------------------------------ input validation

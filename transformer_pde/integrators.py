@@ -3,7 +3,8 @@ r"""Time integrators for the particle flow :math:`\dot X = F(t, X)`.
 A solver is a small object with ``name``, ``order`` and either
 
 * ``step(f, t, y, h) -> y_next`` (fixed-step one-step or multistep methods; multistep
-  solvers keep their own history and are ``reset()`` at the start of a run), or
+  solvers keep their own history, set ``multistep = True`` and are ``reset()`` at the
+  start of a run), or
 * ``attempt(f, t, y, h, fy) -> (y_next, err, f_next)`` for adaptive embedded pairs
   (``adaptive = True``), where ``err`` is the scaled error norm (accept if ``<= 1``) and
   ``f_next`` the field at the new point (first-same-as-last).
@@ -19,7 +20,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["Euler", "RK4", "Dopri5", "PIController", "SOLVERS", "get_solver"]
+__all__ = ["Euler", "Heun", "RK4", "AdamsBashforth", "ImplicitMidpoint", "Dopri5",
+           "adams_bashforth_weights",
+           "PIController", "SOLVERS", "SolverNotConverged", "get_solver"]
 
 Field = Callable[[float, Any], Any]
 
@@ -57,6 +60,163 @@ class RK4:
         k3 = f(t + 0.5 * h, y + (0.5 * h) * k2)
         k4 = f(t + h, y + h * k3)
         return y + (h / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+
+
+class Heun:
+    r"""Heun's method (explicit trapezoidal rule, RK2), order 2.
+
+    .. math:: k_1 = F(t_n, y_n),\quad k_2 = F(t_n + h, y_n + h k_1),\quad
+              y_{n+1} = y_n + \tfrac{h}{2}(k_1 + k_2).
+    """
+
+    name = "heun"
+    order = 2
+    adaptive = False
+
+    def reset(self) -> None:
+        pass
+
+    def step(self, f: Field, t: float, y: Any, h: float) -> Any:
+        k1 = f(t, y)
+        k2 = f(t + h, y + h * k1)
+        return y + (0.5 * h) * (k1 + k2)
+
+
+def adams_bashforth_weights(steps: Any) -> np.ndarray:
+    r"""Variable-step Adams–Bashforth weights.
+
+    For the past step sizes ``steps = (h_n, h_{n-1}, ..., h_{n-k+1})`` (newest first, with
+    :math:`h_n` the step about to be taken) the :math:`k`-step method is
+
+    .. math:: y_{n+1} = y_n + h_n \sum_{i=0}^{k-1} b_i F(t_{n-i}, y_{n-i}),
+
+    where :math:`b_i = \frac{1}{h_n}\int_{t_n}^{t_n+h_n} \ell_i(\tau)\,d\tau` and
+    :math:`\ell_i` is the Lagrange basis polynomial of the nodes :math:`t_n, t_{n-1}, \dots`.
+    Equivalently :math:`\sum_i b_i \tau_i^m = h_n^m/(m+1)` for :math:`m < k` with
+    :math:`\tau_i = t_{n-i} - t_n`, solved here in units of :math:`h_n`.  For equal steps
+    this gives the classical weights, e.g. ``(3/2, -1/2)`` and ``(23/12, -16/12, 5/12)``.
+    """
+    h = np.asarray(steps, dtype=float)
+    k = h.size
+    if k < 1 or np.any(h <= 0):
+        raise ValueError(f"steps must be a non-empty sequence of positive numbers, got {steps!r}")
+    # node offsets tau_i / h_n: 0, -h_{n-1}/h_n, -(h_{n-1}+h_{n-2})/h_n, ...
+    tau = -np.concatenate([[0.0], np.cumsum(h[1:])]) / h[0]
+    Vm = np.vander(tau, k, increasing=True).T          # row m: tau_i^m
+    rhs = 1.0 / np.arange(1, k + 1)
+    return np.linalg.solve(Vm, rhs)
+
+
+class AdamsBashforth:
+    r"""Explicit :math:`k`-step Adams–Bashforth method (order :math:`k`), variable step.
+
+    Keeps the last :math:`k` field values; weights come from
+    :func:`adams_bashforth_weights`, so the final partial step of a run (or any change
+    of ``h``) keeps the order.  The first :math:`k-1` steps (and any step that does not
+    continue the previous one, e.g. after :meth:`reset` or a jump in ``t``) are taken
+    with :class:`RK4`, whose local error :math:`O(h^5)` does not spoil the order.
+
+    Multistep history belongs to one trajectory: the method cannot be used inside
+    operator splitting, where another flow moves the state between its steps.
+    """
+
+    adaptive = False
+    multistep = True
+
+    def __init__(self, k: int):
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= 5:
+            raise ValueError(f"k must be an integer in [1, 5], got {k!r}")
+        self.k = int(k)
+        self.order = self.k
+        self.name = f"ab{self.k}"
+        self._start = RK4()
+        self.reset()
+
+    def reset(self) -> None:
+        self._fs: list[Any] = []     # newest first
+        self._hs: list[float] = []   # sizes of the steps that led to each stored node
+        self._t_next: float | None = None
+
+    def step(self, f: Field, t: float, y: Any, h: float) -> Any:
+        if self._t_next is None or abs(t - self._t_next) > 1e-12 * max(1.0, abs(t)):
+            self.reset()
+        fy = f(t, y)
+        self._fs.insert(0, fy)
+        del self._fs[self.k:]
+        if len(self._fs) < self.k:
+            y_new = self._start.step(f, t, y, h)
+        else:
+            b = adams_bashforth_weights([h] + self._hs[:self.k - 1])
+            incr = b[0] * self._fs[0]
+            for bi, fi in zip(b[1:], self._fs[1:]):
+                incr = incr + bi * fi
+            y_new = y + h * incr
+        self._hs.insert(0, float(h))
+        del self._hs[self.k:]
+        self._t_next = t + h
+        return y_new
+
+
+class SolverNotConverged(RuntimeError):
+    """An implicit solver's inner iteration missed its tolerance."""
+
+
+class ImplicitMidpoint:
+    r"""Implicit midpoint rule, order 2, solved by fixed-point iteration.
+
+    .. math:: y_{n+1} = y_n + h\,F\big(t_n + \tfrac h2, \tfrac12(y_n + y_{n+1})\big).
+
+    The iteration :math:`z \leftarrow y_n + h F(t_n + h/2, (y_n + z)/2)` starts from the
+    explicit Euler predictor and stops when
+    :math:`\|z_{new} - z\|_\infty \le \mathrm{tol}\,(1 + \|z_{new}\|_\infty)`.  It contracts
+    when :math:`h L / 2 < 1` (:math:`L` the Lipschitz constant of :math:`F`).  The rule
+    preserves every quadratic first integral exactly (up to ``tol``), e.g. :math:`|x|^2`
+    for a field tangent to the spheres.
+
+    Parameters
+    ----------
+    tol : float, default 1e-13
+        Relative stopping tolerance of the fixed-point iteration.
+    max_iter : int, default 100
+        Raise :class:`SolverNotConverged` when exceeded.
+    """
+
+    name = "implicit_midpoint"
+    order = 2
+    adaptive = False
+
+    def __init__(self, tol: float = 1e-13, max_iter: int = 100):
+        if not (np.isfinite(tol) and tol > 0):
+            raise ValueError(f"tol must be finite and > 0, got {tol!r}")
+        if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) \
+                or max_iter < 1:
+            raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
+        self.tol = float(tol)
+        self.max_iter = int(max_iter)
+        self.iterations: list[int] = []
+
+    def reset(self) -> None:
+        self.iterations = []
+
+    def step(self, f: Field, t: float, y: Any, h: float) -> Any:
+        xp = _namespace(y)
+        tm = t + 0.5 * h
+        z = y + h * f(t, y)
+        err = np.inf
+        for it in range(1, self.max_iter + 1):
+            z_new = y + h * f(tm, 0.5 * (y + z))
+            err = float(xp.max(xp.abs(z_new - z)))
+            scale = 1.0 + float(xp.max(xp.abs(z_new)))
+            z = z_new
+            if err <= self.tol * scale:
+                self.iterations.append(it)
+                return z
+            if not np.isfinite(err):
+                break
+        raise SolverNotConverged(
+            f"implicit midpoint fixed-point iteration did not converge at t={t:.6g} with "
+            f"h={h:.3g}: last update {err:.3g} after {it} iterations (tol={self.tol:g}); "
+            "reduce dt (the iteration contracts when h * Lipschitz / 2 < 1)")
 
 
 class Dopri5:
@@ -148,6 +308,11 @@ class PIController:
 
 SOLVERS: dict[str, Callable[..., Any]] = {
     "euler": lambda **kw: Euler(),
+    "heun": lambda **kw: Heun(),
+    "rk2": lambda **kw: Heun(),
+    "ab2": lambda **kw: AdamsBashforth(2),
+    "ab3": lambda **kw: AdamsBashforth(3),
+    "implicit_midpoint": lambda **kw: ImplicitMidpoint(),
     "rk4": lambda **kw: RK4(),
     "dopri5": lambda rtol=1e-6, atol=1e-9, **kw: Dopri5(rtol, atol),
 }

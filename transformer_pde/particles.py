@@ -22,7 +22,8 @@ import numpy as np
 
 from .attention import Attention, Layers
 from .fields import FieldEvaluator, SinkhornNotConverged, _check_points, velocity
-from .integrators import PIController, get_solver
+from .blocks import BlockStepper
+from .integrators import PIController, SolverNotConverged, get_solver
 
 __all__ = ["ParticleTrajectory", "simulate", "load", "velocity", "STATUSES"]
 
@@ -207,7 +208,9 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
              save_every: int = 1, max_norm: float = 1e8, progress: bool = False,
              rtol: float = 1e-6, atol: float = 1e-9, dtype: Any = None,
              sinkhorn_tol: float = 1e-9, sinkhorn_max_iter: int = 2000,
-             max_steps: int = 10_000_000) -> ParticleTrajectory:
+             max_steps: int = 10_000_000, constraint: str | None = None,
+             mlp: Any = None, layernorm: Any = None,
+             splitting: str = "strang") -> ParticleTrajectory:
     r"""Integrate the particle attention flow :math:`\dot X_i = \Gamma_{\mu_t}(X_i)` on :math:`[0, t_{max}]`.
 
     Parameters
@@ -221,7 +224,7 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
     dt : float
         Step size for ``euler``/``rk4``; the saving interval unit and the first trial
         step for ``dopri5``.  A last partial step lands exactly on ``t_max``.
-    method : {"euler", "rk4", "dopri5"} or solver object
+    method : {"euler", "heun", "ab2", "ab3", "implicit_midpoint", "rk4", "dopri5"} or solver object
         ``euler`` with ``dt = 1`` is exactly a stack of residual attention layers;
         ``dopri5`` is adaptive (controlled by ``rtol``/``atol``).
     backend : {"numpy", "numba", "cupy", "auto"}
@@ -243,6 +246,17 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
         Inner Sinkhorn solve controls (warm-started from the previous evaluation).
     max_steps : int
         Safety cap on the number of (attempted) steps.
+    constraint : {None, "sphere"}
+        ``"sphere"``: tokens stay on the unit sphere (``X0`` rows must have norm 1 to 1e-6);
+        fields are projected on the tangent space and each step ends with the retraction
+        :math:`x/|x|` (see :mod:`transformer_pde.blocks`).
+    mlp : transformer_pde.blocks.MLP, optional
+        Token-wise MLP field added to attention (a full Transformer block).
+    layernorm : transformer_pde.blocks.LayerNorm or pair of them, optional
+        Pre-norm (inside the fields) or post-norm (projection after each sub-flow).
+    splitting : {"strang", "lie", "none"}
+        How attention and MLP flows are combined (only used with ``mlp``).  The block
+        options need a fixed-step ``method``.
 
     Returns
     -------
@@ -274,6 +288,11 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
     solver = get_solver(method, rtol=rtol, atol=atol)
+    block = BlockStepper.wrap(solver, att.d, mlp=mlp, layernorm=layernorm,
+                              constraint=constraint, splitting=splitting)
+    if block is not None:
+        X0n = block.initial(X0n)
+        solver = block
     n = X0n.shape[0]
     ev = FieldEvaluator(att, n, weights=weights, positions=positions, backend=backend,
                         dtype=dtype, sinkhorn_tol=sinkhorn_tol,
@@ -382,7 +401,7 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
                     times.append(t)
                     states.append(be.to_numpy(y).copy())
                     k += 1
-    except SinkhornNotConverged as exc:
+    except (SinkhornNotConverged, SolverNotConverged) as exc:
         status, message = "failed", str(exc)
     finally:
         bar.close()
@@ -395,6 +414,8 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
                             "n_steps": n_steps, "n_rejected": n_rejected,
                             "dtype": str(dtype), "save_every": int(save_every)}
     info.update({k: v for k, v in ev.info.items()})
+    if block is not None:
+        info.update(block.describe())
     return ParticleTrajectory(
         times=np.asarray(times, dtype=float), states=np.stack(states),
         weights=ev.weights, positions=ev.positions, status=status, message=message,

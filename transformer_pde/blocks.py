@@ -1,0 +1,453 @@
+r"""Full Transformer blocks as flows: MLP field, LayerNorm, sphere constraint, splitting.
+
+A residual Transformer block alternates an attention sub-layer, a token-wise MLP
+sub-layer and layer normalisation.  Read as a flow in depth :math:`t`, the tokens obey
+
+.. math:: \dot x_i = \Gamma_{\mu_t}(x_i) + m_t(x_i), \qquad
+          m_t(x) = W_2(t)\,\sigma(W_1(t) x + b_1(t)) + b_2(t),
+
+and layer normalisation enters either *inside* the fields (pre-norm:
+:math:`\Gamma_{\mathrm{LN}_\#\mu}(\mathrm{LN}\,x)` and :math:`m(\mathrm{LN}\,x)`) or as an
+exact *projection* step after each sub-flow (post-norm, the view of Tai et al., "A
+mathematical explanation of Transformers").
+
+:class:`BlockStepper` wraps any fixed-step solver of :mod:`transformer_pde.integrators`
+and advances one step of size :math:`h` by operator splitting of the attention flow
+:math:`\mathcal A` and the MLP flow :math:`\mathcal M` (each sub-flow integrated by the
+wrapped solver, followed by the projections :math:`\mathcal P`):
+
+* ``"lie"`` (Lie–Trotter, order 1): :math:`\mathcal P\mathcal M_h\,\mathcal P\mathcal A_h`.
+  With ``method="euler"`` and ``dt=1`` one step is exactly one Transformer block
+  ``x += Attn(LN1 x); x += MLP(LN2 x)`` (pre-norm) or
+  ``x = LN(x + Attn x); x = LN(x + MLP x)`` (post-norm).
+* ``"strang"`` (order 2): :math:`\mathcal P\mathcal A_{h/2}\,\mathcal P\mathcal M_h\,\mathcal P\mathcal A_{h/2}`.
+* ``"none"``: the wrapped solver integrates the sum field, then :math:`\mathcal P`.
+
+Time-dependent weights follow the augmented-system convention: the attention flow
+carries the clock, so the MLP sub-flow is frozen at :math:`t_n` (Lie) or
+:math:`t_n + h/2` (Strang), which keeps Strang second order for time-dependent weights.
+
+``constraint="sphere"`` runs the normalised dynamics of Geshkovski, Letrouit,
+Polyanskiy and Rigollet ("A mathematical perspective on Transformers"): tokens live on
+:math:`S^{d-1}` and every field is replaced by its tangential part
+
+.. math:: \dot x = P^\perp_x F(x), \qquad P^\perp_x = I - \frac{x x^\top}{|x|^2}.
+
+Because :math:`x^\top P^\perp_x F = 0` for *every* :math:`x`, :math:`|x|` is a first integral
+of this extended field, so any solver of order :math:`p` followed by the radial
+retraction :math:`x \mapsto x/|x|` after every (sub-)step is a standard projection method
+of order :math:`p` (Hairer, Lubich, Wanner, *Geometric Numerical Integration*, §IV.4),
+and the tokens sit on the sphere to rounding (:math:`\le 10^{-15}`) after every step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from .attention import Layers, _check_matrix
+
+__all__ = [
+    "BlockStepper",
+    "CONSTRAINTS",
+    "LayerNorm",
+    "MLP",
+    "SOFTMAX_FREE_LN_EPS",
+    "SPLITTINGS",
+    "sphere_retract",
+    "tangent_project",
+    "token_layer_norm",
+]
+
+#: operator-splitting schemes accepted by :func:`~transformer_pde.simulate`
+SPLITTINGS = ("strang", "lie", "none")
+#: manifold constraints accepted by :func:`~transformer_pde.simulate`
+CONSTRAINTS = (None, "sphere")
+#: epsilon of the per-token layer normalisation of the ``galerkin`` / ``fourier`` kinds
+#: (PyTorch's ``nn.LayerNorm`` default, as in Cao 2021)
+SOFTMAX_FREE_LN_EPS = 1e-5
+
+Param = Any
+
+
+def _xp(a: Any) -> Any:
+    if type(a).__module__.split(".")[0] == "cupy":
+        import cupy  # noqa: PLC0415
+        return cupy
+    return np
+
+
+# --------------------------------------------------------------------------- normalisations
+def token_layer_norm(x: Any, eps: float = SOFTMAX_FREE_LN_EPS) -> Any:
+    r"""Per-token layer normalisation without affine parameters.
+
+    For each row :math:`u \in \mathbb R^k` of ``x``,
+
+    .. math:: \tilde u = \frac{u - \bar u\,\mathbf 1}{\sqrt{\tfrac1k\sum_l (u_l - \bar u)^2 + \varepsilon}},
+              \qquad \bar u = \tfrac1k \textstyle\sum_l u_l .
+
+    Parameters
+    ----------
+    x : array (n, k)
+        Rows to normalise (NumPy or CuPy).
+    eps : float, default :data:`SOFTMAX_FREE_LN_EPS`
+        Added to the variance (:math:`\varepsilon \ge 0`).
+    """
+    xp = _xp(x)
+    c = x - x.mean(axis=1, keepdims=True)
+    return c / xp.sqrt((c * c).mean(axis=1, keepdims=True) + eps)
+
+
+def tangent_project(X: Any, F: Any) -> Any:
+    r"""Tangential part :math:`F_i - \frac{\langle x_i, F_i\rangle}{|x_i|^2} x_i` of each row.
+
+    Uses :math:`|x_i|^2` (not 1) so that :math:`|x|` is an exact first integral of the
+    projected field also off the sphere (needed by the projection method)."""
+    xp = _xp(X)
+    r2 = (X * X).sum(axis=1, keepdims=True)
+    return F - ((X * F).sum(axis=1, keepdims=True) / r2) * X
+
+
+def sphere_retract(X: Any) -> Any:
+    r"""Radial retraction :math:`x \mapsto x/|x|` of each row onto the unit sphere."""
+    xp = _xp(X)
+    return X / xp.sqrt((X * X).sum(axis=1, keepdims=True))
+
+
+def _param(name: str, value: Any, t: float, left: bool) -> np.ndarray:
+    if isinstance(value, Layers):
+        return value(t, left=left)
+    if callable(value):
+        return _check_matrix(name, np.atleast_2d(value(t)), t)
+    return value
+
+
+def _store(name: str, value: Any, *, vector: bool) -> Any:
+    """Validate a constant parameter now (time-dependent ones at evaluation)."""
+    if value is None or isinstance(value, Layers) or callable(value):
+        return value
+    arr = _check_matrix(name, np.atleast_2d(np.asarray(value, dtype=float)))
+    if vector:
+        if min(arr.shape) != 1:
+            raise ValueError(f"{name} must be a vector, got shape {np.shape(value)}")
+        arr = arr.ravel()
+    arr = np.array(arr)
+    arr.setflags(write=False)
+    return arr
+
+
+def _vector(name: str, value: Any, n: int, t: float, left: bool) -> np.ndarray | None:
+    if value is None:
+        return None
+    v = np.asarray(_param(name, value, t, left), dtype=float).ravel()
+    if v.shape != (n,):
+        raise ValueError(f"{name} must have {n} entries, got {v.size} (t={t})")
+    return v
+
+
+@dataclass(frozen=True, eq=False)
+class LayerNorm:
+    r"""Layer normalisation of tokens, as a projection or inside the fields.
+
+    .. math:: \mathrm{LN}_t(x) = \gamma(t) \odot s\,\frac{x - \bar x\mathbf 1}
+              {\sqrt{\tfrac1d\sum_l (x_l-\bar x)^2 + \varepsilon}} + \delta(t),
+
+    with :math:`s^2` the target variance.  With :math:`\varepsilon = 0`, :math:`\gamma = 1`,
+    :math:`\delta = 0` this is the exact (nearest-point) projection onto the manifold
+    :math:`\{x:\ \bar x = 0,\ \tfrac1d|x|^2 = s^2\}`, a sphere of radius :math:`s\sqrt d` in
+    the hyperplane :math:`\mathbf 1^\perp` (centring is the orthogonal projection onto the
+    hyperplane, radial rescaling the nearest point of the sphere inside it).
+
+    Parameters
+    ----------
+    mode : {"pre", "post"}, default "pre"
+        ``"pre"``: the fields see normalised tokens, :math:`\dot x = \Gamma_{\mathrm{LN}_\#\mu}
+        (\mathrm{LN}\,x) + m(\mathrm{LN}\,x)` (pre-norm Transformer; the residual stream is
+        not normalised).  ``"post"``: tokens are projected by :math:`\mathrm{LN}` after each
+        sub-flow (post-norm Transformer, Tai et al.'s projection step).
+    variance : float, default 1.0
+        Target variance :math:`s^2 > 0`.
+    eps : float, default 0.0
+        :math:`\varepsilon \ge 0` (0: exact projection; PyTorch uses 1e-5).
+    scale, shift : array (d,), callable ``t -> array``, :class:`~transformer_pde.Layers` or None
+        Optional time-dependent :math:`\gamma(t)` and :math:`\delta(t)` (a ``Layers`` table of
+        shape (L, 1, d)).
+    """
+
+    mode: str = "pre"
+    variance: float = 1.0
+    eps: float = 0.0
+    scale: Param | None = None
+    shift: Param | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("pre", "post"):
+            raise ValueError(f"mode must be 'pre' or 'post', got {self.mode!r}")
+        if not (isinstance(self.variance, (int, float)) and math.isfinite(self.variance)
+                and self.variance > 0):
+            raise ValueError(f"variance must be finite and > 0, got {self.variance!r}")
+        if not (isinstance(self.eps, (int, float)) and math.isfinite(self.eps)
+                and self.eps >= 0):
+            raise ValueError(f"eps must be finite and >= 0, got {self.eps!r}")
+        object.__setattr__(self, "scale", _store("scale", self.scale, vector=True))
+        object.__setattr__(self, "shift", _store("shift", self.shift, vector=True))
+
+    def __call__(self, X: Any, t: float = 0.0, *, left: bool = False) -> Any:
+        """Normalise every row of ``X`` (n, d) at time ``t``."""
+        xp = _xp(X)
+        d = X.shape[1]
+        if d < 2:
+            raise ValueError("LayerNorm needs at least 2 features (d >= 2)")
+        out = token_layer_norm(X, self.eps) * math.sqrt(self.variance)
+        g = _vector("scale", self.scale, d, t, left)
+        if g is not None:
+            out = out * xp.asarray(g, dtype=X.dtype)
+        b = _vector("shift", self.shift, d, t, left)
+        if b is not None:
+            out = out + xp.asarray(b, dtype=X.dtype)
+        return out
+
+
+# --------------------------------------------------------------------------- MLP
+def _gelu(z: Any, xp: Any) -> Any:
+    if xp is np:
+        from scipy.special import erf  # noqa: PLC0415
+    else:  # pragma: no cover - GPU only
+        from cupyx.scipy.special import erf  # noqa: PLC0415
+    return 0.5 * z * (1.0 + erf(z / math.sqrt(2.0)))
+
+
+_ACTIVATIONS: dict[str, Callable[[Any, Any], Any]] = {
+    "relu": lambda z, xp: xp.maximum(z, 0.0),
+    "gelu": _gelu,
+}
+
+
+@dataclass(frozen=True, eq=False)
+class MLP:
+    r"""Token-wise two-layer perceptron field :math:`m_t(x) = W_2\,\sigma(W_1 x + b_1) + b_2`.
+
+    Parameters
+    ----------
+    W1 : array (m, d), callable ``t -> array`` or :class:`~transformer_pde.Layers`
+        First layer (``m`` hidden units).
+    W2 : array (d, m), callable or Layers
+        Second layer.
+    b1 : array (m,), callable, Layers of shape (L, 1, m), or None
+    b2 : array (d,), callable, Layers of shape (L, 1, d), or None
+    activation : {"gelu", "relu"}, default "gelu"
+        GELU is the exact :math:`z\,\Phi(z)` (erf form).  ReLU makes the field only
+        Lipschitz, which caps the observed order of high-order solvers; use GELU for
+        convergence studies.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> mlp = MLP(np.eye(2), np.eye(2), activation="relu")
+    >>> mlp(0.0, np.array([[1.0, -1.0]])).tolist()
+    [[1.0, 0.0]]
+    """
+
+    W1: Param
+    W2: Param
+    b1: Param | None = None
+    b2: Param | None = None
+    activation: str = "gelu"
+    d: int = field(init=False)
+    hidden: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.activation not in _ACTIVATIONS:
+            raise ValueError(
+                f"activation must be one of {sorted(_ACTIVATIONS)}, got {self.activation!r}")
+        set_ = object.__setattr__
+        for name in ("W1", "W2"):
+            set_(self, name, _store(name, getattr(self, name), vector=False))
+            if getattr(self, name) is None:
+                raise ValueError(f"{name} is required")
+        for name in ("b1", "b2"):
+            set_(self, name, _store(name, getattr(self, name), vector=True))
+        W1, _, W2, _ = self.at(0.0)
+        set_(self, "d", W1.shape[1])
+        set_(self, "hidden", W1.shape[0])
+
+    def at(self, t: float, *, left: bool = False):
+        """Weights ``(W1, b1, W2, b2)`` at time ``t`` (biases ``None`` when absent)."""
+        W1 = np.asarray(_param("W1", self.W1, t, left), dtype=float)
+        W2 = np.asarray(_param("W2", self.W2, t, left), dtype=float)
+        m, d = W1.shape
+        if W2.shape != (d, m):
+            raise ValueError(f"W2 must have shape (d, m) = {(d, m)} to match W1 {W1.shape}, "
+                             f"got {W2.shape} (t={t})")
+        return W1, _vector("b1", self.b1, m, t, left), W2, _vector("b2", self.b2, d, t, left)
+
+    def __call__(self, t: float, X: Any, *, left: bool = False) -> Any:
+        """The field :math:`m_t` at every row of ``X`` (n, d)."""
+        xp = _xp(X)
+        W1, b1, W2, b2 = self.at(t, left=left)
+        z = X @ xp.asarray(W1.T, dtype=X.dtype)
+        if b1 is not None:
+            z = z + xp.asarray(b1, dtype=X.dtype)
+        out = _ACTIVATIONS[self.activation](z, xp) @ xp.asarray(W2.T, dtype=X.dtype)
+        if b2 is not None:
+            out = out + xp.asarray(b2, dtype=X.dtype)
+        return out
+
+
+# --------------------------------------------------------------------------- stepper
+class BlockStepper:
+    r"""Solver wrapper that advances a Transformer block flow by operator splitting.
+
+    Follows the solver protocol of :mod:`transformer_pde.integrators` (``step``,
+    ``reset``, ``name``, ``order``) and is built by :func:`~transformer_pde.simulate` from its
+    ``mlp=``, ``layernorm=``, ``constraint=`` and ``splitting=`` arguments (see the module
+    docstring for the schemes).  ``f(t, X)`` passed to :meth:`step` is the attention field.
+
+    Parameters
+    ----------
+    solver : fixed-step solver
+        Integrates every sub-flow.  Multistep solvers are refused with a splitting (their
+        history would mix states moved by the other sub-flow).
+    d : int
+        Token dimension.
+    mlp : MLP or None
+    layernorm : LayerNorm, pair ``(LN_attention, LN_mlp)`` of pre-norm LayerNorms, or None
+    constraint : {None, "sphere"}
+    splitting : {"strang", "lie", "none"}
+    """
+
+    adaptive = False
+
+    def __init__(self, solver: Any, d: int, *, mlp: MLP | None = None,
+                 layernorm: Any = None, constraint: str | None = None,
+                 splitting: str = "strang"):
+        if splitting not in SPLITTINGS:
+            raise ValueError(f"splitting must be one of {list(SPLITTINGS)}, got {splitting!r}")
+        if constraint not in CONSTRAINTS:
+            raise ValueError(f"constraint must be one of {list(CONSTRAINTS)}, got {constraint!r}")
+        if getattr(solver, "adaptive", False) or not hasattr(solver, "step"):
+            raise ValueError(
+                f"method={getattr(solver, 'name', solver)!r}: mlp / layernorm / constraint "
+                "need a fixed-step method (e.g. 'euler', 'heun', 'rk4', 'implicit_midpoint')")
+        if mlp is not None:
+            if not isinstance(mlp, MLP):
+                raise TypeError(f"mlp must be a transformer_pde.blocks.MLP, got {type(mlp).__name__}")
+            if mlp.d != d:
+                raise ValueError(f"mlp acts on d={mlp.d} features but the tokens have d={d}")
+            if splitting != "none" and getattr(solver, "multistep", False):
+                raise ValueError(
+                    f"method={solver.name!r} is multistep and cannot integrate the sub-flows "
+                    "of an operator splitting; use splitting='none' or a one-step method")
+        ln_att = ln_mlp = post = None
+        if isinstance(layernorm, tuple):
+            if len(layernorm) != 2 or not all(isinstance(x, LayerNorm) and x.mode == "pre"
+                                              for x in layernorm):
+                raise ValueError("layernorm as a tuple must be two pre-norm LayerNorms "
+                                 "(attention, mlp)")
+            ln_att, ln_mlp = layernorm
+        elif isinstance(layernorm, LayerNorm):
+            if layernorm.mode == "pre":
+                ln_att = ln_mlp = layernorm
+            else:
+                post = layernorm
+        elif layernorm is not None:
+            raise TypeError("layernorm must be a LayerNorm, a pair of them, or None, got "
+                            f"{type(layernorm).__name__}")
+        if layernorm is not None and d < 2:
+            raise ValueError("layernorm needs d >= 2 features")
+        if constraint == "sphere" and post is not None:
+            raise ValueError("constraint='sphere' already normalises the tokens; do not "
+                             "combine it with a post-norm LayerNorm projection")
+        self.inner = solver
+        self.d = d
+        self.mlp = mlp
+        self.ln_att, self.ln_mlp, self.post = ln_att, ln_mlp, post
+        self.sphere = constraint == "sphere"
+        self.splitting = splitting if mlp is not None else "none"
+        self.name = f"{solver.name}+{self.splitting}" if mlp is not None else solver.name
+        cap = {"lie": 1, "strang": 2, "none": solver.order}[self.splitting]
+        self.order = min(solver.order, cap)
+        self._end = 0.0
+
+    @classmethod
+    def wrap(cls, solver: Any, d: int, *, mlp: Any = None, layernorm: Any = None,
+             constraint: str | None = None, splitting: str = "strang") -> "BlockStepper | None":
+        """A stepper when any block option is set, else ``None`` (options still validated)."""
+        if splitting not in SPLITTINGS:
+            raise ValueError(f"splitting must be one of {list(SPLITTINGS)}, got {splitting!r}")
+        if constraint not in CONSTRAINTS:
+            raise ValueError(f"constraint must be one of {list(CONSTRAINTS)}, got {constraint!r}")
+        if mlp is None and layernorm is None and constraint is None:
+            return None
+        return cls(solver, d, mlp=mlp, layernorm=layernorm, constraint=constraint,
+                   splitting=splitting)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-friendly summary for ``ParticleTrajectory.info``."""
+        ln = ("pre" if self.ln_att is not None else "post" if self.post is not None else None)
+        return {"constraint": "sphere" if self.sphere else None, "splitting": self.splitting,
+                "mlp": None if self.mlp is None else self.mlp.activation, "layernorm": ln,
+                "inner_method": self.inner.name}
+
+    def initial(self, X0: np.ndarray) -> np.ndarray:
+        """Check (and for the sphere, exactly renormalise) the initial tokens."""
+        if self.sphere:
+            r = np.sqrt((np.asarray(X0, dtype=float) ** 2).sum(axis=1))
+            bad = float(np.max(np.abs(r - 1.0)))
+            if bad > 1e-6:
+                raise ValueError(
+                    "X0 must lie on the unit sphere for constraint='sphere' "
+                    f"(max | |x_i| - 1 | = {bad:.3g} > 1e-6); normalise the rows first")
+            return X0 / r[:, None].astype(X0.dtype)
+        return X0
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    # ------------------------------------------------------------------ pieces
+    def _left(self, tau: float) -> bool:
+        return tau >= self._end - 1e-12 * max(1.0, abs(self._end))
+
+    def _attention(self, f: Callable) -> Callable:
+        def fa(tau, z):
+            u = z if self.ln_att is None else self.ln_att(z, tau, left=self._left(tau))
+            v = f(tau, u)
+            return tangent_project(z, v) if self.sphere else v
+        return fa
+
+    def _mlp(self, frozen: float | None) -> Callable:
+        def fm(tau, z):
+            s = tau if frozen is None else frozen
+            left = self._left(s)
+            u = z if self.ln_mlp is None else self.ln_mlp(z, s, left=left)
+            v = self.mlp(s, u, left=left)
+            return tangent_project(z, v) if self.sphere else v
+        return fm
+
+    def _project(self, y: Any, tau: float) -> Any:
+        if self.sphere:
+            return sphere_retract(y)
+        if self.post is not None:
+            return self.post(y, tau, left=self._left(tau))
+        return y
+
+    def step(self, f: Callable, t: float, y: Any, h: float) -> Any:
+        """Advance the block flow from ``t`` to ``t + h`` (``f``: attention field)."""
+        self._end = t + h
+        step = self.inner.step
+        fa = self._attention(f)
+        if self.mlp is None:
+            return self._project(step(fa, t, y, h), t + h)
+        if self.splitting == "none":
+            fm = self._mlp(None)
+            return self._project(step(lambda tau, z: fa(tau, z) + fm(tau, z), t, y, h), t + h)
+        if self.splitting == "lie":
+            y = self._project(step(fa, t, y, h), t + h)
+            return self._project(step(self._mlp(t), t, y, h), t + h)
+        half = 0.5 * h
+        y = self._project(step(fa, t, y, half), t + half)
+        y = self._project(step(self._mlp(t + half), t, y, h), t + half)
+        return self._project(step(fa, t + half, y, half), t + h)
