@@ -1,0 +1,36 @@
+"""Shared pytest configuration for the transformer-pde test suite.
+
+Hypothesis profiles
+-------------------
+``default``   moderate example counts, no deadline (field evaluations are cheap but the
+              first call of a backend may compile or warm up; wall-clock deadlines would
+              make the suite flaky on a loaded 2-core machine).
+``thorough``  many more examples, for a local soak: ``HYPOTHESIS_PROFILE=thorough pytest``.
+``ci``        like ``default`` but derandomised, so CI failures reproduce exactly.
+"""
+
+from __future__ import annotations
+
+import os
+
+import matplotlib
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+matplotlib.use("Agg")  # figures in tests and examples never open a window
+
+settings.register_profile(
+    "default", max_examples=30, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile(
+    "ci", parent=settings.get_profile("default"), derandomize=True, print_blob=True)
+settings.register_profile(
+    "thorough", parent=settings.get_profile("default"), max_examples=500)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    """A seeded generator, so that non-hypothesis random tests are reproducible."""
+    return np.random.default_rng(20250122)
