@@ -208,11 +208,11 @@ class ImplicitMidpoint:
             err = float(xp.max(xp.abs(z_new - z)))
             scale = 1.0 + float(xp.max(xp.abs(z_new)))
             z = z_new
+            if not (np.isfinite(err) and np.isfinite(scale)):
+                break
             if err <= self.tol * scale:
                 self.iterations.append(it)
                 return z
-            if not np.isfinite(err):
-                break
         raise SolverNotConverged(
             f"implicit midpoint fixed-point iteration did not converge at t={t:.6g} with "
             f"h={h:.3g}: last update {err:.3g} after {it} iterations (tol={self.tol:g}); "
