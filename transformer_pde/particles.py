@@ -193,6 +193,12 @@ class _Progress:
 
 
 # ------------------------------------------------------------------ simulate
+def _layer_boundary(att: Attention, t: float) -> bool:
+    """Whether some :class:`Layers` parameter of ``att`` jumps at time ``t``."""
+    return any(isinstance(v, Layers) and v.index(t, left=True) != v.index(t)
+               for v in (att.Q, att.K, att.V, att.W_O))
+
+
 def _check_positive(name: str, value: Any) -> float:
     try:
         v = float(value)
@@ -390,6 +396,10 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
                         # keep the controller's step when the save point clipped it
                         h = max(h_next, h) if h_try < h else h_next
                         y, t, fy = y_new, t_new, f_new
+                        if _layer_boundary(att, t):
+                            # first-same-as-last would reuse the left limit of the old
+                            # layer's parameters: evaluate the new layer's field instead
+                            fy = f(t, y)
                         bar.update(t)
                         if bad == "blowup":
                             status, message = bad, msg
