@@ -1,0 +1,293 @@
+"""The Numba backend against the NumPy reference (primitives, public API, a full run).
+
+Tolerances, and why
+-------------------
+* ``vexp``: a few ulp against ``np.exp`` (measured: 1.0 ulp in float64, 0.74 in float32).
+* Primitives, float64: ``1e-12`` normwise, relative to the largest visible value
+  ``max |v|`` (softmax is a convex combination of the ``v_j``; a relative error per
+  entry would be meaningless for an output that is ~0 by cancellation).  Both backends
+  round each logit :math:`\\ell = q\\cdot k + b` with an error of order
+  :math:`\\varepsilon\\Lambda`, :math:`\\Lambda = \\max \\sum_a |q_a k_a| + |b|`, and a logit
+  error :math:`\\delta` changes a softmax weight by the relative amount :math:`\\delta`;
+  so for logits beyond 100 the tolerance grows like :math:`\\Lambda/100` (at
+  :math:`\\Lambda = 10^3`, 1e-11: still ~20 ulp of the logits).  ``lse``: the same bound
+  in absolute terms.  Pointwise kinds: relative to :math:`\\sum_j w_j|\\varphi_{ij}||v_j|`.
+* float32: ``1e-5`` relative, same scales, against the float64 reference evaluated on
+  the same float32 inputs (float32 rounding of logits of size :math:`\\Lambda \\le 8` is
+  :math:`\\le 5\\cdot 10^{-7}`).
+* Public ``velocity``: ``1e-12`` relative to ``max |reference|`` plus the head-value scale
+  (scores are kept below ~50 by the strategies, so the logit conditioning term is small).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import transformer_pde as tp
+from transformer_pde.backends import get_backend
+from transformer_pde.backends import _auto_choice
+from transformer_pde.backends.numba_backend import NumbaBackend, vexp
+from transformer_pde.backends.numpy_backend import NumpyBackend
+from transformer_pde.testing import attentions
+
+NB = NumbaBackend()
+REF = NumpyBackend()
+
+
+# --------------------------------------------------------------------------- vexp
+def test_vexp_float64_accuracy():
+    x = np.concatenate([-np.linspace(0.0, 708.0, 400_001),
+                        -np.random.default_rng(0).exponential(5.0, 100_000).clip(0, 708),
+                        [-0.0, -1e-300, -5e-324, -0.34657359, -0.34657360]])
+    ref = np.exp(x)
+    ulp = np.abs(vexp(x) - ref) / np.spacing(ref)
+    assert ulp.max() <= 4.0
+    assert vexp(np.array([0.0]))[0] == 1.0
+    # below the normal range: exactly 0 (contributions < 1e-307 of the largest term)
+    assert np.all(vexp(np.array([-708.5, -745.2, -1e5, -1e300])) == 0.0)
+
+
+def test_vexp_float32_accuracy():
+    x = -np.linspace(0.0, 87.0, 400_001).astype(np.float32)
+    got = vexp(x)
+    assert got.dtype == np.float32
+    ref = np.exp(x.astype(np.float64))
+    ulp = np.abs(got - ref) / np.spacing(ref.astype(np.float32)).astype(np.float64)
+    assert ulp.max() <= 2.0
+    assert np.all(vexp(np.array([-87.5, -200.0], np.float32)) == 0.0)
+
+
+# --------------------------------------------------------------------------- primitives
+@st.composite
+def problems(draw, dtype=np.float64, max_scale=1e3):
+    """Queries, keys (with duplicates), values, a bias with -inf (zero weights), limits."""
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    m = draw(st.integers(1, 40))
+    n = draw(st.integers(1, 700))          # > 2 blocks of 256 keys: the rescaling path
+    r = draw(st.integers(1, 9))
+    c = draw(st.integers(1, 9))
+    scale = draw(st.sampled_from([0.0, 1e-3, 1.0, 5.0, 30.0, max_scale]))
+    q = rng.normal(size=(m, r)) * np.sqrt(scale)
+    k = rng.normal(size=(n, r)) * np.sqrt(scale)
+    if draw(st.booleans()):                # duplicate tokens
+        k[rng.integers(0, n, n // 2)] = k[rng.integers(0, n)]
+    v = rng.normal(size=(n, c))
+    bias = np.log(rng.uniform(0.1, 1.0, n))
+    if draw(st.booleans()):                # zero weights, possibly all of them in a prefix
+        bias[rng.random(n) < draw(st.sampled_from([0.1, 0.5, 0.95]))] = -np.inf
+    limits = None
+    if draw(st.booleans()):
+        limits = rng.integers(0, n + 1, m)
+        limits[0] = draw(st.sampled_from([0, n]))
+    cast = (lambda a: a.astype(dtype))
+    return cast(q), cast(k), cast(v), cast(bias), limits
+
+
+def _logit_scale(q, k, bias):
+    b = np.where(np.isfinite(bias), np.abs(bias), 0.0)
+    return float((np.abs(q.astype(float)) @ np.abs(k.astype(float)).T + b).max())
+
+
+@given(problems())
+def test_softmax_and_lse_float64(p):
+    q, k, v, bias, limits = p
+    out, lse = NB.softmax(q, k, v, bias, limits)
+    ref_out, ref_lse = REF.softmax(q, k, v, bias, limits)
+    assert out.dtype == lse.dtype == np.float64
+    cond = max(1.0, _logit_scale(q, k, bias) / 100.0)
+    np.testing.assert_allclose(out, ref_out, rtol=0, atol=1e-12 * cond * np.abs(v).max())
+    assert np.array_equal(np.isneginf(lse), np.isneginf(ref_lse))
+    fin = np.isfinite(ref_lse)
+    np.testing.assert_allclose(lse[fin], ref_lse[fin], rtol=1e-12,
+                               atol=1e-12 * cond)
+    np.testing.assert_array_equal(NB.lse(q, k, bias, limits), lse)
+
+
+@given(problems(np.float32, max_scale=8.0))
+def test_softmax_and_lse_float32(p):
+    q, k, v, bias, limits = p
+    out, lse = NB.softmax(q, k, v, bias, limits)
+    assert out.dtype == lse.dtype == np.float32
+    f64 = [a.astype(np.float64) for a in (q, k, v, bias)]
+    ref_out, ref_lse = REF.softmax(*f64, limits)
+    np.testing.assert_allclose(out, ref_out, rtol=0, atol=1e-5 * np.abs(v).max())
+    fin = np.isfinite(ref_lse)
+    assert np.array_equal(fin, np.isfinite(lse))
+    np.testing.assert_allclose(lse[fin], ref_lse[fin], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype,rtol", [(np.float64, 1e-12), (np.float32, 1e-5)])
+@pytest.mark.parametrize("phi", ["identity", "sigmoid", "relu"])
+@settings(max_examples=20)
+@given(data=st.data())
+def test_pointwise(phi, dtype, rtol, data):
+    q, k, v, bias, limits = data.draw(problems(dtype, max_scale=50.0))
+    w = np.exp(bias.astype(np.float64)).astype(dtype)   # zero weights included
+    out = NB.pointwise(phi, q, k, v, w, limits)
+    assert out.dtype == dtype
+    f64 = [a.astype(np.float64) for a in (q, k, v, w)]
+    ref = REF.pointwise(phi, *f64, limits)
+    # scale: sum_j w_j |phi(s_ij)| |v_j| (the reference applied to absolute values)
+    s = f64[0] @ f64[1].T
+    mag = {"identity": np.abs(s), "sigmoid": 1 / (1 + np.exp(-np.clip(s, -700, 700))),
+           "relu": np.maximum(s, 0)}[phi]
+    if limits is not None:
+        mag = np.where(np.arange(k.shape[0])[None, :] < limits[:, None], mag, 0.0)
+    scale = (mag * f64[3][None, :]) @ np.abs(f64[2])
+    assert np.all(np.abs(out - ref) <= rtol * (scale + 1e-300))
+
+
+def test_masked_query_never_reads_past_its_prefix(rng):
+    # keys beyond every query's prefix are NaN: a kernel that touched them would say so
+    q, k, v = rng.normal(size=(30, 3)), rng.normal(size=(600, 3)), rng.normal(size=(600, 2))
+    limits = rng.integers(0, 300, 30)
+    k_bad, v_bad = k.copy(), v.copy()
+    k_bad[300:], v_bad[300:] = np.nan, np.nan
+    bias = np.zeros(600)
+    out, lse = NB.softmax(q, k_bad, v_bad, bias, limits)
+    ref_out, ref_lse = REF.softmax(q, k, v, bias, limits)
+    np.testing.assert_allclose(out, ref_out, rtol=0, atol=1e-12 * np.abs(v).max())
+    assert np.all(np.isfinite(out))
+    out_pw = NB.pointwise("sigmoid", q, k_bad, v_bad, np.ones(600), limits)
+    np.testing.assert_allclose(out_pw, REF.pointwise("sigmoid", q, k, v, np.ones(600), limits),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_huge_logits_do_not_overflow(rng):
+    q = rng.normal(size=(10, 2)) * 40.0
+    k = rng.normal(size=(1000, 2)) * 40.0        # logits of several thousand
+    v = rng.normal(size=(1000, 2))
+    out, lse = NB.softmax(q, k, v, None, None)
+    ref_out, ref_lse = REF.softmax(q, k, v, None, None)
+    assert np.all(np.isfinite(out)) and np.all(np.isfinite(lse))
+    np.testing.assert_allclose(lse, ref_lse, rtol=1e-12)
+    cond = _logit_scale(q, k, np.zeros(1000)) / 100.0
+    np.testing.assert_allclose(out, ref_out, rtol=0, atol=1e-12 * cond * np.abs(v).max())
+
+
+def test_non_finite_bias_matches_reference(rng):
+    q, k, v = rng.normal(size=(5, 2)), rng.normal(size=(20, 2)), rng.normal(size=(20, 2))
+    bias = np.zeros(20)
+    bias[3] = np.nan
+    bias[4] = np.inf
+    with np.errstate(invalid="ignore"):
+        out, lse = NB.softmax(q, k, v, bias, None)
+        ref_out, ref_lse = REF.softmax(q, k, v, bias, None)
+    np.testing.assert_array_equal(out, ref_out)
+    np.testing.assert_array_equal(lse, ref_lse)
+
+
+def test_results_do_not_depend_on_thread_count(rng):
+    # each query is reduced by exactly one thread in a fixed order: bitwise identical
+    q, k, v = rng.normal(size=(97, 4)), rng.normal(size=(900, 4)), rng.normal(size=(900, 3))
+    limits = np.sort(rng.integers(0, 901, 97))
+    one = NumbaBackend(n_threads=1).softmax(q, k, v, None, limits)
+    many = NumbaBackend().softmax(q, k, v, None, limits)
+    np.testing.assert_array_equal(one[0], many[0])
+    np.testing.assert_array_equal(one[1], many[1])
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="n_threads"):
+        NumbaBackend(n_threads=0)
+    with pytest.raises(TypeError, match="n_threads"):
+        NumbaBackend(n_threads=1.5)
+    q = np.zeros((3, 2))
+    with pytest.raises(ValueError, match="phi"):
+        NB.pointwise("tanh", q, q, q, np.ones(3), None)
+    with pytest.raises(ValueError, match="q and k"):
+        NB.lse(q, np.zeros((3, 4)), None, None)
+    with pytest.raises(ValueError, match="bias"):
+        NB.lse(q, q, np.zeros(4), None)
+    with pytest.raises(ValueError, match="limits"):
+        NB.lse(q, q, None, np.zeros(2, int))
+    with pytest.raises(ValueError, match="w must"):
+        NB.pointwise("relu", q, q, q, np.ones(4), None)
+
+
+def test_auto_backend_choice():
+    assert _auto_choice(10) == "numpy"
+    assert _auto_choice(5000) in ("numba", "cupy")
+    assert get_backend("auto", n_tokens=5000).name in ("numba", "cupy")
+    assert get_backend("numba").name == "numba"
+
+
+# --------------------------------------------------------------------------- public API
+KINDS = ["softmax", "linear", "l2", "sigmoid", "relu", "exp"]
+
+
+@st.composite
+def velocity_problems(draw, kind, masked, dtype):
+    d = draw(st.sampled_from([2, 4]))
+    att = draw(attentions([kind], d, heads=(1, 2), masked=masked, scale=3.0,
+                          output_matrix=None))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n = draw(st.integers(1, 300))
+    X = rng.normal(size=(n, d)) * draw(st.sampled_from([0.1, 1.0, 2.0]))
+    if n > 3 and draw(st.booleans()):
+        X[: n // 3] = X[-1]                     # duplicate tokens
+    w = rng.uniform(0.0, 1.0, n)
+    if draw(st.booleans()):
+        w[rng.random(n) < 0.3] = 0.0           # zero weights
+    w[rng.integers(0, n)] = 1.0
+    pos = None
+    if masked:
+        pos = rng.choice([0.0, 0.3, 0.5, 1.0], n) if draw(st.booleans()) else rng.random(n)
+    return att, X.astype(dtype), w, pos
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("kind", KINDS)
+@settings(max_examples=12)
+@given(data=st.data())
+def test_velocity_matches_numpy(kind, masked, data):
+    att, X, w, pos = data.draw(velocity_problems(kind, masked, np.float64))
+    ref = tp.velocity(att, X, weights=w, positions=pos, backend="numpy")
+    got = tp.velocity(att, X, weights=w, positions=pos, backend="numba")
+    assert got.dtype == np.float64 and got.shape == X.shape
+    fin = np.isfinite(ref)
+    assert np.array_equal(fin, np.isfinite(got))
+    scale = np.abs(ref[fin]).max(initial=0.0) + np.abs(X).max() * 1e-3
+    np.testing.assert_allclose(got[fin], ref[fin], rtol=1e-12, atol=1e-12 * scale)
+
+
+@pytest.mark.parametrize("kind", ["softmax", "l2", "sigmoid"])
+@settings(max_examples=10)
+@given(data=st.data())
+def test_velocity_float32_matches_float64_reference(kind, data):
+    att, X, w, pos = data.draw(velocity_problems(kind, data.draw(st.booleans()), np.float32))
+    got = tp.velocity(att, X, weights=w, positions=pos, backend="numba")
+    assert got.dtype == np.float32
+    ref = tp.velocity(att, X.astype(np.float64), weights=w, positions=pos, backend="numpy")
+    scale = np.abs(ref).max() + np.abs(X).max() * 1e-2
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * scale)
+
+
+def test_velocity_at_queries_masked(rng):
+    att = tp.Attention("softmax", rng.normal(size=(2, 2)), rng.normal(size=(2, 2)), np.eye(2),
+                       masked=True)
+    X, pos = rng.normal(size=(200, 2)), rng.random(200)
+    Y, qpos = rng.normal(size=(50, 2)), rng.random(50)
+    kw = dict(positions=pos, queries=Y, query_positions=qpos)
+    np.testing.assert_allclose(tp.velocity(att, X, backend="numba", **kw),
+                               tp.velocity(att, X, backend="numpy", **kw), rtol=1e-12,
+                               atol=1e-14)
+
+
+@pytest.mark.parametrize("kind,masked,heads", [("softmax", False, 2), ("l2", True, 1),
+                                               ("sigmoid", True, 2)])
+def test_simulate_numba_equals_numpy(kind, masked, heads, rng):
+    d = 4
+    att = tp.Attention(kind, rng.normal(size=(d, d)) / 2, rng.normal(size=(d, d)) / 2,
+                       rng.normal(size=(d, d)) / 2, heads=heads, masked=masked)
+    X0 = rng.normal(size=(120, d))
+    pos = rng.random(120) if masked else None
+    runs = [tp.simulate(att, X0, t_max=1.0, dt=0.1, method="rk4", backend=b, positions=pos)
+            for b in ("numpy", "numba")]
+    assert runs[0].status == runs[1].status == "ok"
+    # 10 RK4 steps of a Lipschitz flow: per-step 1e-15 discrepancies stay far below 1e-11
+    np.testing.assert_allclose(runs[1].states, runs[0].states, rtol=1e-11, atol=1e-11)
