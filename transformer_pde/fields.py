@@ -31,6 +31,8 @@ import numpy as np
 
 from .attention import KINDS, Attention, AttentionParams, Head
 from .backends import get_backend
+from .sinkhorn import (SinkhornNotConverged, SinkhornWarmStart, sinkhorn_field,
+                       sinkhorn_potentials)
 from .blocks import token_layer_norm
 
 __all__ = [
@@ -42,10 +44,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-class SinkhornNotConverged(RuntimeError):
-    """Sinkhorn iterations did not reach the requested marginal tolerance."""
 
 
 @dataclass
@@ -119,80 +117,19 @@ HEAD_FIELDS["sigmoid"] = _pointwise("sigmoid")
 HEAD_FIELDS["relu"] = _pointwise("relu")
 
 
-def sinkhorn_potentials(be, qx, kx, logw, eps, *, tol=1e-9, max_iter=2000, g0=None,
-                        symmetric=False):
-    r"""Log-domain Sinkhorn for the entropic self-coupling of :math:`\mu=\sum_j w_j\delta_{x_j}`.
-
-    With scores :math:`s_{ij} = q_i\cdot k_j` (``qx = beta Q x``, ``kx = K x``), cost
-    :math:`-s` and regularisation :math:`\varepsilon`, finds potentials with
-
-    .. math:: \sum_j w_j e^{(f_i+g_j+s_{ij})/\varepsilon} = 1,\qquad
-              \sum_i w_i e^{(f_i+g_j+s_{ij})/\varepsilon} = 1.
-
-    Alternates :math:`f \leftarrow -\varepsilon\,\mathrm{LSE}_j(\log w_j + (g_j+s_{ij})/\varepsilon)`
-    and the same for :math:`g`; stops when the row-marginal error in the log domain,
-    :math:`\max_i |\log \sum_j \pi_{ij}/w_i|`, is below ``tol``.  If ``symmetric`` (the score
-    matrix is symmetric, i.e. :math:`A=A^\top`), :math:`f=g` and the averaged fixed point
-    :math:`f \leftarrow (f + T f)/2` is iterated instead (one reduction per iteration).
-
-    Returns
-    -------
-    f, g : arrays (N,)
-    n_iter : int
-    err : float
-        Final log-domain marginal error.
-    """
-    xp = be.xp
-    inv = 1.0 / eps
-    qs = qx * inv
-    ks = kx * inv
-    g = xp.zeros(kx.shape[0], dtype=kx.dtype) if g0 is None else g0
-    err = np.inf
-    with np.errstate(invalid="ignore", over="ignore"):
-        if symmetric:
-            f = g
-            for it in range(1, max_iter + 1):
-                Tf = -eps * be.lse(qs, kx, logw + f * inv, None)
-                err = float(xp.max(xp.abs(Tf - f))) * inv
-                f = 0.5 * (f + Tf)
-                if err < tol:
-                    break
-            return f, f, it, err
-        f = -eps * be.lse(qs, kx, logw + g * inv, None)
-        for it in range(1, max_iter + 1):
-            g = -eps * be.lse(ks, qx, logw + f * inv, None)
-            f_new = -eps * be.lse(qs, kx, logw + g * inv, None)
-            err = float(xp.max(xp.abs(f_new - f))) * inv
-            f = f_new
-            if err < tol:
-                break
-    return f, g, it, err
-
-
 @register_head_field("sinkhorn")
 def _sinkhorn(ctx, P, h, head, Xq, Xk):
+    # thin caller: the solver, warm start and fused kernels live in transformer_pde.sinkhorn
     be = ctx.backend
-    qx = _proj(be, Xk, head.Q) * P.beta
     kx = _proj(be, Xk, head.K)
+    qx = _proj(be, Xk, head.Q) * P.beta
+    q_query = None if Xq is Xk else _proj(be, Xq, head.Q) * P.beta
     A = head.A
     symmetric = bool(np.allclose(A, A.T, rtol=0, atol=1e-14 * max(1.0, np.abs(A).max())))
-    key = ("sinkhorn_g", h)
-    g0 = ctx.state.get(key)
-    if g0 is not None and g0.shape[0] != kx.shape[0]:
-        g0 = None
-    f, g, n_iter, err = sinkhorn_potentials(
-        be, qx, kx, ctx.logw, P.eps, tol=ctx.sinkhorn_tol, max_iter=ctx.sinkhorn_max_iter,
-        g0=g0, symmetric=symmetric)
-    ctx.info.setdefault("sinkhorn_iterations", []).append(n_iter)
-    if not (err < ctx.sinkhorn_tol):
-        ctx.state.pop(key, None)
-        raise SinkhornNotConverged(
-            f"Sinkhorn did not converge for head {h} at t={P.t}: marginal error {err:.3g} "
-            f"> tol={ctx.sinkhorn_tol:g} after {n_iter} iterations (eps={P.eps}); raise "
-            "sinkhorn_max_iter, loosen sinkhorn_tol or increase eps")
-    ctx.state[key] = g
-    q = _proj(be, Xq, head.Q) * (P.beta / P.eps)
-    return be.softmax(q, kx, _proj(be, Xk, head.V), ctx.logw + g / P.eps, ctx.limits)[0]
+    state = ctx.state.setdefault(("sinkhorn", h), SinkhornWarmStart())
+    return sinkhorn_field(be, qx, kx, _proj(be, Xk, head.V), ctx.logw, P.eps, q_query=q_query,
+                          symmetric=symmetric, state=state, t=P.t, tol=ctx.sinkhorn_tol,
+                          max_iter=ctx.sinkhorn_max_iter, info=ctx.info, label=f"head {h}")[0]
 
 
 # ------------------------------------------------------------------ softmax-free kinds

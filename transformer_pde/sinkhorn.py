@@ -1,0 +1,565 @@
+r"""Sinkhorn attention: the entropic optimal-transport self-coupling of a token measure.
+
+For tokens :math:`\mu = \sum_j w_j \delta_{x_j}`, scores :math:`s(x, y) = \langle \beta Q x, K y\rangle`
+and regularisation :math:`\varepsilon > 0`, Sinkhorn attention (Sander et al. 2022,
+"Sinkformers") replaces the row-softmax by the density
+
+.. math:: k(x, y) = \exp\big((f(x) + g(y) + s(x, y))/\varepsilon\big)
+
+of the entropic optimal-transport coupling :math:`\pi = k\,\mu\otimes\mu` of :math:`(\mu,\mu)` for
+the cost :math:`-s`.  The potentials solve the two marginal equations
+
+.. math:: \sum_j w_j k(x_i, x_j) = 1, \qquad \sum_i w_i k(x_i, x_j) = 1,
+
+i.e. :math:`f = T_f(g)`, :math:`g = T_g(f)` with the soft-min operators
+
+.. math:: T_f(g)_i = -\varepsilon\,\mathrm{LSE}_j\big(\log w_j + (g_j + s_{ij})/\varepsilon\big),\qquad
+          T_g(f)_j = -\varepsilon\,\mathrm{LSE}_i\big(\log w_i + (f_i + s_{ij})/\varepsilon\big).
+
+The velocity field is :math:`\Gamma(x) = V\sum_j w_j k(x, x_j)\, x_j`, where :math:`f(x)` is the
+*out-of-sample* potential :math:`T_f(g)(x)` -- exactly the normaliser of a softmax with scores
+:math:`s/\varepsilon` and per-key bias :math:`\log w_j + g_j/\varepsilon`, so the field can be
+evaluated at any query point.
+
+Solver
+------
+Everything is computed in the log domain with the backend's streaming ``lse`` /
+``softmax`` primitives (no :math:`N\times N` matrix outside the NumPy reference backend), so
+:math:`\varepsilon = 10^{-3}` with scores of :math:`10^3` stays finite, and any backend of the
+protocol (NumPy, Numba, a future CuPy one) runs the same code.
+
+* General scores: alternating Sinkhorn :math:`g \mapsto T_g(T_f(g))`, two passes per
+  iteration.  After :math:`f = T_f(g)` the rows are exact and the column log-error is
+  :math:`\|T_g(f) - g\|_\infty/\varepsilon`.
+* Symmetric scores (:math:`A = K^\top Q = A^\top`): :math:`f = g` and the averaged map
+  :math:`f \mapsto (f + Tf)/2` (the geometric mean :math:`u \leftarrow \sqrt{u\,Tu}` of the
+  scalings), one pass per iteration, error :math:`\|Tf - f\|_\infty/\varepsilon`.
+
+Both errors are exactly the log-domain marginal error of the returned pair,
+
+.. math:: \mathrm{err}(f, g) = \max\Big(\max_i \Big|\log\frac{\sum_j \pi_{ij}}{w_i}\Big|,\;
+          \max_j \Big|\log\frac{\sum_i \pi_{ij}}{w_j}\Big|\Big),
+
+which is the stopping rule.  Both fixed-point maps are accelerated by Anderson mixing
+(type II, memory 8) with a safeguard (restart from the best plain iterate when the error
+grows tenfold).  Warm starts (:class:`SinkhornWarmStart`) extrapolate the potentials
+linearly in time and keep Anderson's secant pairs from one solve to the next, since the
+Jacobian of the fixed-point map changes little along a smooth flow.  Cold starts with
+a score range :math:`\max|s|/\varepsilon > 30` use :math:`\varepsilon`-scaling (factor 4 per stage).
+
+The error cannot go below the rounding floor of the arithmetic, about
+:math:`\mathrm{u}\,(1 + \max|s|/\varepsilon + \max|\log w|)` with :math:`\mathrm{u}` the unit
+round-off; the tolerance actually used is ``max(tol, 8 * floor)`` and is reported as
+:attr:`SinkhornResult.tol`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+__all__ = [
+    "SinkhornNotConverged",
+    "SinkhornResult",
+    "SinkhornWarmStart",
+    "out_of_sample_potential",
+    "sinkhorn_coupling",
+    "sinkhorn_field",
+    "sinkhorn_potentials",
+    "sinkhorn_summary",
+]
+
+logger = logging.getLogger(__name__)
+
+
+
+class SinkhornNotConverged(RuntimeError):
+    """Sinkhorn iterations did not reach the requested marginal tolerance."""
+
+
+@dataclass
+class SinkhornResult:
+    """Outcome of :func:`sinkhorn_potentials`.
+
+    Attributes
+    ----------
+    f, g : arrays (N,)
+        Potentials (backend arrays).  ``f is g`` on the symmetric path.
+    n_iter : int
+        Iterations performed.  One iteration is one pass over all pairs on the symmetric
+        path and two passes (a row and a column reduction) otherwise.
+    err : float
+        Log-domain marginal error of ``(f, g)`` (see the module docstring).
+    tol : float
+        Tolerance actually used (the requested one, raised to the rounding floor).
+    converged : bool
+        ``err < tol``.
+    symmetric : bool
+        Whether the symmetric path (``f = g``) was used.
+    out : array (N, c) or None
+        When ``values`` were passed and the solve converged:
+        :math:`\sum_j w_j k(x_i, x_j) v_j` at the tokens, with the out-of-sample potential
+        (it comes out of the last pass at no extra cost).
+
+    Unpacks as ``f, g, n_iter, err`` (the tuple of earlier versions).
+    """
+
+    f: Any
+    g: Any
+    n_iter: int
+    err: float
+    tol: float
+    converged: bool
+    symmetric: bool
+    out: Any = None
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.f, self.g, self.n_iter, self.err))
+
+
+# ------------------------------------------------------------------ Anderson mixing
+class _Anderson:
+    r"""Anderson acceleration (type II) of :math:`x \mapsto x + r(x)` with a reusable memory.
+
+    Keeps the last ``m`` secant pairs :math:`(\Delta x, \Delta r)`; the next iterate is
+    :math:`x + r - (\Delta X + \Delta R)\gamma` with :math:`\gamma = \arg\min|r - \Delta R\gamma|`.
+    :meth:`new_problem` keeps the secant pairs (the Jacobian of a warm-started problem is
+    close to the previous one) but never pairs iterates of two different problems.
+    """
+
+    def __init__(self, m: int):
+        self.m = int(m)
+        self.dX: list = []
+        self.dR: list = []
+        self.x_prev = None
+        self.r_prev = None
+
+    def reset(self) -> None:
+        self.dX.clear()
+        self.dR.clear()
+        self.x_prev = self.r_prev = None
+
+    def new_problem(self, n: int) -> None:
+        self.x_prev = self.r_prev = None
+        if self.dX and self.dX[0].shape[0] != n:
+            self.reset()
+
+    def step(self, xp, x, r):
+        if self.m <= 0:
+            return x + r
+        if self.x_prev is not None:
+            self.dX.append(x - self.x_prev)
+            self.dR.append(r - self.r_prev)
+            if len(self.dX) > self.m:
+                self.dX.pop(0)
+                self.dR.pop(0)
+        self.x_prev, self.r_prev = x, r
+        if not self.dX:
+            return x + r
+        dR = xp.stack(self.dR, axis=1)
+        M = np.asarray(_host(dR.T @ dR), dtype=float)
+        b = np.asarray(_host(dR.T @ r), dtype=float)
+        # Tikhonov term relative to the Gram diagonal: keeps the m×m solve well posed when
+        # residual differences become collinear near convergence.
+        reg = 1e-12 * max(float(np.trace(M)), 1e-300)
+        try:
+            gamma = np.linalg.solve(M + reg * np.eye(M.shape[0]), b)
+        except np.linalg.LinAlgError:
+            self.reset()
+            return x + r
+        if not np.all(np.isfinite(gamma)):
+            self.reset()
+            return x + r
+        dXR = xp.stack(self.dX, axis=1) + dR
+        return x + r - dXR @ xp.asarray(gamma.astype(dR.dtype))
+
+
+def _host(a):
+    return a.get() if hasattr(a, "get") else a
+
+
+# ------------------------------------------------------------------ solver
+def sinkhorn_potentials(be: Any, qx: Any, kx: Any, logw: Any, eps: float, *,
+                        tol: float = 1e-9, max_iter: int = 2000, f0: Any = None, g0: Any = None,
+                        symmetric: bool = False, values: Any = None, anderson: int = 8,
+                        eps_scaling: bool | None = None, memory: Any = None) -> SinkhornResult:
+    r"""Log-domain Sinkhorn for the entropic self-coupling of :math:`\mu=\sum_j w_j\delta_{x_j}`.
+
+    With scores :math:`s_{ij} = q_i\cdot k_j` (``qx = beta Q x``, ``kx = K x``), cost
+    :math:`-s` and regularisation :math:`\varepsilon`, finds potentials with
+
+    .. math:: \sum_j w_j e^{(f_i+g_j+s_{ij})/\varepsilon} = 1,\qquad
+              \sum_i w_i e^{(f_i+g_j+s_{ij})/\varepsilon} = 1
+
+    up to a log-domain marginal error below ``tol`` (see the module docstring for the
+    iterations, the acceleration and the error).
+
+    Parameters
+    ----------
+    be : backend
+        Any object implementing the backend protocol (:mod:`transformer_pde.backends`).
+    qx, kx : arrays (N, r)
+        Projected queries and keys of the tokens (backend arrays).
+    logw : array (N,)
+        Log-weights (``-inf`` for zero weight).
+    eps : float
+        Entropic regularisation (> 0).
+    tol : float
+        Log-domain marginal tolerance (raised to the rounding floor if below it).
+    max_iter : int
+        Maximum number of iterations (including the :math:`\varepsilon`-scaling stages).
+    f0, g0 : arrays (N,), optional
+        Warm start.  ``g0`` is used when given (``f0`` is then ignored except on the
+        symmetric path, where ``f0`` is used if ``g0`` is absent); ``f0`` alone starts
+        from :math:`g = T_g(f_0)`.
+    symmetric : bool
+        The score matrix is symmetric (:math:`A = A^\top`): solve for :math:`f = g`.
+    values : array (N, c), optional
+        Values to average with the converged kernel at the tokens (returned as ``out``).
+    anderson : int
+        Anderson memory (0: plain Sinkhorn / averaged symmetric iteration).
+    eps_scaling : bool, optional
+        Use :math:`\varepsilon`-scaling; default: on for cold starts whose score range
+        :math:`\max|q|\max|k|/\varepsilon` exceeds 30.
+    memory : object, optional
+        Anderson memory returned in a previous call's ``SinkhornResult`` via
+        :class:`SinkhornWarmStart` (secant pairs reused across warm-started solves).
+
+    Returns
+    -------
+    SinkhornResult
+        Never raises on non-convergence: check ``converged`` (callers such as the
+        attention field raise :class:`SinkhornNotConverged`).
+    """
+    if not (np.isfinite(eps) and eps > 0):
+        raise ValueError(f"eps must be finite and > 0, got {eps!r}")
+    if not (np.isfinite(tol) and tol > 0):
+        raise ValueError(f"tol must be finite and > 0, got {tol!r}")
+    if int(max_iter) < 1:
+        raise ValueError(f"max_iter must be >= 1, got {max_iter!r}")
+    xp = be.xp
+    n = kx.shape[0]
+    dtype = kx.dtype
+    qmax = float(xp.max(xp.sqrt((qx * qx).sum(axis=1))))
+    kmax = float(xp.max(xp.sqrt((kx * kx).sum(axis=1))))
+    span = qmax * kmax  # bound on max |s_ij|
+    unit = float(np.finfo(dtype).eps)
+    finite_logw = logw[xp.isfinite(logw)]
+    lw = float(xp.max(xp.abs(finite_logw))) if finite_logw.size else 0.0
+    # rounding floor of a log-domain marginal: every logit carries a relative error of a
+    # few units of round-off, i.e. an absolute error u * (|s|/eps + |log w|)
+    tol_used = max(float(tol), 8.0 * unit * (1.0 + span / eps + lw))
+
+    cold = g0 is None and f0 is None
+    if symmetric:
+        start = g0 if g0 is not None else f0
+        g = xp.zeros(n, dtype=dtype) if start is None else xp.asarray(start, dtype=dtype)
+    elif g0 is not None:
+        g = xp.asarray(g0, dtype=dtype)
+    elif f0 is not None:
+        g = -eps * be.lse(kx * (1.0 / eps), qx, logw + xp.asarray(f0, dtype=dtype) / eps, None)
+    else:
+        g = xp.zeros(n, dtype=dtype)
+
+    if eps_scaling is None:
+        eps_scaling = cold and span / eps > 30.0
+    schedule = [eps]
+    if eps_scaling:
+        # geometric ladder from eps * (range / 10) down to eps, factor 4 per stage
+        e = eps * max(1.0, span / eps / 10.0)
+        stages = []
+        while e > eps * 1.0001:
+            stages.append(e)
+            e /= 4.0
+        schedule = stages + [eps]
+
+    acc = memory if isinstance(memory, _Anderson) and memory.m == anderson \
+        else _Anderson(anderson)
+    used = 0
+    last = None
+    reached_final = False
+    for stage, e in enumerate(schedule):
+        final = stage == len(schedule) - 1
+        stage_tol = tol_used if final else max(tol_used, 1e-3)
+        budget = max_iter - used if final else min(max_iter - used, 200)
+        if budget <= 0:
+            break
+        if not final or stage > 0:
+            acc.reset()  # secants of another eps describe another problem
+        acc.new_problem(n)
+        solve = _solve_symmetric if symmetric else _solve_alternating
+        last = solve(be, qx, kx, logw, e, g, stage_tol, budget, values if final else None, acc)
+        used += last.n_iter
+        g = last.g
+        reached_final = final
+        if not np.isfinite(last.err):
+            break
+    assert last is not None
+    ok = reached_final and last.converged
+    f, g = last.f, last.g
+    if ok and not symmetric:
+        # fix the gauge (f + c, g - c) by equal weighted means: keeps warm starts comparable
+        c = 0.5 * float(xp.exp(logw) @ (g - f))
+        f, g = f + c, g - c
+    res = SinkhornResult(f=f, g=g, n_iter=used, err=last.err, tol=tol_used, converged=ok,
+                         symmetric=symmetric, out=last.out if ok else None)
+    res.memory = acc  # type: ignore[attr-defined]
+    return res
+
+
+def _solve_alternating(be, qx, kx, logw, eps, g, tol, max_iter, values, acc):
+    r"""Anderson-accelerated alternating Sinkhorn :math:`g \mapsto T_g(T_f(g))` at one ``eps``.
+
+    Each iteration: :math:`f = T_f(g)` (a softmax pass that also averages ``values``), then
+    :math:`g' = T_g(f)`.  The pair :math:`(f, g)` has exact row marginals and column
+    log-error :math:`\|g' - g\|_\infty/\varepsilon` -- the stopping test.
+    """
+    xp = be.xp
+    inv = 1.0 / eps
+    qs = qx * inv
+    ks = kx * inv
+    best_err, best = np.inf, None
+    err = np.inf
+    out = f = None
+    it = 0
+    with np.errstate(invalid="ignore", over="ignore"):
+        for it in range(1, max_iter + 1):
+            if values is None:
+                f = -eps * be.lse(qs, kx, logw + g * inv, None)
+            else:
+                out, lse = be.softmax(qs, kx, values, logw + g * inv, None)
+                f = -eps * lse
+            g_new = -eps * be.lse(ks, qx, logw + f * inv, None)
+            err = float(xp.max(xp.abs(g_new - g))) * inv
+            if not np.isfinite(err) or err < tol:
+                break
+            if err < best_err:
+                best_err, best = err, g_new
+            elif err > 10.0 * best_err:
+                # Anderson went astray: restart from the best plain Sinkhorn iterate
+                acc.reset()
+                g = best
+                continue
+            g = eps * acc.step(xp, g * inv, (g_new - g) * inv)
+    converged = bool(err < tol)
+    return SinkhornResult(f=f, g=g, n_iter=it, err=err, tol=tol, converged=converged,
+                          symmetric=False, out=out if converged else None)
+
+
+def _solve_symmetric(be, qx, kx, logw, eps, f, tol, max_iter, values, acc):
+    r"""Anderson-accelerated averaged symmetric iteration :math:`f \mapsto (f + T f)/2`.
+
+    In the scalings :math:`u = e^{f/\varepsilon}` this is the geometric mean
+    :math:`u \leftarrow \sqrt{u \cdot Tu}`.  ``err`` is :math:`\|Tf - f\|_\infty/\varepsilon`,
+    the marginal error of :math:`(f, f)`; one pass per iteration.
+    """
+    xp = be.xp
+    inv = 1.0 / eps
+    qs = qx * inv
+    best_err, best = np.inf, None
+    err = np.inf
+    out = None
+    it = 0
+    with np.errstate(invalid="ignore", over="ignore"):
+        for it in range(1, max_iter + 1):
+            if values is None:
+                Tf = -eps * be.lse(qs, kx, logw + f * inv, None)
+            else:
+                out, lse = be.softmax(qs, kx, values, logw + f * inv, None)
+                Tf = -eps * lse
+            err = float(xp.max(xp.abs(Tf - f))) * inv
+            if not np.isfinite(err) or err < tol:
+                break
+            if err < best_err:
+                best_err, best = err, 0.5 * (f + Tf)
+            elif err > 10.0 * best_err:
+                acc.reset()
+                f = best
+                continue
+            f = eps * acc.step(xp, f * inv, (Tf - f) * (0.5 * inv))
+    converged = bool(err < tol)
+    return SinkhornResult(f=f, g=f, n_iter=it, err=err, tol=tol, converged=converged,
+                          symmetric=True, out=out if converged else None)
+
+
+# ------------------------------------------------------------------ warm start
+class SinkhornWarmStart:
+    r"""Potentials kept between evaluations of a time-dependent Sinkhorn field.
+
+    Remembers the potentials of the last two evaluation times and predicts the next ones
+    by linear extrapolation in :math:`t` (constant prediction at a repeated time, e.g. the
+    two middle stages of RK4, or when the new time is far from the history).  Along a
+    smooth flow the potentials are smooth in :math:`t`, so the prediction error is
+    :math:`O(h^2)` instead of :math:`O(h)`.
+    """
+
+    def __init__(self, extrapolate: bool = True, reuse_secants: bool = True):
+        self.extrapolate = extrapolate
+        self.reuse_secants = reuse_secants
+        self.hist: list[tuple[float, Any, Any]] = []
+        self.memory: Any = None
+
+    def clear(self) -> None:
+        self.hist.clear()
+        self.memory = None
+
+    def predict(self, t: float, n: int) -> tuple[Any, Any]:
+        """Predicted ``(f, g)`` at time ``t`` for ``n`` tokens, or ``(None, None)``."""
+        if not self.hist or self.hist[-1][2].shape[0] != n:
+            return None, None
+        t1, f1, g1 = self.hist[-1]
+        if not self.extrapolate or len(self.hist) < 2:
+            return f1, g1
+        t0, f0, g0 = self.hist[-2]
+        dt = t1 - t0
+        if t == t1 or abs(t - t1) > 2.0 * abs(dt):
+            return f1, g1
+        r = (t - t1) / dt
+        g = g1 + r * (g1 - g0)
+        f = g if f1 is g1 else f1 + r * (f1 - f0)
+        return f, g
+
+    def update(self, t: float, f: Any, g: Any) -> None:
+        """Record converged potentials at time ``t``."""
+        if self.hist and self.hist[-1][0] == t:
+            self.hist[-1] = (t, f, g)
+        else:
+            self.hist.append((t, f, g))
+            if len(self.hist) > 2:
+                self.hist.pop(0)
+
+
+# ------------------------------------------------------------------ fields and helpers
+def out_of_sample_potential(be: Any, q: Any, kx: Any, logw: Any, g: Any, eps: float) -> Any:
+    r"""Out-of-sample potential :math:`f(x) = -arepsilon\,\mathrm{LSE}_j(\log w_j + (g_j + q(x)\cdot k_j)/arepsilon)`.
+
+    ``q`` holds the projected queries :math:`eta Q x` (M, r).  At the tokens this is
+    :math:`T_f(g)`; it makes :math:`\sum_j w_j k(x, x_j) = 1` at every point :math:`x`.
+    """
+    return -eps * be.lse(q * (1.0 / eps), kx, logw + g * (1.0 / eps), None)
+
+
+def sinkhorn_field(be: Any, qx: Any, kx: Any, vx: Any, logw: Any, eps: float, *,
+                   q_query: Any = None, symmetric: bool = False,
+                   state: SinkhornWarmStart | None = None, t: float = 0.0, tol: float = 1e-9,
+                   max_iter: int = 2000, anderson: int = 8, info: dict | None = None,
+                   label: str = "") -> tuple[Any, SinkhornResult]:
+    r"""One head of Sinkhorn attention: :math:`\sum_j w_j k(x, x_j)\, v_j` at the tokens or at queries.
+
+    Solves for the potentials (warm-started from ``state``), then averages ``vx`` (the
+    projected values :math:`V x_j`) with the kernel whose :math:`f(x)` is the out-of-sample
+    potential.  At the tokens the average comes out of the last Sinkhorn sweep for free.
+
+    Parameters
+    ----------
+    be, qx, kx, logw, eps, symmetric, tol, max_iter, anderson
+        As in :func:`sinkhorn_potentials`.
+    vx : array (N, c)
+        Values at the tokens.
+    q_query : array (M, r), optional
+        Projected queries :math:`eta Q x` of other evaluation points.
+    state : SinkhornWarmStart, optional
+        Warm-start memory, updated in place with the new potentials.
+    t : float
+        Evaluation time (for the warm-start extrapolation and messages).
+    info : dict, optional
+        Appends the sweeps used to ``info["sinkhorn_iterations"]`` and ``t`` to
+        ``info["sinkhorn_times"]`` (summarise with :func:`sinkhorn_summary`).
+    label : str
+        Name of the problem in error messages (e.g. ``"head 0"``).
+
+    Raises
+    ------
+    SinkhornNotConverged
+        The marginal error is still above the tolerance after ``max_iter`` sweeps (the
+        warm-start memory is then cleared).
+    """
+    n = kx.shape[0]
+    f0, g0 = (None, None) if state is None else state.predict(t, n)
+    res = sinkhorn_potentials(be, qx, kx, logw, eps, tol=tol, max_iter=max_iter, f0=f0,
+                              g0=g0, symmetric=symmetric,
+                              values=vx if q_query is None else None, anderson=anderson,
+                              memory=None if state is None or not state.reuse_secants
+                              else state.memory)
+    if info is not None:
+        info.setdefault("sinkhorn_iterations", []).append(int(res.n_iter))
+        info.setdefault("sinkhorn_times", []).append(float(t))
+    if not res.converged:
+        if state is not None:
+            state.clear()
+        where = f" for {label}" if label else ""
+        raise SinkhornNotConverged(
+            f"Sinkhorn did not converge{where} at t={t:.6g}: log-domain marginal error "
+            f"{res.err:.3g} >= tol={res.tol:.3g} after {res.n_iter} sweeps (eps={eps:g}); "
+            "raise sinkhorn_max_iter, loosen sinkhorn_tol or increase eps")
+    if state is not None:
+        state.update(t, res.f, res.g)
+        state.memory = getattr(res, "memory", None)
+    if q_query is None:
+        return res.out, res
+    out = be.softmax(q_query * (1.0 / eps), kx, vx, logw + res.g * (1.0 / eps), None)[0]
+    return out, res
+
+
+def sinkhorn_summary(info: dict) -> dict:
+    """Iteration statistics from a trajectory's (or evaluator's) ``info``.
+
+    Returns per-evaluation statistics of ``info["sinkhorn_iterations"]`` (one entry per
+    head and field evaluation) and, when ``info["n_steps"]`` is present (trajectories from
+    :func:`~transformer_pde.simulate`), the mean number of sweeps per time step (all
+    evaluations and heads of a step together; 4 evaluations per RK4 step).
+    """
+    its = np.asarray(info.get("sinkhorn_iterations", []), dtype=float)
+    if its.size == 0:
+        return {"evaluations": 0}
+    out = {"evaluations": int(its.size), "total": int(its.sum()), "mean": float(its.mean()),
+           "median": float(np.median(its)), "max": int(its.max()), "min": int(its.min())}
+    n_steps = info.get("n_steps")
+    if n_steps:
+        out["per_step_mean"] = float(its.sum() / n_steps)
+    return out
+
+
+def sinkhorn_coupling(X: Any, A: Any, *, weights: Any = None, eps: float = 1.0,
+                      beta: float = 1.0, tol: float = 1e-9, max_iter: int = 2000,
+                      backend: Any = "numpy") -> tuple[np.ndarray, SinkhornResult]:
+    r"""Dense entropic self-coupling :math:`\pi_{ij} = w_i w_j e^{(f_i + g_j + eta x_j^	op A x_i)/arepsilon}`.
+
+    For small ``N`` (it returns an :math:`N	imes N` matrix): checks, plots, comparisons
+    with other OT codes.  The score is :math:`s(x_i, x_j) = eta\, x_j^	op A x_i`, the cost
+    :math:`-s`.  The symmetric path is used when ``A`` is symmetric.
+
+    Raises
+    ------
+    SinkhornNotConverged
+        The tolerance was not reached within ``max_iter`` sweeps.
+    """
+    from .backends import get_backend  # noqa: PLC0415 - avoid a package import cycle
+    be = get_backend(backend)
+    Xn = np.asarray(X, dtype=float)
+    An = np.asarray(A, dtype=float)
+    if Xn.ndim != 2 or An.shape != (Xn.shape[1], Xn.shape[1]):
+        raise ValueError(f"X must be (N, d) and A (d, d); got X {Xn.shape}, A {An.shape}")
+    n = Xn.shape[0]
+    w = np.full(n, 1.0 / n) if weights is None else np.asarray(weights, dtype=float)
+    if w.shape != (n,) or np.any(w < 0) or not w.sum() > 0:
+        raise ValueError("weights must be (N,), >= 0, with a positive sum")
+    w = w / w.sum()
+    with np.errstate(divide="ignore"):
+        logw = np.log(w)
+    qx = beta * Xn @ An.T
+    sym = bool(np.allclose(An, An.T, rtol=0, atol=1e-14 * max(1.0, np.abs(An).max())))
+    res = sinkhorn_potentials(be, be.asarray(qx), be.asarray(Xn), be.asarray(logw), eps,
+                              tol=tol, max_iter=max_iter, symmetric=sym)
+    if not res.converged:
+        raise SinkhornNotConverged(
+            f"Sinkhorn did not converge: marginal error {res.err:.3g} >= tol={res.tol:.3g} "
+            f"after {res.n_iter} sweeps (eps={eps:g})")
+    f = be.to_numpy(res.f)
+    g = be.to_numpy(res.g)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logpi = logw[:, None] + logw[None, :] + (f[:, None] + g[None, :] + qx @ Xn.T) / eps
+    return np.where(np.isfinite(logpi), np.exp(logpi), 0.0), res
