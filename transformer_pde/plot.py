@@ -72,11 +72,16 @@ def _covariance_paths(trajectories: Any) -> list[np.ndarray]:
 
     Accepts one trajectory or a sequence of them, each an object with a ``covs``
     attribute (e.g. :class:`transformer_pde.gaussian.GaussianTrajectory`) or an array
-    (T, 2, 2); also a single array (n, T, 2, 2).  Members with a ``covs`` of shape
-    (n, T, 2, 2) (a batch) are split into their members.
+    (T, 2, 2); also a single array (n, T, 2, 2) and a
+    :class:`transformer_pde.gaussian.GaussianBatch` solved with ``t_eval`` (its
+    ``traj_covs``).  Non-finite rows (after a member stopped) are dropped.
     """
-    if hasattr(trajectories, "covs"):
-        items: list[Any] = [trajectories]
+    if getattr(trajectories, "traj_covs", None) is not None:  # GaussianBatch with t_eval
+        items: list[Any] = list(np.asarray(trajectories.traj_covs, dtype=float))
+    elif hasattr(trajectories, "traj_covs"):
+        raise ValueError("a GaussianBatch holds trajectories only when solved with t_eval=...")
+    elif hasattr(trajectories, "covs"):
+        items = [trajectories]
     elif isinstance(trajectories, np.ndarray):
         if trajectories.ndim == 3:
             items = [trajectories]
@@ -133,6 +138,10 @@ def _colours(values: Any, n: int, color_by: Any, ends: Sequence[np.ndarray], cma
     return [mpl.colors.to_rgba(v) for v in vals]
 
 
+def _is_start(color_by: Any) -> bool:
+    return isinstance(color_by, str) and color_by == "start"
+
+
 def _new_axes(ax: Any, projection: str | None = None, figsize=(6.0, 5.0)):
     if ax is not None:
         return ax.figure, ax
@@ -174,7 +183,9 @@ def cone(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any = Non
         Draw the rank-one ray :math:`\{\lambda\, a a^\top\}` for this direction :math:`a`
         (e.g. the limit of a rank-one :math:`A`).
     v_max : float, optional
-        Height of the drawn cone (default: the largest trace along the curves).
+        Height of the drawn cone (default: the largest trace along the curves).  When
+        given, each curve is drawn only up to its first point with trace above ``v_max``
+        (blowing-up runs leave the picture there).
     surface : bool
         Draw the cone surface.
     cmap : str or Colormap
@@ -191,10 +202,18 @@ def cone(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any = Non
         ``"trajectory-<i>"``) whose data are exactly the cone coordinates of the input.
     """
     paths = [cone_coordinates(c) for c in _covariance_paths(trajectories)]
+    if v_max is not None:
+        vtop = float(v_max)
+        if not (np.isfinite(vtop) and vtop > 0):
+            raise ValueError(f"v_max must be finite and > 0, got {v_max!r}")
+        # keep each curve up to its first point above the top of the drawn cone
+        cut = [int(np.argmax(p[:, 2] > vtop)) if np.any(p[:, 2] > vtop) else len(p) for p in paths]
+        paths = [p[:max(k, 1)] for p, k in zip(paths, cut)]
+    else:
+        vtop = max(float(np.max(p[:, 2])) for p in paths)
+        if not vtop > 0:
+            raise ValueError("all covariances have zero trace: nothing to draw")
     fig, ax = _new_axes(ax, "3d")
-    vtop = float(v_max) if v_max is not None else max(float(np.max(p[:, 2])) for p in paths)
-    if not (np.isfinite(vtop) and vtop > 0):
-        raise ValueError(f"v_max must be finite and > 0, got {vtop!r}")
     if surface:
         th = np.linspace(0, 2 * np.pi, 61)
         h = np.linspace(0, vtop, 12)
@@ -203,7 +222,7 @@ def cone(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any = Non
                         linewidth=0, shade=False, gid="cone-surface")
         ax.plot(vtop * np.cos(th), vtop * np.sin(th), np.full_like(th, vtop), color="0.5",
                 lw=0.6, gid="cone-rim")
-    key = [p[0] if color_by == "start" else p[-1] for p in paths]
+    key = [p[0] if _is_start(color_by) else p[-1] for p in paths]
     key = [k[:2] / k[2] if k[2] > 0 else k[:2] for k in key]
     colours = _colours(None, len(paths), color_by, key, cmap)
     for i, (p, col) in enumerate(zip(paths, colours)):
@@ -257,7 +276,7 @@ def cone_slice(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any
     fig, ax = _new_axes(ax, None, figsize=(5.0, 5.0))
     th = np.linspace(0, 2 * np.pi, 361)
     ax.plot(np.cos(th), np.sin(th), color="0.3", lw=1.0, gid="rank-one-circle")
-    key = [p[0] if color_by == "start" else p[-1] for p in paths]
+    key = [p[0] if _is_start(color_by) else p[-1] for p in paths]
     colours = _colours(None, len(paths), color_by, key, cmap)
     for i, (p, col) in enumerate(zip(paths, colours)):
         ax.plot(p[:, 0], p[:, 1], color=col, lw=linewidth, gid=f"trajectory-{i}")
@@ -457,7 +476,7 @@ def rank_histogram(ranks: Any, *, d: int | None = None, ax: Any = None, title: s
     Returns
     -------
     matplotlib.figure.Figure
-        Axes whose bar containers (one per group, ``gid`` = the label) have heights equal
+        Axes whose bar containers (one per group, labelled by the group name) have heights equal
         to the (normalised) counts of ranks 0..d.
     """
     groups: Mapping[str, Any] = ranks if isinstance(ranks, Mapping) else {"ranks": ranks}
@@ -485,8 +504,9 @@ def rank_histogram(ranks: Any, *, d: int | None = None, ax: Any = None, title: s
         counts = np.bincount(arr, minlength=top + 1).astype(float)
         if normalize:
             counts /= arr.size
-        ax.bar(edges + (g - (k - 1) / 2) * width, counts, width=width, label=name, gid=name,
-               color=f"C{g}")
+        bars = ax.bar(edges + (g - (k - 1) / 2) * width, counts, width=width, label=name,
+                      color=f"C{g}")
+        bars.set_label(name)
     ax.set_xticks(edges)
     ax.set_xlabel("numerical rank")
     ax.set_ylabel("fraction of draws" if normalize else "count")
