@@ -302,6 +302,19 @@ def test_masked_first_token_sees_only_itself(problem):
     np.testing.assert_allclose(out[first], scale * alone[0], rtol=1e-12, atol=1e-13)
 
 
+@settings(max_examples=30)
+@given(problem=attention_problems(kinds=["sinkhorn"], heads=None, weighted=None))
+def test_sinkhorn_field_averages_to_v_times_mean(problem):
+    # column sums of the doubly stochastic coupling are one, so
+    # sum_i w_i Gamma(x_i) = W_O concat_h(V_h sum_j w_j x_j) = W_O V mean  (SPEC: alpha' = V alpha)
+    att, m = problem
+    out = tp.velocity(att, m.X, weights=m.weights)
+    W = np.eye(m.d) if att.W_O is None else np.asarray(att.W_O)
+    want = W @ np.asarray(att.V) @ (m.w @ m.X)
+    # the column marginals hold to the Sinkhorn stopping tolerance (1e-9, log domain)
+    np.testing.assert_allclose(m.w @ out, want, rtol=1e-7, atol=1e-8)
+
+
 # --------------------------------------------------------------------------- time dependence
 def test_callable_and_layers_parameters_are_evaluated_at_t(rng):
     X = rng.normal(size=(5, 2))
