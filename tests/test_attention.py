@@ -3,6 +3,10 @@ and the public hypothesis strategies of :mod:`transformer_pde.testing`."""
 
 from __future__ import annotations
 
+import importlib.util
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -226,3 +230,30 @@ def test_strategy_argument_errors():
         compact_measures(radius=0)
     with pytest.raises(ValueError, match="min_eig"):
         spd_matrices(2, min_eig=0)
+
+
+# --------------------------------------------------------------------------- docs and examples
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_readme_concepts_snippets_run(tmp_path, monkeypatch):
+    text = (ROOT / "docs" / "readme" / "concepts.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) >= 6
+    monkeypatch.chdir(tmp_path)  # a snippet writes a trajectory file
+    for code in blocks:
+        exec(compile(code, "concepts.md", "exec"), {"__name__": "__concepts__"})
+
+
+def test_clustering_example_runs(tmp_path):
+    spec = importlib.util.spec_from_file_location("clustering_2d",
+                                                  ROOT / "examples" / "clustering_2d.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = mod.main(["--n", "24", "--t-max", "1", "--dt", "0.25",
+                    "--out", str(tmp_path / "c.png")])
+    assert out.stat().st_size > 10_000
+    # three well-separated groups are three clusters, one group is one
+    Z = np.concatenate([np.zeros((3, 2)), np.ones((3, 2)), [[5.0, 0.0]]])
+    assert mod.cluster_labels(Z).max() + 1 == 3
+    assert mod.cluster_labels(np.zeros((4, 2))).max() == 0
