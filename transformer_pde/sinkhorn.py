@@ -82,7 +82,7 @@ class SinkhornNotConverged(RuntimeError):
 
 @dataclass
 class SinkhornResult:
-    """Outcome of :func:`sinkhorn_potentials`.
+    r"""Outcome of :func:`sinkhorn_potentials`.
 
     Attributes
     ----------

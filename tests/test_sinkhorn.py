@@ -1,0 +1,325 @@
+"""Sinkhorn attention: the solver, the field, warm starts, failure modes.
+
+References used: POT's independent log-domain Sinkhorn, the exact marginal identities
+(double stochasticity), the first-order expansion in 1/eps, the exact mean equation
+alpha' = V alpha (SPEC), and the NumPy backend as reference for the Numba backend.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.linalg
+
+import transformer_pde as tp
+from transformer_pde.backends import BackendNotAvailable, get_backend
+from transformer_pde.fields import FieldEvaluator
+from transformer_pde.sinkhorn import (
+    SinkhornNotConverged,
+    SinkhornWarmStart,
+    out_of_sample_potential,
+    sinkhorn_coupling,
+    sinkhorn_field,
+    sinkhorn_potentials,
+    sinkhorn_summary,
+)
+
+NP = get_backend("numpy")
+A_GEN = np.array([[1.0, 0.5], [-0.3, 0.8]])     # non-symmetric
+A_SYM = np.array([[1.0, 0.3], [0.3, -0.5]])     # symmetric, indefinite
+
+
+def _weights(rng, n, zero=False):
+    w = rng.uniform(0.5, 1.5, size=n)
+    if zero:
+        w[3] = 0.0
+    return w / w.sum()
+
+
+def _solve(X, A, w, eps=1.0, **kw):
+    with np.errstate(divide="ignore"):
+        logw = np.log(w)
+    sym = bool(np.allclose(A, A.T))
+    return sinkhorn_potentials(NP, X @ A.T, X, logw, eps, symmetric=kw.pop("symmetric", sym), **kw)
+
+
+# ------------------------------------------------------------------ the coupling
+@pytest.mark.parametrize("A", [A_GEN, A_SYM], ids=["general", "symmetric"])
+@pytest.mark.parametrize("zero", [False, True], ids=["w>0", "one-w=0"])
+def test_coupling_doubly_stochastic(rng, A, zero):
+    X = rng.normal(size=(70, 2))
+    w = _weights(rng, 70, zero)
+    pi, res = sinkhorn_coupling(X, A, weights=w, eps=0.7)
+    assert res.converged and res.err < 1e-9
+    assert res.symmetric == bool(np.allclose(A, A.T))
+    # log-domain marginal error < 1e-9 means each marginal is within a factor e^{±1e-9}
+    # of w; 2e-9 relative leaves room for the final summation's round-off.
+    np.testing.assert_allclose(pi.sum(axis=1), w, rtol=2e-9, atol=1e-300)
+    np.testing.assert_allclose(pi.sum(axis=0), w, rtol=2e-9, atol=1e-300)
+    assert np.all(pi >= 0)
+
+
+@pytest.mark.parametrize("A", [A_GEN, A_SYM], ids=["general", "symmetric"])
+@pytest.mark.parametrize("eps", [1.0, 0.2])
+def test_matches_pot_sinkhorn_log(rng, A, eps):
+    ot = pytest.importorskip("ot")
+    X = rng.normal(size=(50, 2))
+    w = _weights(rng, 50)
+    pi, res = sinkhorn_coupling(X, A, weights=w, eps=eps, tol=1e-12)
+    M = -(X @ A.T) @ X.T            # cost -s(x_i, x_j) = -x_j^T A x_i
+    pi_pot = ot.sinkhorn(w, w, M, eps, method="sinkhorn_log", numItermax=200_000,
+                         stopThr=1e-13)
+    assert np.abs(pi_pot.sum(axis=1) - w).max() < 1e-12  # POT itself converged
+    # Both solve the same strictly convex problem to marginal errors ~1e-12; the entropic
+    # coupling is Lipschitz in the marginals with a constant of order 1/eps, so 1e-9 of
+    # the largest entry is a comfortable bound.
+    np.testing.assert_allclose(pi, pi_pot, rtol=0, atol=1e-9 * pi.max())
+
+
+def test_symmetric_path_equals_general_path(rng):
+    X = rng.normal(size=(60, 2))
+    w = _weights(rng, 60)
+    r_sym = _solve(X, A_SYM, w, symmetric=True)
+    r_gen = _solve(X, A_SYM, w, symmetric=False)
+    assert r_sym.converged and r_gen.converged
+    assert r_sym.f is r_sym.g
+    # the general path fixes the gauge by equal weighted means; the symmetric solution
+    # is the unique one with f = g, which satisfies it, so the potentials agree
+    np.testing.assert_allclose(r_gen.f, r_sym.f, atol=1e-8)
+    np.testing.assert_allclose(r_gen.g, r_sym.f, atol=1e-8)
+
+
+@pytest.mark.parametrize("A", [A_GEN, A_SYM], ids=["general", "symmetric"])
+def test_anderson_and_eps_scaling_do_not_change_the_answer(rng, A):
+    X = rng.normal(size=(50, 2)) * 2.0
+    w = _weights(rng, 50)
+    plain = _solve(X, A, w, eps=0.3, anderson=0, eps_scaling=False, max_iter=20_000)
+    fast = _solve(X, A, w, eps=0.3)
+    scaled = _solve(X, A, w, eps=0.3, eps_scaling=True)
+    for r in (plain, fast, scaled):
+        assert r.converged
+    assert fast.n_iter < plain.n_iter       # acceleration pays off
+    for r in (fast, scaled):
+        # potentials are unique up to the gauge fixed on exit; 1e-9 log-error -> ~eps*1e-8
+        np.testing.assert_allclose(r.f, plain.f, atol=1e-8)
+        np.testing.assert_allclose(r.g, plain.g, atol=1e-8)
+
+
+def test_out_of_sample_potential_at_tokens_is_f(rng):
+    X = rng.normal(size=(40, 2))
+    w = _weights(rng, 40)
+    r = _solve(X, A_GEN, w)
+    f_oos = out_of_sample_potential(NP, X @ A_GEN.T, X, np.log(w), r.g, 1.0)
+    # rows are exact for (T_f(g), g): f equals the out-of-sample potential up to rounding
+    np.testing.assert_allclose(f_oos, r.f, atol=1e-12)
+
+
+def test_huge_costs_small_eps_stay_finite():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(40, 2)) * 30.0       # scores up to ~3e3, eps = 1e-3: |s|/eps ~ 1e6
+    pi, res = sinkhorn_coupling(X, A_GEN, eps=1e-3, max_iter=5000)
+    assert np.all(np.isfinite(pi)) and np.all(np.isfinite(res.f)) and np.all(np.isfinite(res.g))
+    # the requested 1e-9 is below the float64 rounding floor u*|s|/eps ~ 1e-9, so the
+    # solver raises the tolerance to 8 * floor and says so in res.tol
+    assert res.tol > 1e-9 and res.err < res.tol < 1e-6
+    w = np.full(40, 1 / 40)
+    np.testing.assert_allclose(pi.sum(axis=1), w, rtol=2 * res.tol)
+    np.testing.assert_allclose(pi.sum(axis=0), w, rtol=2 * res.tol)
+    att = tp.Attention("sinkhorn", A_GEN, np.eye(2), np.eye(2), eps=1e-3)
+    v = tp.velocity(att, X, sinkhorn_max_iter=5000)
+    assert np.all(np.isfinite(v))
+    # the field is a convex combination of the V x_j: inside their bounding box
+    assert np.all(v <= X.max(axis=0) + 1e-9) and np.all(v >= X.min(axis=0) - 1e-9)
+
+
+def test_huge_costs_slow_convergence_is_reported():
+    # non-uniform weights at eps = 1e-3: the coupling is close to a sparse optimal plan
+    # with split masses, where Sinkhorn converges extremely slowly.  What matters: every
+    # number stays finite and the failure is reported, not returned.
+    rng = np.random.default_rng(20250122)
+    X = rng.normal(size=(40, 2)) * 30.0
+    w = _weights(rng, 40)
+    r = _solve(X, A_GEN, w, eps=1e-3, max_iter=300)
+    assert not r.converged and np.isfinite(r.err)
+    assert np.all(np.isfinite(r.f)) and np.all(np.isfinite(r.g))
+    att = tp.Attention("sinkhorn", A_GEN, np.eye(2), np.eye(2), eps=1e-3)
+    with pytest.raises(SinkhornNotConverged, match="eps=0.001"):
+        tp.velocity(att, X, weights=w, sinkhorn_max_iter=300)
+
+
+def test_float32_uses_rounding_floor(rng):
+    X = rng.normal(size=(50, 2)).astype(np.float32)
+    att = tp.Attention("sinkhorn", A_GEN, np.eye(2), np.eye(2))
+    v32 = tp.velocity(att, X)
+    v64 = tp.velocity(att, X.astype(np.float64))
+    assert v32.dtype == np.float32
+    # float32 round-off (~1e-7) times |s|/eps ~ 10 and a few summations
+    np.testing.assert_allclose(v32, v64, atol=2e-5)
+
+
+# ------------------------------------------------------------------ the field
+def _field_reference(X, w, head_A, Vh, eps):
+    pi, _ = sinkhorn_coupling(X, head_A, weights=w, eps=eps, tol=1e-12)
+    return (pi / w[:, None]) @ X @ Vh.T
+
+
+def test_field_matches_dense_coupling_multihead(rng):
+    d, H = 4, 2
+    X = rng.normal(size=(50, d))
+    w = _weights(rng, 50)
+    Q, K, V = (rng.normal(size=(d, d)) * 0.5 for _ in range(3))
+    att = tp.Attention("sinkhorn", Q, K, V, heads=H, eps=0.8)
+    v = tp.velocity(att, X, weights=w)
+    ref = np.zeros_like(X)
+    for h in range(H):
+        rows = slice(2 * h, 2 * h + 2)
+        ref[:, rows] = _field_reference(X, w, K[rows].T @ Q[rows], V[rows], 0.8)
+    # one Sinkhorn problem per head; both sides at marginal error <= 1e-9
+    np.testing.assert_allclose(v, ref, atol=1e-8)
+
+
+def test_queries_use_out_of_sample_potential(rng):
+    X = rng.normal(size=(60, 2))
+    att = tp.Attention("sinkhorn", A_GEN, np.eye(2), np.eye(2))
+    v = tp.velocity(att, X)
+    vq = tp.velocity(att, X, queries=X.copy())
+    np.testing.assert_allclose(vq, v, atol=1e-12)
+    Y = rng.normal(size=(7, 2)) * 3.0
+    vY = tp.velocity(att, X, queries=Y)
+    # out-of-sample kernel rows sum to one: the field is a convex combination of the x_j
+    assert np.all(vY <= X.max(axis=0) + 1e-12) and np.all(vY >= X.min(axis=0) - 1e-12)
+
+
+@pytest.mark.parametrize("A", [A_GEN, A_SYM], ids=["general", "symmetric"])
+def test_mean_obeys_alpha_prime_equals_V_alpha(rng, A):
+    # sum_i w_i Gamma(x_i) = V sum_j (sum_i pi_ij) x_j = V alpha by double stochasticity
+    X = rng.normal(size=(80, 2)) + np.array([1.0, -0.5])
+    w = _weights(rng, 80)
+    V = np.array([[0.4, -0.2], [0.3, 0.1]])
+    WO = np.array([[1.0, 0.2], [0.0, 0.7]])
+    att = tp.Attention("sinkhorn", A, np.eye(2), V, eps=0.5, W_O=WO)
+    v = tp.velocity(att, X, weights=w)
+    alpha = w @ X
+    np.testing.assert_allclose(w @ v, WO @ V @ alpha, atol=1e-9)
+    # along the flow: alpha(t) = expm(t W_O V) alpha(0); RK4 with dt=0.05 on a linear ODE
+    # has a global error ~ (|W_O V| dt)^4 ~ 1e-8 at t=1
+    traj = tp.simulate(att, X, weights=w, t_max=1.0, dt=0.05)
+    assert traj.status == "ok"
+    np.testing.assert_allclose(w @ traj.final, scipy.linalg.expm(WO @ V) @ alpha, atol=1e-8)
+
+
+def test_large_eps_first_order_expansion(rng):
+    # k(x_i, x_j) = 1 + (s_ij - s_i. - s_.j + s..)/eps + O(eps^-2) (s_i. row mean, s_.j
+    # column mean); for a centred measure s_.j = s.. = 0 and this is the first-order term
+    # of softmax with score s/eps, so the two fields differ by O(eps^-2).
+    X = rng.normal(size=(60, 2))
+    w = _weights(rng, 60)
+    X = X - w @ X
+    att_sk = lambda e: tp.Attention("sinkhorn", A_GEN, np.eye(2), np.eye(2), eps=e)  # noqa: E731
+    att_sm = lambda e: tp.Attention("softmax", A_GEN, np.eye(2), np.eye(2), beta=1 / e)  # noqa: E731
+    errs = []
+    for e in (40.0, 80.0, 160.0):
+        d = tp.velocity(att_sk(e), X, weights=w) - tp.velocity(att_sm(e), X, weights=w)
+        errs.append(np.abs(d).max())
+    ratios = np.array(errs[:-1]) / np.array(errs[1:])
+    # second order: doubling eps divides the gap by 4 (3.6..4.6 allows the O(eps^-3) term,
+    # measured 4.4 and 4.2 here)
+    assert np.all((ratios > 3.6) & (ratios < 4.6)), ratios
+    # and the first-order expansion itself, uncentred measure
+    Y = rng.normal(size=(60, 2)) + 1.0
+    S = (Y @ A_GEN.T) @ Y.T
+    rm, cm, m = S @ w, w @ S, w @ S @ w
+    for e in (40.0, 80.0):
+        first = Y.T @ w + ((S - rm[:, None] - cm[None, :] + m) * w[None, :]) @ Y / e
+        gap = np.abs(tp.velocity(att_sk(e), Y, weights=w) - first).max()
+        assert gap < 30.0 / e**2, gap
+
+
+# ------------------------------------------------------------------ warm starts
+def test_warm_and_cold_give_the_same_field(rng):
+    X = rng.normal(size=(80, 2))
+    att = tp.Attention("sinkhorn", A_GEN, np.eye(2), 0.5 * np.eye(2))
+    ev = FieldEvaluator(att, 80)
+    Y = X.copy()
+    for k in range(6):                       # walk along the flow, warm-starting each time
+        vw = ev(0.1 * k, Y)
+        vc = tp.velocity(att, Y)             # fresh evaluator: cold start
+        # both at marginal error <= 1e-9: the fields agree to ~1e-9 * max|Vx|
+        np.testing.assert_allclose(vw, vc, atol=1e-8)
+        Y = Y + 0.1 * vw
+    its = ev.info["sinkhorn_iterations"]
+    assert len(its) == 6 and max(its[1:]) < its[0]   # warm solves are shorter
+
+
+def test_warm_start_extrapolates_linearly():
+    ws = SinkhornWarmStart()
+    assert ws.predict(0.0, 3) == (None, None)
+    ws.update(0.0, np.zeros(3), np.zeros(3))
+    ws.update(1.0, np.ones(3), 2 * np.ones(3))
+    f, g = ws.predict(1.5, 3)
+    np.testing.assert_allclose(f, 1.5)
+    np.testing.assert_allclose(g, 3.0)
+    f, g = ws.predict(1.0, 3)                # repeated time (RK4 middle stages): last value
+    np.testing.assert_allclose(g, 2.0)
+    assert ws.predict(1.0, 4) == (None, None)   # token count changed: cold start
+
+
+def test_simulate_reports_iterations(rng):
+    X = rng.normal(size=(60, 2))
+    att = tp.Attention("sinkhorn", A_GEN, np.eye(2), 0.5 * np.eye(2))
+    traj = tp.simulate(att, X, t_max=0.5, dt=0.1)
+    assert traj.status == "ok"
+    its = traj.info["sinkhorn_iterations"]
+    assert len(its) == 4 * 5 and len(traj.info["sinkhorn_times"]) == 20   # RK4: 4 per step
+    s = sinkhorn_summary(traj.info)
+    assert s["evaluations"] == 20 and s["per_step_mean"] == pytest.approx(sum(its) / 5)
+
+
+# ------------------------------------------------------------------ failure modes
+def test_non_convergence_is_never_silent(rng):
+    X = rng.normal(size=(50, 2))
+    w = _weights(rng, 50)
+    r = _solve(X, A_GEN, w, max_iter=2, values=X)
+    assert not r.converged and r.err >= r.tol and r.out is None
+    att = tp.Attention("sinkhorn", A_GEN, np.eye(2), np.eye(2))
+    with pytest.raises(SinkhornNotConverged, match="sinkhorn_max_iter"):
+        tp.velocity(att, X, sinkhorn_max_iter=2)
+    with pytest.raises(SinkhornNotConverged):
+        sinkhorn_coupling(X, A_GEN, max_iter=2)
+    state = SinkhornWarmStart()
+    with pytest.raises(SinkhornNotConverged, match="head 3"):
+        sinkhorn_field(NP, X @ A_GEN.T, X, X, np.log(w), 1.0, state=state, max_iter=2,
+                       label="head 3")
+    assert state.predict(0.0, 50) == (None, None)    # no stale potentials kept
+    traj = tp.simulate(att, X, t_max=1.0, dt=0.1, sinkhorn_max_iter=2)
+    assert traj.status == "failed" and "Sinkhorn did not converge" in traj.message
+    assert len(traj.times) == 1                  # nothing computed from a bad field
+
+
+def test_masked_sinkhorn_refused():
+    with pytest.raises(ValueError, match="sinkhorn"):
+        tp.Attention("sinkhorn", np.eye(2), np.eye(2), np.eye(2), masked=True)
+
+
+@pytest.mark.parametrize("kw, match", [({"eps": 0.0}, "eps"), ({"eps": np.nan}, "eps"),
+                                       ({"tol": -1.0}, "tol"), ({"max_iter": 0}, "max_iter")])
+def test_bad_arguments(rng, kw, match):
+    X = rng.normal(size=(5, 2))
+    args = {"eps": 1.0, **kw}
+    eps = args.pop("eps")
+    with pytest.raises(ValueError, match=match):
+        sinkhorn_potentials(NP, X, X, np.full(5, -np.log(5)), eps, **args)
+
+
+# ------------------------------------------------------------------ other backends
+def test_numba_backend_matches_numpy(rng):
+    try:
+        get_backend("numba")
+    except BackendNotAvailable:
+        pytest.skip("numba not installed")
+    X = rng.normal(size=(300, 2))
+    for A in (A_GEN, A_SYM):
+        att = tp.Attention("sinkhorn", A, np.eye(2), np.eye(2))
+        # both backends solve to marginal error 1e-9 (reduction orders differ)
+        np.testing.assert_allclose(tp.velocity(att, X, backend="numba"),
+                                   tp.velocity(att, X), atol=1e-8)
