@@ -222,6 +222,24 @@ def test_permutation_equivariance(problem, data):
     np.testing.assert_allclose(out_p, out[perm], rtol=1e-9, atol=1e-10)
 
 
+@settings(max_examples=30)
+@given(problem=attention_problems(heads=None, masked=None, weighted=True), data=st.data())
+def test_zero_weight_token_is_a_pure_query(problem, data):
+    # appending a token of weight 0 leaves the measure unchanged: the field at the other
+    # tokens is the same, and at the new token it is the old measure's field at that point
+    att, m = problem
+    extra = data.draw(measures(d=m.d, n=1, positions=att.masked))
+    X = np.vstack([m.X, extra.X])
+    w = np.append(m.weights, 0.0)
+    p = None if m.positions is None else np.append(m.positions, extra.positions)
+    out = tp.velocity(att, X, weights=w, positions=p)
+    np.testing.assert_allclose(out[:-1], tp.velocity(att, m.X, **m.kwargs),
+                               rtol=1e-8, atol=1e-9)
+    at_new = tp.velocity(att, m.X, queries=extra.X, query_positions=extra.positions,
+                         **m.kwargs)
+    np.testing.assert_allclose(out[-1:], at_new, rtol=1e-8, atol=1e-9)
+
+
 def _in_hull(points: np.ndarray, y: np.ndarray, tol: float) -> bool:
     """Support-function test: for many directions u, min u.x_j <= u.y <= max u.x_j."""
     d = points.shape[1]
