@@ -182,6 +182,31 @@ def test_strang_second_order_lie_first_order():
     assert abs(slope(errs, dts) - 4) < 0.3, errs
 
 
+def test_strang_second_order_on_the_sphere():
+    # sub-flows projected and retracted: Lie stays order 1, Strang order 2 on S^2
+    rng = np.random.default_rng(2)
+    d = 3
+    Q, K, V = (0.8 * rng.normal(size=(d, d)) for _ in range(3))
+    W1, W2 = rng.normal(size=(6, d)), 0.5 * rng.normal(size=(d, 6))
+    b1, b2 = rng.normal(size=6), 0.3 * rng.normal(size=d)
+    X0 = on_sphere(rng, 5, d)
+    att, mlp = tp.Attention("softmax", Q, K, V), MLP(W1, W2, b1, b2)
+
+    def rhs(t, y):
+        X = y.reshape(X0.shape)
+        F = softmax_heads(X, Q, K, V, 1) + mlp_ref(X, W1, b1, W2, b2)
+        return (F - (X * F).sum(1, keepdims=True) * X).ravel()
+
+    ref = solve_ivp(rhs, (0, 1.0), X0.ravel(), method="DOP853", rtol=1e-13,
+                    atol=1e-14).y[:, -1].reshape(X0.shape)
+    dts = [0.2, 0.1, 0.05, 0.025]
+    for splitting, order in (("lie", 1), ("strang", 2)):
+        errs = [np.abs(tp.simulate(att, X0, t_max=1.0, dt=dt, method="rk4", mlp=mlp,
+                                   splitting=splitting, constraint="sphere").final - ref).max()
+                for dt in dts]
+        assert abs(slope(errs, dts) - order) < 0.3, (splitting, errs)
+
+
 def test_strang_second_order_time_dependent_weights():
     # the MLP sub-flow frozen at the midpoint keeps Strang second order for W1(t)
     Q, K, V, W1, b1, W2, b2, X0 = _block_problem()
