@@ -383,3 +383,13 @@ def test_block_trajectory_roundtrip(tmp_path):
     assert isinstance(BlockStepper.wrap(tp.integrators.get_solver("rk4"), 3,
                                         constraint="sphere"), BlockStepper)
     assert BlockStepper.wrap(tp.integrators.get_solver("rk4"), 3) is None
+
+
+def test_readme_beyond_snippets_run():
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "docs" / "readme" / "beyond.md").read_text()
+    snippets = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(snippets) == 2
+    for code in snippets:
+        exec(compile(code, "beyond.md", "exec"), {})
