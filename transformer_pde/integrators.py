@@ -27,7 +27,16 @@ __all__ = ["Euler", "Heun", "RK4", "AdamsBashforth", "ImplicitMidpoint", "Dopri5
 Field = Callable[[float, Any], Any]
 
 
-class Euler:
+class _OneStep:
+    """Shared part of the fixed-step one-step solvers: no history to reset."""
+
+    adaptive = False
+
+    def reset(self) -> None:
+        pass
+
+
+class Euler(_OneStep):
     r"""Explicit Euler, order 1: :math:`y_{n+1} = y_n + h F(t_n, y_n)`.
 
     With ``h = 1`` one step is exactly one residual attention layer
@@ -35,25 +44,15 @@ class Euler:
 
     name = "euler"
     order = 1
-    adaptive = False
-
-    def reset(self) -> None:
-        pass
-
     def step(self, f: Field, t: float, y: Any, h: float) -> Any:
         return y + h * f(t, y)
 
 
-class RK4:
+class RK4(_OneStep):
     """Classical fourth-order Runge–Kutta."""
 
     name = "rk4"
     order = 4
-    adaptive = False
-
-    def reset(self) -> None:
-        pass
-
     def step(self, f: Field, t: float, y: Any, h: float) -> Any:
         k1 = f(t, y)
         k2 = f(t + 0.5 * h, y + (0.5 * h) * k1)
@@ -62,7 +61,7 @@ class RK4:
         return y + (h / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
 
 
-class Heun:
+class Heun(_OneStep):
     r"""Heun's method (explicit trapezoidal rule, RK2), order 2.
 
     .. math:: k_1 = F(t_n, y_n),\quad k_2 = F(t_n + h, y_n + h k_1),\quad
@@ -71,11 +70,6 @@ class Heun:
 
     name = "heun"
     order = 2
-    adaptive = False
-
-    def reset(self) -> None:
-        pass
-
     def step(self, f: Field, t: float, y: Any, h: float) -> Any:
         k1 = f(t, y)
         k2 = f(t + h, y + h * k1)
