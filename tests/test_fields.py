@@ -369,6 +369,24 @@ def test_huge_logits_softmax_and_sinkhorn():
                                rtol=1e-8)
 
 
+def test_sinkhorn_small_eps():
+    # eps = 1e-3 on tokens (0, 1): logits s/eps up to 1e3, rho = e^{1000}, and the N = 2
+    # formula gives Gamma = (1/(1 + e^{500}), e^{500}/(1 + e^{500})) -- computed as e^{-500}
+    att = one_d("sinkhorn", eps=1e-3)
+    got = tp.velocity(att, np.array([[0.0], [1.0]]))
+    np.testing.assert_allclose(got[:, 0], [math.exp(-500) / (1 + math.exp(-500)),
+                                           1 / (1 + math.exp(-500))], rtol=1e-9, atol=0)
+    # 2-D, non-symmetric A, eps = 0.1 against POT's log-domain solver
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(5, 2))
+    R = np.array([[0.0, -1.0], [1.0, 0.3]])
+    att = tp.Attention("sinkhorn", np.eye(2), R, np.eye(2), eps=0.1)
+    want = reference_field("sinkhorn", X, np.eye(2), R, np.eye(2), eps=0.1)
+    # potentials of size ~|s| = O(1) divided by eps: the 1e-9 log-domain stopping error
+    # of each solver moves the weights by ~1e-9 relative
+    np.testing.assert_allclose(tp.velocity(att, X), want, rtol=1e-7, atol=1e-8)
+
+
 def test_huge_logits_l2():
     # tokens 100 and 101, Q = K = 1, l2_beta = 1/2: kernel e^{-(x-y)^2/2} but the library's
     # decomposition 2 b' x y - b' y^2 has logits ~1e4 (cancelling); the answer is

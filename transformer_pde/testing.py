@@ -11,8 +11,9 @@ so that a property failing is a bug and not round-off:
   :math:`|x|_2 \le r\sqrt{d}`;
 * random matrices are rescaled so that their spectral norm is at most ``scale``
   (1 by default); with both defaults a score :math:`\langle Qx, Ky\rangle` is at most
-  :math:`d` in absolute value, so no exponential in a field exceeds :math:`e^{d}` and
-  Sinkhorn (:math:`\varepsilon \ge 1/2`) converges in a few dozen iterations;
+  :math:`d` in absolute value (:math:`2d` with the drawn temperatures :math:`\beta \le 2`),
+  so no exponential in a field exceeds :math:`e^{8}` for :math:`d \le 4`, and Sinkhorn
+  (:math:`\varepsilon \ge 1/2`) converges in a few dozen iterations;
 * weights are bounded away from zero (each in :math:`[0.1, 1]` before normalisation);
 * SPD matrices have eigenvalues in ``[min_eig, max_eig]`` (default ``[0.2, 2]``,
   condition number :math:`\le 10`);
