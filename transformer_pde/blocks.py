@@ -106,7 +106,6 @@ def tangent_project(X: Any, F: Any) -> Any:
 
     Uses :math:`|x_i|^2` (not 1) so that :math:`|x|` is an exact first integral of the
     projected field also off the sphere (needed by the projection method)."""
-    xp = _xp(X)
     r2 = (X * X).sum(axis=1, keepdims=True)
     return F - ((X * F).sum(axis=1, keepdims=True) / r2) * X
 
