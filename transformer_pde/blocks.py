@@ -185,12 +185,16 @@ class LayerNorm:
     def __post_init__(self) -> None:
         if self.mode not in ("pre", "post"):
             raise ValueError(f"mode must be 'pre' or 'post', got {self.mode!r}")
-        if not (isinstance(self.variance, (int, float)) and math.isfinite(self.variance)
-                and self.variance > 0):
-            raise ValueError(f"variance must be finite and > 0, got {self.variance!r}")
-        if not (isinstance(self.eps, (int, float)) and math.isfinite(self.eps)
-                and self.eps >= 0):
-            raise ValueError(f"eps must be finite and >= 0, got {self.eps!r}")
+        for name, lo in (("variance", None), ("eps", 0.0)):
+            value = getattr(self, name)
+            try:
+                v = float(value)
+            except (TypeError, ValueError):
+                raise TypeError(f"{name} must be a real number, got {value!r}") from None
+            if not (math.isfinite(v) and (v > 0 if lo is None else v >= lo)):
+                rule = "> 0" if lo is None else ">= 0"
+                raise ValueError(f"{name} must be finite and {rule}, got {value!r}")
+            object.__setattr__(self, name, v)
         object.__setattr__(self, "scale", _store("scale", self.scale, vector=True))
         object.__setattr__(self, "shift", _store("shift", self.shift, vector=True))
 
