@@ -193,6 +193,18 @@ class _Progress:
 
 
 # ------------------------------------------------------------------ simulate
+def _next_boundary(att: Attention, t: float) -> float:
+    """First time after ``t`` at which some :class:`Layers` parameter of ``att`` jumps
+    (``inf`` if none)."""
+    out = math.inf
+    for v in (att.Q, att.K, att.V, att.W_O):
+        if isinstance(v, Layers):
+            nxt = v.index(t) + 1
+            if nxt < v.n_layers:
+                out = min(out, v.t0 + nxt * v.layer_time)
+    return out
+
+
 def _layer_boundary(att: Attention, t: float) -> bool:
     """Whether some :class:`Layers` parameter of ``att`` jumps at time ``t``."""
     return any(isinstance(v, Layers) and v.index(t, left=True) != v.index(t)
@@ -369,7 +381,9 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
                 while t < t_max - tol_t and status == "ok":
                     t_save = min(k * save_dt, t_max)
                     while t < t_save - tol_t:
-                        h_try = min(h, t_save - t)
+                        # land on layer boundaries: an embedded pair cannot step over
+                        # a jump of the parameters at its tolerance
+                        h_try = min(h, t_save - t, _next_boundary(att, t) - t)
                         step_end[0] = t + h_try
                         y_new, err, f_new = solver.attempt(f, t, y, h_try, fy)
                         step_end[0] = np.inf
