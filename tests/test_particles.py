@@ -97,6 +97,28 @@ def test_sub_layer_steps_never_mix_layers(method, kw, tol, rng):
     assert traj.info["n_steps"] <= chained_steps + 5
 
 
+def test_dopri5_lands_on_layer_boundaries_between_save_points(rng):
+    # save points 0.3, 0.6, ... miss the boundaries t = 1, 2: an adaptive step across a
+    # jump of the parameters is inaccurate at any tolerance, so steps must stop there
+    L = 3
+    X0 = rng.normal(size=(4, 2))
+    Qs, Ks, Vs = (rng.normal(size=(L, 2, 2)) * 0.6 for _ in range(3))
+    kw = {"method": "dopri5", "rtol": 1e-9, "atol": 1e-11}
+    X, chained_steps = X0, 0
+    for layer in range(L):
+        part = tp.simulate(tp.Attention("softmax", Qs[layer], Ks[layer], Vs[layer]), X,
+                           t_max=1.0, dt=0.25, **kw)
+        X, chained_steps = part.final, chained_steps + part.info["n_steps"]
+    att = tp.Attention("softmax", Layers(Qs), Layers(Ks), Layers(Vs))
+    for dt in (0.3, 1.5):
+        traj = tp.simulate(att, X0, t_max=L, dt=dt, **kw)
+        np.testing.assert_allclose(traj.times[-1], L)
+        # both runs ~1e-9 accurate (stepping over the jumps instead gives ~1e-8 here and
+        # ~1e-5 at rtol = 1e-6, with three times as many steps)
+        np.testing.assert_allclose(traj.final, X, rtol=0, atol=3e-9)
+        assert traj.info["n_steps"] <= chained_steps + 10
+
+
 def test_callable_parameters_follow_exact_solution():
     # a(t) = (1 + t)/4 through a callable K: int_0^t a = (t + t^2/2)/4
     att = tp.Attention("linear", [[1.0]], lambda t: [[(1 + t) / 4]], [[1.0]])
