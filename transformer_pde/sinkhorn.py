@@ -31,9 +31,11 @@ protocol (NumPy, Numba, a future CuPy one) runs the same code.
 * General scores: alternating Sinkhorn :math:`g \mapsto T_g(T_f(g))`, two passes per
   iteration.  After :math:`f = T_f(g)` the rows are exact and the column log-error is
   :math:`\|T_g(f) - g\|_\infty/\varepsilon`.
-* Symmetric scores (:math:`A = K^\top Q = A^\top`): :math:`f = g` and the averaged map
-  :math:`f \mapsto (f + Tf)/2` (the geometric mean :math:`u \leftarrow \sqrt{u\,Tu}` of the
-  scalings), one pass per iteration, error :math:`\|Tf - f\|_\infty/\varepsilon`.
+* Symmetric scores (:math:`A = K^\top Q = A^\top`): :math:`f = g` solves :math:`f = Tf`,
+  one pass per iteration, error :math:`\|Tf - f\|_\infty/\varepsilon`.  Anderson is applied
+  to :math:`T` itself; without acceleration the averaged map :math:`f \mapsto (f + Tf)/2` (the
+  geometric mean :math:`u \leftarrow \sqrt{u\,Tu}` of the scalings) is iterated, since plain
+  :math:`T` oscillates on constants (:math:`T(f + c) = Tf - c`).
 
 Both errors are exactly the log-domain marginal error of the returned pair,
 
@@ -41,7 +43,7 @@ Both errors are exactly the log-domain marginal error of the returned pair,
           \max_j \Big|\log\frac{\sum_i \pi_{ij}}{w_j}\Big|\Big),
 
 which is the stopping rule.  Both fixed-point maps are accelerated by Anderson mixing
-(type II, memory 8) with a safeguard (restart from the best plain iterate when the error
+(type II, memory 10) with a safeguard (restart from the best plain iterate when the error
 grows tenfold).  Warm starts (:class:`SinkhornWarmStart`) extrapolate the potentials
 linearly in time and keep Anderson's secant pairs from one solve to the next, since the
 Jacobian of the fixed-point map changes little along a smooth flow.  Cold starts with
@@ -184,7 +186,7 @@ def _host(a):
 # ------------------------------------------------------------------ solver
 def sinkhorn_potentials(be: Any, qx: Any, kx: Any, logw: Any, eps: float, *,
                         tol: float = 1e-9, max_iter: int = 2000, f0: Any = None, g0: Any = None,
-                        symmetric: bool = False, values: Any = None, anderson: int = 8,
+                        symmetric: bool = False, values: Any = None, anderson: int = 10,
                         eps_scaling: bool | None = None, memory: Any = None) -> SinkhornResult:
     r"""Log-domain Sinkhorn for the entropic self-coupling of :math:`\mu=\sum_j w_j\delta_{x_j}`.
 
@@ -350,11 +352,10 @@ def _solve_alternating(be, qx, kx, logw, eps, g, tol, max_iter, values, acc):
 
 
 def _solve_symmetric(be, qx, kx, logw, eps, f, tol, max_iter, values, acc):
-    r"""Anderson-accelerated averaged symmetric iteration :math:`f \mapsto (f + T f)/2`.
+    r"""Symmetric fixed point :math:`f = Tf`, Anderson-accelerated (or averaged when not).
 
-    In the scalings :math:`u = e^{f/\varepsilon}` this is the geometric mean
-    :math:`u \leftarrow \sqrt{u \cdot Tu}`.  ``err`` is :math:`\|Tf - f\|_\infty/\varepsilon`,
-    the marginal error of :math:`(f, f)`; one pass per iteration.
+    ``err`` is :math:`\|Tf - f\|_\infty/\varepsilon`, the marginal error of :math:`(f, f)`;
+    one pass per iteration.
     """
     xp = be.xp
     inv = 1.0 / eps
@@ -379,7 +380,11 @@ def _solve_symmetric(be, qx, kx, logw, eps, f, tol, max_iter, values, acc):
                 acc.reset()
                 f = best
                 continue
-            f = eps * acc.step(xp, f * inv, (Tf - f) * (0.5 * inv))
+            # Anderson on T itself (its constant mode T(f + c) = Tf - c is harmless to the
+            # secant model, measured 30 % fewer iterations than on the averaged map); the
+            # averaged map when unaccelerated (plain T oscillates on that mode)
+            damp = 1.0 if acc.m > 0 else 0.5
+            f = eps * acc.step(xp, f * inv, (Tf - f) * (damp * inv))
     converged = bool(err < tol)
     return SinkhornResult(f=f, g=f, n_iter=it, err=err, tol=tol, converged=converged,
                           symmetric=True, out=out if converged else None)
@@ -445,7 +450,7 @@ def out_of_sample_potential(be: Any, q: Any, kx: Any, logw: Any, g: Any, eps: fl
 def sinkhorn_field(be: Any, qx: Any, kx: Any, vx: Any, logw: Any, eps: float, *,
                    q_query: Any = None, symmetric: bool = False,
                    state: SinkhornWarmStart | None = None, t: float = 0.0, tol: float = 1e-9,
-                   max_iter: int = 2000, anderson: int = 8, info: dict | None = None,
+                   max_iter: int = 2000, anderson: int = 10, info: dict | None = None,
                    label: str = "") -> tuple[Any, SinkhornResult]:
     r"""One head of Sinkhorn attention: :math:`\sum_j w_j k(x, x_j)\, v_j` at the tokens or at queries.
 

@@ -1,0 +1,201 @@
+"""Cost of a Sinkhorn-attention simulate step against a softmax step, and against POT.
+
+Part 1 (steps): one RK4 step (4 field evaluations) of the particle flow for
+``kind="sinkhorn"`` (eps = 1, d = 2, A = K^T Q non-symmetric, and a symmetric A) and for
+``kind="softmax"`` with the same Q, K, V, on the same backend.  "cold" clears the
+potentials before every evaluation; "warm" is what ``simulate`` does (potentials
+extrapolated from the previous evaluations, Anderson secants reused).  Reported: seconds
+per step (median over the timed steps, after one untimed warm-up step), the ratio to the
+softmax step, and Sinkhorn iterations / passes over all pairs per evaluation.
+
+Part 2 (POT): a cold solve of the same coupling (uniform weights, cost -s, eps = 1) by
+this library and by ``ot.sinkhorn(..., method="sinkhorn_log")`` to the same accuracy
+(log-domain marginal error 1e-9, i.e. POT's stopThr = 1e-9 / sqrt(N) on the L2 marginal
+violation), with the achieved errors and the largest difference between the couplings.
+
+Problem sizes whose sinkhorn steps would take minutes on a small machine are measured
+with fewer steps (``--steps-large``), never skipped silently; the JSON says how many
+steps each number is based on.
+
+Run:  python benchmarks/sinkhorn.py [--quick] [--backend numba] [--sizes 1000 10000 50000]
+Writes benchmarks/results/sinkhorn.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+import transformer_pde as tp
+from transformer_pde.fields import FieldEvaluator
+from transformer_pde.integrators import RK4
+from transformer_pde.sinkhorn import sinkhorn_potentials
+
+Q = np.array([[1.0, 0.5], [-0.3, 0.8]])
+K = np.eye(2)
+Q_SYM = np.array([[1.0, 0.3], [0.3, -0.5]])       # A = K^T Q symmetric (indefinite)
+V = np.array([[0.5, -0.5], [0.5, 0.2]])
+DT = 0.1
+EPS = 1.0
+
+
+def time_steps(att, X, backend, n_steps, cold=False, tol=1e-9):
+    """Median seconds per RK4 step after one untimed step, and the evaluator's info."""
+    ev = FieldEvaluator(att, X.shape[0], backend=backend, sinkhorn_tol=tol)
+    be = ev.be
+
+    def field(t, y):
+        if cold:
+            ev.state.clear()
+        return ev(t, y)
+
+    y = be.asarray(X, np.float64)
+    solver = RK4()
+    t = 0.0
+    times = []
+    n_warm = 0
+    for k in range(n_steps + 1):
+        t0 = time.perf_counter()
+        y = solver.step(field, t, y, DT)
+        el = time.perf_counter() - t0
+        t += DT
+        if k == 0:
+            n_warm = len(ev.info.get("sinkhorn_iterations", []))
+        else:
+            times.append(el)
+    its = ev.info.get("sinkhorn_iterations", [])[n_warm:]
+    return float(np.median(times)), its
+
+
+def part_steps(sizes, backend, steps, steps_large, large_from, rng):
+    rows = []
+    for n in sizes:
+        X = rng.normal(size=(n, 2))
+        ns = steps if n < large_from else steps_large
+        row = {"n": n, "steps_timed": ns}
+        sm = tp.Attention("softmax", Q, K, V)
+        row["softmax_s"], _ = time_steps(sm, X, backend, ns)
+        cases = [("warm", Q, False, 1e-9), ("cold", Q, True, 1e-9),
+                 ("warm_sym", Q_SYM, False, 1e-9), ("warm_tol1e-6", Q, False, 1e-6)]
+        for name, Qm, cold, tol in cases:
+            if n >= large_from and name != "warm":
+                continue
+            att = tp.Attention("sinkhorn", Qm, K, V, eps=EPS)
+            sec, its = time_steps(att, X, backend, ns, cold=cold, tol=tol)
+            sym = name == "warm_sym"
+            passes = np.asarray(its, float) * (1 if sym else 2)
+            row[name] = {"s_per_step": sec, "ratio_to_softmax": sec / row["softmax_s"],
+                         "iters_per_eval_mean": float(np.mean(its)),
+                         "iters_per_eval_max": int(np.max(its)),
+                         "passes_per_eval_mean": float(passes.mean()),
+                         "iters_per_step_mean": float(np.sum(its) / ns)}
+        rows.append(row)
+        print(f"  N={n}: done", flush=True)
+    return rows
+
+
+def part_pot(sizes, backend, rng):
+    try:
+        import ot  # noqa: PLC0415
+    except ImportError:
+        return []
+    from transformer_pde.backends import get_backend  # noqa: PLC0415
+    be = get_backend(backend)
+    out = []
+    for n in sizes:
+        X = rng.normal(size=(n, 2))
+        w = np.full(n, 1.0 / n)
+        logw = np.log(w)
+        qx = X @ (K.T @ Q).T
+        sinkhorn_potentials(be, qx[:64], X[:64], logw[:64], EPS)   # compile outside timing
+        t0 = time.perf_counter()
+        res = sinkhorn_potentials(be, qx, X, logw, EPS, tol=1e-9)
+        t_ours = time.perf_counter() - t0
+        S = qx @ X.T
+        M = -S
+        t0 = time.perf_counter()
+        pi_pot = ot.sinkhorn(w, w, M, EPS, method="sinkhorn_log", numItermax=100_000,
+                             stopThr=1e-9 / np.sqrt(n))
+        t_pot = time.perf_counter() - t0
+        f, g = be.to_numpy(res.f), be.to_numpy(res.g)
+        logpi = logw[:, None] + logw[None, :] + (f[:, None] + g[None, :] + S) / EPS
+        pi = np.exp(logpi)
+
+        def logerr(p):
+            return float(max(np.abs(np.log(p.sum(1) / w)).max(),
+                             np.abs(np.log(p.sum(0) / w)).max()))
+
+        out.append({"n": n, "ours_s": t_ours, "pot_s": t_pot, "speedup": t_pot / t_ours,
+                    "ours_iters": res.n_iter, "ours_logerr": logerr(pi),
+                    "pot_logerr": logerr(pi_pot),
+                    "max_abs_diff_rel": float(np.abs(pi - pi_pot).max() / pi.max())})
+        del S, M, pi, pi_pot, logpi
+    return out
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small sizes only (smoke run)")
+    p.add_argument("--backend", default="numba")
+    p.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 50_000])
+    p.add_argument("--steps", type=int, default=3, help="timed RK4 steps per case")
+    p.add_argument("--steps-large", type=int, default=1,
+                   help="timed steps for N >= --large-from (only softmax and warm there)")
+    p.add_argument("--large-from", type=int, default=30_000)
+    p.add_argument("--pot-sizes", type=int, nargs="+", default=[1_000, 5_000])
+    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "sinkhorn.json"))
+    a = p.parse_args(argv)
+    if a.quick:
+        a.sizes, a.pot_sizes, a.steps = [500, 2_000], [500], 2
+    rng = np.random.default_rng(0)
+    tp.velocity(tp.Attention("softmax", Q, K, V), rng.normal(size=(64, 2)), backend=a.backend)
+    tp.velocity(tp.Attention("sinkhorn", Q, K, V), rng.normal(size=(64, 2)), backend=a.backend)
+    print(f"backend={a.backend}, d=2, eps={EPS}, RK4 dt={DT}, float64, "
+          f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()})")
+    rows = part_steps(a.sizes, a.backend, a.steps, a.steps_large, a.large_from, rng)
+    print("\nseconds per RK4 step (4 evaluations); ratio = sinkhorn / softmax; "
+          "it/ev = Sinkhorn iterations per evaluation (mean), pass/ev = passes over all pairs")
+    hdr = f"{'N':>7} {'softmax':>9} | {'case':<13} {'s/step':>9} {'ratio':>7} {'it/ev':>6} " \
+          f"{'pass/ev':>7} {'it/step':>7}"
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        first = True
+        for name in ("warm", "cold", "warm_sym", "warm_tol1e-6"):
+            if name not in r:
+                continue
+            c = r[name]
+            lead = f"{r['n']:>7} {r['softmax_s']:>9.3f}" if first else " " * 17
+            print(f"{lead} | {name:<13} {c['s_per_step']:>9.3f} {c['ratio_to_softmax']:>7.1f} "
+                  f"{c['iters_per_eval_mean']:>6.1f} {c['passes_per_eval_mean']:>7.1f} "
+                  f"{c['iters_per_step_mean']:>7.1f}")
+            first = False
+    pot = part_pot(a.pot_sizes, a.backend, rng)
+    if pot:
+        print("\ncold solve of the same coupling to log-marginal error 1e-9: this library "
+              f"({a.backend}) vs POT ot.sinkhorn(method='sinkhorn_log')")
+        print(f"{'N':>6} {'ours s':>8} {'POT s':>8} {'speedup':>8} {'ours err':>9} "
+              f"{'POT err':>9} {'|dpi|/max':>9}")
+        for r in pot:
+            print(f"{r['n']:>6} {r['ours_s']:>8.3f} {r['pot_s']:>8.3f} {r['speedup']:>8.1f} "
+                  f"{r['ours_logerr']:>9.1e} {r['pot_logerr']:>9.1e} "
+                  f"{r['max_abs_diff_rel']:>9.1e}")
+    res = {"machine": {"cpus": os.cpu_count(), "processor": platform.processor(),
+                       "platform": platform.platform()},
+           "backend": a.backend, "d": 2, "eps": EPS, "dt": DT, "method": "rk4",
+           "Q": Q.tolist(), "K": K.tolist(), "Q_sym": Q_SYM.tolist(), "V": V.tolist(),
+           "steps": rows, "pot": pot}
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=2))
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()
