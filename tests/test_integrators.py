@@ -157,3 +157,24 @@ def test_implicit_midpoint_failure_is_reported():
     tr = tp.simulate(att, X0, t_max=2.0, dt=1.0, method="implicit_midpoint")
     assert tr.status == "failed" and "implicit midpoint" in tr.message
     assert tr.states.shape[0] == 1   # only the initial state was computed
+
+
+@pytest.mark.parametrize("method,order", [("ab2", 2), ("ab3", 3)])
+def test_multistep_restarts_at_layer_boundaries(method, order):
+    # per-layer V (Layers, layer_time 0.5): the field jumps at t = 0.5.  The history is
+    # restarted there, so the order is kept (interpolating across the jump would lose
+    # one order).  Reference: DOP853 on each layer interval separately.
+    att0, X0 = _problem()
+    P = att0.at(0.0).heads[0]
+    Vs = np.stack([P.V, -0.7 * P.V.T])
+    att = tp.Attention("softmax", P.Q, P.K, tp.Layers(Vs, layer_time=0.5))
+    y = X0.ravel()
+    for ell, (a, b) in enumerate([(0.0, 0.5), (0.5, T_END)]):
+        layer = tp.Attention("softmax", P.Q, P.K, Vs[ell])
+        y = solve_ivp(lambda t, z: _softmax_field(layer, z.reshape(X0.shape)).ravel(),
+                      (a, b), y, method="DOP853", rtol=1e-13, atol=1e-14).y[:, -1]
+    ref = y.reshape(X0.shape)
+    dts = [0.1, 0.05, 0.025, 0.0125]
+    errs = [np.abs(tp.simulate(att, X0, t_max=T_END, dt=dt, method=method).final - ref).max()
+            for dt in dts]
+    assert abs(observed_order(errs, dts) - order) < 0.3, errs

@@ -373,6 +373,7 @@ class BlockStepper:
         self.name = f"{solver.name}+{self.splitting}" if mlp is not None else solver.name
         cap = {"lie": 1, "strang": 2, "none": solver.order}[self.splitting]
         self.order = min(solver.order, cap)
+        self.multistep = bool(getattr(solver, "multistep", False))
         self._end = 0.0
 
     @classmethod

@@ -362,6 +362,8 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
                         status, message = bad, msg
                         break
                     y, t = y_new, t_new
+                    if getattr(solver, "multistep", False) and _layer_boundary(att, t):
+                        solver.reset()  # multistep history must not reach across a jump
                     if bad == "blowup" or step_idx % save_every == 0 or t >= t_max - tol_t:
                         times.append(t)
                         states.append(be.to_numpy(y).copy())
