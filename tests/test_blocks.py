@@ -393,3 +393,27 @@ def test_readme_beyond_snippets_run():
     assert len(snippets) == 2
     for code in snippets:
         exec(compile(code, "beyond.md", "exec"), {})
+
+
+def test_multistep_block_restarts_at_mlp_layer_boundaries():
+    # per-layer W1 jumping at t = 0.5; AB3 on the unsplit block flow keeps order 3
+    # because the stepper restarts the history there.  Reference: DOP853 per layer.
+    rng = np.random.default_rng(10)
+    d = 2
+    X0 = rng.normal(size=(4, d))
+    W1s, W2, b1, b2 = rng.normal(size=(2, 5, d)), 0.5 * rng.normal(size=(d, 5)), \
+        np.zeros(5), np.zeros(d)
+    att = tp.Attention("softmax", np.eye(d), np.eye(d), 0.5 * np.eye(d))
+    mlp = MLP(tp.Layers(W1s, layer_time=0.5), W2)
+    y = X0.ravel()
+    for ell, (a, b) in enumerate([(0.0, 0.5), (0.5, 1.05)]):
+        y = solve_ivp(lambda t, z: (softmax_heads(z.reshape(X0.shape), np.eye(d), np.eye(d),
+                                                  0.5 * np.eye(d), 1)
+                                    + mlp_ref(z.reshape(X0.shape), W1s[ell], b1, W2, b2)
+                                    ).ravel(),
+                      (a, b), y, method="DOP853", rtol=1e-13, atol=1e-14).y[:, -1]
+    dts = [0.05, 0.025, 0.0125, 0.00625]
+    errs = [np.abs(tp.simulate(att, X0, t_max=1.05, dt=dt, method="ab3", mlp=mlp,
+                               splitting="none").final - y.reshape(X0.shape)).max()
+            for dt in dts]
+    assert abs(slope(errs, dts) - 3) < 0.3, errs
