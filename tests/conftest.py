@@ -5,7 +5,8 @@ Hypothesis profiles
 ``default``   moderate example counts, no deadline (field evaluations are cheap but the
               first call of a backend may compile or warm up; wall-clock deadlines would
               make the suite flaky on a loaded 2-core machine).
-``thorough``  many more examples, for a local soak: ``HYPOTHESIS_PROFILE=thorough pytest``.
+``thorough``  many more examples, for a local soak: ``HYPOTHESIS_PROFILE=thorough pytest``
+              (tests with an explicit ``max_examples`` keep it).
 ``ci``        like ``default`` but derandomised, so CI failures reproduce exactly.
 """
 

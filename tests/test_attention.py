@@ -169,7 +169,6 @@ def test_to_dict_from_dict_roundtrip(rng):
 
 
 # --------------------------------------------------------------------------- strategies
-@settings(max_examples=25)
 @given(R=rotations(3), S=spd_matrices(3, min_eig=0.5, max_eig=3.0), g=gaussians(2),
        M=matrices(2, 3, scale=0.5))
 def test_matrix_strategies(R, S, g, M):
@@ -184,7 +183,6 @@ def test_matrix_strategies(R, S, g, M):
     assert M.shape == (2, 3) and np.linalg.norm(M, 2) <= 0.5 + 1e-12
 
 
-@settings(max_examples=25)
 @given(m=measures(d=(2, 3), n=(1, 5), weighted=True, positions=True, radius=2.0),
        c=compact_measures(d=3, n=4, radius=0.5))
 def test_measure_strategies(m, c):
@@ -197,7 +195,6 @@ def test_measure_strategies(m, c):
     assert c.weights is None and np.allclose(c.w, 0.25)
 
 
-@settings(max_examples=40)
 @given(att=attentions(kinds=["softmax", "sinkhorn", "l2"], d=4, heads=None, masked=True,
                       time_dependent=True),
        problem=attention_problems(d=st.just(2), masked=None))

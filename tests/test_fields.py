@@ -198,7 +198,6 @@ def test_matches_loop_reference(problem, t):
     np.testing.assert_allclose(got, reference_for(att, m, t), rtol=1e-7, atol=1e-8)
 
 
-@settings(max_examples=25)
 @given(problem=attention_problems(masked=None, weighted=None), data=st.data())
 def test_queries_match_reference(problem, data):
     att, m = problem
@@ -209,7 +208,6 @@ def test_queries_match_reference(problem, data):
 
 
 # --------------------------------------------------------------------------- symmetries
-@settings(max_examples=40)
 @given(problem=attention_problems(heads=None, masked=None, weighted=None), data=st.data())
 def test_permutation_equivariance(problem, data):
     att, m = problem
@@ -222,7 +220,6 @@ def test_permutation_equivariance(problem, data):
     np.testing.assert_allclose(out_p, out[perm], rtol=1e-9, atol=1e-10)
 
 
-@settings(max_examples=30)
 @given(problem=attention_problems(heads=None, masked=None, weighted=True), data=st.data())
 def test_zero_weight_token_is_a_pure_query(problem, data):
     # appending a token of weight 0 leaves the measure unchanged: the field at the other
@@ -249,7 +246,6 @@ def _in_hull(points: np.ndarray, y: np.ndarray, tol: float) -> bool:
     return bool(np.all(py <= proj.max(0) + tol) and np.all(py >= proj.min(0) - tol))
 
 
-@settings(max_examples=40)
 @given(m=measures(d=(1, 3), n=(1, 6), weighted=None, positions=None), data=st.data())
 def test_softmax_identity_value_stays_in_convex_hull(m, data):
     a = data.draw(attentions(kinds=["softmax", "l2", "sinkhorn"], d=m.d,
@@ -274,7 +270,6 @@ def test_single_token_is_fixed_by_normalised_attention(kind):
     np.testing.assert_allclose(tp.velocity(att.replace(V=V), x), x @ V.T, rtol=1e-13)
 
 
-@settings(max_examples=30)
 @given(problem=attention_problems(d=st.sampled_from([2, 4]), heads=None, masked=None,
                                   weighted=None))
 def test_multihead_equals_sum_of_heads(problem):
@@ -296,7 +291,6 @@ def test_multihead_equals_sum_of_heads(problem):
                                rtol=1e-10, atol=1e-12)
 
 
-@settings(max_examples=30)
 @given(problem=attention_problems(kinds=MASKABLE, heads=None, weighted=None),
        s=st.floats(0.0, 1.0))
 def test_masked_with_equal_positions_is_unmasked(problem, s):
@@ -307,7 +301,6 @@ def test_masked_with_equal_positions_is_unmasked(problem, s):
     np.testing.assert_allclose(masked, unmasked, rtol=1e-12, atol=1e-13)
 
 
-@settings(max_examples=30)
 @given(problem=attention_problems(kinds=MASKABLE, masked=True, weighted=None, n=(2, 6)))
 def test_masked_first_token_sees_only_itself(problem):
     att, m = problem
@@ -320,7 +313,6 @@ def test_masked_first_token_sees_only_itself(problem):
     np.testing.assert_allclose(out[first], scale * alone[0], rtol=1e-12, atol=1e-13)
 
 
-@settings(max_examples=30)
 @given(problem=attention_problems(kinds=["sinkhorn"], heads=None, weighted=None))
 def test_sinkhorn_field_averages_to_v_times_mean(problem):
     # column sums of the doubly stochastic coupling are one, so

@@ -350,6 +350,20 @@ def test_one_euler_step_is_x_plus_dt_velocity(problem):
     np.testing.assert_allclose(traj.final, want, rtol=1e-12, atol=1e-12)
 
 
+@settings(max_examples=15)
+@given(problem=attention_problems(heads=None, masked=None, weighted=None, scale=0.5,
+                                  time_dependent=None))
+def test_rk4_and_dopri5_agree_on_random_problems(problem):
+    # two integrators of different orders and step rules; with layer_time = 1 and
+    # h = 1/20 both respect the layer boundaries; RK4's global error ~ h^4 ~ 1e-6 at most
+    att, m = problem
+    a = tp.simulate(att, m.X, t_max=2.0, dt=0.05, method="rk4", **m.kwargs)
+    b = tp.simulate(att, m.X, t_max=2.0, dt=0.5, method="dopri5", rtol=1e-9, atol=1e-11,
+                    **m.kwargs)
+    assert a.status == b.status == "ok"
+    np.testing.assert_allclose(a.final, b.final, rtol=1e-6, atol=1e-6)
+
+
 # --------------------------------------------------------------------------- validation
 def test_simulate_validation_errors():
     att = tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2))
