@@ -54,25 +54,38 @@ def _attention(kind: str, d: int, rng: np.random.Generator) -> tp.Attention:
 
 
 def _time_call(fn, min_time: float, repeats: int = 3) -> float:
-    best = np.inf
+    """Best (over ``repeats``) mean time of ``fn`` over loops lasting about ``min_time``.
+
+    Short calls are looped: on a loaded machine one preempted thread stalls a whole
+    parallel call, and a single millisecond call would measure that, not the kernel.
+    """
+    t0 = time.perf_counter()
+    fn()
+    single = time.perf_counter() - t0
+    loops = max(1, int(np.ceil(min_time / max(single, 1e-6))))
+    best = single if loops == 1 else np.inf
     for _ in range(repeats):
         t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-        if best * repeats > 4 * min_time:
+        for _ in range(loops):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / loops)
+        if best * loops * repeats > 4 * min_time:
             break
     return best
 
 
 def _measure(call, n: int, min_time: float, m0: int = 64):
-    """Grow the number of queries M until one call takes ``min_time``; return stats."""
+    """Grow the number of queries M (up to N) until one call takes ``min_time``."""
     m = min(n, m0)
     call(m)  # warm-up (compilation is cached, but the first call loads it)
     while True:
-        t = _time_call(lambda: call(m), min_time)
+        t0 = time.perf_counter()
+        call(m)
+        t = time.perf_counter() - t0
         if t >= min_time or m == n:
             break
         m = min(n, max(2 * m, int(m * 1.2 * min_time / max(t, 1e-9))))
+    t = _time_call(lambda: call(m), min_time)
     tracemalloc.start()
     tracemalloc.reset_peak()
     call(m)

@@ -138,7 +138,10 @@ def test_pointwise(phi, dtype, rtol, data):
     if limits is not None:
         mag = np.where(np.arange(k.shape[0])[None, :] < limits[:, None], mag, 0.0)
     scale = (mag * f64[3][None, :]) @ np.abs(f64[2])
-    assert np.all(np.abs(out - ref) <= rtol * (scale + 1e-300))
+    # plus the smallest normal number: results below it carry no relative accuracy (the
+    # float32 sigmoid of -100 is subnormal; vexp flushes it to zero)
+    tiny = np.finfo(dtype).tiny * (1.0 + f64[3] @ np.abs(f64[2]))
+    assert np.all(np.abs(out - ref) <= rtol * scale + tiny)
 
 
 def test_masked_query_never_reads_past_its_prefix(rng):

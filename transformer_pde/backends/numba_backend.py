@@ -80,6 +80,9 @@ _FM_EXP = {"nnan", "ninf", "nsz", "contract"}
 
 _PHI_CODES = {"identity": 0, "sigmoid": 1, "relu": 2}
 
+#: smallest number of query-key pairs worth giving to one more thread
+_MIN_PAIRS_PER_THREAD = 500_000
+
 
 # --------------------------------------------------------------------------- exp
 @intrinsic
@@ -421,8 +424,11 @@ class NumbaBackend:
     def _threads(self) -> int:
         return self.n_threads or numba.config.NUMBA_NUM_THREADS
 
-    def _run(self, kernel, *args):
-        n = self._threads()
+    def _run(self, kernel, work, *args):
+        # at least _MIN_PAIRS_PER_THREAD pair interactions (~0.5 ms) per thread: below
+        # that, waking threads costs more than it saves, and on a loaded machine a
+        # parallel call waits for every thread to be scheduled
+        n = int(min(self._threads(), max(1, work // _MIN_PAIRS_PER_THREAD)))
         old = numba.get_num_threads()
         if n != old:
             numba.set_num_threads(n)
@@ -481,36 +487,41 @@ class NumbaBackend:
         return dtype, qc, kT, oT, np.ascontiguousarray(b), lim
 
     # ------------------------------------------------------------------ primitives
-    def softmax(self, q, k, v, bias, limits):
-        """Streaming softmax: ``(out (M, c), lse (M,))``; see :mod:`transformer_pde.backends`."""
-        prep = self._prepare(q, k, [v], bias, limits, "bias")
+    def _reduce(self, q, k, v, bias, limits):
+        """Run the streaming softmax kernel; ``v = None`` computes the lse alone."""
+        prep = self._prepare(q, k, [] if v is None else [v], bias, limits, "bias")
         if prep is None:
-            from .numpy_backend import NumpyBackend
-            return NumpyBackend().softmax(q, k, v, bias, limits)
-        dtype, qc, kT, (vT,), b, lim = prep
+            return None
+        dtype, qc, kT, oT, b, lim = prep
         m = qc.shape[0]
+        vT = oT[0] if oT else np.empty((0, kT.shape[1]), dtype=dtype)
         out = np.zeros((m, vT.shape[0]), dtype=dtype)
         lse = np.empty(m, dtype=dtype)
         has = np.empty(m, dtype=np.bool_)
-        self._run(_softmax_kernel, qc, kT, vT, b, lim, self._groups(m), out, lse, has)
+        self._run(_softmax_kernel, int(lim.sum()), qc, kT, vT, b, lim, self._groups(m), out,
+                  lse, has)
         lse[~has] = -np.inf
         return out, lse
 
+    def softmax(self, q, k, v, bias, limits):
+        """Streaming softmax: ``(out (M, c), lse (M,))``; see :mod:`transformer_pde.backends`."""
+        res = self._reduce(q, k, v, bias, limits)
+        if res is None:       # NaN / +inf bias: the reference defines the answer
+            from .numpy_backend import NumpyBackend
+            return NumpyBackend().softmax(q, k, v, bias, limits)
+        return res
+
     def lse(self, q, k, bias, limits):
-        r"""Streaming :math:`\mathrm{lse}_i = \log\sum_{j<L_i} e^{q_i\cdot k_j + b_j}` (M,)."""
-        prep = self._prepare(q, k, [], bias, limits, "bias")
-        if prep is None:
+        r"""Streaming :math:`\mathrm{lse}_i = \log\sum_{j<L_i} e^{q_i\cdot k_j + b_j}` (M,).
+
+        The primitive of log-domain Sinkhorn: one pass over the keys per query, O(N)
+        memory, ``-inf`` for a query whose visible keys all have weight zero.
+        """
+        res = self._reduce(q, k, None, bias, limits)
+        if res is None:
             from .numpy_backend import NumpyBackend
             return NumpyBackend().lse(q, k, bias, limits)
-        dtype, qc, kT, _, b, lim = prep
-        m = qc.shape[0]
-        vT = np.empty((0, kT.shape[1]), dtype=dtype)
-        out = np.empty((m, 0), dtype=dtype)
-        lse = np.empty(m, dtype=dtype)
-        has = np.empty(m, dtype=np.bool_)
-        self._run(_softmax_kernel, qc, kT, vT, b, lim, self._groups(m), out, lse, has)
-        lse[~has] = -np.inf
-        return lse
+        return res[1]
 
     def pointwise(self, phi, q, k, v, w, limits):
         r"""``out_i = sum_{j<L_i} w_j phi(q_i . k_j) v_j`` for ``phi`` in identity/sigmoid/relu."""
@@ -528,6 +539,6 @@ class NumbaBackend:
         m = qc.shape[0]
         out = np.zeros((m, vT.shape[0]), dtype=dtype)
         zb = np.zeros_like(wc)
-        self._run(_pointwise_kernel, np.int64(_PHI_CODES[phi]), qc, kT, vT, wc, zb, lim,
-                  self._groups(m), out)
+        self._run(_pointwise_kernel, int(lim.sum()), np.int64(_PHI_CODES[phi]), qc, kT, vT, wc,
+                  zb, lim, self._groups(m), out)
         return out
