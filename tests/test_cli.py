@@ -43,3 +43,159 @@ def test_covariance_rank():
     assert cli.covariance_rank(line) == 1
     assert cli.covariance_rank(rng.normal(size=(50, 3))) == 3
     assert cli.covariance_rank(np.zeros((3, 3)), is_cov=True) == 0
+
+
+# --------------------------------------------------------------------------- subcommands
+def _write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_simulate_tiny(tmp_path):
+    from transformer_pde import load
+
+    cfg = _write(tmp_path, "s.toml", """
+[attention]
+kind = "softmax"
+d = 2
+V = -1.0
+[tokens]
+n = 12
+seed = 3
+[run]
+t_max = 0.5
+dt = 0.1
+[output]
+gif = true
+""")
+    out = tmp_path / "sim"
+    assert cli.main(["simulate", cfg, "--out", str(out), "-q"]) == 0
+    for name in ("trajectory.npz", "summary.json", "particles.png", "particles.gif"):
+        assert (out / name).is_file(), name
+    traj = load(out / "trajectory.npz")
+    assert traj.states.shape == (6, 12, 2)
+    # the tokens are the configured ones: N(0, I) with seed 3
+    np.testing.assert_array_equal(traj.states[0], np.random.default_rng(3).normal(size=(12, 2)))
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "ok" and s["n_tokens"] == 12
+
+
+def test_gaussian_tiny_blowup_time_exact(tmp_path):
+    # V = I, A = I/sqrt(2): T* = 1 / lambda_max(Sigma0^{1/2} (A + A^T) Sigma0^{1/2})  (SPEC)
+    cfg = _write(tmp_path, "g.toml", """
+[attention]
+d = 2
+score_scale = "1/sqrt(d)"
+[gaussian]
+cov = [[1.0, 0.3], [0.3, 0.5]]
+t_max = 2.0
+n_eval = 20
+""")
+    out = tmp_path / "g"
+    assert cli.main(["gaussian", cfg, "--out", str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    lam = np.linalg.eigvalsh(np.array([[1.0, 0.3], [0.3, 0.5]])).max()
+    assert s["status"] == "blowup"
+    # solver tolerance 1e-10; the estimate of T* is accurate to ~1e-9 relative
+    assert s["blowup_time"] == pytest.approx(1.0 / (np.sqrt(2.0) * lam), rel=1e-7)
+    assert s["limit_numerical_rank"] == 1
+    with np.load(out / "gaussian.npz") as z:
+        assert z["covs"].shape[1:] == (2, 2) and z["times"][0] == 0.0
+    assert (out / "gaussian.png").is_file()
+
+
+def test_cone_tiny(tmp_path):
+    cfg = _write(tmp_path, "c.toml", """
+[attention]
+d = 2
+V = -1.0
+score_scale = "1/sqrt(d)"
+[cone]
+n = 4
+t_max = 1.0
+n_eval = 6
+color_by = "status"
+rank_one_line = [1.0, 0.0]
+""")
+    out = tmp_path / "c"
+    assert cli.main(["cone", cfg, "--out", str(out)]) == 0
+    with np.load(out / "cone.npz") as z:
+        assert z["covs"].shape == (4, 6, 2, 2)
+        np.testing.assert_allclose(z["covs"][:, 0], z["covs0"], rtol=1e-12)
+        # V = -I: Sigma' = -sqrt(2) Sigma^2, Sigma(t) = (Sigma0^-1 + sqrt(2) t I)^-1 exactly
+        exact = np.linalg.inv(np.linalg.inv(z["covs0"]) + np.sqrt(2.0) * np.eye(2))
+        np.testing.assert_allclose(z["covs"][:, -1], exact, rtol=1e-7)
+    s = json.loads((out / "summary.json").read_text())
+    assert sum(s["status_counts"].values()) == 4
+    assert (out / "cone.png").is_file()
+
+
+def test_ranks_tiny(tmp_path):
+    out = tmp_path / "r"
+    assert cli.main(["ranks", "--dims", "2", "--draws", "4", "--kinds", "softmax",
+                     "--values", "identity", "--out", str(out), "-q"]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    (sw,) = s["sweeps"]
+    assert sum(sw["rank_counts"]) == 4 and sw["d"] == 2
+    with np.load(out / "ranks.npz") as z:
+        assert z["softmax_identity_d2"].shape == (4,)
+    assert (out / "ranks.png").is_file()
+
+
+def test_rank_sweep_identity_value_blows_up_to_rank_one():
+    # V = I: Sigma^-1(t) = Sigma0^-1 - t (A + A^T) becomes singular along one direction, so
+    # the blow-up limit Sigma / tr Sigma is rank one (SPEC reference solution)
+    sw = cli.rank_sweep("softmax", 3, value="identity", draws=6, seed=1, t_max=200.0)
+    blown = sw.status == "blowup"
+    assert blown.any()
+    assert np.all(sw.ranks[blown] == 1)
+
+
+def test_bench_numpy_only(tmp_path, capsys):
+    assert cli.main(["bench", "--backends", "numpy", "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "bench.json").read_text())
+    assert {r["task"] for r in res["rows"]} == {"softmax field", "gaussian solve_batch"}
+    assert all(r["seconds"] > 0 for r in res["rows"])
+    assert "seconds" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["demo", "simulate", "gaussian", "cone", "ranks", "bench"])
+def test_help(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main([command, "--help"])
+    assert exc.value.code == 0
+    assert "usage: transformer-pde" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- config errors
+@pytest.mark.parametrize("text, key", [
+    ('[attention]\nd = 2\nQ = "eye"\n', "attention.Q"),
+    ('[attention]\nd = 2\nQ = [[1, 2, 3]]\n', "attention.Q"),
+    ('[attention]\nd = 2\nbeta = "hot"\n', "attention.beta"),
+    ('[attention]\nd = 2\nkind = "cosine"\n', "attention.kind"),
+    ('[attention]\nd = 2\nheads = 3\n', "attention.heads"),
+    ('[attention]\nd = 2\ncolour = 1\n', "attention.colour"),
+    ('[attention]\nd = 2.5\n', "attention.d"),
+    ('[attention]\nd = 2\n[tokens]\nn = -1\n', "tokens.n"),
+    ('[attention]\nd = 2\n[tokens]\nmean = [0, 0, 0]\n', "tokens.mean"),
+    ('[attention]\nd = 2\n[run]\nmethod = "leapfrog"\n', "run.method"),
+    ('[attention]\nd = 2\n[run]\nt_max = 0\n', "run.t_max"),
+])
+def test_config_errors_name_the_key(tmp_path, capsys, text, key):
+    cfg = _write(tmp_path, "bad.toml", text)
+    assert cli.main(["simulate", cfg, "--out", str(tmp_path / "o"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert key in err
+    assert any(word in err for word in ("expected", "must divide", "unknown key; allowed"))
+
+
+def test_config_file_errors(tmp_path, capsys):
+    assert cli.main(["gaussian", str(tmp_path / "missing.toml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    cfg = _write(tmp_path, "broken.toml", "[attention\n")
+    assert cli.main(["cone", cfg]) == 2
+    assert "not valid TOML" in capsys.readouterr().err
+    cfg = _write(tmp_path, "d3.toml", "[attention]\nd = 3\n")
+    assert cli.main(["cone", cfg, "--out", str(tmp_path / "o")]) == 2
+    assert "attention.d" in capsys.readouterr().err

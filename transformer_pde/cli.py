@@ -31,13 +31,32 @@ import logging
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["ConfigError", "main", "load_config", "count_clusters", "covariance_rank",
-           "build_attention"]
+__all__ = [
+    "ConfigError",
+    "RankSweep",
+    "batch_paths",
+    "build_attention",
+    "build_tokens",
+    "count_clusters",
+    "covariance_rank",
+    "load_config",
+    "main",
+    "paper_attention",
+    "rank_sweep",
+    "run_bench",
+    "run_cone",
+    "run_demo",
+    "run_gaussian",
+    "run_ranks",
+    "run_simulate",
+    "slice_covariances",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -533,6 +552,433 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0 if s["status"] == "ok" else 1
 
 
+# =========================================================================== paper helpers
+def paper_attention(kind: str, Q: Any, K: Any, V: Any, *, heads: int = 1, eps: float = 1.0) -> Any:
+    r"""An :class:`~transformer_pde.Attention` with the scalings the paper's figures used (``SPEC.md``).
+
+    * ``softmax``: score :math:`\langle Qx, Ky\rangle/\sqrt d`, i.e. :math:`A = K^\top Q/\sqrt d`;
+      with ``heads = H > 1`` each head is scaled by :math:`1/\sqrt k`, :math:`k = d/H`;
+    * ``l2``: kernel :math:`\exp(-|Qx/\sqrt d - Ky|^2)`: ``l2_beta = 1`` with :math:`Q/\sqrt d`;
+    * ``sinkhorn``: :math:`A = K^\top Q` unscaled, :math:`\varepsilon` = ``eps`` (1 in the paper).
+
+    Parameters
+    ----------
+    kind : {"softmax", "l2", "sinkhorn"}
+    Q, K, V : array (d, d)
+    heads : int
+        Number of heads (softmax only).
+    eps : float
+        Sinkhorn regularisation.
+    """
+    from .attention import Attention  # noqa: PLC0415
+
+    Q = np.asarray(Q, dtype=float)
+    d = Q.shape[1]
+    if kind == "softmax":
+        k = d // heads if heads > 1 else d
+        return Attention("softmax", Q / math.sqrt(k), K, V, heads=heads)
+    if heads != 1:
+        raise ValueError(f"heads must be 1 for kind={kind!r}, got {heads}")
+    if kind == "l2":
+        return Attention("l2", Q / math.sqrt(d), K, V, l2_beta=1.0)
+    if kind == "sinkhorn":
+        return Attention("sinkhorn", Q, K, V, eps=eps)
+    raise ValueError(f"kind must be 'softmax', 'l2' or 'sinkhorn', got {kind!r}")
+
+
+def slice_covariances(n: int, *, radius: float = 0.7, trace: float = 1.0, init: str = "circle",
+                      seed: int = 0) -> np.ndarray:
+    r"""``n`` initial 2×2 covariances with trace ``trace``.
+
+    ``init="circle"``: :math:`\Sigma/\operatorname{tr}\Sigma` on the circle of radius ``radius``
+    of the unit disc, :math:`\Sigma = \tfrac{v}{2}\begin{pmatrix}1 + r\cos\theta & r\sin\theta\\
+    r\sin\theta & 1 - r\cos\theta\end{pmatrix}`, :math:`\theta` evenly spaced;
+    ``init="random"``: :math:`FF^\top` with standard normal :math:`F`, rescaled to the trace.
+    """
+    if int(n) < 1:
+        raise ValueError(f"n must be >= 1, got {n!r}")
+    if not (0 <= radius < 1):
+        raise ValueError(f"radius must be in [0, 1), got {radius!r}")
+    if not (math.isfinite(trace) and trace > 0):
+        raise ValueError(f"trace must be finite and > 0, got {trace!r}")
+    if init == "circle":
+        th = np.linspace(0.0, 2.0 * np.pi, int(n), endpoint=False)
+        u, w = radius * np.cos(th), radius * np.sin(th)
+        S = np.stack([np.stack([1 + u, w], -1), np.stack([w, 1 - u], -1)], -2)
+        return 0.5 * trace * S
+    if init == "random":
+        F = np.random.default_rng(seed).normal(size=(int(n), 2, 2))
+        S = F @ np.swapaxes(F, -1, -2)
+        return trace * S / np.trace(S, axis1=1, axis2=2)[:, None, None]
+    raise ValueError(f"init must be 'circle' or 'random', got {init!r}")
+
+
+def batch_paths(res: Any) -> list[np.ndarray]:
+    """Covariance path of each member of a ``GaussianBatch`` solved with ``t_eval``: the
+    finite saved states followed by the final state (at the blow-up threshold, if any)."""
+    out = []
+    for covs, last in zip(res.traj_covs, res.covs):
+        keep = covs[np.all(np.isfinite(covs), axis=(1, 2))]
+        out.append(np.concatenate([keep, last[None]]))
+    return out
+
+
+#: colours of the Gaussian statuses in figures
+STATUS_COLOURS = {"converged": "tab:blue", "blowup": "tab:red", "diverging": "tab:orange",
+                  "running": "tab:gray"}
+
+
+@dataclass
+class RankSweep:
+    """Result of :func:`rank_sweep`: one numerical rank and status per random draw."""
+
+    kind: str
+    d: int
+    value: str
+    ranks: np.ndarray
+    status: np.ndarray
+    rtol: float
+    blowup_threshold: float
+    t_max: float
+
+    def summary(self) -> dict:
+        return {"kind": self.kind, "d": self.d, "value": self.value, "draws": int(self.ranks.size),
+                "rank_counts": np.bincount(self.ranks, minlength=self.d + 1).tolist(),
+                "status_counts": {s: int(np.sum(self.status == s)) for s in STATUS_COLOURS},
+                "rtol": self.rtol, "blowup_threshold": self.blowup_threshold, "t_max": self.t_max}
+
+
+def rank_sweep(kind: str, d: int, *, value: str = "identity", draws: int = 100, seed: int = 0,
+               t_max: float = 30.0, blowup_threshold: float = 1e3, rtol: float = 1e-3,
+               solver_rtol: float = 1e-6, solver_atol: float = 1e-9, max_steps: int = 2000
+               ) -> RankSweep:
+    r"""Numerical rank of the limit covariance over random draws (the paper's rank histograms).
+
+    Each draw takes :math:`Q, K` with i.i.d. :math:`N(0, 1)` entries, :math:`V = I` or
+    (``value="random"``) i.i.d. :math:`N(0, 1)`, and :math:`\Sigma_0 = FF^\top/d` with
+    :math:`F` standard normal; the attention uses the paper's scalings
+    (:func:`paper_attention`).  All draws are integrated together with
+    :func:`transformer_pde.gaussian.solve_batch` (exact moment ODE, adaptive), stopping at
+    :math:`\operatorname{tr}\Sigma` = ``blowup_threshold`` (the paper stopped at
+    :math:`10^3`) or ``t_max``.  The rank counted is
+    :func:`transformer_pde.diagnostics.numerical_rank` (relative tolerance ``rtol``) of
+    ``limit`` = :math:`\Sigma/\operatorname{tr}\Sigma` at the end (extrapolated to
+    :math:`T^*` for finite-time blow-ups); numerical rank is scale invariant, so this is also
+    the rank of a converged :math:`\Sigma`.
+    """
+    from . import gaussian  # noqa: PLC0415
+    from .diagnostics import numerical_rank  # noqa: PLC0415
+
+    if value not in ("identity", "random"):
+        raise ValueError(f"value must be 'identity' or 'random', got {value!r}")
+    if int(d) < 1 or int(draws) < 1:
+        raise ValueError(f"d and draws must be >= 1, got d={d!r}, draws={draws!r}")
+    rng = np.random.default_rng([int(seed), int(d), 0 if value == "identity" else 1])
+    atts = []
+    for _ in range(int(draws)):
+        Q, K = rng.normal(size=(d, d)), rng.normal(size=(d, d))
+        V = np.eye(d) if value == "identity" else rng.normal(size=(d, d))
+        atts.append(paper_attention(kind, Q, K, V))
+    F = rng.normal(size=(int(draws), d, d))
+    covs0 = F @ np.swapaxes(F, -1, -2) / d
+    res = gaussian.solve_batch(atts, np.zeros((int(draws), d)), covs0, t_max=t_max,
+                               blowup_threshold=blowup_threshold, rtol=solver_rtol,
+                               atol=solver_atol, max_steps=max_steps)
+    ranks = np.array([numerical_rank(L, rtol) for L in res.limit], dtype=int)
+    return RankSweep(kind, int(d), value, ranks, np.asarray(res.status), float(rtol),
+                     float(blowup_threshold), float(t_max))
+
+
+# =========================================================================== gaussian
+_GAUSS_KEYS = ("mean", "cov", "t_max", "n_eval", "rtol", "atol", "blowup_threshold",
+               "converge_tol")
+
+
+def _solver_options(sec: _Section, t_max: float) -> dict:
+    return {"t_max": sec.number("t_max", t_max, positive=True),
+            "rtol": sec.number("rtol", 1e-10, positive=True),
+            "atol": sec.number("atol", 1e-12, positive=True),
+            "blowup_threshold": sec.number("blowup_threshold", 1e8, positive=True),
+            "converge_tol": sec.number("converge_tol", 1e-10, positive=True)}
+
+
+def run_gaussian(cfg: dict, out: str | Path) -> dict:
+    r"""Gaussian moment ODE from a configuration (tables ``attention`` and ``gaussian``).
+
+    Writes ``gaussian.npz`` (times, means, covs, limit), ``summary.json`` (status, blow-up
+    time, ranks of the limit) and ``gaussian.png`` (eigenvalues of :math:`\Sigma(t)`).
+    """
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    from . import gaussian  # noqa: PLC0415
+    from .diagnostics import effective_rank, numerical_rank  # noqa: PLC0415
+
+    _Section(cfg, "config", ("attention", "gaussian", "title"))
+    att = build_attention(cfg.get("attention"))
+    d = att.d
+    sec = _Section(cfg.get("gaussian"), "gaussian", _GAUSS_KEYS)
+    mean = sec.vector("mean", d, [0.0] * d)
+    cov = sec.raw("cov", "identity")
+    cov = np.eye(d) if cov == "identity" else _numeric_array(cov, sec.key("cov"),
+                                                             f"'identity' or a {d} x {d} list of lists")
+    if cov.shape != (d, d):
+        raise ConfigError(f"{sec.key('cov')}: expected 'identity' or a {d} x {d} list of lists, "
+                          f"got shape {cov.shape}")
+    opts = _solver_options(sec, 10.0)
+    n_eval = sec.integer("n_eval", 200, minimum=2)
+    try:
+        traj = gaussian.solve(att, mean, cov, t_eval=np.linspace(0.0, opts["t_max"], n_eval), **opts)
+    except ValueError as exc:
+        raise ConfigError(f"[gaussian]: {exc}") from None
+    outdir = _outdir(out)
+    np.savez(outdir / "gaussian.npz", times=traj.times, means=traj.means, covs=traj.covs,
+             limit=traj.limit)
+    lam = np.linalg.eigvalsh(traj.covs)
+    fig = Figure(figsize=(6.0, 4.0), layout="constrained")
+    ax = fig.add_subplot()
+    for i in range(d):
+        ax.semilogy(traj.times, np.clip(lam[:, i], 1e-300, None), label=f"$\\lambda_{i + 1}$")
+    if np.isfinite(traj.blowup_time):
+        ax.axvline(traj.blowup_time, color="k", ls="--", lw=0.8, label="$T^*$")
+    ax.set_xlabel("t")
+    ax.set_ylabel(r"eigenvalues of $\Sigma(t)$")
+    ax.set_title(str(cfg.get("title", f"{att.kind}: {traj.status}")))
+    ax.legend(fontsize="small")
+    _savefig(fig, outdir / "gaussian.png")
+    summary = {"command": "gaussian", "attention": repr(att), "status": traj.status,
+               "message": traj.message, "blowup_time": traj.blowup_time, "t_final": traj.t_final,
+               "trace_final": float(np.trace(traj.covs[-1])),
+               "limit_numerical_rank": numerical_rank(traj.limit, RANK_RTOL),
+               "limit_rank_rtol": RANK_RTOL, "limit_effective_rank": effective_rank(traj.limit),
+               "mean_final": traj.means[-1], "nfev": traj.nfev,
+               "files": {"data": "gaussian.npz", "figure": "gaussian.png"}}
+    _write_json(outdir / "summary.json", summary)
+    return summary
+
+
+def _cmd_gaussian(args: argparse.Namespace) -> int:
+    s = run_gaussian(load_config(args.config), args.out)
+    sys.stdout.write(f"gaussian: {s['status']} ({s['message']}); limit rank "
+                     f"{s['limit_numerical_rank']}; files in {args.out}: gaussian.npz, "
+                     "gaussian.png, summary.json\n")
+    return 0
+
+
+# =========================================================================== cone
+_CONE_KEYS = ("n", "init", "radius", "trace", "seed", "t_max", "n_eval", "view", "color_by",
+              "rank_one_line", "v_max", "rtol", "atol", "blowup_threshold", "converge_tol")
+
+
+def run_cone(cfg: dict, out: str | Path) -> dict:
+    """Phase plot of many 2-D covariance trajectories (tables ``attention`` and ``cone``).
+
+    Writes ``cone.npz`` (times, covs (n, T, 2, 2) with NaN after a member stopped, final
+    covs, status, blow-up times), ``summary.json`` and ``cone.png``."""
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    from . import gaussian, plot  # noqa: PLC0415
+
+    _Section(cfg, "config", ("attention", "cone", "title"))
+    att = build_attention(cfg.get("attention"))
+    if att.d != 2:
+        raise ConfigError(f"attention.d: the cone phase plot needs d = 2, got {att.d}")
+    sec = _Section(cfg.get("cone"), "cone", _CONE_KEYS)
+    n = sec.integer("n", 24, minimum=1)
+    radius = sec.number("radius", 0.7, nonneg=True)
+    if radius >= 1:
+        raise ConfigError(f"{sec.key('radius')}: expected a number in [0, 1), got {radius}")
+    covs0 = slice_covariances(n, radius=radius, trace=sec.number("trace", 1.0, positive=True),
+                              init=sec.choice("init", "circle", ("circle", "random")),
+                              seed=sec.integer("seed", 0))
+    opts = _solver_options(sec, 20.0)
+    n_eval = sec.integer("n_eval", 200, minimum=2)
+    view = sec.choice("view", "both", ("cone", "slice", "both"))
+    color_by = sec.choice("color_by", "start", ("start", "end", "status"))
+    line = sec.vector("rank_one_line", 2) if sec.has("rank_one_line") else None
+    v_max = sec.number("v_max", 0.0, positive=True) if sec.has("v_max") else None
+    try:
+        res = gaussian.solve_batch(att, np.zeros((n, 2)), covs0,
+                                   t_eval=np.linspace(0.0, opts["t_max"], n_eval), **opts)
+    except ValueError as exc:
+        raise ConfigError(f"[cone]: {exc}") from None
+    paths = batch_paths(res)
+    colours = ([STATUS_COLOURS[s] for s in res.status] if color_by == "status" else color_by)
+    panels = ["cone", "slice"] if view == "both" else [view]
+    fig = Figure(figsize=(5.5 * len(panels), 5.0), layout="constrained")
+    title = str(cfg.get("title", repr(att)))
+    for i, panel in enumerate(panels):
+        if panel == "cone":
+            ax = fig.add_subplot(1, len(panels), i + 1, projection="3d")
+            plot.cone(paths, color_by=colours, rank_one_line=line, v_max=v_max, ax=ax)
+        else:
+            ax = fig.add_subplot(1, len(panels), i + 1)
+            plot.cone_slice(paths, color_by=colours, rank_one_line=line, ax=ax)
+    fig.suptitle(title)
+    outdir = _outdir(out)
+    _savefig(fig, outdir / "cone.png")
+    np.savez(outdir / "cone.npz", times=res.t_eval, covs=res.traj_covs, covs_final=res.covs,
+             limit=res.limit, status=np.asarray(res.status, dtype=str),
+             blowup_time=res.blowup_time, covs0=covs0)
+    summary = {"command": "cone", "attention": repr(att), "n": n, "status_counts": res.counts(),
+               "blowup_times": res.blowup_time, "t_final": res.t_final,
+               "files": {"data": "cone.npz", "figure": "cone.png"}}
+    _write_json(outdir / "summary.json", summary)
+    return summary
+
+
+def _cmd_cone(args: argparse.Namespace) -> int:
+    s = run_cone(load_config(args.config), args.out)
+    counts = ", ".join(f"{k} {v}" for k, v in s["status_counts"].items() if v)
+    sys.stdout.write(f"cone: {s['n']} trajectories ({counts}); files in {args.out}: cone.png, "
+                     "cone.npz, summary.json\n")
+    return 0
+
+
+# =========================================================================== ranks
+_RANK_KEYS = ("kinds", "dims", "values", "draws", "seed", "t_max", "blowup_threshold", "rtol")
+
+
+def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True) -> dict:
+    """Rank-histogram sweep (table ``ranks``); writes ``ranks.npz``, ``summary.json`` and
+    ``ranks.png`` (one panel per (kind, value), bars grouped by dimension)."""
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    from . import plot  # noqa: PLC0415
+
+    _Section(cfg, "config", ("ranks", "title"))
+    sec = _Section(cfg.get("ranks"), "ranks", _RANK_KEYS)
+
+    def str_list(key: str, default: list, options: Sequence[str]) -> list:
+        v = sec.raw(key, default)
+        if not isinstance(v, list) or not v or any(x not in options for x in v):
+            raise ConfigError(f"{sec.key(key)}: expected a non-empty list of "
+                              f"{', '.join(map(repr, options))}, got {v!r}")
+        return v
+
+    kinds = str_list("kinds", ["softmax", "l2"], ("softmax", "l2", "sinkhorn"))
+    values = str_list("values", ["identity", "random"], ("identity", "random"))
+    dims = sec.raw("dims", [3, 4, 5])
+    if (not isinstance(dims, list) or not dims
+            or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in dims)):
+        raise ConfigError(f"{sec.key('dims')}: expected a non-empty list of integers >= 1, "
+                          f"got {dims!r}")
+    opts = {"draws": sec.integer("draws", 100, minimum=1), "seed": sec.integer("seed", 0),
+            "t_max": sec.number("t_max", 30.0, positive=True),
+            "blowup_threshold": sec.number("blowup_threshold", 1e3, positive=True),
+            "rtol": sec.number("rtol", 1e-3, positive=True)}
+    if opts["rtol"] >= 1:
+        raise ConfigError(f"{sec.key('rtol')}: expected a number in (0, 1), got {opts['rtol']}")
+    jobs = [(k, v, d) for k in kinds for v in values for d in dims]
+    bar = _Bar(len(jobs), "ranks", progress)
+    sweeps = []
+    for k, v, d in jobs:
+        sweeps.append(rank_sweep(k, d, value=v, **opts))
+        bar.update()
+    bar.close()
+    fig = Figure(figsize=(4.2 * len(values), 3.2 * len(kinds)), layout="constrained")
+    axes = np.atleast_2d(fig.subplots(len(kinds), len(values), squeeze=False))
+    for i, k in enumerate(kinds):
+        for j, v in enumerate(values):
+            group = {f"d = {s.d}": s.ranks for s in sweeps if s.kind == k and s.value == v}
+            plot.rank_histogram(group, d=max(dims), ax=axes[i, j],
+                                title=f"{k}, V = {'I' if v == 'identity' else 'random'}")
+    fig.suptitle(str(cfg.get("title", f"numerical rank (rtol {opts['rtol']:g}) of the limit "
+                                      f"covariance, {opts['draws']} draws")))
+    outdir = _outdir(out)
+    _savefig(fig, outdir / "ranks.png")
+    np.savez(outdir / "ranks.npz", **{f"{s.kind}_{s.value}_d{s.d}": s.ranks for s in sweeps},
+             **{f"{s.kind}_{s.value}_d{s.d}_status": s.status.astype(str) for s in sweeps})
+    summary = {"command": "ranks", "sweeps": [s.summary() for s in sweeps],
+               "files": {"data": "ranks.npz", "figure": "ranks.png"}}
+    _write_json(outdir / "summary.json", summary)
+    return summary
+
+
+def _cmd_ranks(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config) if args.config else {}
+    table = dict(cfg.get("ranks", {}) or {})
+    for key in ("kinds", "dims", "values"):
+        if getattr(args, key) is not None:
+            table[key] = getattr(args, key)
+    for key in ("draws", "seed"):
+        if getattr(args, key) is not None:
+            table[key] = getattr(args, key)
+    cfg = {**cfg, "ranks": table}
+    s = run_ranks(cfg, args.out, progress=not args.quiet)
+    for sw in s["sweeps"]:
+        sys.stdout.write(f"{sw['kind']:>8s} V={sw['value']:<8s} d={sw['d']}: ranks 0..{sw['d']} "
+                         f"-> {sw['rank_counts']}\n")
+    sys.stdout.write(f"files in {args.out}: ranks.png, ranks.npz, summary.json\n")
+    return 0
+
+
+# =========================================================================== bench
+def run_bench(*, quick: bool = True, out: str | Path | None = None,
+              backends: Sequence[str] | None = None) -> dict:
+    r"""Small built-in timing: particle field evaluations and a Gaussian batch solve.
+
+    Times (best of 3 repeats, after one warm-up call that also compiles numba kernels) one
+    evaluation of the softmax field :math:`\Gamma_{\mu_N}` at
+    all :math:`N` tokens in :math:`d = 16` on each available CPU backend, and one
+    :func:`~transformer_pde.gaussian.solve_batch` of 256 random 4-D softmax Gaussians with
+    :math:`V = I` (random :math:`Q, K`, most of which blow up in finite time).
+    The project's full benchmark scripts are in ``benchmarks/``.
+    """
+    import platform  # noqa: PLC0415
+
+    from . import gaussian  # noqa: PLC0415
+    from .attention import Attention  # noqa: PLC0415
+    from .backends import available_backends  # noqa: PLC0415
+    from .fields import FieldEvaluator  # noqa: PLC0415
+
+    rng = np.random.default_rng(0)
+    d = 16
+    sizes = (256, 1024) if quick else (256, 1024, 4096, 16384)
+    att = Attention("softmax", rng.normal(size=(d, d)) / d, rng.normal(size=(d, d)) / math.sqrt(d),
+                    np.eye(d))
+    rows = []
+    wanted = ("numpy", "numba") if backends is None else tuple(backends)
+    backends = [b for b in available_backends() if b in wanted]
+    for be in backends:
+        for n in sizes:
+            X = rng.normal(size=(n, d))
+            ev = FieldEvaluator(att, n, backend=be)
+            ev(0.0, ev.be.asarray(X, np.float64))  # warm-up (JIT compilation for numba)
+            best = math.inf
+            for _ in range(3):
+                t0 = time.perf_counter()
+                ev(0.0, ev.be.asarray(X, np.float64))
+                best = min(best, time.perf_counter() - t0)
+            rows.append({"task": "softmax field", "backend": be, "N": n, "d": d, "seconds": best})
+    B, dg = 256, 4
+    atts = [Attention("softmax", rng.normal(size=(dg, dg)) / 2, rng.normal(size=(dg, dg)),
+                      np.eye(dg)) for _ in range(B)]
+    F = rng.normal(size=(B, dg, dg))
+    t0 = time.perf_counter()
+    res = gaussian.solve_batch(atts, np.zeros((B, dg)), F @ np.swapaxes(F, -1, -2) / dg,
+                               t_max=10.0, blowup_threshold=1e3, rtol=1e-8, atol=1e-10)
+    rows.append({"task": "gaussian solve_batch", "backend": "numpy", "N": B, "d": dg,
+                 "seconds": time.perf_counter() - t0, "status_counts": res.counts()})
+    result = {"command": "bench", "quick": quick, "machine": platform.platform(),
+              "python": platform.python_version(), "cpu_count": __import__("os").cpu_count(),
+              "rows": rows}
+    if out is not None:
+        outdir = _outdir(out)
+        _write_json(outdir / "bench.json", result)
+    return result
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    res = run_bench(quick=not args.full, out=args.out, backends=args.backends)
+    sys.stdout.write(f"{'task':<22s} {'backend':<8s} {'N':>7s} {'d':>3s} {'seconds':>10s}\n")
+    for r in res["rows"]:
+        sys.stdout.write(f"{r['task']:<22s} {r['backend']:<8s} {r['N']:>7d} {r['d']:>3d} "
+                         f"{r['seconds']:>10.4f}\n")
+    if args.out:
+        sys.stdout.write(f"written {Path(args.out) / 'bench.json'}\n")
+    return 0
+
+
 # =========================================================================== main
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -566,6 +1012,50 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default="transformer-pde-simulate", help="output directory")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=_cmd_simulate)
+
+    g = sub.add_parser("gaussian", help="Gaussian mean/covariance ODE from a TOML file",
+                       description="Solve the exact moment ODE of a Gaussian token measure "
+                                   "from CONFIG.toml (tables [attention], [gaussian]); write "
+                                   "gaussian.npz, gaussian.png and summary.json.")
+    g.add_argument("config", help="TOML configuration (see examples/configs/gaussian.toml)")
+    g.add_argument("--out", default="transformer-pde-gaussian", help="output directory")
+    g.set_defaults(func=_cmd_gaussian)
+
+    c = sub.add_parser("cone", help="phase plot of 2-D covariances in the PSD cone",
+                       description="Solve many 2-D Gaussian runs from CONFIG.toml (tables "
+                                   "[attention] with d = 2, [cone]) and draw them in the PSD "
+                                   "cone and its trace-normalised slice; write cone.png, "
+                                   "cone.npz and summary.json.")
+    c.add_argument("config", help="TOML configuration (see examples/configs/cone.toml)")
+    c.add_argument("--out", default="transformer-pde-cone", help="output directory")
+    c.set_defaults(func=_cmd_cone)
+
+    r = sub.add_parser("ranks", help="rank histogram sweep over random draws",
+                       description="Numerical rank of the limit covariance over random "
+                                   "parameters and initial covariances, per kind, value matrix "
+                                   "and dimension; write ranks.png, ranks.npz, summary.json. "
+                                   "Options override the [ranks] table of CONFIG.")
+    r.add_argument("config", nargs="?", help="optional TOML file with a [ranks] table")
+    r.add_argument("--out", default="transformer-pde-ranks", help="output directory")
+    r.add_argument("--kinds", nargs="+", choices=("softmax", "l2", "sinkhorn"),
+                   help="attention kinds (default softmax l2)")
+    r.add_argument("--dims", nargs="+", type=int, help="dimensions (default 3 4 5)")
+    r.add_argument("--values", nargs="+", choices=("identity", "random"),
+                   help="value matrices V (default identity random)")
+    r.add_argument("--draws", type=int, help="random draws per case (default 100)")
+    r.add_argument("--seed", type=int, help="random seed (default 0)")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    r.set_defaults(func=_cmd_ranks)
+
+    b = sub.add_parser("bench", help="small built-in timing",
+                       description="Time the softmax particle field on the CPU backends and a "
+                                   "batched Gaussian solve (the full benchmark scripts are in "
+                                   "benchmarks/).")
+    b.add_argument("--full", action="store_true", help="larger token counts (slower)")
+    b.add_argument("--out", default=None, help="directory for bench.json (optional)")
+    b.add_argument("--backends", nargs="+", choices=("numpy", "numba"),
+                   help="CPU backends to time (default: those available of numpy, numba)")
+    b.set_defaults(func=_cmd_bench)
     return p
 
 
