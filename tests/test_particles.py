@@ -326,10 +326,11 @@ def test_load_rejects_foreign_npz(tmp_path):
 
 
 # --------------------------------------------------------------------------- dtypes
+@pytest.mark.parametrize("kind", ["softmax", "sinkhorn"])
 @pytest.mark.parametrize("method", ["euler", "rk4", "dopri5"])
-def test_float32_simulation_stays_float32(method, rng):
+def test_float32_simulation_stays_float32(method, kind, rng):
     X0 = rng.normal(size=(5, 2))
-    att = tp.Attention("softmax", np.eye(2) * 0.5, np.eye(2), np.eye(2) * 0.5)
+    att = tp.Attention(kind, np.eye(2) * 0.5, np.eye(2), np.eye(2) * 0.5)
     kw = dict(t_max=1.0, dt=0.1, method=method, rtol=1e-4, atol=1e-6)
     t32 = tp.simulate(att, X0.astype(np.float32), **kw)
     t64 = tp.simulate(att, X0, **kw)
