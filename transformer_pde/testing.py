@@ -74,7 +74,7 @@ SizeSpec = Union[int, tuple[int, int], st.SearchStrategy, None]
 
 
 # --------------------------------------------------------------------------- values
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Measure:
     r"""An empirical token measure :math:`\mu = \sum_j w_j \delta_{x_j}` (positions optional).
 
