@@ -254,3 +254,11 @@ def test_clustering_example_runs(tmp_path):
     Z = np.concatenate([np.zeros((3, 2)), np.ones((3, 2)), [[5.0, 0.0]]])
     assert mod.cluster_labels(Z).max() + 1 == 3
     assert mod.cluster_labels(np.zeros((4, 2))).max() == 0
+
+
+@given(problem=attention_problems(d=(2, 4), heads=None, min_head_dim=2))
+def test_min_head_dim(problem):
+    att, m = problem
+    assert all(head.Q.shape[0] >= 2 for head in att.at(0.0).heads)
+    with pytest.raises(ValueError, match="min_head_dim"):
+        attentions(min_head_dim=0)

@@ -43,6 +43,7 @@ from typing import Any, NamedTuple, Sequence, Union
 import numpy as np
 
 try:
+    from hypothesis import assume
     from hypothesis import strategies as st
     from hypothesis.extra import numpy as hnp
 except ImportError as exc:  # pragma: no cover - exercised only without hypothesis
@@ -298,21 +299,23 @@ def _divisors(d: int) -> list[int]:
 
 
 @st.composite
-def _attention(draw, kinds, d, heads, masked, scale, time_dependent, temperatures, w_o):
+def _attention(draw, kinds, d, heads, masked, scale, time_dependent, temperatures, w_o,
+               min_k):
     kind = draw(st.sampled_from(kinds))
     dd = draw(d)
+    assume(dd >= min_k)
     if heads is None:
-        H = draw(st.sampled_from(_divisors(dd)))
+        H = draw(st.sampled_from([h for h in _divisors(dd) if dd // h >= min_k]))
     else:
         H = draw(heads)
-        if dd % H:
-            H = 1  # the requested head count does not divide this d: fall back to one head
+        if dd % H or dd // H < min_k:
+            H = 1  # the requested head count does not fit this d: fall back to one head
     if not KINDS[kind].maskable:
         is_masked = False
     else:
         is_masked = draw(st.booleans()) if masked is None else bool(masked)
     # Q, K (k x d with k drawn for one head; d x d for several heads), V (d x d)
-    k = draw(st.integers(1, dd)) if H == 1 else dd
+    k = draw(st.integers(min_k, dd)) if H == 1 else dd
     n_layers = draw(st.integers(1, 3)) if (time_dependent or
                                            (time_dependent is None and draw(st.booleans()))) else 0
 
@@ -338,7 +341,7 @@ def _attention(draw, kinds, d, heads, masked, scale, time_dependent, temperature
 def attentions(kinds: Sequence[str] | None = None, d: SizeSpec = None, *,
                heads: SizeSpec = 1, masked: bool | None = False, scale: float = 1.0,
                time_dependent: bool | None = False, temperatures: bool = True,
-               output_matrix: bool | None = False) -> st.SearchStrategy:
+               output_matrix: bool | None = False, min_head_dim: int = 1) -> st.SearchStrategy:
     r"""Random :class:`~transformer_pde.Attention` specifications.
 
     Parameters
@@ -364,6 +367,10 @@ def attentions(kinds: Sequence[str] | None = None, d: SizeSpec = None, *,
         ``[0.5, 2]`` for sinkhorn) instead of the defaults.
     output_matrix : bool or None
         Include an output projection ``W_O``; ``None`` draws it.
+    min_head_dim : int
+        Smallest head width ``k`` (rows of each head's Q and K), for kinds that need
+        ``k >= 2``; head counts leaving narrower heads fall back to one head, and drawn
+        dimensions ``d < min_head_dim`` are rejected (pass ``d >= min_head_dim``).
 
     Notes
     -----
@@ -378,16 +385,19 @@ def attentions(kinds: Sequence[str] | None = None, d: SizeSpec = None, *,
         raise ValueError("kinds must not be empty")
     if not scale > 0:
         raise ValueError(f"scale must be > 0, got {scale}")
+    if isinstance(min_head_dim, bool) or not isinstance(min_head_dim, (int, np.integer)) \
+            or min_head_dim < 1:
+        raise ValueError(f"min_head_dim must be an integer >= 1, got {min_head_dim!r}")
     heads_st = None if heads is None else _size(heads, (1, 4), "heads")
     return _attention(kinds, _size(d, (1, 4), "d"), heads_st, masked, float(scale),
-                      time_dependent, bool(temperatures), output_matrix)
+                      time_dependent, bool(temperatures), output_matrix, int(min_head_dim))
 
 
 @st.composite
-def _problem(draw, kinds, d, n, heads, masked, weighted, scale, time_dependent):
+def _problem(draw, kinds, d, n, heads, masked, weighted, scale, time_dependent, min_k):
     dd = draw(_size(d, (1, 4), "d"))
     att = draw(attentions(kinds, dd, heads=heads, masked=masked, scale=scale,
-                          time_dependent=time_dependent))
+                          time_dependent=time_dependent, min_head_dim=min_k))
     m = draw(measures(dd, n, weighted=weighted, positions=att.masked))
     return att, m
 
@@ -395,8 +405,8 @@ def _problem(draw, kinds, d, n, heads, masked, weighted, scale, time_dependent):
 def attention_problems(kinds: Sequence[str] | None = None, d: SizeSpec = None,
                        n: SizeSpec = None, *, heads: SizeSpec = 1,
                        masked: bool | None = False, weighted: bool | None = None,
-                       scale: float = 1.0,
-                       time_dependent: bool | None = False) -> st.SearchStrategy:
+                       scale: float = 1.0, time_dependent: bool | None = False,
+                       min_head_dim: int = 1) -> st.SearchStrategy:
     r"""Pairs ``(att, measure)`` of matching dimension, ready for ``velocity``/``simulate``.
 
     The measure carries positions exactly when ``att.masked``.  Parameters as in
@@ -413,4 +423,4 @@ def attention_problems(kinds: Sequence[str] | None = None, d: SizeSpec = None,
     ...     assert tp.velocity(att, m.X, **m.kwargs).shape == m.X.shape
     >>> test_shape()
     """
-    return _problem(kinds, d, n, heads, masked, weighted, scale, time_dependent)
+    return _problem(kinds, d, n, heads, masked, weighted, scale, time_dependent, min_head_dim)
