@@ -9,6 +9,8 @@ NumPy, and an exact solution of the 1-D linear-attention flow.  With Q = K = V =
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 import scipy.linalg
@@ -398,3 +400,14 @@ def test_simulate_validation_errors():
             tp.simulate(att, X, t_max=1.0, dt=0.1, backend="_missing_sim")
     finally:
         BACKENDS.pop("_missing_sim", None)
+
+
+def test_progress_reporting_does_not_change_the_run(caplog):
+    plain = tp.simulate(linear_1d(), X0_1D, t_max=1.0, dt=0.1)
+    with caplog.at_level(logging.INFO, logger="transformer_pde"):
+        shown = tp.simulate(linear_1d(), X0_1D, t_max=1.0, dt=0.1, progress=True)
+    np.testing.assert_array_equal(shown.states, plain.states)
+    try:
+        import tqdm  # noqa: F401
+    except ImportError:  # without tqdm, progress goes to logging at INFO level
+        assert any("simulate: t =" in r.getMessage() for r in caplog.records)
