@@ -96,7 +96,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 STATUSES = ("converged", "blowup", "diverging", "running")
-_Q_BLOWUP = 0.05  # q = -dtau/dt above which growth is classified as a finite-time blow-up
+_Q_BLOWUP = 0.5  # q = -dtau/dt = 1/p above which growth is a finite-time blow-up (p < 2)
 
 
 # =========================================================================== validation
@@ -216,8 +216,8 @@ def _sym(X: np.ndarray) -> np.ndarray:
 
 
 def _head_affine(kind: str, Q: np.ndarray, K: np.ndarray, V: np.ndarray, beta: np.ndarray,
-                 eps: np.ndarray, l2b: np.ndarray, mean: np.ndarray, S: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray]:
+                 eps: np.ndarray, l2b: np.ndarray, mean: np.ndarray, S: np.ndarray,
+                 F: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """One head, batched: Q, K (P,k,d), V (P,c,d), mean (B,d), S (B,d,d) -> M (B,c,d), b (B,c)."""
     KT = np.swapaxes(K, -1, -2)
     A = KT @ Q                                              # (P, d, d)
@@ -242,13 +242,17 @@ def _head_affine(kind: str, Q: np.ndarray, K: np.ndarray, V: np.ndarray, beta: n
         b = np.einsum("bcd,bd->bc", np.broadcast_to(V, M.shape[:1] + V.shape[1:]), inner)
     elif kind == "sinkhorn":
         A = beta[:, None, None] * A
-        lam, U = np.linalg.eigh(S)
-        Sh = (U * np.sqrt(np.maximum(lam, 0.0))[..., None, :]) @ np.swapaxes(U, -1, -2)
+        if F is None:
+            F = _psd_factor(S)
+        # S^1/2 = U diag(sv) U^T from the SVD of the factor F (F F^T = S): accurate for
+        # ill-conditioned / singular S (an eigh of S loses the small directions)
+        U, sv, _ = np.linalg.svd(F)
+        Sh = (U * sv[..., None, :]) @ np.swapaxes(U, -1, -2)
         ShA = Sh @ A
-        Wt = _sym(ShA @ S @ np.swapaxes(ShA, -1, -2))      # S^1/2 A S A^T S^1/2  (PSD)
-        mu, X = np.linalg.eigh(Wt)
+        Z = ShA @ F                                         # Z Z^T = S^1/2 A S A^T S^1/2
+        X, zeta, _ = np.linalg.svd(Z)
         e = eps[:, None]
-        h = 1.0 / (e + np.sqrt(e * e + 4.0 * np.maximum(mu, 0.0)))   # (eps I + R')^-1
+        h = 1.0 / (e + np.sqrt(e * e + 4.0 * zeta * zeta))  # (eps I + R')^-1 eigenvalues
         inv = (X * h[..., None, :]) @ np.swapaxes(X, -1, -2)
         M0 = 2.0 * (Sh @ inv @ ShA)                         # E[y | x] = alpha + M0 (x - alpha)
         M = V @ M0
@@ -259,12 +263,13 @@ def _head_affine(kind: str, Q: np.ndarray, K: np.ndarray, V: np.ndarray, beta: n
     return M, b
 
 
-def _affine_batch(pb: _PBatch, mean: np.ndarray, S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _affine_batch(pb: _PBatch, mean: np.ndarray, S: np.ndarray, F: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
     B, d = mean.shape
     M = np.zeros((B, d, d))
     b = np.zeros((B, d))
     for Q, K, V, rows in zip(pb.Q, pb.K, pb.V, pb.rows):
-        Mh, bh = _head_affine(pb.kind, Q, K, V, pb.beta, pb.eps, pb.l2b, mean, S)
+        Mh, bh = _head_affine(pb.kind, Q, K, V, pb.beta, pb.eps, pb.l2b, mean, S, F)
         M[:, rows] += Mh
         b[:, rows] += bh
     if pb.W_O is not None:
@@ -486,7 +491,7 @@ def exact_rank_one_softmax(V: Any, A: Any, u0: Any, t: Any, beta: float = 1.0,
         return np.array([u @ A @ u])
 
     sol = solve_ivp(phi, (0.0, float(ts.max())), [0.0], method="DOP853", t_eval=ts,
-                    rtol=rtol, atol=1e-300)
+                    rtol=rtol, atol=1e-14)
     if sol.status != 0:
         raise RuntimeError(f"rank-one reference failed: {sol.message}")
     return np.stack([u_of(tau) for tau in sol.y[0]])
@@ -540,6 +545,9 @@ class GaussianTrajectory:
         Time of the last state.
     message : str
     nfev : int
+        Right-hand-side evaluations.
+    final_mean, final_cov : ndarray
+        State at ``t_final`` (also when ``t_eval`` does not contain it).
     """
 
     times: np.ndarray
@@ -551,6 +559,8 @@ class GaussianTrajectory:
     t_final: float
     message: str
     nfev: int = 0
+    final_mean: np.ndarray | None = None
+    final_cov: np.ndarray | None = None
 
 
 @dataclass
@@ -567,7 +577,7 @@ class GaussianBatch:
     limit : ndarray (B, d, d)
         :math:`\\Sigma/\\operatorname{tr}\\Sigma`, extrapolated to :math:`T^*` on blow-up.
     n_steps : ndarray (B,)
-        Accepted steps per member.
+        Accepted explicit steps per member (members handed to Radau add ``nfev // 8``).
     t_eval : ndarray (T,) or None
     traj_means, traj_covs : ndarray (B, T, d), (B, T, d, d) or None
         States at ``t_eval`` (NaN after a member terminated).
@@ -665,8 +675,9 @@ class _System:
     # ---------------------------------------------------------------- right-hand side
     def rhs(self, Y: np.ndarray, idx: np.ndarray, full: bool = False):
         t, rho, G, g2, e2r, trS, phi, mean = self.unpack(Y, idx)
-        S = e2r[:, None, None] * (G @ np.swapaxes(G, 1, 2))
-        M, b = _affine_batch(self.params(t, idx), mean, S)
+        F = np.exp(rho)[:, None, None] * G
+        S = F @ np.swapaxes(F, 1, 2)
+        M, b = _affine_batch(self.params(t, idx), mean, S, F if self.kind == "sinkhorn" else None)
         kap = self.kap(idx)
         nu = trS + self.gamma * np.sum(mean * mean, axis=1)
         w = 1.0 + kap * nu
@@ -838,112 +849,161 @@ def solve(att: Attention, mean0: Any, cov0: Any, *, t_max: float, rtol: float = 
     att = _check_att(att)
     m0, c0 = _check_mean_cov(mean0, cov0, att.d, "mean0", "cov0")
     _check_solver_args(t_max, rtol, atol, blowup_threshold, converge_tol)
+    return _solve_core(att, 0.0, m0, _psd_factor(c0), t_max=float(t_max), rtol=rtol, atol=atol,
+                       blowup_threshold=blowup_threshold, converge_tol=converge_tol,
+                       t_eval=t_eval)
+
+
+_STIFF_STEPS = 1500  # explicit steps per segment before switching to the implicit Radau method
+_STIFF_STEPS_BATCH = 4000  # step attempts per member of solve_batch before the Radau hand-off
+
+
+def _solve_core(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray, *, t_max: float,
+                rtol: float, atol: float, blowup_threshold: float, converge_tol: float,
+                t_eval: Any, method: str = "DOP853") -> GaussianTrajectory:
+    """:func:`solve` from time ``t0`` and factor ``F0`` (inputs already validated).
+
+    Integrates with ``method`` (DOP853) and switches to Radau once a segment has taken
+    ``_STIFF_STEPS`` explicit steps (stiffness: e.g. a collapsing eigen-direction of
+    :math:`\Sigma` decaying much faster than the rest evolves)."""
     sysm = _System([att], 1)
     idx = np.zeros(1, dtype=int)
-    Y0 = sysm.pack(np.zeros(1), m0[None], _psd_factor(c0)[None], idx)[0]
+    Y0 = sysm.pack(np.array([t0]), m0[None], F0[None], idx)[0]
     log_thr = math.log(blowup_threshold)
     atol_vec = np.full(sysm.n, atol)
     atol_vec[1] = rtol            # rho is a log: its error is a relative error of F
-    stops = _breakpoints([att], t_max) + [float(t_max)]
+    stops = [b for b in _breakpoints([att], t_max) if b > t0] + [float(t_max)]
     if float(np.exp(sysm.log_size(Y0[None], idx))[0]) >= blowup_threshold:
         raise ValueError(f"the initial size already exceeds blowup_threshold={blowup_threshold}")
 
     seg_y: list[np.ndarray] = []
-    sols = []
+    sols: list[tuple[Any, float, float]] = []
     nfev = 0
     reason = 0
     s0 = 0.0
-    t_lo = 0.0
+    t_lo = t0
     Y = Y0
+
+    def fun(_s, y):
+        return sysm.rhs(y[None], idx)[0]
+
+    def ev_size(_s, y):
+        return float(sysm.log_size(y[None], idx)[0]) - log_thr
+    ev_size.terminal = True
+    ev_size.direction = 1
+
+    def ev_conv(_s, y):
+        return math.log(max(float(sysm.conv_measure(y[None], idx, atol)[0]), 1e-300)) \
+            - math.log(converge_tol)
+    ev_conv.terminal = True
+    ev_conv.direction = -1
+
     for stop in stops:
         eta = 1e-7 * max(1.0, abs(stop))
         sysm.lo[:] = t_lo + min(eta, 0.25 * (stop - t_lo))
         sysm.hi[:] = stop - min(eta, 0.25 * (stop - t_lo))
-
-        def fun(_s, y):
-            return sysm.rhs(y[None], idx)[0]
-
-        def ev_size(_s, y):
-            return float(sysm.log_size(y[None], idx)[0]) - log_thr
-        ev_size.terminal = True
-        ev_size.direction = 1
 
         def ev_time(_s, y, stop=stop):
             return y[0] - stop
         ev_time.terminal = True
         ev_time.direction = 1
 
-        def ev_conv(_s, y):
-            return math.log(max(float(sysm.conv_measure(y[None], idx, atol)[0]), 1e-300)) \
-                - math.log(converge_tol)
-        ev_conv.terminal = True
-        ev_conv.direction = -1
+        seg_done = False
+        while not seg_done:
+            if float(sysm.conv_measure(Y[None], idx, atol)[0]) <= converge_tol:
+                reason = 2          # already stationary: events only see sign changes
+                break
+            count = [0, math.inf]
 
-        # s-span: t(s) <= s, so stop - t_lo is a lower bound; the events end the run
-        span = (s0, s0 + 1e6 * (1.0 + stop) + 1e3)
-        sol = solve_ivp(fun, span, Y, method="DOP853", rtol=rtol, atol=atol_vec,
-                        events=[ev_size, ev_time, ev_conv], dense_output=True)
-        nfev += sol.nfev
-        if sol.status == -1:
-            raise RuntimeError(f"solve_ivp failed: {sol.message}")
-        seg_y.append(sol.y.T)
-        sols.append(sol)
-        if sol.t_events[0].size:
-            reason = 1
-            Y = sol.y_events[0][0]
-        elif sol.t_events[2].size:
-            reason = 2
-            Y = sol.y_events[2][0]
-        elif sol.t_events[1].size:
-            reason = 0
-            Y = sol.y_events[1][0].copy()
-            Y[0] = stop
-        else:  # pragma: no cover - span is huge
-            reason = 0
-            Y = sol.y[:, -1]
-        seg_y[-1] = np.vstack([sol.y.T[:-1], Y[None]]) if sol.y.shape[1] > 1 else Y[None]
-        s0 = float(sol.t[-1])
+            def ev_budget(s_, y, count=count):
+                # a function of s only (root finding re-evaluates it): positive until the
+                # step budget is spent, then crosses zero just before the current step's end
+                count[0] += 1
+                if count[0] > _STIFF_STEPS and count[1] == math.inf:
+                    count[1] = s_ - 1e-12 * max(1.0, abs(s_))
+                return count[1] - s_ if count[1] < math.inf else 1.0
+            ev_budget.terminal = True
+            events = [ev_size, ev_time, ev_conv]
+            if method != "Radau":
+                events.append(ev_budget)
+            t_start = float(Y[0])
+            # unbounded s-span: the events (size, t = stop, convergence) end each segment
+            sol = solve_ivp(fun, (s0, 1e300), Y, method=method, rtol=rtol, atol=atol_vec,
+                            events=events, dense_output=True)
+            nfev += sol.nfev
+            if sol.status == -1:
+                raise RuntimeError(f"solve_ivp failed: {sol.message}")
+            seg_done = True
+            if sol.t_events[0].size:
+                reason = 1
+                Y = sol.y_events[0][0]
+            elif sol.t_events[2].size:
+                reason = 2
+                Y = sol.y_events[2][0]
+            elif sol.t_events[1].size:
+                reason = 0
+                Y = sol.y_events[1][0].copy()
+                Y[0] = stop
+            elif len(sol.t_events) > 3 and sol.t_events[3].size:
+                logger.info("solve: stiff at t=%.6g, switching to Radau", sol.y_events[3][0][0])
+                Y = sol.y_events[3][0]
+                method = "Radau"
+                seg_done = False
+            else:  # pragma: no cover - span is huge
+                reason = 0
+                Y = sol.y[:, -1]
+            s_end = float(sol.t_events[[i for i, e in enumerate(sol.t_events) if e.size][0]][0]) \
+                if any(e.size for e in sol.t_events) else float(sol.t[-1])
+            keep = sol.t < s_end
+            seg_y.append(np.vstack([sol.y.T[keep], Y[None]]))
+            sols.append((sol, t_start, float(Y[0])))
+            s0 = s_end
         t_lo = stop
         if reason != 0:
             break
 
     status, Tstar, limit, msgs = _finish(sysm, Y[None], idx, blowup_threshold, converge_tol,
                                          atol, np.array([reason]))
+    if not seg_y:
+        seg_y = [Y[None]]
     Yall = np.vstack(seg_y)
     if t_eval is None:
         t_all, means, covs = sysm.moments(Yall, np.zeros(len(Yall), int))
     else:
         te = np.sort(np.asarray(t_eval, float).ravel())
         t_end = float(Y[0])
-        te = te[(te >= 0) & (te <= t_end)]
+        te = te[(te >= t0) & (te <= t_end)]
         rows = []
-        for sol, lo_t, hi_t in zip(sols, [0.0] + stops[:-1], stops):
-            sel = te[(te >= lo_t) & (te <= hi_t) & (te <= t_end)]
-            if lo_t > 0:
-                sel = sel[sel > lo_t] if rows else sel
-            if sel.size:
-                rows.append(_invert_time(sol, sel))
+        done = np.zeros(te.size, bool)
+        for sol, lo_t, hi_t in sols:
+            sel = ~done & (te >= lo_t) & (te <= hi_t)
+            if np.any(sel):
+                rows.append(_invert_time(sol.sol, sel, te))
+                done |= sel
+        if not sols:
+            rows = [np.repeat(Y[None], int(np.sum(te == t0)), axis=0)]
         Ye = np.vstack(rows) if rows else np.zeros((0, sysm.n))
         _, means, covs = sysm.moments(Ye, np.zeros(len(Ye), int))
         t_all = te[:len(Ye)]
+    _, fm, fc = sysm.moments(Y[None], idx)
     return GaussianTrajectory(np.asarray(t_all), means, covs, status[0], float(Tstar[0]),
-                              limit[0], float(Y[0]), msgs[0], nfev)
+                              limit[0], float(Y[0]), msgs[0], nfev, fm[0], fc[0])
 
 
-def _invert_time(sol, targets: np.ndarray) -> np.ndarray:
-    """States at times ``targets`` from the dense output of one segment (bisection in s, then
-    the secant-free final evaluation; t(s) is strictly increasing)."""
-    lo = np.full(targets.shape, sol.t[0])
-    hi = np.full(targets.shape, sol.t[-1])
+def _invert_time(dense, sel: np.ndarray, te: np.ndarray) -> np.ndarray:
+    """States at times ``te[sel]`` from a dense output in ``s`` (bisection; t(s) increasing)."""
+    targets = te[sel]
+    lo = np.full(targets.shape, dense.t_min)
+    hi = np.full(targets.shape, dense.t_max)
     for _ in range(200):
         mid = 0.5 * (lo + hi)
-        tm = sol.sol(mid)[0]
+        tm = dense(mid)[0]
         below = tm < targets
         lo = np.where(below, mid, lo)
         hi = np.where(below, hi, mid)
         if np.all(hi - lo <= 4e-16 * np.maximum(np.abs(hi), 1.0)):
             break
-    Ys = sol.sol(0.5 * (lo + hi)).T
+    Ys = np.atleast_2d(dense(0.5 * (lo + hi)).T)
     Ys[:, 0] = targets
     return Ys
 
@@ -1050,6 +1110,9 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
 
     set_window(all_idx)
     f = sysm.rhs(Y, all_idx)
+    conv0 = sysm.conv_measure(Y, all_idx, atol) <= converge_tol
+    reason = np.where(conv0, 2, -1)
+    active = ~conv0
     # initial step (Hairer-Wanner heuristic, vectorised)
     scale = atol_vec + rtol * np.abs(Y)
     d0 = np.sqrt(np.mean((Y / scale) ** 2, axis=1))
@@ -1058,8 +1121,6 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
     h = np.minimum(h, 0.1)
     n_steps = np.zeros(B, dtype=int)
     n_att = np.zeros(B, dtype=int)
-    reason = np.full(B, -1)
-    active = np.ones(B, dtype=bool)
     land_tol = 1e-12
 
     while True:
@@ -1140,18 +1201,30 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
                 conv = sysm.conv_measure(Y[rest], rest, atol) <= converge_tol
                 reason[rest[conv]] = 2
                 active[rest[conv]] = False
-        spent = active & (n_att >= max_steps)
-        if np.any(spent):
-            logger.warning("solve_batch: %d members spent max_steps=%d", int(spent.sum()),
-                           max_steps)
-            reason[spent] = 0
-            active[spent] = False
+        stiff = active & (n_att >= min(max_steps, _STIFF_STEPS_BATCH))
+        if np.any(stiff):
+            reason[stiff] = 3
+            active[stiff] = False
 
     status, Tstar, limit, msgs = _finish(sysm, Y, all_idx, blowup_threshold, converge_tol, atol,
-                                         reason)
+                                         np.where(reason == 3, 0, reason))
     t_fin, means, covs = sysm.moments(Y, all_idx)
-    for i in np.nonzero(n_att >= max_steps)[0]:
-        if reason[i] == 0 and t_fin[i] < t_max:
-            msgs[i] = f"stopped after max_steps={max_steps} at t={t_fin[i]:.6g}"
+    # members that became stiff: continue one by one with the implicit Radau method
+    for i in np.nonzero(reason == 3)[0]:
+        logger.info("solve_batch: member %d stiff at t=%.6g, continuing with Radau", i, t_fin[i])
+        a_i = atts[i] if len(atts) > 1 else atts[0]
+        F_i = np.exp(Y[i, 1]) * Y[i, 2:2 + d * d].reshape(d, d)
+        rem = None if te is None else te[te > t_fin[i]]
+        tr = _solve_core(a_i, float(t_fin[i]), means[i], F_i, t_max=float(t_max), rtol=rtol,
+                         atol=atol, blowup_threshold=blowup_threshold,
+                         converge_tol=converge_tol, t_eval=rem, method="Radau")
+        status[i], Tstar[i], limit[i], msgs[i] = tr.status, tr.blowup_time, tr.limit, tr.message
+        t_fin[i] = tr.t_final
+        if te is not None and len(tr.times):
+            pos = np.searchsorted(te, tr.times)
+            traj_m[i, pos] = tr.means
+            traj_c[i, pos] = tr.covs
+        means[i], covs[i] = tr.final_mean, tr.final_cov
+        n_steps[i] += tr.nfev // 8
     return GaussianBatch(np.array(status), Tstar, t_fin, means, covs, limit, n_steps, te,
                          traj_m, traj_c, msgs)

@@ -1,0 +1,478 @@
+"""Tests of transformer_pde.gaussian: closed forms, exact references, PSD, blow-up, batches,
+Sinkhorn coupling against POT, and the mean-field limit against the particle engine."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from transformer_pde.attention import Attention, Layers
+from transformer_pde import gaussian as g
+
+
+def _rot(theta: float) -> np.ndarray:
+    c, s = math.cos(theta), math.sin(theta)
+    return np.array([[c, -s], [s, c]])
+
+
+def _rand_spd(rng, d, scale=1.0, rank=None):
+    r = d if rank is None else rank
+    X = rng.normal(size=(d, r))
+    return scale * X @ X.T / d
+
+
+def _psd_sqrt(S):
+    lam, U = np.linalg.eigh(S)
+    return (U * np.sqrt(np.maximum(lam, 0))) @ U.T
+
+
+# ----------------------------------------------------------------------------- affine fields
+def test_affine_formulas_single_head_all_kinds():
+    rng = np.random.default_rng(0)
+    d = 3
+    Q, K, V = rng.normal(size=(3, d, d))
+    S = _rand_spd(rng, d)
+    a = rng.normal(size=d)
+    beta = 0.7
+    A = K.T @ Q
+    M, b = g.affine_field(Attention("softmax", Q, K, V, beta=beta), a, S)
+    np.testing.assert_allclose(M, V @ S @ (beta * A), rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(b, V @ a, rtol=1e-13)
+    M, b = g.affine_field(Attention("linear", Q, K, V, beta=beta), a, S)
+    np.testing.assert_allclose(M, V @ (S + np.outer(a, a)) @ (beta * A), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(b, 0.0)
+    lb = 0.8
+    M, b = g.affine_field(Attention("l2", Q, K, V, l2_beta=lb), a, S)
+    G = K.T @ K
+    I = np.eye(d)
+    np.testing.assert_allclose(M, 2 * lb * V @ S @ np.linalg.inv(I + 2 * lb * G @ S) @ A,
+                               rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(b, V @ np.linalg.inv(I + 2 * lb * S @ G) @ a, rtol=1e-11,
+                               atol=1e-12)
+    # sinkhorn: M = V C^T S^-1 with SPEC's C, for invertible S
+    eps = 0.6
+    M, b = g.affine_field(Attention("sinkhorn", Q, K, V, beta=beta, eps=eps), a, S)
+    C = _spec_sinkhorn_C(beta * A, S, eps)
+    np.testing.assert_allclose(M, V @ C.T @ np.linalg.inv(S), rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(b, V @ a - M @ a, rtol=1e-10, atol=1e-12)
+    # the mean of sinkhorn obeys alpha' = V alpha exactly
+    np.testing.assert_allclose(M @ a + b, V @ a, rtol=1e-12, atol=1e-12)
+
+
+def _spec_sinkhorn_C(A, S, eps):
+    """SPEC's formula, literally: C = 2 S^1/2 (eps I + R)^-1 S^1/2 A^T S."""
+    Sh = _psd_sqrt(S)
+    R = _psd_sqrt(4 * Sh @ A.T @ S @ A @ Sh + eps ** 2 * np.eye(len(S)))
+    return 2 * Sh @ np.linalg.solve(eps * np.eye(len(S)) + R, Sh @ A.T @ S)
+
+
+@pytest.mark.parametrize("rankA,rankS", [(1, 3), (3, 1), (2, 2), (1, 1)])
+def test_sinkhorn_cross_covariance_singular(rankA, rankS):
+    """C = S M0^T (no inverse) equals SPEC's C for singular A and singular S, and the
+    covariance rate V C^T + C V^T matches M S + S M^T."""
+    rng = np.random.default_rng(rankA * 10 + rankS)
+    d = 3
+    Q = rng.normal(size=(rankA, d))
+    K = rng.normal(size=(rankA, d))
+    V = rng.normal(size=(d, d))
+    S = _rand_spd(rng, d, rank=rankS)
+    A = K.T @ Q
+    C = g.sinkhorn_cross_covariance(A, S, eps=0.9)
+    np.testing.assert_allclose(C, _spec_sinkhorn_C(A, S, 0.9), rtol=1e-9, atol=1e-12)
+    M, _ = g.affine_field(Attention("sinkhorn", Q, K, V, eps=0.9), np.zeros(d), S)
+    C0 = _spec_sinkhorn_C(A, S, 0.9)
+    np.testing.assert_allclose(M @ S + S @ M.T, V @ C0.T + C0 @ V.T, rtol=1e-9, atol=1e-12)
+    assert np.all(np.isfinite(M))
+
+
+def test_one_dimensional_laws():
+    """SPEC's 1-D l2 and sinkhorn laws follow from the general formulas."""
+    for (q, k, v, s, lb, eps) in [(0.7, 1.3, 0.9, 0.4, 0.5, 1.0), (-1.1, 0.6, 1.7, 2.0, 1.0, 0.3)]:
+        _, dS = g.moment_ode(Attention("l2", [[q]], [[k]], [[v]], l2_beta=lb), [0.0], [[s]])
+        assert dS[0, 0] == pytest.approx(g.l2_variance_rate_1d(v, q, k, s, lb), rel=1e-13)
+        assert dS[0, 0] == pytest.approx(4 * lb * v * k * q * s ** 2 / (1 + 2 * lb * k * k * s),
+                                         rel=1e-13)
+        a = q * k
+        _, dS = g.moment_ode(Attention("sinkhorn", [[q]], [[k]], [[v]], eps=eps), [0.3], [[s]])
+        spec = (v / a) * (math.sqrt(eps ** 2 + 4 * a * a * s * s) - eps)
+        assert dS[0, 0] == pytest.approx(spec, rel=1e-12)
+        assert dS[0, 0] == pytest.approx(g.sinkhorn_variance_rate_1d(v, a, s, eps), rel=1e-13)
+    # linear kind, alpha = 0: sigma' = 2 v a sigma^2 (same law as softmax)
+    dm, dS = g.moment_ode(Attention("linear", [[0.5]], [[1.5]], [[1.2]]), [0.0], [[0.8]])
+    assert dS[0, 0] == pytest.approx(2 * 1.2 * 0.75 * 0.8 ** 2, rel=1e-14)
+    assert dm[0] == 0.0
+
+
+def test_multi_head_and_output_projection():
+    rng = np.random.default_rng(3)
+    d, H = 4, 2
+    Q, K, V, W = rng.normal(size=(4, d, d))
+    S = _rand_spd(rng, d)
+    a = rng.normal(size=d)
+    for kind in ("softmax", "linear", "l2", "sinkhorn"):
+        att = Attention(kind, Q, K, V, heads=H, W_O=W)
+        M, b = g.affine_field(att, a, S)
+        Ms, bs = np.zeros((d, d)), np.zeros(d)
+        for h in range(H):
+            r = slice(2 * h, 2 * h + 2)
+            # head h as a one-head attention with (k, d) Q_h, K_h and a d x d value matrix whose
+            # rows outside block h are zero
+            Vh = np.zeros((d, d))
+            Vh[r] = V[r]
+            Mh, bh = g.affine_field(Attention(kind, Q[r], K[r], Vh), a, S)
+            Ms += Mh
+            bs += bh
+        np.testing.assert_allclose(M, W @ Ms, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(b, W @ bs, rtol=1e-10, atol=1e-12)
+
+
+def test_time_dependent_parameters_in_affine_field():
+    V = Layers(np.array([[[1.0]], [[-2.0]]]))
+    att = Attention("softmax", [[1.0]], [[1.0]], V)
+    assert g.affine_field(att, [0.0], [[1.0]], t=0.5)[0][0, 0] == 1.0
+    assert g.affine_field(att, [0.0], [[1.0]], t=1.5)[0][0, 0] == -2.0
+
+
+# ----------------------------------------------------------------------------- validation
+@pytest.mark.parametrize("mean,cov,match", [
+    ([0.0, 0.0], [[1.0, 0.1], [0.0, 1.0]], "cov must be symmetric"),
+    ([0.0, 0.0], [[1.0, 0.0], [0.0, -1.0]], "cov must be positive semi-definite"),
+    ([0.0, np.nan], np.eye(2), "mean contains NaN"),
+    ([0.0, 0.0], [[1.0, np.nan], [np.nan, 1.0]], "cov contains NaN"),
+    ([0.0], np.eye(2), r"mean must have shape"),
+    ([0.0, 0.0], np.eye(3), r"cov must have shape"),
+])
+def test_validation_messages(mean, cov, match):
+    att = Attention("softmax", np.eye(2), np.eye(2), np.eye(2))
+    with pytest.raises(ValueError, match=match):
+        g.affine_field(att, mean, cov)
+
+
+@pytest.mark.parametrize("kind", ["sigmoid", "relu", "exp"])
+def test_rejects_non_affine_kinds(kind):
+    att = Attention(kind, np.eye(2), np.eye(2), np.eye(2))
+    with pytest.raises(ValueError, match="not affine on Gaussian"):
+        g.affine_field(att, np.zeros(2), np.eye(2))
+    with pytest.raises(ValueError, match="not affine on Gaussian"):
+        g.solve(att, np.zeros(2), np.eye(2), t_max=1.0)
+
+
+def test_rejects_masked_and_bad_args():
+    att = Attention("softmax", np.eye(2), np.eye(2), np.eye(2), masked=True)
+    with pytest.raises(ValueError, match="masked"):
+        g.solve_batch(att, np.zeros((1, 2)), np.eye(2)[None], t_max=1.0)
+    att = Attention("softmax", np.eye(2), np.eye(2), np.eye(2))
+    with pytest.raises(ValueError, match="t_max"):
+        g.solve(att, np.zeros(2), np.eye(2), t_max=-1.0)
+    with pytest.raises(ValueError, match="covs0 must have shape"):
+        g.solve_batch(att, np.zeros((2, 2)), np.eye(2)[None], t_max=1.0)
+    with pytest.raises(ValueError, match=r"covs0 must be positive semi-definite \(member 1\)"):
+        g.solve_batch(att, np.zeros((2, 2)), np.stack([np.eye(2), -np.eye(2)]), t_max=1.0)
+    with pytest.raises(TypeError, match="att must be an Attention"):
+        g.solve(None, np.zeros(2), np.eye(2), t_max=1.0)
+
+
+# ----------------------------------------------------------------------------- exact references
+@pytest.mark.parametrize("v,a,s0,m0,beta", [(1.3, 0.7, 0.5, 0.4, 1.0), (0.5, 2.0, 3.0, -1.0, 0.3),
+                                            (-1.0, -0.4, 0.2, 2.0, 1.0)])
+def test_softmax_1d_exact(v, a, s0, m0, beta):
+    att = Attention("softmax", [[a]], [[1.0]], [[v]], beta=beta)
+    Tstar = g.blowup_time_softmax_1d(v, a, s0, beta)
+    te = np.linspace(0, 0.999 * Tstar, 23)
+    tr = g.solve(att, [m0], [[s0]], t_max=10.0, t_eval=te)
+    mex, sex = g.exact_softmax_1d(v, a, m0, s0, tr.times, beta)
+    assert tr.status == "blowup"
+    assert abs(tr.blowup_time / Tstar - 1) < 1e-8
+    # compare in the well-conditioned variables 1/sigma and alpha/sqrt(sigma)
+    np.testing.assert_allclose(s0 / tr.covs[:, 0, 0], s0 / sex, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(tr.means[:, 0] / np.sqrt(tr.covs[:, 0, 0]), mex / np.sqrt(sex),
+                               rtol=1e-8, atol=1e-12)
+    b = g.solve_batch(att, [[m0]], [[[s0]]], t_max=10.0)
+    assert b.status[0] == "blowup" and abs(b.blowup_time[0] / Tstar - 1) < 1e-8
+
+
+def test_identity_value_exact_blowup_and_limit():
+    """V = I, A + A^T > 0: Sigma(t) = (Sigma0^-1 - t(A + A^T))^-1, T* and the rank-one limit."""
+    rng = np.random.default_rng(7)
+    d = 3
+    X = rng.normal(size=(d, d))
+    A = X + 2.5 * np.eye(d)
+    assert np.linalg.eigvalsh(A + A.T)[0] > 0
+    covs = np.stack([_rand_spd(rng, d) for _ in range(4)] + [_rand_spd(rng, d, rank=2)])
+    att = Attention("softmax", A, np.eye(d), np.eye(d), beta=0.5)
+    b = g.solve_batch(att, np.zeros((5, d)), covs, t_max=100.0)
+    for i, S0 in enumerate(covs):
+        T = g.blowup_time_identity_value(A, S0, beta=0.5)
+        assert b.status[i] == "blowup"
+        assert abs(b.blowup_time[i] / T - 1) < 1e-8, (i, b.blowup_time[i], T)
+        # exact limit direction: Sigma/trSigma -> u u^T/|u|^2, u = S0^1/2 w (top eigenvector)
+        R = _psd_sqrt(S0)
+        lam, W = np.linalg.eigh(R @ (0.5 * (A + A.T)) @ R)
+        u = R @ W[:, -1]
+        np.testing.assert_allclose(b.limit[i], np.outer(u, u) / (u @ u), atol=1e-8)
+        tr = g.solve(att, np.zeros(d), S0, t_max=100.0, t_eval=np.linspace(0, 0.99 * T, 9))
+        assert abs(tr.blowup_time / T - 1) < 1e-8
+        for t, S in zip(tr.times, tr.covs):
+            ex = g.exact_softmax_identity_value(A, S0, t, beta=0.5)
+            np.testing.assert_allclose(S, ex, rtol=1e-8, atol=1e-8 * np.abs(ex).max())
+
+
+def test_commuting_exact():
+    rng = np.random.default_rng(11)
+    U = np.linalg.qr(rng.normal(size=(3, 3)))[0]
+    V = U @ np.diag([1.0, -0.5, 0.8]) @ U.T
+    A = U @ np.diag([0.6, 1.2, -0.3]) @ U.T
+    S0 = U @ np.diag([0.7, 0.2, 0.0]) @ U.T   # singular on purpose
+    m0 = rng.normal(size=3)
+    _, _, Tstar = g.exact_softmax_commuting(V, A, m0, S0, 0.0)
+    assert Tstar == pytest.approx(1 / (2 * 0.6 * 0.7))
+    att = Attention("softmax", A, np.eye(3), V)
+    te = np.linspace(0, 0.95 * Tstar, 7)
+    tr = g.solve(att, m0, S0, t_max=5.0, t_eval=te)
+    assert tr.status == "blowup" and abs(tr.blowup_time / Tstar - 1) < 1e-8
+    for t, m, S in zip(tr.times, tr.means, tr.covs):
+        mex, Sex, _ = g.exact_softmax_commuting(V, A, m0, S0, t)
+        np.testing.assert_allclose(S, Sex, rtol=1e-8, atol=1e-9 * np.abs(Sex).max())
+        np.testing.assert_allclose(m, mex, rtol=1e-8, atol=1e-9 * np.abs(mex).max())
+    with pytest.raises(ValueError, match="do not commute"):
+        g.exact_softmax_commuting(V, _rand_sym(rng), m0, S0, 0.1)
+
+
+def _rand_sym(rng):
+    X = rng.normal(size=(3, 3))
+    return X + X.T
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rank_one_stays_rank_one(seed):
+    rng = np.random.default_rng(seed)
+    d = 3
+    V = rng.normal(size=(d, d))
+    A = rng.normal(size=(d, d))
+    u0 = rng.normal(size=d) / 2
+    att = Attention("softmax", A, np.eye(d), V)
+    b = g.solve_batch(att, np.zeros((1, d)), np.outer(u0, u0)[None], t_max=2.0,
+                      t_eval=np.linspace(0, 2.0, 11))
+    ok = np.isfinite(b.traj_covs[0, :, 0, 0])
+    ts = b.t_eval[ok]
+    covs = b.traj_covs[0, ok]
+    for S in covs:
+        lam = np.linalg.eigvalsh(S)
+        assert lam[-2] <= 1e-14 * lam[-1] + 1e-300 and lam[0] >= -1e-14 * lam[-1]
+    Tb = b.blowup_time[0] if b.status[0] == "blowup" else np.inf
+    near = ts <= 0.9 * Tb          # the reference clock tau(t) itself diverges at T*
+    U = g.exact_rank_one_softmax(V, A, u0, ts[near])
+    for S, u in zip(covs[near], U):
+        np.testing.assert_allclose(S, np.outer(u, u), rtol=1e-8, atol=1e-9 * (u @ u))
+    # other kinds keep the rank as well (factor integration)
+    for kind in ("linear", "l2", "sinkhorn"):
+        tr = g.solve(Attention(kind, A, np.eye(d), V), np.zeros(d), np.outer(u0, u0),
+                     t_max=1.0, t_eval=np.linspace(0, 1, 5))
+        for S in tr.covs:
+            lam = np.linalg.eigvalsh(S)
+            assert lam[-2] <= 1e-14 * lam[-1] + 1e-300
+
+
+def test_linear_kind_exact_blowup():
+    """Issue 9: the linear kind blows up in finite time; exact 1-D law with a mean."""
+    v, a, m0, s0 = 0.9, 1.1, 0.5, 0.6
+    att = Attention("linear", [[a]], [[1.0]], [[v]])
+    _, _, Tstar = g.exact_linear_1d(v, a, m0, s0, 0.0)
+    assert Tstar == pytest.approx(1 / (2 * v * a * (s0 + m0 ** 2)))
+    te = np.linspace(0, 0.99 * Tstar, 9)
+    tr = g.solve(att, [m0], [[s0]], t_max=10.0, t_eval=te)
+    assert tr.status == "blowup" and abs(tr.blowup_time / Tstar - 1) < 1e-8
+    mex, sex, _ = g.exact_linear_1d(v, a, m0, s0, tr.times)
+    np.testing.assert_allclose(tr.covs[:, 0, 0], sex, rtol=1e-8)
+    np.testing.assert_allclose(tr.means[:, 0], mex, rtol=1e-8)
+    # alpha = 0: same law as softmax
+    b = g.solve_batch(att, [[0.0]], [[[s0]]], t_max=10.0)
+    assert abs(b.blowup_time[0] * 2 * v * a * s0 - 1) < 1e-8
+
+
+def test_piecewise_layers_exact():
+    """Layers (V = +1 then -1): exact piecewise 1-D softmax solution."""
+    att = Attention("softmax", [[0.4]], [[1.0]], Layers(np.array([[[1.0]], [[-1.0]]])))
+    s0 = 0.5
+    te = np.array([0.5, 1.0, 1.5, 2.5])
+    s1 = s0 / (1 - 2 * 0.4 * s0 * 1.0)
+    ex = np.array([s0 / (1 - 0.4 * s0), s1, s1 / (1 + 0.8 * s1 * 0.5), s1 / (1 + 0.8 * s1 * 1.5)])
+    tr = g.solve(att, [0.0], [[s0]], t_max=2.5, t_eval=te)
+    np.testing.assert_allclose(tr.covs[:, 0, 0], ex, rtol=1e-9)
+    b = g.solve_batch(att, [[0.0]], [[[s0]]], t_max=2.5, t_eval=te)
+    np.testing.assert_allclose(b.traj_covs[0, :, 0, 0], ex, rtol=1e-9)
+    assert tr.status == b.status[0] == "running"
+
+
+# ----------------------------------------------------------------------------- PSD, statuses
+@pytest.mark.parametrize("kind", ["softmax", "linear", "l2", "sinkhorn"])
+def test_covariance_stays_psd(kind):
+    rng = np.random.default_rng(5)
+    d = 3
+    Q, K, V = rng.normal(size=(3, d, d))
+    covs = np.stack([_rand_spd(rng, d, 0.5), _rand_spd(rng, d, 0.5, rank=1),
+                     _rand_spd(rng, d, 2.0, rank=2)])
+    b = g.solve_batch(Attention(kind, Q, K, V, heads=1), rng.normal(size=(3, d)), covs,
+                      t_max=3.0, t_eval=np.linspace(0, 3, 31))
+    for i in range(3):
+        for S in b.traj_covs[i][np.isfinite(b.traj_covs[i, :, 0, 0])]:
+            assert np.array_equal(S, S.T)
+            lam = np.linalg.eigvalsh(S)
+            assert lam[0] >= -1e-14 * np.trace(S)
+        # the rank cannot grow (Sigma = F F^T with F' = M F keeps range(F) = M-image of it);
+        # it cannot drop at finite t either, but blow-up makes Sigma/tr Sigma nearly rank one
+        rank0 = np.linalg.matrix_rank(covs[i], tol=1e-10 * np.trace(covs[i]))
+        for S in b.traj_covs[i][np.isfinite(b.traj_covs[i, :, 0, 0])]:
+            lam = np.linalg.eigvalsh(S)
+            assert np.all(np.abs(lam[:d - rank0]) <= 1e-14 * np.trace(S))
+
+
+@pytest.mark.parametrize("kind", ["l2", "sinkhorn"])
+def test_l2_and_sinkhorn_never_blow_up(kind):
+    rng = np.random.default_rng(9)
+    d, B = 2, 8
+    atts = []
+    for _ in range(B):
+        Q, K, V = rng.normal(size=(3, d, d)) * 1.5
+        atts.append(Attention(kind, Q, K, V))
+    covs = np.stack([_rand_spd(rng, d, 2.0) for _ in range(B)])
+    b = g.solve_batch(atts, np.zeros((B, d)), covs, t_max=30.0)
+    assert not np.any(b.status == "blowup"), b.messages
+    assert np.all(np.isnan(b.blowup_time))
+    # 1-D: grows exponentially, classified as diverging
+    tr = g.solve(Attention(kind, [[1.0]], [[1.0]], [[1.0]]), [0.0], [[1.0]], t_max=200.0)
+    assert tr.status == "diverging", tr.message
+
+
+def test_converged_and_running_statuses():
+    att = Attention("softmax", np.array([[0.0, 0.0], [0.0, 1.0]]), np.eye(2), np.eye(2))
+    tr = g.solve(att, np.zeros(2), np.diag([1.0, 0.0]), t_max=5.0)
+    assert tr.status == "converged"
+    att = Attention("softmax", [[1.0]], [[1.0]], [[-1.0]])   # algebraic decay: undecided
+    tr = g.solve(att, [0.0], [[1.0]], t_max=5.0)
+    assert tr.status == "running" and tr.t_final == 5.0
+    assert tr.covs[-1, 0, 0] == pytest.approx(1 / (1 + 2 * 5.0), rel=1e-9)
+
+
+# ----------------------------------------------------------------------------- batch vs solve
+@pytest.mark.parametrize("kind", ["softmax", "linear", "l2", "sinkhorn"])
+def test_batch_matches_solve(kind):
+    rng = np.random.default_rng(21)
+    d, B = 2, 4
+    atts = [Attention(kind, *rng.normal(size=(3, d, d)), beta=1.0) for _ in range(B)]
+    means = rng.normal(size=(B, d)) * 0.5
+    covs = np.stack([_rand_spd(rng, d, 0.8) for _ in range(B)])
+    te = np.linspace(0, 1.0, 6)
+    b = g.solve_batch(atts, means, covs, t_max=4.0, t_eval=te)
+    for i in range(B):
+        tr = g.solve(atts[i], means[i], covs[i], t_max=4.0, t_eval=te)
+        assert tr.status == b.status[i]
+        if tr.status == "blowup":
+            assert abs(tr.blowup_time / b.blowup_time[i] - 1) < 1e-8
+        n = len(tr.times)
+        sc = np.abs(tr.covs).max()
+        np.testing.assert_allclose(b.traj_covs[i, :n], tr.covs, atol=1e-8 * sc)
+        np.testing.assert_allclose(b.traj_means[i, :n], tr.means,
+                                   atol=1e-8 * max(1, np.abs(tr.means).max()))
+
+
+# ----------------------------------------------------------------------------- sinkhorn vs POT
+def test_sinkhorn_cross_covariance_matches_pot():
+    """Empirical entropic coupling of N samples vs the closed-form C.
+
+    For fixed eps the entropic plan between empirical measures converges to the population
+    plan at the parametric rate N^-1/2 (Mena & Niles-Weed 2019), so the empirical
+    cross-covariance sum_ij pi_ij (x_i - xbar)(x_j - xbar)^T deviates from C by
+    O(||Sigma|| N^-1/2); with N = 1500, N^-1/2 = 0.026 and we allow 4 N^-1/2 relative.
+    """
+    ot = pytest.importorskip("ot")
+    rng = np.random.default_rng(2)
+    d, N = 2, 1500
+    Q = np.array([[0.8, 0.3], [-0.2, 0.6]])
+    K = np.array([[1.0, 0.0], [0.4, 0.7]])
+    beta, eps = 0.9, 0.7
+    A = beta * K.T @ Q
+    S = np.array([[1.0, 0.4], [0.4, 0.6]])
+    alpha = np.array([0.5, -0.3])
+    X = rng.multivariate_normal(alpha, S, size=N)
+    cost = -(X @ A.T @ X.T)          # cost[i, j] = -x_j^T A x_i  (x_i query, x_j key)
+    w = np.full(N, 1.0 / N)
+    pi = ot.sinkhorn(w, w, cost, eps, method="sinkhorn_log", numItermax=5000, stopThr=1e-10)
+    Xc = X - X.mean(0)
+    C_emp = Xc.T @ pi @ Xc
+    C = g.sinkhorn_cross_covariance(A, np.cov(X.T, bias=True), eps)
+    tol = 4 / math.sqrt(N) * np.linalg.norm(S, 2)
+    assert np.abs(C_emp - C).max() < tol, (C_emp, C)
+    # and the population C differs from the independent coupling (test has power)
+    assert np.abs(C).max() > 5 * tol
+
+
+# ----------------------------------------------------------------------------- mean field
+def _mean_field_case(att, alpha, S, N=2000, t_max=0.6, dt=0.05, seed=0):
+    """Particles from N(alpha, S) evolved by the particle engine vs the Gaussian ODE started
+    from the sample moments. Finite-N field error ~ N^-1/2 per unit time (SPEC's caveat:
+    kappa = ||S^1/2 A S^1/2|| <= 0.5 here, far from T*); RK4 at dt = 0.05 is ~1e-6."""
+    from transformer_pde.particles import simulate
+
+    rng = np.random.default_rng(seed)
+    X0 = rng.multivariate_normal(alpha, S, size=N)
+    m0 = X0.mean(0)
+    S0 = np.cov(X0.T, bias=True)
+    traj = simulate(att, X0, t_max=t_max, dt=dt, method="rk4", backend="numpy")
+    assert traj.status in ("ok", "finished", "done") or not str(traj.status).startswith("blow")
+    tr = g.solve(att, m0, S0, t_max=t_max, t_eval=traj.times)
+    assert len(tr.times) == len(traj.times)
+    scale = math.sqrt(np.trace(S0))
+    for k in range(len(traj.times)):
+        Xk = traj.states[k]
+        dm = np.linalg.norm(Xk.mean(0) - tr.means[k]) / scale
+        dS = np.linalg.norm(np.cov(Xk.T, bias=True) - tr.covs[k], 2) / np.linalg.norm(tr.covs[k], 2)
+        # 3 N^-1/2 = 0.067: a few standard errors of the fluctuating field
+        assert dm < 3 / math.sqrt(N) and dS < 3 / math.sqrt(N), (k, dm, dS)
+
+
+def _kappa_ok(A, S, bound=0.5):
+    R = _psd_sqrt(S)
+    return np.linalg.norm(R @ A @ R, 2) <= bound
+
+
+def test_mean_field_softmax():
+    Q = np.array([[0.9, 0.2], [-0.3, 0.7]])
+    K = np.eye(2)
+    V = np.array([[0.8, -0.4], [0.3, 0.5]])
+    S = np.array([[0.4, 0.1], [0.1, 0.3]])
+    assert _kappa_ok(K.T @ Q, S * 1.5)
+    _mean_field_case(Attention("softmax", Q, K, V), np.array([0.3, -0.2]), S)
+
+
+def test_mean_field_l2():
+    Q = np.array([[0.9, 0.2], [-0.3, 0.7]])
+    K = np.array([[0.8, 0.1], [0.0, 0.9]])
+    V = np.array([[0.8, -0.4], [0.3, 0.5]])
+    S = np.array([[0.4, 0.1], [0.1, 0.3]])
+    _mean_field_case(Attention("l2", Q, K, V, l2_beta=0.5), np.array([0.3, -0.2]), S)
+
+
+def test_mean_field_multi_head():
+    rng = np.random.default_rng(4)
+    d = 4
+    Q = rng.normal(size=(d, d)) * 0.5
+    K = rng.normal(size=(d, d)) * 0.5
+    V = rng.normal(size=(d, d)) * 0.5
+    S = 0.3 * np.eye(d)
+    att = Attention("softmax", Q, K, V, heads=2)
+    for h in att.at(0).heads:
+        assert _kappa_ok(h.A, S * 1.5)
+    _mean_field_case(att, np.zeros(d) + 0.1, S, t_max=0.5)
+
+
+@pytest.mark.slow
+def test_mean_field_sinkhorn():
+    Q = np.array([[0.9, 0.2], [-0.3, 0.7]])
+    K = np.eye(2)
+    V = np.array([[0.8, -0.4], [0.3, 0.5]])
+    S = np.array([[0.4, 0.1], [0.1, 0.3]])
+    _mean_field_case(Attention("sinkhorn", Q, K, V, eps=1.0), np.array([0.3, -0.2]), S,
+                     N=1500, t_max=0.4, dt=0.1)
