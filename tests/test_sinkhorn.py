@@ -262,6 +262,20 @@ def test_warm_start_extrapolates_linearly():
     f, g = ws.predict(1.0, 3)                # repeated time (RK4 middle stages): last value
     np.testing.assert_allclose(g, 2.0)
     assert ws.predict(1.0, 4) == (None, None)   # token count changed: cold start
+    # with three times, degree-2 extrapolation is exact on a quadratic in t
+    q = lambda t: (1.0 + 2.0 * t - 3.0 * t * t) * np.ones(3)  # noqa: E731
+    ws = SinkhornWarmStart(order=2)
+    for t in (0.0, 0.5, 0.5, 1.0):                    # repeated time replaces the entry
+        ws.update(t, q(t), q(t) + 1.0)
+    f, g = ws.predict(1.5, 3)
+    np.testing.assert_allclose(f, q(1.5), rtol=1e-14)
+    np.testing.assert_allclose(g, q(1.5) + 1.0, rtol=1e-14)
+    ws0 = SinkhornWarmStart(order=0)
+    ws0.update(0.0, np.zeros(3), np.zeros(3))
+    ws0.update(1.0, np.ones(3), np.ones(3))
+    np.testing.assert_allclose(ws0.predict(1.5, 3)[1], 1.0)
+    with pytest.raises(ValueError, match="order"):
+        SinkhornWarmStart(order=-1)
 
 
 def test_simulate_reports_iterations(rng):
@@ -323,3 +337,29 @@ def test_numba_backend_matches_numpy(rng):
         # both backends solve to marginal error 1e-9 (reduction orders differ)
         np.testing.assert_allclose(tp.velocity(att, X, backend="numba"),
                                    tp.velocity(att, X), atol=1e-8)
+
+
+def test_mean_field_limit_matches_gaussian_affine_field():
+    # Independent reference: for mu = N(alpha, S) the Sinkhorn field is affine, M x + b
+    # (SPEC; transformer_pde.gaussian.affine_field).  N = 1000 samples whitened to the exact
+    # mean and covariance; the empirical potentials converge like N^{-1/2}: measured max
+    # errors 0.021 / 0.009 / 0.0045 at N = 500 / 2000 / 8000, so 0.045 at N = 1000 is a
+    # 3x margin for the sampling noise (seeds 5-8: 0.009-0.023) while a wrong coupling
+    # (softmax with score/eps is off by 0.4-0.6 here) fails.
+    from transformer_pde.gaussian import affine_field
+    rng = np.random.default_rng(5)
+    alpha = np.array([0.5, -0.3])
+    S = np.array([[0.8, 0.3], [0.3, 0.5]])
+    L = np.linalg.cholesky(S)
+    V = np.array([[0.5, -0.5], [0.5, 0.2]])
+    att = tp.Attention("sinkhorn", A_GEN, np.eye(2), V, eps=0.7)
+    Z = rng.normal(size=(1000, 2))
+    Z -= Z.mean(axis=0)
+    Z = Z @ np.linalg.inv(np.linalg.cholesky(np.cov(Z.T, bias=True))).T
+    X = alpha + Z @ L.T
+    Y = alpha + 0.8 * rng.normal(size=(10, 2)) @ L.T
+    M, b = affine_field(att, alpha, S)
+    v = tp.velocity(att, X, queries=Y)
+    assert np.abs(v - (Y @ M.T + b)).max() < 0.045
+    soft = tp.velocity(tp.Attention("softmax", A_GEN, np.eye(2), V, beta=1 / 0.7), X, queries=Y)
+    assert np.abs(soft - (Y @ M.T + b)).max() > 0.1     # the test can tell the kinds apart

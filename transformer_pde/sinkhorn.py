@@ -394,20 +394,32 @@ def _solve_symmetric(be, qx, kx, logw, eps, f, tol, max_iter, values, acc):
 class SinkhornWarmStart:
     r"""Potentials kept between evaluations of a time-dependent Sinkhorn field.
 
-    Remembers the potentials of the last two evaluation times and predicts the next ones
-    by linear extrapolation in :math:`t` (constant prediction at a repeated time, e.g. the
-    two middle stages of RK4, or when the new time is far from the history).  Along a
-    smooth flow the potentials are smooth in :math:`t`, so the prediction error is
-    :math:`O(h^2)` instead of :math:`O(h)`.
+    Remembers the potentials at the last ``order + 1`` distinct evaluation times and
+    predicts the next ones by polynomial (Lagrange) extrapolation in :math:`t` of degree
+    up to ``order``; a repeated time (the two middle stages of RK4) or a time far from the
+    history gets the last potentials.  Along a smooth flow the potentials are smooth in
+    :math:`t`, so the prediction error is :math:`O(h^{\mathrm{order}+1})` instead of :math:`O(h)`.
+    It also carries the Anderson secant pairs from one solve to the next
+    (``reuse_secants``).
+
+    Parameters
+    ----------
+    order : int, default 2
+        Extrapolation degree (0: reuse the last potentials).
+    reuse_secants : bool, default True
+        Start each solve with the previous solve's Anderson memory.
     """
 
-    def __init__(self, extrapolate: bool = True, reuse_secants: bool = True):
-        self.extrapolate = extrapolate
-        self.reuse_secants = reuse_secants
+    def __init__(self, order: int = 2, reuse_secants: bool = True):
+        if int(order) < 0:
+            raise ValueError(f"order must be >= 0, got {order!r}")
+        self.order = int(order)
+        self.reuse_secants = bool(reuse_secants)
         self.hist: list[tuple[float, Any, Any]] = []
         self.memory: Any = None
 
     def clear(self) -> None:
+        """Forget everything (next solve is cold)."""
         self.hist.clear()
         self.memory = None
 
@@ -415,33 +427,40 @@ class SinkhornWarmStart:
         """Predicted ``(f, g)`` at time ``t`` for ``n`` tokens, or ``(None, None)``."""
         if not self.hist or self.hist[-1][2].shape[0] != n:
             return None, None
-        t1, f1, g1 = self.hist[-1]
-        if not self.extrapolate or len(self.hist) < 2:
-            return f1, g1
-        t0, f0, g0 = self.hist[-2]
-        dt = t1 - t0
-        if t == t1 or abs(t - t1) > 2.0 * abs(dt):
-            return f1, g1
-        r = (t - t1) / dt
-        g = g1 + r * (g1 - g0)
-        f = g if f1 is g1 else f1 + r * (f1 - f0)
+        t_last, f_last, g_last = self.hist[-1]
+        if len(self.hist) < 2 or self.order == 0 or t == t_last:
+            return f_last, g_last
+        spacing = abs(t_last - self.hist[-2][0])
+        if abs(t - t_last) > 2.0 * spacing:
+            return f_last, g_last
+        pts = self.hist[-(self.order + 1):]
+        ts = [p[0] for p in pts]
+        coef = []
+        for i, ti in enumerate(ts):
+            c = 1.0
+            for j, tj in enumerate(ts):
+                if j != i:
+                    c *= (t - tj) / (ti - tj)
+            coef.append(c)
+        g = sum(c * p[2] for c, p in zip(coef, pts))
+        f = g if f_last is g_last else sum(c * p[1] for c, p in zip(coef, pts))
         return f, g
 
     def update(self, t: float, f: Any, g: Any) -> None:
-        """Record converged potentials at time ``t``."""
+        """Record converged potentials at time ``t`` (replacing those of the same time)."""
         if self.hist and self.hist[-1][0] == t:
             self.hist[-1] = (t, f, g)
         else:
             self.hist.append((t, f, g))
-            if len(self.hist) > 2:
+            while len(self.hist) > self.order + 1:
                 self.hist.pop(0)
 
 
 # ------------------------------------------------------------------ fields and helpers
 def out_of_sample_potential(be: Any, q: Any, kx: Any, logw: Any, g: Any, eps: float) -> Any:
-    r"""Out-of-sample potential :math:`f(x) = -arepsilon\,\mathrm{LSE}_j(\log w_j + (g_j + q(x)\cdot k_j)/arepsilon)`.
+    r"""Out-of-sample potential :math:`f(x) = -\varepsilon\,\mathrm{LSE}_j(\log w_j + (g_j + q(x)\cdot k_j)/\varepsilon)`.
 
-    ``q`` holds the projected queries :math:`eta Q x` (M, r).  At the tokens this is
+    ``q`` holds the projected queries :math:`\beta Q x` (M, r).  At the tokens this is
     :math:`T_f(g)`; it makes :math:`\sum_j w_j k(x, x_j) = 1` at every point :math:`x`.
     """
     return -eps * be.lse(q * (1.0 / eps), kx, logw + g * (1.0 / eps), None)
@@ -465,7 +484,7 @@ def sinkhorn_field(be: Any, qx: Any, kx: Any, vx: Any, logw: Any, eps: float, *,
     vx : array (N, c)
         Values at the tokens.
     q_query : array (M, r), optional
-        Projected queries :math:`eta Q x` of other evaluation points.
+        Projected queries :math:`\beta Q x` of other evaluation points.
     state : SinkhornWarmStart, optional
         Warm-start memory, updated in place with the new potentials.
     t : float
@@ -531,10 +550,10 @@ def sinkhorn_summary(info: dict) -> dict:
 def sinkhorn_coupling(X: Any, A: Any, *, weights: Any = None, eps: float = 1.0,
                       beta: float = 1.0, tol: float = 1e-9, max_iter: int = 2000,
                       backend: Any = "numpy") -> tuple[np.ndarray, SinkhornResult]:
-    r"""Dense entropic self-coupling :math:`\pi_{ij} = w_i w_j e^{(f_i + g_j + eta x_j^	op A x_i)/arepsilon}`.
+    r"""Dense entropic self-coupling :math:`\pi_{ij} = w_i w_j e^{(f_i + g_j + \beta x_j^\top A x_i)/\varepsilon}`.
 
-    For small ``N`` (it returns an :math:`N	imes N` matrix): checks, plots, comparisons
-    with other OT codes.  The score is :math:`s(x_i, x_j) = eta\, x_j^	op A x_i`, the cost
+    For small ``N`` (it returns an :math:`N\times N` matrix): checks, plots, comparisons
+    with other OT codes.  The score is :math:`s(x_i, x_j) = \beta\, x_j^\top A x_i`, the cost
     :math:`-s`.  The symmetric path is used when ``A`` is symmetric.
 
     Raises
