@@ -40,7 +40,6 @@ import numpy as np
 __all__ = [
     "ConfigError",
     "RankSweep",
-    "batch_paths",
     "build_attention",
     "build_tokens",
     "count_clusters",
@@ -56,6 +55,7 @@ __all__ = [
     "run_ranks",
     "run_simulate",
     "slice_covariances",
+    "solve_paths",
 ]
 
 logger = logging.getLogger(__name__)
@@ -613,14 +613,31 @@ def slice_covariances(n: int, *, radius: float = 0.7, trace: float = 1.0, init: 
     raise ValueError(f"init must be 'circle' or 'random', got {init!r}")
 
 
-def batch_paths(res: Any) -> list[np.ndarray]:
-    """Covariance path of each member of a ``GaussianBatch`` solved with ``t_eval``: the
-    finite saved states followed by the final state (at the blow-up threshold, if any)."""
-    out = []
-    for covs, last in zip(res.traj_covs, res.covs):
-        keep = covs[np.all(np.isfinite(covs), axis=(1, 2))]
-        out.append(np.concatenate([keep, last[None]]))
-    return out
+def solve_paths(att: Any, covs0: Any, *, t_max: float, n_eval: int = 400, means0: Any = None,
+                **options: Any) -> list:
+    r"""Gaussian runs from many initial covariances, each reported at ``n_eval`` evenly spaced
+    times up to its own end.
+
+    A first batched pass (:func:`~transformer_pde.gaussian.solve_batch`) finds where each run
+    stops (``t_max``, convergence, or :math:`\operatorname{tr}\Sigma` = ``blowup_threshold``
+    just before a blow-up); a second pass per run (:func:`~transformer_pde.gaussian.solve`)
+    reports it at ``linspace(0, t_end, n_eval)`` from the solver's dense output, so curves
+    stay smooth right up to a blow-up.  ``options`` go to both solvers (``rtol``, ``atol``,
+    ``blowup_threshold``, ``converge_tol``).
+
+    Returns
+    -------
+    list of GaussianTrajectory
+    """
+    from . import gaussian  # noqa: PLC0415
+
+    covs0 = np.asarray(covs0, dtype=float)
+    d = covs0.shape[-1]
+    means0 = np.zeros((len(covs0), d)) if means0 is None else np.asarray(means0, dtype=float)
+    ends = gaussian.solve_batch(att, means0, covs0, t_max=t_max, **options).t_final
+    return [gaussian.solve(att, m0, S0, t_max=t_max, t_eval=np.linspace(0.0, t_end, int(n_eval)),
+                           **options)
+            for m0, S0, t_end in zip(means0, covs0, ends)]
 
 
 #: colours of the Gaussian statuses in figures
@@ -772,11 +789,11 @@ _CONE_KEYS = ("n", "init", "radius", "trace", "seed", "t_max", "n_eval", "view",
 def run_cone(cfg: dict, out: str | Path) -> dict:
     """Phase plot of many 2-D covariance trajectories (tables ``attention`` and ``cone``).
 
-    Writes ``cone.npz`` (times, covs (n, T, 2, 2) with NaN after a member stopped, final
-    covs, status, blow-up times), ``summary.json`` and ``cone.png``."""
+    Writes ``cone.npz`` (``covs0``; ``times_<i>``, ``covs_<i>`` per run, each up to its own end;
+    ``status``, ``blowup_time``, ``limit``), ``summary.json`` and ``cone.png``."""
     from matplotlib.figure import Figure  # noqa: PLC0415
 
-    from . import gaussian, plot  # noqa: PLC0415
+    from . import plot  # noqa: PLC0415
 
     _Section(cfg, "config", ("attention", "cone", "title"))
     att = build_attention(cfg.get("attention"))
@@ -796,31 +813,35 @@ def run_cone(cfg: dict, out: str | Path) -> dict:
     color_by = sec.choice("color_by", "start", ("start", "end", "status"))
     line = sec.vector("rank_one_line", 2) if sec.has("rank_one_line") else None
     v_max = sec.number("v_max", 0.0, positive=True) if sec.has("v_max") else None
+    t_max = opts.pop("t_max")
     try:
-        res = gaussian.solve_batch(att, np.zeros((n, 2)), covs0,
-                                   t_eval=np.linspace(0.0, opts["t_max"], n_eval), **opts)
+        runs = solve_paths(att, covs0, t_max=t_max, n_eval=n_eval, **opts)
     except ValueError as exc:
         raise ConfigError(f"[cone]: {exc}") from None
-    paths = batch_paths(res)
-    colours = ([STATUS_COLOURS[s] for s in res.status] if color_by == "status" else color_by)
+    status = [r.status for r in runs]
+    colours = ([STATUS_COLOURS[s] for s in status] if color_by == "status" else color_by)
     panels = ["cone", "slice"] if view == "both" else [view]
     fig = Figure(figsize=(5.5 * len(panels), 5.0), layout="constrained")
     title = str(cfg.get("title", repr(att)))
     for i, panel in enumerate(panels):
         if panel == "cone":
             ax = fig.add_subplot(1, len(panels), i + 1, projection="3d")
-            plot.cone(paths, color_by=colours, rank_one_line=line, v_max=v_max, ax=ax)
+            plot.cone(runs, color_by=colours, rank_one_line=line, v_max=v_max, ax=ax)
         else:
             ax = fig.add_subplot(1, len(panels), i + 1)
-            plot.cone_slice(paths, color_by=colours, rank_one_line=line, ax=ax)
+            plot.cone_slice(runs, color_by=colours, rank_one_line=line, ax=ax)
     fig.suptitle(title)
     outdir = _outdir(out)
     _savefig(fig, outdir / "cone.png")
-    np.savez(outdir / "cone.npz", times=res.t_eval, covs=res.traj_covs, covs_final=res.covs,
-             limit=res.limit, status=np.asarray(res.status, dtype=str),
-             blowup_time=res.blowup_time, covs0=covs0)
-    summary = {"command": "cone", "attention": repr(att), "n": n, "status_counts": res.counts(),
-               "blowup_times": res.blowup_time, "t_final": res.t_final,
+    arrays = {"covs0": covs0, "status": np.asarray(status, dtype=str),
+              "blowup_time": np.array([r.blowup_time for r in runs]),
+              "limit": np.stack([r.limit for r in runs])}
+    for i, r in enumerate(runs):
+        arrays[f"times_{i}"], arrays[f"covs_{i}"] = r.times, r.covs
+    np.savez(outdir / "cone.npz", **arrays)
+    summary = {"command": "cone", "attention": repr(att), "n": n,
+               "status_counts": {k: status.count(k) for k in STATUS_COLOURS},
+               "blowup_times": arrays["blowup_time"], "t_final": [r.t_final for r in runs],
                "files": {"data": "cone.npz", "figure": "cone.png"}}
     _write_json(outdir / "summary.json", summary)
     return summary
