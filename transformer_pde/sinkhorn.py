@@ -312,6 +312,15 @@ def sinkhorn_potentials(be: Any, qx: Any, kx: Any, logw: Any, eps: float, *,
     return res
 
 
+def _soft_min(be, qs, kx, logw, h, eps, values):
+    r"""One pass: :math:`-\varepsilon\,\mathrm{LSE}_j(\log w_j + h_j/\varepsilon + q_i\cdot k_j)` and,
+    when ``values`` is given, the matching softmax average of the values (else ``None``)."""
+    if values is None:
+        return -eps * be.lse(qs, kx, logw + h * (1.0 / eps), None), None
+    out, lse = be.softmax(qs, kx, values, logw + h * (1.0 / eps), None)
+    return -eps * lse, out
+
+
 def _solve_alternating(be, qx, kx, logw, eps, g, tol, max_iter, values, acc):
     r"""Anderson-accelerated alternating Sinkhorn :math:`g \mapsto T_g(T_f(g))` at one ``eps``.
 
@@ -329,12 +338,8 @@ def _solve_alternating(be, qx, kx, logw, eps, g, tol, max_iter, values, acc):
     it = 0
     with np.errstate(invalid="ignore", over="ignore"):
         for it in range(1, max_iter + 1):
-            if values is None:
-                f = -eps * be.lse(qs, kx, logw + g * inv, None)
-            else:
-                out, lse = be.softmax(qs, kx, values, logw + g * inv, None)
-                f = -eps * lse
-            g_new = -eps * be.lse(ks, qx, logw + f * inv, None)
+            f, out = _soft_min(be, qs, kx, logw, g, eps, values)
+            g_new = _soft_min(be, ks, qx, logw, f, eps, None)[0]
             err = float(xp.max(xp.abs(g_new - g))) * inv
             if not np.isfinite(err) or err < tol:
                 break
@@ -366,11 +371,7 @@ def _solve_symmetric(be, qx, kx, logw, eps, f, tol, max_iter, values, acc):
     it = 0
     with np.errstate(invalid="ignore", over="ignore"):
         for it in range(1, max_iter + 1):
-            if values is None:
-                Tf = -eps * be.lse(qs, kx, logw + f * inv, None)
-            else:
-                out, lse = be.softmax(qs, kx, values, logw + f * inv, None)
-                Tf = -eps * lse
+            Tf, out = _soft_min(be, qs, kx, logw, f, eps, values)
             err = float(xp.max(xp.abs(Tf - f))) * inv
             if not np.isfinite(err) or err < tol:
                 break
