@@ -10,10 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.linalg
+from hypothesis import given, settings
 
 import transformer_pde as tp
 from transformer_pde.backends import BackendNotAvailable, get_backend
 from transformer_pde.fields import FieldEvaluator
+from transformer_pde.testing import attention_problems
 from transformer_pde.sinkhorn import (
     SinkhornNotConverged,
     SinkhornWarmStart,
@@ -363,3 +365,24 @@ def test_mean_field_limit_matches_gaussian_affine_field():
     assert np.abs(v - (Y @ M.T + b)).max() < 0.045
     soft = tp.velocity(tp.Attention("softmax", A_GEN, np.eye(2), V, beta=1 / 0.7), X, queries=Y)
     assert np.abs(soft - (Y @ M.T + b)).max() > 0.1     # the test can tell the kinds apart
+
+
+@settings(max_examples=25, deadline=None)
+@given(attention_problems(kinds=["sinkhorn"], heads=None, weighted=None))
+def test_property_mean_equation_any_measure(problem):
+    # alpha' = V alpha for every measure, any dimension / heads / rank-deficient Q, K,
+    # weights (zero weights included): a consequence of double stochasticity per head.
+    att, m = problem
+    v = tp.velocity(att, m.X, **m.kwargs)
+    assert np.all(np.isfinite(v))
+    P = att.at(0.0)
+    Vfull = np.zeros((att.d, att.d))
+    for head in P.heads:
+        Vfull[head.rows] = head.V
+    lhs = m.w @ v
+    rhs = Vfull @ (m.w @ m.X)
+    if P.W_O is not None:
+        rhs = P.W_O @ rhs
+    # marginal log-errors <= 1e-9 move each weight sum by a relative 1e-9
+    scale = 1.0 + np.abs(Vfull).sum() * np.abs(m.X).max()
+    np.testing.assert_allclose(lhs, rhs, rtol=0, atol=1e-8 * scale)
