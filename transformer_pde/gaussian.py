@@ -1023,10 +1023,260 @@ _DP_B = np.array([35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84])
 _DP_E = np.array([71 / 57600, 0.0, -71 / 16695, 71 / 1920, -17253 / 339200, 22 / 525, -1 / 40])
 
 
+# --------------------------------------------------------------------------- compiled fast path
+try:  # numba is optional: the NumPy integrator below is the reference implementation
+    import numba as _nb
+except ImportError:  # pragma: no cover
+    _nb = None
+
+
+# The per-member Dormand--Prince loop for softmax / linear with constant parameters: the same
+# algorithm as the NumPy path of :func:`solve_batch`, written with scalar loops for numba.
+
+def _nb_rhs(y, out, d, linear, Vf, Ah, kap, atol, S, S2, M, T, MG, al, bvec, dmean):
+    n_g = d * d
+    rho = y[1]
+    g2 = 0.0
+    for i in range(n_g):
+        g2 += y[2 + i] * y[2 + i]
+    e2r = np.exp(2.0 * rho)
+    trS = e2r * g2
+    phi = np.sqrt(1.0 + kap * trS)
+    for i in range(d):
+        al[i] = phi * y[2 + n_g + i]
+    for i in range(d):
+        for j in range(d):
+            acc = 0.0
+            for k in range(d):
+                acc += y[2 + i * d + k] * y[2 + j * d + k]
+            S[i, j] = e2r * acc
+            S2[i, j] = S[i, j] + (al[i] * al[j] if linear else 0.0)
+    for i in range(d):
+        for j in range(d):
+            M[i, j] = 0.0
+    for i in range(d):
+        bvec[i] = 0.0
+    H = Vf.shape[0]
+    for h in range(H):
+        # T = S2 @ A_h ; M += Vf_h @ T
+        for i in range(d):
+            for j in range(d):
+                acc = 0.0
+                for k in range(d):
+                    acc += S2[i, k] * Ah[h, k, j]
+                T[i, j] = acc
+        for i in range(d):
+            for j in range(d):
+                acc = 0.0
+                for k in range(d):
+                    acc += Vf[h, i, k] * T[k, j]
+                M[i, j] += acc
+        if not linear:
+            for i in range(d):
+                acc = 0.0
+                for k in range(d):
+                    acc += Vf[h, i, k] * al[k]
+                bvec[i] += acc
+    gmg = 0.0
+    for i in range(d):
+        for j in range(d):
+            acc = 0.0
+            for k in range(d):
+                acc += M[i, k] * y[2 + k * d + j]
+            MG[i, j] = acc
+            gmg += y[2 + i * d + j] * acc
+    mu = gmg / g2 if g2 > 0 else 0.0
+    a2 = 0.0
+    for i in range(d):
+        acc = bvec[i]
+        for k in range(d):
+            acc += M[i, k] * al[k]
+        dmean[i] = acc
+        a2 += al[i] * al[i]
+    nu = trS + (a2 if linear else 0.0)
+    w = 1.0 + kap * nu
+    dtrS = 2.0 * e2r * gmg
+    dlogphi = 0.5 * kap * dtrS / (phi * phi)
+    out[0] = 1.0 / w
+    out[1] = mu / w
+    for i in range(d):
+        for j in range(d):
+            out[2 + i * d + j] = (MG[i, j] - mu * y[2 + i * d + j]) / w
+    for i in range(d):
+        out[2 + n_g + i] = (dmean[i] - al[i] * dlogphi) / (phi * w)
+    # convergence measure and log size
+    nS = 0.0
+    ndS = 0.0
+    for i in range(d):
+        for j in range(d):
+            nS += S[i, j] * S[i, j]
+            acc = 0.0
+            for k in range(d):
+                acc += M[i, k] * S[k, j] + S[i, k] * M[j, k]
+            ndS += acc * acc
+    nS = np.sqrt(nS)
+    rS = np.sqrt(ndS) / (nS + atol)
+    dm = 0.0
+    for i in range(d):
+        dm += dmean[i] * dmean[i]
+    rm = np.sqrt(dm) / (np.sqrt(a2) + np.sqrt(nS) + atol)
+    conv = rS if rS > rm else rm
+    lsz = np.log(nu) if nu > 0 else -1e300
+    return conv, lsz
+
+def _nb_run(Y, d, linear, Vf, Ah, kap, rtol, atol_vec, atol, stops, eval_pos, log_thr,
+        conv_tol, budget, traj, reason, n_steps, cA, cB, cE):
+    B, n = Y.shape
+    P = Vf.shape[0]
+    S = np.empty((d, d))
+    S2 = np.empty((d, d))
+    M = np.empty((d, d))
+    T = np.empty((d, d))
+    MG = np.empty((d, d))
+    al = np.empty(d)
+    bv = np.empty(d)
+    dm = np.empty(d)
+    K = np.empty((7, n))
+    ytmp = np.empty(n)
+    ynew = np.empty(n)
+    nst = stops.shape[0]
+    for m in range(B):
+        p = m if P > 1 else 0
+        Vfm = Vf[p]
+        Ahm = Ah[p]
+        km = kap[p]
+        y = Y[m].copy()
+        conv, lsz = _nb_rhs(y, K[0], d, linear, Vfm, Ahm, km, atol, S, S2, M, T, MG, al, bv, dm)
+        if conv <= conv_tol:
+            reason[m] = 2
+            continue
+        # initial step
+        d0 = 0.0
+        d1 = 0.0
+        for i in range(n):
+            sc = atol_vec[i] + rtol * abs(y[i])
+            d0 += (y[i] / sc) ** 2
+            d1 += (K[0, i] / sc) ** 2
+        d0 = np.sqrt(d0 / n)
+        d1 = np.sqrt(d1 / n)
+        h = 1e-6 if (d0 < 1e-5 or d1 < 1e-5) else 0.01 * d0 / d1
+        if h > 0.1:
+            h = 0.1
+        k = 0
+        natt = 0
+        nacc = 0
+        res = -1
+        while True:
+            st = stops[k]
+            gap = st - y[0]
+            h_aim = gap / K[0, 0]
+            aiming = h_aim <= h
+            hh = h_aim if aiming else h
+            for i in range(1, 6):
+                for j in range(n):
+                    acc = 0.0
+                    for l in range(i):
+                        acc += cA[i, l] * K[l, j]
+                    ytmp[j] = y[j] + hh * acc
+                _nb_rhs(ytmp, K[i], d, linear, Vfm, Ahm, km, atol, S, S2, M, T, MG, al, bv, dm)
+            for j in range(n):
+                acc = 0.0
+                for l in range(6):
+                    acc += cB[l] * K[l, j]
+                ynew[j] = y[j] + hh * acc
+            conv, lsz = _nb_rhs(ynew, K[6], d, linear, Vfm, Ahm, km, atol, S, S2, M, T, MG, al, bv, dm)
+            en = 0.0
+            finite = True
+            for j in range(n):
+                acc = 0.0
+                for l in range(7):
+                    acc += cE[l] * K[l, j]
+                sc = atol_vec[j] + rtol * max(abs(y[j]), abs(ynew[j]))
+                en += (hh * acc / sc) ** 2
+                if not np.isfinite(ynew[j]):
+                    finite = False
+            en = np.sqrt(en / n) if finite else np.inf
+            ok = en <= 1.0
+            tn = ynew[0]
+            tol_l = 1e-12 * max(1.0, abs(st))
+            over = ok and (tn > st + tol_l)
+            landed = ok and (not over) and aiming and abs(tn - st) <= tol_l
+            accept = ok and not over
+            if en == 0.0:
+                fac = 5.0
+            elif np.isfinite(en):
+                fac = min(5.0, max(0.2, 0.9 * en ** -0.2))
+            else:
+                fac = 0.2
+            if not ok:
+                fac = min(fac, 0.9)
+            h_new = hh * fac
+            if over:
+                h_new = hh * gap / max(tn - y[0], 1e-300)
+            if accept and aiming:
+                h_new = max(h, h_new)
+            natt += 1
+            h = h_new
+            if accept:
+                nacc += 1
+                y[:] = ynew
+                K[0, :] = K[6, :]
+                if landed:
+                    y[0] = st
+                    if eval_pos[k] >= 0:
+                        traj[m, eval_pos[k], :] = y
+                    if k == nst - 1:
+                        res = 0
+                        break
+                    k += 1
+                if lsz >= log_thr:
+                    res = 1
+                    break
+                if conv <= conv_tol:
+                    res = 2
+                    break
+            if natt >= budget:
+                res = 3
+                break
+        Y[m, :] = y
+        reason[m] = res
+        n_steps[m] = nacc
+
+
+if _nb is not None:
+    _nb_rhs = _nb.njit(cache=True)(_nb_rhs)
+    _nb_run = _nb.njit(cache=True)(_nb_run)
+
+
+
+def _fast_path(sysm: "_System", atts: Sequence[Attention], Y: np.ndarray, stops: np.ndarray,
+               eval_pos: np.ndarray, rtol: float, atol_vec: np.ndarray, atol: float,
+               log_thr: float, conv_tol: float, budget: int, n_eval: int):
+    d = sysm.d
+    Vf, Ah = [], []
+    for a in atts:
+        p = a.at(0.0)
+        W = np.eye(d) if p.W_O is None else p.W_O
+        Vf.append(np.stack([W[:, hd.rows] @ hd.V for hd in p.heads]))
+        Ah.append(np.stack([p.beta * hd.A for hd in p.heads]))
+    B, n = Y.shape
+    traj = np.full((B, max(n_eval, 1), n), np.nan)
+    reason = np.full(B, -1, dtype=np.int64)
+    n_steps = np.zeros(B, dtype=np.int64)
+    cA = np.zeros((6, 6))
+    for i, row in enumerate(_DP_A):
+        cA[i, :len(row)] = row
+    _nb_run(Y, d, sysm.kind == "linear", np.ascontiguousarray(np.stack(Vf)),
+            np.ascontiguousarray(np.stack(Ah)), np.ascontiguousarray(sysm.kappa, float),
+            float(rtol), atol_vec, float(atol), stops, eval_pos, float(log_thr),
+            float(conv_tol), int(budget), traj, reason, n_steps, cA, _DP_B.copy(), _DP_E.copy())
+    return reason, n_steps, traj
+
+
 def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *, t_max: float,
                 rtol: float = 1e-10, atol: float = 1e-12, blowup_threshold: float = 1e8,
-                converge_tol: float = 1e-10, t_eval: Any = None, max_steps: int = 100_000
-                ) -> GaussianBatch:
+                converge_tol: float = 1e-10, t_eval: Any = None, max_steps: int = 100_000,
+                use_numba: bool = True) -> GaussianBatch:
     r"""Integrate many Gaussian initial conditions (and optionally parameter sets) together.
 
     All members are advanced simultaneously by one vectorised adaptive Dormand--Prince 5(4)
@@ -1048,7 +1298,13 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
     t_eval : array_like (T,), optional
         Common output times; ``traj_means`` / ``traj_covs`` hold NaN after a member terminated.
     max_steps : int
-        Step attempts per member before it is stopped as ``"running"``.
+        Step attempts per member of the explicit method; a member that needs more (typically
+        a stiff one: a collapsing direction of :math:`\Sigma` decaying much faster than the
+        rest evolves) is continued alone with the implicit Radau method (see :func:`solve`).
+    use_numba : bool
+        For ``softmax`` / ``linear`` with constant parameters, run the same per-member
+        Dormand--Prince algorithm compiled with numba (the first call compiles, ~seconds,
+        cached on disk); otherwise, or with ``False``, the NumPy implementation.
 
     Returns
     -------
@@ -1122,8 +1378,25 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
     n_steps = np.zeros(B, dtype=int)
     n_att = np.zeros(B, dtype=int)
     land_tol = 1e-12
+    fast = (use_numba and _nb is not None and not sysm.dynamic
+            and sysm.kind in ("softmax", "linear"))
+    if fast:
+        eval_pos = np.array([te_pos.get(float(v), -1) if is_eval[k] else -1
+                             for k, v in enumerate(stops)], dtype=np.int64)
+        reason, nst, trY = _fast_path(sysm, atts, Y, stops, eval_pos, rtol, atol_vec, atol,
+                                      log_thr, converge_tol, min(max_steps, _STIFF_STEPS_BATCH),
+                                      0 if te is None else te.size)
+        n_steps[:] = nst
+        if te is not None:
+            ok = np.isfinite(trY[:, :, 0])
+            bi, ti = np.nonzero(ok)
+            if bi.size:
+                _, mm, SS = sysm.moments(trY[bi, ti], bi)
+                traj_m[bi, ti] = mm
+                traj_c[bi, ti] = SS
+        active[:] = False
 
-    while True:
+    while np.any(active):
         ia = np.nonzero(active)[0]
         if ia.size == 0:
             break
