@@ -289,6 +289,8 @@ def test_simulate_reports_iterations(rng):
     assert len(its) == 4 * 5 and len(traj.info["sinkhorn_times"]) == 20   # RK4: 4 per step
     s = sinkhorn_summary(traj.info)
     assert s["evaluations"] == 20 and s["per_step_mean"] == pytest.approx(sum(its) / 5)
+    assert s["per_step"] == [sum(its[4 * k:4 * k + 4]) for k in range(5)]
+    assert sinkhorn_summary({}) == {"evaluations": 0}
 
 
 # ------------------------------------------------------------------ failure modes

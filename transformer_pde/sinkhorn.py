@@ -534,17 +534,22 @@ def sinkhorn_summary(info: dict) -> dict:
 
     Returns per-evaluation statistics of ``info["sinkhorn_iterations"]`` (one entry per
     head and field evaluation) and, when ``info["n_steps"]`` is present (trajectories from
-    :func:`~transformer_pde.simulate`), the mean number of sweeps per time step (all
-    evaluations and heads of a step together; 4 evaluations per RK4 step).
+    :func:`~transformer_pde.simulate`), the mean number of iterations per time step (all
+    evaluations and heads of a step together; 4 evaluations per RK4 step).  When every
+    step made the same number of evaluations (fixed-step methods on a completed run),
+    ``per_step`` lists the iterations of each step.
     """
-    its = np.asarray(info.get("sinkhorn_iterations", []), dtype=float)
+    its = np.asarray(info.get("sinkhorn_iterations", []), dtype=np.int64)
     if its.size == 0:
         return {"evaluations": 0}
-    out = {"evaluations": int(its.size), "total": int(its.sum()), "mean": float(its.mean()),
-           "median": float(np.median(its)), "max": int(its.max()), "min": int(its.min())}
+    out: dict[str, Any] = {"evaluations": int(its.size), "total": int(its.sum()),
+                           "mean": float(its.mean()), "median": float(np.median(its)),
+                           "max": int(its.max()), "min": int(its.min())}
     n_steps = info.get("n_steps")
     if n_steps:
         out["per_step_mean"] = float(its.sum() / n_steps)
+        if its.size % n_steps == 0 and info.get("method") != "dopri5":
+            out["per_step"] = its.reshape(n_steps, -1).sum(axis=1).tolist()
     return out
 
 
