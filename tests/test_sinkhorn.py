@@ -238,9 +238,10 @@ def test_large_eps_first_order_expansion(rng):
 
 
 # ------------------------------------------------------------------ warm starts
-def test_warm_and_cold_give_the_same_field(rng):
+@pytest.mark.parametrize("A", [A_GEN, A_SYM], ids=["general", "symmetric"])
+def test_warm_and_cold_give_the_same_field(rng, A):
     X = rng.normal(size=(80, 2))
-    att = tp.Attention("sinkhorn", A_GEN, np.eye(2), 0.5 * np.eye(2))
+    att = tp.Attention("sinkhorn", A, np.eye(2), 0.5 * np.eye(2))
     ev = FieldEvaluator(att, 80)
     Y = X.copy()
     for k in range(6):                       # walk along the flow, warm-starting each time
