@@ -545,6 +545,8 @@ def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True) -> dict:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
+    if not args.quiet:  # simulate reports progress as INFO lines (a bar when tqdm is installed)
+        logging.getLogger("transformer_pde.particles").setLevel(logging.INFO)
     s = run_simulate(load_config(args.config), args.out, progress=not args.quiet)
     sys.stdout.write(f"simulate: {s['status']} ({s['message']}); {s['clusters_final']} clusters, "
                      f"covariance rank {s['covariance_rank']}; files in {args.out}: "
