@@ -410,10 +410,10 @@ def test_sinkhorn_cross_covariance_matches_pot():
 
 
 # ----------------------------------------------------------------------------- mean field
-def _mean_field_case(att, alpha, S, N=2000, t_max=0.6, dt=0.05, seed=0):
+def _mean_field_case(att, alpha, S, N=2000, t_max=0.6, dt=0.1, seed=0):
     """Particles from N(alpha, S) evolved by the particle engine vs the Gaussian ODE started
     from the sample moments. Finite-N field error ~ N^-1/2 per unit time (SPEC's caveat:
-    kappa = ||S^1/2 A S^1/2|| <= 0.5 here, far from T*); RK4 at dt = 0.05 is ~1e-6."""
+    kappa = ||S^1/2 A S^1/2|| <= 0.5 here, far from T*); RK4 at dt = 0.1 is ~1e-5."""
     from transformer_pde.particles import simulate
 
     rng = np.random.default_rng(seed)
@@ -439,7 +439,7 @@ def _kappa_ok(A, S, bound=0.5):
 
 
 def test_mean_field_softmax():
-    Q = np.array([[0.9, 0.2], [-0.3, 0.7]])
+    Q = 0.6 * np.array([[0.9, 0.2], [-0.3, 0.7]])
     K = np.eye(2)
     V = np.array([[0.8, -0.4], [0.3, 0.5]])
     S = np.array([[0.4, 0.1], [0.1, 0.3]])
@@ -458,10 +458,12 @@ def test_mean_field_l2():
 def test_mean_field_multi_head():
     rng = np.random.default_rng(4)
     d = 4
-    Q = rng.normal(size=(d, d)) * 0.5
-    K = rng.normal(size=(d, d)) * 0.5
+    Q = rng.normal(size=(d, d)) * 0.4
+    K = rng.normal(size=(d, d)) * 0.4
     V = rng.normal(size=(d, d)) * 0.5
     S = 0.3 * np.eye(d)
+    nA = max(np.linalg.norm(h.A, 2) for h in Attention("softmax", Q, K, V, heads=2).at(0).heads)
+    Q = Q * 0.9 / nA                 # every head: ||S^1/2 A_h S^1/2|| <= 0.3 * 0.9 * 1.5 < 0.5
     att = Attention("softmax", Q, K, V, heads=2)
     for h in att.at(0).heads:
         assert _kappa_ok(h.A, S * 1.5)

@@ -762,18 +762,24 @@ def _finish(sysm: _System, Y: np.ndarray, idx: np.ndarray, threshold: float, con
     big = np.nonzero(reason == 1)[0]
     if big.size:
         tau, q, info = sysm.tau_q(Y[big], idx[big])
+        isb = np.isfinite(q) & (q > _Q_BLOWUP) & (tau > 0)
+        rem = np.where(isb, tau / np.where(isb, q, 1.0), np.nan)
+        Sm, Mm = info["S"], info["M"]
+        dS = Mm @ Sm
+        dS = dS + np.swapaxes(dS, 1, 2)
+        trj = np.trace(Sm, axis1=1, axis2=2)
+        trd = np.trace(dS, axis1=1, axis2=2)
+        pos = trj > 0
+        trj_ = np.where(pos, trj, 1.0)
+        # extrapolate the direction to T*: d(S/trS)/dt = (S' - Shat trS')/trS
+        dhat = (dS - Sm / trj_[:, None, None] * trd[:, None, None]) / trj_[:, None, None]
+        lim_b = _sym(Sm / trj_[:, None, None] + np.nan_to_num(rem)[:, None, None] * dhat)
         for j, i in enumerate(big):
-            if np.isfinite(q[j]) and q[j] > _Q_BLOWUP and tau[j] > 0:
+            if isb[j]:
                 status[i] = "blowup"
-                rem = tau[j] / q[j]
-                Tstar[i] = t[i] + rem
-                # extrapolate the direction: d(S/trS)/dt = (S' - Shat trS')/trS
-                Sm, Mm = info["S"][j], info["M"][j]
-                dS = Mm @ Sm + Sm @ Mm.T
-                trj = np.trace(Sm)
-                if trj > 0:
-                    dhat = (dS - Sm / trj * np.trace(dS)) / trj
-                    limit[i] = _sym(Sm / trj + rem * dhat)
+                Tstar[i] = t[i] + rem[j]
+                if pos[j]:
+                    limit[i] = lim_b[j]
                 msgs[i] = (f"finite-time blow-up: size {info['nu'][j]:.3g} at t={t[i]:.10g}, "
                            f"q={q[j]:.4g} (power law exponent {1 / q[j]:.4g}), T*={Tstar[i]:.12g}")
             else:
@@ -1121,8 +1127,7 @@ def _nb_rhs(y, out, d, linear, Vf, Ah, kap, atol, S, S2, M, T, MG, al, bvec, dme
         dm += dmean[i] * dmean[i]
     rm = np.sqrt(dm) / (np.sqrt(a2) + np.sqrt(nS) + atol)
     conv = rS if rS > rm else rm
-    lsz = np.log(nu) if nu > 0 else -1e300
-    return conv, lsz
+    return conv, nu
 
 def _nb_run(Y, d, linear, Vf, Ah, kap, rtol, atol_vec, atol, stops, eval_pos, log_thr,
         conv_tol, budget, traj, reason, n_steps, cA, cB, cE):
@@ -1140,6 +1145,7 @@ def _nb_run(Y, d, linear, Vf, Ah, kap, rtol, atol_vec, atol, stops, eval_pos, lo
     ytmp = np.empty(n)
     ynew = np.empty(n)
     nst = stops.shape[0]
+    thr = np.exp(log_thr)
     for m in range(B):
         p = m if P > 1 else 0
         Vfm = Vf[p]
@@ -1229,7 +1235,7 @@ def _nb_run(Y, d, linear, Vf, Ah, kap, rtol, atol_vec, atol, stops, eval_pos, lo
                         res = 0
                         break
                     k += 1
-                if lsz >= log_thr:
+                if lsz >= thr:
                     res = 1
                     break
                 if conv <= conv_tol:
@@ -1244,7 +1250,7 @@ def _nb_run(Y, d, linear, Vf, Ah, kap, rtol, atol_vec, atol, stops, eval_pos, lo
 
 
 if _nb is not None:
-    _nb_rhs = _nb.njit(cache=True)(_nb_rhs)
+    _nb_rhs = _nb.njit(cache=True, inline="always")(_nb_rhs)
     _nb_run = _nb.njit(cache=True)(_nb_run)
 
 
