@@ -26,9 +26,6 @@ Run: ``python examples/paper_blowup_slices.py`` (a few seconds on 2 cores).
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -37,7 +34,8 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from transformer_pde import plot  # noqa: E402
-from transformer_pde.cli import paper_attention, slice_covariances, solve_paths  # noqa: E402
+from transformer_pde.cli import (paper_attention, run_figure_script,  # noqa: E402
+                                 slice_covariances, solve_paths)
 
 Q = np.array([[1.0, 0.5], [-0.3, 1.0]])
 K = np.eye(2)
@@ -66,21 +64,9 @@ def figure(V: np.ndarray, name: str) -> Figure:
     return fig
 
 
-def main(argv=None) -> list[Path]:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "figures"),
-                   help="output directory (default: figures/ of the repository)")
-    args = p.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, V in PARAMETERS.items():
-        path = out / f"blowup_slice_{name}.png"
-        figure(V, name).savefig(path, dpi=100)
-        written.append(path)
-    return written
+def figures(_args=None) -> dict:
+    return {f"blowup_slice_{name}": figure(V, name) for name, V in PARAMETERS.items()}
 
 
 if __name__ == "__main__":
-    for path in main():
-        print(path)
+    run_figure_script(__doc__, figures)

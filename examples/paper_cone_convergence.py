@@ -34,9 +34,6 @@ Run: ``python examples/paper_cone_convergence.py`` (well under a minute on 2 cor
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -45,7 +42,8 @@ import numpy as np  # noqa: E402
 from mpl_toolkits.mplot3d.art3d import Poly3DCollection  # noqa: E402
 
 from transformer_pde import plot  # noqa: E402
-from transformer_pde.cli import paper_attention, slice_covariances, solve_paths  # noqa: E402
+from transformer_pde.cli import (paper_attention, run_figure_script,  # noqa: E402
+                                 slice_covariances, solve_paths)
 
 E1 = np.diag([1.0, 0.0])
 P = np.array([[0.0, 1.0], [1.0, 0.0]])
@@ -76,22 +74,9 @@ def figure(name: str):
     return fig, runs
 
 
-def main(argv=None) -> list[Path]:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "figures"),
-                   help="output directory (default: figures/ of the repository)")
-    args = p.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name in FIGURES:
-        fig, _ = figure(name)
-        path = out / f"cone_convergence_{name}.png"
-        fig.savefig(path, dpi=100)
-        written.append(path)
-    return written
+def figures(_args=None) -> dict:
+    return {f"cone_convergence_{name}": figure(name)[0] for name in FIGURES}
 
 
 if __name__ == "__main__":
-    for path in main():
-        print(path)
+    run_figure_script(__doc__, figures)

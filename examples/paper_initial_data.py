@@ -28,9 +28,6 @@ Run: ``python examples/paper_initial_data.py`` (well under a minute on 2 cores).
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -39,8 +36,8 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from transformer_pde import plot  # noqa: E402
-from transformer_pde.cli import (STATUS_COLOURS, paper_attention, slice_covariances,  # noqa: E402
-                                 solve_paths)
+from transformer_pde.cli import (STATUS_COLOURS, paper_attention,  # noqa: E402
+                                 run_figure_script, slice_covariances, solve_paths)
 
 V = np.array([[-1.4, -1.2], [-1.3, -0.6]])
 Q = np.array([[1.4, -1.6], [0.9, 1.3]])
@@ -64,18 +61,9 @@ def figure():
     return fig, runs
 
 
-def main(argv=None) -> list[Path]:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "figures"),
-                   help="output directory (default: figures/ of the repository)")
-    args = p.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "initial_data_dichotomy.png"
-    figure()[0].savefig(path, dpi=100)
-    return [path]
+def figures(_args=None) -> dict:
+    return {"initial_data_dichotomy": figure()[0]}
 
 
 if __name__ == "__main__":
-    for path in main():
-        print(path)
+    run_figure_script(__doc__, figures)

@@ -27,9 +27,6 @@ with the default 100 draws per case).
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -37,7 +34,7 @@ matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
 from transformer_pde import plot  # noqa: E402
-from transformer_pde.cli import rank_sweep  # noqa: E402
+from transformer_pde.cli import rank_sweep, run_figure_script  # noqa: E402
 
 KINDS = ("softmax", "l2")
 VALUES = ("identity", "random")
@@ -65,25 +62,19 @@ def figure(draws: int = 100, seed: int = 0):
     return fig, sweeps
 
 
-def main(argv=None) -> list[Path]:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "figures"),
-                   help="output directory (default: figures/ of the repository)")
-    p.add_argument("--draws", type=int, default=100, help="random draws per case (default 100)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    args = p.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+def figures(args) -> dict:
     fig, sweeps = figure(args.draws, args.seed)
     for sw in sweeps:
         s = sw.summary()
         print(f"{s['kind']:>8s} V={s['value']:<8s} d={s['d']}: ranks 0..{s['d']} -> "
               f"{s['rank_counts']}   statuses {s['status_counts']}")
-    path = out / "rank_histograms.png"
-    fig.savefig(path, dpi=100)
-    return [path]
+    return {"rank_histograms": fig}
+
+
+def options(p) -> None:
+    p.add_argument("--draws", type=int, default=100, help="random draws per case (default 100)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
 
 
 if __name__ == "__main__":
-    for path in main():
-        print(path)
+    run_figure_script(__doc__, figures, options=options)

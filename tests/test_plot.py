@@ -180,3 +180,27 @@ def test_rank_histogram_heights():
         plot.rank_histogram([4], d=3)
     with pytest.raises(ValueError, match="integers"):
         plot.rank_histogram([1.5])
+
+
+# --------------------------------------------------------------------------- paper scripts
+@pytest.mark.slow
+@pytest.mark.parametrize("script, args, names", [
+    ("paper_cone_convergence.py", [], ["cone_convergence_zero", "cone_convergence_line",
+                                       "cone_convergence_plane"]),
+    ("paper_blowup_slices.py", [], ["blowup_slice_symmetric", "blowup_slice_rotation"]),
+    ("paper_initial_data.py", [], ["initial_data_dichotomy"]),
+    ("paper_rank_histograms.py", ["--draws", "10"], ["rank_histograms"]),
+])
+def test_paper_figure_scripts(tmp_path, script, args, names):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from PIL import Image
+
+    path = Path(__file__).resolve().parents[1] / "examples" / script
+    subprocess.run([sys.executable, str(path), "--out", str(tmp_path), *args], check=True,
+                   capture_output=True, timeout=300)
+    for name in names:
+        with Image.open(tmp_path / f"{name}.png") as im:
+            assert im.format == "PNG" and im.width > 300

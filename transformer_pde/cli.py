@@ -51,6 +51,7 @@ __all__ = [
     "run_bench",
     "run_cone",
     "run_demo",
+    "run_figure_script",
     "run_gaussian",
     "run_ranks",
     "run_simulate",
@@ -1003,6 +1004,36 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 # =========================================================================== main
+def _config_command(sub: Any, name: str, func: Callable, help_: str, description: str) -> Any:
+    """A subcommand taking ``CONFIG.toml`` and ``--out``."""
+    p = sub.add_parser(name, help=help_, description=description)
+    p.add_argument("config", help=f"TOML configuration (see examples/configs/{name}.toml)")
+    p.add_argument("--out", default=f"transformer-pde-{name}", help="output directory")
+    p.set_defaults(func=func)
+    return p
+
+
+def run_figure_script(doc: str, make: Callable[[argparse.Namespace], dict],
+                      argv: Sequence[str] | None = None,
+                      options: Callable[[argparse.ArgumentParser], None] | None = None
+                      ) -> list[Path]:
+    """Command line of the ``examples/`` figure scripts: parse ``--out`` (default: the
+    repository's ``figures/``) and any extra ``options``, call ``make(args)`` -> ``{name:
+    Figure}`` and save each figure as ``<out>/<name>.png``; returns the paths written."""
+    p = argparse.ArgumentParser(description=doc.strip().split("\n\n")[0])
+    p.add_argument("--out", default=str(Path.cwd() / "figures"),
+                   help="output directory (default: ./figures)")
+    if options is not None:
+        options(p)
+    args = p.parse_args(argv)
+    out = _outdir(args.out)
+    written = []
+    for name, fig in make(args).items():
+        written.append(_savefig(fig, out / f"{name}.png", dpi=100))
+        sys.stdout.write(f"{written[-1]}\n")
+    return written
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="transformer-pde",
@@ -1027,31 +1058,20 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--gif", action="store_true", help="also write an animation demo.gif")
     d.set_defaults(func=_cmd_demo)
 
-    s = sub.add_parser("simulate", help="particle simulation from a TOML file",
-                       description="Simulate tokens from CONFIG.toml (tables [attention], "
-                                   "[tokens], [run], [output]); write trajectory.npz, "
-                                   "summary.json and particles.png.")
-    s.add_argument("config", help="TOML configuration (see examples/configs/simulate.toml)")
-    s.add_argument("--out", default="transformer-pde-simulate", help="output directory")
+    s = _config_command(sub, "simulate", _cmd_simulate, "particle simulation from a TOML file",
+                        "Simulate tokens from CONFIG.toml (tables [attention], [tokens], [run], "
+                        "[output]); write trajectory.npz, summary.json and particles.png.")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    s.set_defaults(func=_cmd_simulate)
 
-    g = sub.add_parser("gaussian", help="Gaussian mean/covariance ODE from a TOML file",
-                       description="Solve the exact moment ODE of a Gaussian token measure "
-                                   "from CONFIG.toml (tables [attention], [gaussian]); write "
-                                   "gaussian.npz, gaussian.png and summary.json.")
-    g.add_argument("config", help="TOML configuration (see examples/configs/gaussian.toml)")
-    g.add_argument("--out", default="transformer-pde-gaussian", help="output directory")
-    g.set_defaults(func=_cmd_gaussian)
+    _config_command(sub, "gaussian", _cmd_gaussian, "Gaussian mean/covariance ODE from a TOML file",
+                    "Solve the exact moment ODE of a Gaussian token measure from CONFIG.toml "
+                    "(tables [attention], [gaussian]); write gaussian.npz, gaussian.png and "
+                    "summary.json.")
 
-    c = sub.add_parser("cone", help="phase plot of 2-D covariances in the PSD cone",
-                       description="Solve many 2-D Gaussian runs from CONFIG.toml (tables "
-                                   "[attention] with d = 2, [cone]) and draw them in the PSD "
-                                   "cone and its trace-normalised slice; write cone.png, "
-                                   "cone.npz and summary.json.")
-    c.add_argument("config", help="TOML configuration (see examples/configs/cone.toml)")
-    c.add_argument("--out", default="transformer-pde-cone", help="output directory")
-    c.set_defaults(func=_cmd_cone)
+    _config_command(sub, "cone", _cmd_cone, "phase plot of 2-D covariances in the PSD cone",
+                    "Solve many 2-D Gaussian runs from CONFIG.toml (tables [attention] with "
+                    "d = 2, [cone]) and draw them in the PSD cone and its trace-normalised "
+                    "slice; write cone.png, cone.npz and summary.json.")
 
     r = sub.add_parser("ranks", help="rank histogram sweep over random draws",
                        description="Numerical rank of the limit covariance over random "
