@@ -58,7 +58,7 @@ round-off; the tolerance actually used is ``max(tol, 8 * floor)`` and is reporte
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import numpy as np
@@ -106,6 +106,10 @@ class SinkhornResult:
         :math:`\sum_j w_j k(x_i, x_j) v_j` at the tokens, with the out-of-sample potential
         (it comes out of the last pass at no extra cost).
 
+    memory : object
+        The Anderson memory after the solve (pass it back as ``memory=`` to reuse the
+        secant pairs in a warm-started solve of a nearby problem).
+
     Unpacks as ``f, g, n_iter, err`` (the tuple of earlier versions).
     """
 
@@ -117,6 +121,7 @@ class SinkhornResult:
     converged: bool
     symmetric: bool
     out: Any = None
+    memory: Any = field(default=None, repr=False)
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.f, self.g, self.n_iter, self.err))
@@ -227,8 +232,8 @@ def sinkhorn_potentials(be: Any, qx: Any, kx: Any, logw: Any, eps: float, *,
         Use :math:`\varepsilon`-scaling; default: on for cold starts whose score range
         :math:`\max|q|\max|k|/\varepsilon` exceeds 30.
     memory : object, optional
-        Anderson memory returned in a previous call's ``SinkhornResult`` via
-        :class:`SinkhornWarmStart` (secant pairs reused across warm-started solves).
+        ``SinkhornResult.memory`` of a previous solve of a nearby problem (secant pairs
+        reused across warm-started solves; :class:`SinkhornWarmStart` does this).
 
     Returns
     -------
@@ -306,10 +311,8 @@ def sinkhorn_potentials(be: Any, qx: Any, kx: Any, logw: Any, eps: float, *,
         # fix the gauge (f + c, g - c) by equal weighted means: keeps warm starts comparable
         c = 0.5 * float(xp.exp(logw) @ (g - f))
         f, g = f + c, g - c
-    res = SinkhornResult(f=f, g=g, n_iter=used, err=last.err, tol=tol_used, converged=ok,
-                         symmetric=symmetric, out=last.out if ok else None)
-    res.memory = acc  # type: ignore[attr-defined]
-    return res
+    return SinkhornResult(f=f, g=g, n_iter=used, err=last.err, tol=tol_used, converged=ok,
+                          symmetric=symmetric, out=last.out if ok else None, memory=acc)
 
 
 def _soft_min(be, qs, kx, logw, h, eps, values):
@@ -522,7 +525,7 @@ def sinkhorn_field(be: Any, qx: Any, kx: Any, vx: Any, logw: Any, eps: float, *,
             "raise sinkhorn_max_iter, loosen sinkhorn_tol or increase eps")
     if state is not None:
         state.update(t, res.f, res.g)
-        state.memory = getattr(res, "memory", None)
+        state.memory = res.memory
     if q_query is None:
         return res.out, res
     out = be.softmax(q_query * (1.0 / eps), kx, vx, logw + res.g * (1.0 / eps), None)[0]
