@@ -202,3 +202,16 @@ def test_config_file_errors(tmp_path, capsys):
     cfg = _write(tmp_path, "d3.toml", "[attention]\nd = 3\n")
     assert cli.main(["cone", cfg, "--out", str(tmp_path / "o")]) == 2
     assert "attention.d" in capsys.readouterr().err
+
+
+def test_bench_scripts_runs_each_with_quick(tmp_path, monkeypatch, capfd):
+    bench = tmp_path / "benchmarks"
+    bench.mkdir()
+    (bench / "_helper.py").write_text("raise SystemExit(3)\n")  # private: not run
+    (bench / "tiny.py").write_text("import sys\nprint('tiny args', sys.argv[1:])\n")
+    assert cli.benchmark_scripts(tmp_path) == [bench / "tiny.py"]
+    monkeypatch.setattr(cli, "benchmark_scripts", lambda root=None: [bench / "tiny.py"])
+    assert cli.main(["bench", "--scripts"]) == 0
+    assert "tiny args ['--quick']" in capfd.readouterr().out
+    monkeypatch.setattr(cli, "benchmark_scripts", lambda root=None: [])
+    assert cli.main(["bench", "--scripts"]) == 2

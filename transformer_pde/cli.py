@@ -41,6 +41,7 @@ __all__ = [
     "ConfigError",
     "RankSweep",
     "build_attention",
+    "benchmark_scripts",
     "build_tokens",
     "count_clusters",
     "covariance_rank",
@@ -992,7 +993,29 @@ def run_bench(*, quick: bool = True, out: str | Path | None = None,
     return result
 
 
+def benchmark_scripts(root: str | Path | None = None) -> list[Path]:
+    """The project's benchmark scripts (``benchmarks/*.py`` of a source checkout: ``root``, or
+    the directory above the installed package)."""
+    base = Path(root) if root is not None else Path(__file__).resolve().parents[1]
+    return sorted(p for p in (base / "benchmarks").glob("*.py") if not p.name.startswith("_"))
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.scripts:
+        import subprocess  # noqa: PLC0415
+
+        scripts = benchmark_scripts()
+        if not scripts:
+            sys.stderr.write("transformer-pde bench: no benchmarks/*.py next to the package "
+                             "(they come with a source checkout)\n")
+            return 2
+        rc = 0
+        for script in scripts:
+            cmd = [sys.executable, str(script)] + ([] if args.full else ["--quick"])
+            sys.stdout.write(f"$ {' '.join(cmd)}\n")
+            sys.stdout.flush()
+            rc = max(rc, subprocess.run(cmd, check=False).returncode)
+        return rc
     res = run_bench(quick=not args.full, out=args.out, backends=args.backends)
     sys.stdout.write(f"{'task':<22s} {'backend':<8s} {'N':>7s} {'d':>3s} {'seconds':>10s}\n")
     for r in res["rows"]:
@@ -1092,9 +1115,13 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="small built-in timing",
                        description="Time the softmax particle field on the CPU backends and a "
-                                   "batched Gaussian solve (the full benchmark scripts are in "
-                                   "benchmarks/).")
-    b.add_argument("--full", action="store_true", help="larger token counts (slower)")
+                                   "batched Gaussian solve; --scripts runs the project's "
+                                   "benchmark scripts in benchmarks/ instead.")
+    b.add_argument("--full", action="store_true",
+                   help="larger token counts (slower); with --scripts, the full benchmarks")
+    b.add_argument("--scripts", action="store_true",
+                   help="run the project's benchmarks/*.py (with --quick unless --full); each "
+                        "prints its table and writes benchmarks/results/<name>.json")
     b.add_argument("--out", default=None, help="directory for bench.json (optional)")
     b.add_argument("--backends", nargs="+", choices=("numpy", "numba"),
                    help="CPU backends to time (default: those available of numpy, numba)")
