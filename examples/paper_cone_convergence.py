@@ -52,7 +52,8 @@ FIGURES = {
     "zero": (np.eye(2), np.eye(2), -np.eye(2), 1, 200.0, None,
              "softmax, $V=-I$, $Q=K=I$: convergence to 0"),
     "line": (E1, E1, -np.eye(2), 1, 2000.0, [0.0, 1.0],
-             r"softmax, $V=-I$, $A=e_1e_1^\top/\sqrt{2}$: convergence to $\{\lambda e_2e_2^\top\}$"),
+             r"softmax, $V=-I$, $A=e_1e_1^\top/\sqrt{2}$: "
+             r"convergence to $\{\lambda e_2e_2^\top\}$"),
     "plane": (-P, P, np.eye(2), 2, 200.0, None,
               "2-head softmax, $V=I$, $K=P$, $Q=-P$: convergence to the plane $w=0$"),
 }

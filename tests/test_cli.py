@@ -10,6 +10,12 @@ import pytest
 from transformer_pde import cli
 
 
+def _write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
 def test_demo_writes_files_and_counts_clusters(tmp_path):
     out = tmp_path / "demo"
     # tiny run: 60 tokens to t = 4 is enough for the co-moving frame to collapse onto
@@ -25,33 +31,31 @@ def test_demo_writes_files_and_counts_clusters(tmp_path):
     assert "final number of clusters" in (out / "summary.txt").read_text()
 
 
-def test_count_clusters_separated_blobs():
-    rng = np.random.default_rng(1)
-    centres = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
-    X = np.concatenate([c + 1e-3 * rng.normal(size=(20, 2)) for c in centres])
-    k, labels = cli.count_clusters(X, 0.05)
-    assert k == 3
-    # the labels partition exactly the three blobs
-    assert len({tuple(np.unique(labels[i * 20:(i + 1) * 20])) for i in range(3)}) == 3
-    # invariant under scaling of the cloud (scale is relative to the RMS radius)
-    assert cli.count_clusters(1e6 * X, 0.05)[0] == 3
-
-
-def test_covariance_rank():
-    rng = np.random.default_rng(2)
-    line = rng.normal(size=(50, 1)) * np.array([[1.0, 2.0, -1.0]])
-    assert cli.covariance_rank(line) == 1
-    assert cli.covariance_rank(rng.normal(size=(50, 3))) == 3
-    assert cli.covariance_rank(np.zeros((3, 3)), is_cov=True) == 0
+def test_simulate_summary_counts_clusters_and_rank(tmp_path):
+    # V = 0: tokens do not move, so the summary describes the input exactly: three groups of
+    # identical points on the line y = 2x -> 3 clusters, covariance rank 1
+    X = np.repeat(np.array([[0.0, 0.0], [1.0, 2.0], [-3.0, -6.0]]), [5, 7, 9], axis=0)
+    np.save(tmp_path / "x.npy", X)
+    cfg = _write(tmp_path, "s.toml", f"""
+[attention]
+d = 2
+V = "zeros"
+[tokens]
+file = "{tmp_path / 'x.npy'}"
+[run]
+t_max = 0.2
+dt = 0.1
+[output]
+figure = false
+""")
+    assert cli.main(["simulate", cfg, "--out", str(tmp_path / "o"), "-q"]) == 0
+    s = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert s["clusters_final"] == 3
+    assert s["covariance_rank"] == 1
+    assert not (tmp_path / "o" / "particles.png").exists()
 
 
 # --------------------------------------------------------------------------- subcommands
-def _write(tmp_path, name, text):
-    p = tmp_path / name
-    p.write_text(text)
-    return str(p)
-
-
 def test_simulate_tiny(tmp_path):
     from transformer_pde import load
 
@@ -127,7 +131,8 @@ rank_one_line = [1.0, 0.0]
             np.testing.assert_allclose(covs[0], z["covs0"][i], rtol=1e-12)
             # V = -I: Sigma' = -sqrt(2) Sigma^2, Sigma(t) = (Sigma0^-1 + sqrt(2) t I)^-1 exactly;
             # solver rtol 1e-10, so 1e-7 leaves room for the dense-output interpolation
-            exact = np.linalg.inv(np.linalg.inv(z["covs0"][i]) + np.sqrt(2.0) * times[-1] * np.eye(2))
+            inv0 = np.linalg.inv(z["covs0"][i])
+            exact = np.linalg.inv(inv0 + np.sqrt(2.0) * times[-1] * np.eye(2))
             np.testing.assert_allclose(covs[-1], exact, rtol=1e-7)
     s = json.loads((out / "summary.json").read_text())
     assert sum(s["status_counts"].values()) == 4

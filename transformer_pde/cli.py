@@ -43,8 +43,6 @@ __all__ = [
     "build_attention",
     "benchmark_scripts",
     "build_tokens",
-    "count_clusters",
-    "covariance_rank",
     "load_config",
     "main",
     "paper_attention",
@@ -62,8 +60,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: relative single-linkage scale of the demo's cluster count (fraction of the RMS radius)
-DEMO_CLUSTER_SCALE = 0.05
+#: single-linkage scale of the cluster counts: a fraction of the cloud radius (largest
+#: distance to the mean), as in :func:`transformer_pde.diagnostics.clusters`
+CLUSTER_TOL = 0.02
 #: relative tolerance of the covariance numerical rank reported by the CLI
 RANK_RTOL = 1e-6
 
@@ -101,57 +100,21 @@ class _Bar:
             sys.stderr.flush()
 
 
-def _diagnostics() -> Any:
-    """The diagnostics module if it is available (it is optional for the CLI)."""
-    try:
-        from . import diagnostics  # noqa: PLC0415
-    except ImportError:
-        return None
-    return diagnostics
+def _cloud_rank(X: np.ndarray) -> int:
+    """Numerical rank (relative tolerance :data:`RANK_RTOL`) of the covariance of a cloud."""
+    from .diagnostics import numerical_rank  # noqa: PLC0415
+
+    Y = X - X.mean(axis=0)
+    return numerical_rank(Y.T @ Y / X.shape[0], RANK_RTOL)
 
 
-def count_clusters(X: Any, rel_scale: float = DEMO_CLUSTER_SCALE) -> tuple[int, np.ndarray]:
-    r"""Number of clusters of a point cloud by single linkage at a scale relative to the cloud.
+def _clusters(X: np.ndarray, tol: float) -> tuple[int, np.ndarray]:
+    """Number of clusters and labels by :func:`transformer_pde.diagnostics.clusters`
+    (single linkage at ``tol`` times the cloud radius)."""
+    from .diagnostics import clusters  # noqa: PLC0415
 
-    Two points are in the same cluster when a chain of points joins them with every link
-    shorter than :math:`\delta = \text{rel\_scale}\cdot r`, with
-    :math:`r = (\frac1N\sum_i |x_i - \bar x|^2)^{1/2}` the RMS radius of the cloud (so
-    the count does not change when the cloud is rescaled).
-
-    Returns
-    -------
-    (int, ndarray of int)
-        The number of clusters and each point's label (0, 1, ...).
-    """
-    from scipy.cluster.hierarchy import fcluster, linkage  # noqa: PLC0415
-
-    X = np.asarray(X, dtype=float)
-    if X.ndim != 2 or X.shape[0] < 1:
-        raise ValueError(f"X must have shape (N, d) with N >= 1, got {X.shape}")
-    if not (math.isfinite(rel_scale) and rel_scale > 0):
-        raise ValueError(f"rel_scale must be finite and > 0, got {rel_scale!r}")
-    if X.shape[0] == 1:
-        return 1, np.zeros(1, dtype=int)
-    r = float(np.sqrt(np.mean(np.sum((X - X.mean(0)) ** 2, axis=1))))
-    if r == 0.0:
-        return 1, np.zeros(X.shape[0], dtype=int)
-    labels = fcluster(linkage(X, "single"), rel_scale * r, "distance") - 1
-    return int(labels.max() + 1), labels.astype(int)
-
-
-def covariance_rank(X_or_cov: Any, rtol: float = RANK_RTOL, *, is_cov: bool = False) -> int:
-    r"""Numerical rank of a covariance: the number of eigenvalues above ``rtol`` times the largest.
-
-    ``X_or_cov`` is a point cloud (N, d) (its weighted-uniform covariance is used) or,
-    with ``is_cov=True``, a covariance matrix.
-    """
-    A = np.asarray(X_or_cov, dtype=float)
-    S = A if is_cov else np.atleast_2d(np.cov(A.T, bias=True))
-    ev = np.linalg.eigvalsh(0.5 * (S + S.T))
-    top = float(ev.max()) if ev.size else 0.0
-    if not top > 0:
-        return 0
-    return int(np.sum(ev > rtol * top))
+    res = clusters(X, tol=tol)
+    return res.n_clusters, res.labels
 
 
 def _write_json(path: Path, data: dict) -> Path:
@@ -258,7 +221,8 @@ class _Section:
         v = self.data.get(k, default)
         arr = _numeric_array(v, self.key(k), f"a list of {n} numbers")
         if arr.shape != (n,):
-            raise ConfigError(f"{self.key(k)}: expected a list of {n} numbers, got shape {arr.shape}")
+            raise ConfigError(f"{self.key(k)}: expected a list of {n} numbers, "
+                              f"got shape {arr.shape}")
         return arr
 
 
@@ -395,24 +359,9 @@ def build_tokens(table: Any, d: int, *, section: str = "tokens") -> np.ndarray:
 
 
 # =========================================================================== demo
-def _clusters(X: np.ndarray, rel_scale: float) -> tuple[int, np.ndarray]:
-    """Cluster count: ``diagnostics.clusters`` when available, else :func:`count_clusters`."""
-    diag = _diagnostics()
-    fn = getattr(diag, "clusters", None) if diag is not None else None
-    if fn is not None:
-        try:
-            res = fn(X, rel_scale=rel_scale)
-            labels = np.asarray(getattr(res, "labels", res), dtype=int)
-            if labels.shape == (X.shape[0],):
-                return int(np.unique(labels).size), labels
-        except TypeError:
-            logger.debug("diagnostics.clusters has another signature; using scipy single linkage")
-    return count_clusters(X, rel_scale)
-
-
 def run_demo(out: str | Path = "transformer-pde-demo", *, n: int = 256, seed: int = 0,
              t_max: float = 6.0, dt: float = 0.05, backend: str = "numpy",
-             gif: bool = False, rel_scale: float = DEMO_CLUSTER_SCALE) -> dict:
+             gif: bool = False, cluster_tol: float = CLUSTER_TOL) -> dict:
     r"""Run the demo and write its files; returns the summary dictionary.
 
     Tokens :math:`x_i(0) \sim N(0, I_2)`, :math:`N = 256`, softmax attention with
@@ -420,7 +369,8 @@ def run_demo(out: str | Path = "transformer-pde-demo", *, n: int = 256, seed: in
     With :math:`V = I` the tokens grow like :math:`e^{t}`; in the co-moving frame
     :math:`z = e^{-t} x` they collapse onto a few clusters at vertices of a convex polygon
     (Geshkovski, Letrouit, Polyanskiy, Rigollet 2023).  Clusters are counted by single
-    linkage at ``rel_scale`` times the RMS radius of the final cloud.
+    linkage at ``cluster_tol`` times the radius of the final cloud
+    (:func:`transformer_pde.diagnostics.clusters`).
     """
     from matplotlib.figure import Figure  # noqa: PLC0415
 
@@ -436,9 +386,9 @@ def run_demo(out: str | Path = "transformer-pde-demo", *, n: int = 256, seed: in
     traj = simulate(att, X0, t_max=t_max, dt=dt, method="rk4", backend=backend)
     elapsed = time.perf_counter() - t0
     Z = plot.rescaled_states(traj, np.eye(2))
-    k_final, labels = _clusters(Z[-1], rel_scale)
-    counts = [_clusters(z, rel_scale)[0] for z in Z]
-    rank = covariance_rank(Z[-1])
+    k_final, labels = _clusters(Z[-1], cluster_tol)
+    counts = [_clusters(z, cluster_tol)[0] for z in Z]
+    rank = _cloud_rank(Z[-1])
     fig = Figure(figsize=(10.5, 4.6), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.25, 1]})
     plot.particles(Z, labels=labels, ax=ax1,
@@ -448,7 +398,7 @@ def run_demo(out: str | Path = "transformer-pde-demo", *, n: int = 256, seed: in
     ax2.step(traj.times, counts, where="post", color="C0")
     ax2.set_yscale("log")
     ax2.set_xlabel("depth t")
-    ax2.set_ylabel(f"clusters (single linkage, {rel_scale:g} x RMS radius)")
+    ax2.set_ylabel(f"clusters (single linkage, {cluster_tol:g} x cloud radius)")
     ax2.set_title("number of clusters along depth")
     ax2.grid(alpha=0.3)
     figpath = _savefig(fig, outdir / "demo.png")
@@ -459,7 +409,7 @@ def run_demo(out: str | Path = "transformer-pde-demo", *, n: int = 256, seed: in
         "command": "demo", "n_tokens": n, "d": 2, "kind": "softmax", "Q=K=V": "identity",
         "t_max": t_max, "dt": dt, "method": "rk4", "backend": traj.info.get("backend", backend),
         "status": traj.status, "seconds": round(elapsed, 3),
-        "clusters_final": k_final, "cluster_scale": rel_scale,
+        "clusters_final": k_final, "cluster_scale": cluster_tol,
         "cluster_sizes": np.bincount(labels).tolist(),
         "covariance_rank": rank, "covariance_rank_rtol": RANK_RTOL,
         "frame": "z = exp(-t) x (co-moving frame of V = I)", "files": files,
@@ -470,7 +420,7 @@ def run_demo(out: str | Path = "transformer-pde-demo", *, n: int = 256, seed: in
         f"  tokens: N = {n} drawn from N(0, I_2) (seed {seed}); Q = K = V = I; RK4, dt = {dt}, "
         f"t in [0, {t_max:g}]\n"
         f"  run: {traj.status} in {elapsed:.2f} s ({summary['backend']} backend)\n"
-        f"  final number of clusters: {k_final} (single linkage at {rel_scale:g} x RMS radius, "
+        f"  final number of clusters: {k_final} (single linkage at {cluster_tol:g} x cloud radius, "
         f"frame e^(-t) x)\n"
         f"  cluster sizes: {summary['cluster_sizes']}\n"
         f"  covariance numerical rank of the final tokens: {rank} of 2 "
@@ -505,7 +455,7 @@ def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True) -> dict:
     run = _Section(cfg.get("run"), "run", _RUN_KEYS)
     outp = _Section(cfg.get("output"), "output", _OUT_KEYS)
     rescale_opt = outp.choice("rescale", "none", ("none", "value"))
-    rel = outp.number("cluster_scale", DEMO_CLUSTER_SCALE, positive=True)
+    rel = outp.number("cluster_scale", CLUSTER_TOL, positive=True)
     positions = None
     if att.masked:
         positions = np.linspace(0.0, 1.0, X0.shape[0])
@@ -539,7 +489,7 @@ def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True) -> dict:
         "status": traj.status, "message": traj.message, "t_final": traj.t_final,
         "seconds": round(elapsed, 3), "info": traj.info, "frame": rescale_opt,
         "clusters_final": k, "cluster_scale": rel,
-        "covariance_rank": covariance_rank(final), "covariance_rank_rtol": RANK_RTOL,
+        "covariance_rank": _cloud_rank(final), "covariance_rank_rtol": RANK_RTOL,
         "max_abs_final": float(np.max(np.abs(traj.final))), "files": files,
     }
     _write_json(outdir / "summary.json", summary)
@@ -558,7 +508,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 # =========================================================================== paper helpers
 def paper_attention(kind: str, Q: Any, K: Any, V: Any, *, heads: int = 1, eps: float = 1.0) -> Any:
-    r"""An :class:`~transformer_pde.Attention` with the scalings the paper's figures used (``SPEC.md``).
+    r"""An :class:`~transformer_pde.Attention` with the scalings of the paper's figures (SPEC).
 
     * ``softmax``: score :math:`\langle Qx, Ky\rangle/\sqrt d`, i.e. :math:`A = K^\top Q/\sqrt d`;
       with ``heads = H > 1`` each head is scaled by :math:`1/\sqrt k`, :math:`k = d/H`;
@@ -740,15 +690,16 @@ def run_gaussian(cfg: dict, out: str | Path) -> dict:
     sec = _Section(cfg.get("gaussian"), "gaussian", _GAUSS_KEYS)
     mean = sec.vector("mean", d, [0.0] * d)
     cov = sec.raw("cov", "identity")
-    cov = np.eye(d) if cov == "identity" else _numeric_array(cov, sec.key("cov"),
-                                                             f"'identity' or a {d} x {d} list of lists")
+    form = f"'identity' or a {d} x {d} list of lists"
+    cov = np.eye(d) if cov == "identity" else _numeric_array(cov, sec.key("cov"), form)
     if cov.shape != (d, d):
         raise ConfigError(f"{sec.key('cov')}: expected 'identity' or a {d} x {d} list of lists, "
                           f"got shape {cov.shape}")
     opts = _solver_options(sec, 10.0)
     n_eval = sec.integer("n_eval", 200, minimum=2)
     try:
-        traj = gaussian.solve(att, mean, cov, t_eval=np.linspace(0.0, opts["t_max"], n_eval), **opts)
+        traj = gaussian.solve(att, mean, cov, t_eval=np.linspace(0.0, opts["t_max"], n_eval),
+                              **opts)
     except ValueError as exc:
         raise ConfigError(f"[gaussian]: {exc}") from None
     outdir = _outdir(out)

@@ -94,7 +94,8 @@ def _covariance_paths(trajectories: Any) -> list[np.ndarray]:
         items = list(trajectories)
     else:
         raise TypeError("trajectories must be a trajectory with a 'covs' attribute, an "
-                        f"array (n, T, 2, 2) or a sequence of them, got {type(trajectories).__name__}")
+                        "array (n, T, 2, 2) or a sequence of them, got "
+                        f"{type(trajectories).__name__}")
     paths = []
     for i, item in enumerate(items):
         covs = np.asarray(getattr(item, "covs", item), dtype=float)
@@ -113,7 +114,7 @@ def _covariance_paths(trajectories: Any) -> list[np.ndarray]:
     return paths
 
 
-def _colours(values: Any, n: int, color_by: Any, ends: Sequence[np.ndarray], cmap: Any) -> list:
+def _colours(n: int, color_by: Any, ends: Sequence[np.ndarray], cmap: Any) -> list:
     """One RGBA colour per trajectory."""
     import matplotlib as mpl  # noqa: PLC0415
 
@@ -224,7 +225,7 @@ def cone(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any = Non
                 lw=0.6, gid="cone-rim")
     key = [p[0] if _is_start(color_by) else p[-1] for p in paths]
     key = [k[:2] / k[2] if k[2] > 0 else k[:2] for k in key]
-    colours = _colours(None, len(paths), color_by, key, cmap)
+    colours = _colours(len(paths), color_by, key, cmap)
     for i, (p, col) in enumerate(zip(paths, colours)):
         ax.plot(p[:, 0], p[:, 1], p[:, 2], color=col, lw=linewidth, gid=f"trajectory-{i}")
         ax.scatter([p[0, 0]], [p[0, 1]], [p[0, 2]], color=col, s=10, marker="o")
@@ -277,7 +278,7 @@ def cone_slice(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any
     th = np.linspace(0, 2 * np.pi, 361)
     ax.plot(np.cos(th), np.sin(th), color="0.3", lw=1.0, gid="rank-one-circle")
     key = [p[0] if _is_start(color_by) else p[-1] for p in paths]
-    colours = _colours(None, len(paths), color_by, key, cmap)
+    colours = _colours(len(paths), color_by, key, cmap)
     for i, (p, col) in enumerate(zip(paths, colours)):
         ax.plot(p[:, 0], p[:, 1], color=col, lw=linewidth, gid=f"trajectory-{i}")
         ax.plot(p[0, 0], p[0, 1], "o", color=col, ms=3)
@@ -305,7 +306,8 @@ def _particle_states(traj: Any) -> tuple[np.ndarray, np.ndarray]:
         states = np.asarray(traj, dtype=float)
         times = np.arange(states.shape[0], dtype=float)
     if states.ndim != 3 or states.shape[2] < 2:
-        raise ValueError(f"traj must hold states of shape (T, N, d) with d >= 2, got {states.shape}")
+        raise ValueError("traj must hold states of shape (T, N, d) with d >= 2, "
+                         f"got {states.shape}")
     return times, states
 
 
@@ -486,7 +488,8 @@ def rank_histogram(ranks: Any, *, d: int | None = None, ax: Any = None, title: s
     for name, r in groups.items():
         arr = np.asarray(r)
         if arr.ndim != 1 or arr.size == 0:
-            raise ValueError(f"ranks[{name!r}] must be a non-empty 1-D array, got shape {arr.shape}")
+            raise ValueError(f"ranks[{name!r}] must be a non-empty 1-D array, "
+                             f"got shape {arr.shape}")
         if arr.dtype.kind not in "iu" and not np.all(arr == np.round(arr)):
             raise ValueError(f"ranks[{name!r}] must hold integers")
         arr = arr.astype(int)
