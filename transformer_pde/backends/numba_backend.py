@@ -188,9 +188,9 @@ def vexp(x):
     its contract (results are not checked).
     """
     a = np.asarray(x)
-    if a.dtype == np.float32:
-        return _vexp32_array(a.ravel()).reshape(a.shape)
-    return _vexp64_array(np.asarray(a, np.float64).ravel()).reshape(a.shape)
+    if a.dtype != np.float32:
+        a = a.astype(np.float64)
+    return _vexp_array(np.ascontiguousarray(a).ravel()).reshape(a.shape)
 
 
 @overload(vexp, jit_options={"fastmath": _FM_EXP})
@@ -203,18 +203,10 @@ def _vexp_overload(x):
 
 
 @njit(fastmath=_FM_KERNEL, cache=True)
-def _vexp64_array(x):
+def _vexp_array(x):
     out = np.empty_like(x)
     for i in range(x.size):
-        out[i] = _vexp64(x[i])
-    return out
-
-
-@njit(fastmath=_FM_KERNEL, cache=True)
-def _vexp32_array(x):
-    out = np.empty_like(x)
-    for i in range(x.size):
-        out[i] = _vexp32(x[i])
+        out[i] = vexp(x[i])
     return out
 
 
