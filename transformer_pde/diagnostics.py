@@ -651,8 +651,9 @@ def gaussian_stability_profile(att: Attention, gauss0: Sequence[Any], gauss1: Se
 
     Solves the mean/covariance ODEs (:func:`transformer_pde.gaussian.solve`) from
     ``gauss0 = (mean0, cov0)`` and ``gauss1 = (mean1, cov1)`` and returns
-    :math:`BW(\mu_t,\nu_t)/BW(\mu_0,\nu_0)` on ``n_times`` equally spaced times of the
-    interval where both runs exist (Gaussian runs may stop at a blow-up).  Gaussians are
+    :math:`BW(\mu_t,\nu_t)/BW(\mu_0,\nu_0)` on ``n_times`` equally spaced times in
+    :math:`[0, t_{max}]`, as far as both runs go (a run stops at a blow-up or when it
+    has converged).  Gaussians are
     not compactly supported, so Theorem 3.1 does not apply and ``bound`` is None.
     """
     from . import gaussian  # noqa: PLC0415
@@ -662,31 +663,32 @@ def gaussian_stability_profile(att: Attention, gauss0: Sequence[Any], gauss1: Se
     w0 = bures_wasserstein(m0, S0, m1, S1)
     if w0 == 0.0:
         raise ValueError("the two Gaussians coincide (BW = 0): the ratio is undefined")
-    ta = gaussian.solve(att, m0, S0, t_max=t_max, **solve_kwargs)
-    tb = gaussian.solve(att, m1, S1, t_max=t_max, **solve_kwargs)
-    t_end = min(float(ta.times[-1]), float(tb.times[-1]))
-    times = np.linspace(0.0, t_end, int(n_times))
-    ma, Sa = _interp_gaussian(ta, times)
-    mb, Sb = _interp_gaussian(tb, times)
-    w2 = np.array([bures_wasserstein(ma[k], Sa[k], mb[k], Sb[k]) for k in range(len(times))])
+    if int(n_times) < 2:
+        raise ValueError(f"n_times must be >= 2, got {n_times!r}")
+    grid = np.linspace(0.0, float(t_max), int(n_times))
+    ta = gaussian.solve(att, m0, S0, t_max=t_max, t_eval=grid, **solve_kwargs)
+    tb = gaussian.solve(att, m1, S1, t_max=t_max, t_eval=grid, **solve_kwargs)
+    (ma, Sa), (mb, Sb) = _on_grid(ta, grid), _on_grid(tb, grid)
+    n = min(len(ma), len(mb))  # a run may stop early at a blow-up
+    times = grid[:n]
+    w2 = np.array([bures_wasserstein(ma[k], Sa[k], mb[k], Sb[k]) for k in range(n)])
     return StabilityProfile(times, w2, w2 / w0, None, None, None, ta, tb,
                             {"w2_method": "bures_wasserstein",
                              "bound": "none: Gaussians are not compactly supported"})
 
 
-def _interp_gaussian(traj: Any, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Means and covariances at ``times`` (linear interpolation between saved times;
-    pass dense saving to the solver for accuracy)."""
-    t = np.asarray(traj.times, dtype=float)
-    means = np.asarray(traj.means, dtype=float)
-    covs = np.asarray(traj.covs, dtype=float)
-    m = np.stack([np.interp(times, t, means[:, i]) for i in range(means.shape[1])], axis=1)
-    d = covs.shape[1]
-    S = np.empty((len(times), d, d))
-    for i in range(d):
-        for j in range(d):
-            S[:, i, j] = np.interp(times, t, covs[:, i, j])
-    return m, S
+def _on_grid(traj: Any, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Moments of a Gaussian run saved at ``grid``; a run that stopped because it
+    converged is continued by its (stationary) final state."""
+    n = len(traj.times)
+    if not np.allclose(traj.times, grid[:n]):
+        raise RuntimeError("gaussian.solve did not save at t_eval")  # pragma: no cover
+    means, covs = np.asarray(traj.means), np.asarray(traj.covs)
+    if n < len(grid) and traj.status == "converged":
+        pad = len(grid) - n
+        means = np.concatenate([means, np.repeat(means[-1:], pad, axis=0)])
+        covs = np.concatenate([covs, np.repeat(covs[-1:], pad, axis=0)])
+    return means, covs
 
 
 # =========================================================================== rank
@@ -695,17 +697,20 @@ def _spectrum(S: Any) -> np.ndarray:
     return np.clip(lam, 0.0, None)[::-1]
 
 
-def numerical_rank(S: Any, rtol: float = 1e-6) -> int:
-    r"""Number of eigenvalues of the PSD matrix ``S`` above ``rtol`` times the largest.
+def numerical_rank(S: Any, rtol: float = 1e-6, atol: float = 0.0) -> int:
+    r"""Number of eigenvalues of the PSD matrix ``S`` above ``max(rtol * lambda_max, atol)``.
 
     Zero for the zero matrix.  Invariant under :math:`S \mapsto c\,U S U^\top` (scaling,
-    rotation)."""
+    rotation) when ``atol = 0``; ``atol`` is an absolute floor for covariances that are
+    pure round-off (e.g. of coincident tokens far from the origin)."""
     if not (np.isfinite(rtol) and 0 <= rtol < 1):
         raise ValueError(f"rtol must be in [0, 1), got {rtol!r}")
+    if not (np.isfinite(atol) and atol >= 0):
+        raise ValueError(f"atol must be finite and >= 0, got {atol!r}")
     lam = _spectrum(S)
-    if lam[0] <= 0:
+    if lam[0] <= atol:
         return 0
-    return int(np.sum(lam > rtol * lam[0]))
+    return int(np.sum(lam > max(rtol * lam[0], atol)))
 
 
 def effective_rank(S: Any) -> float:
@@ -760,15 +765,25 @@ class RankProfile:
 def rank_profile(traj: Any, rtol: float = 1e-6) -> RankProfile:
     """:func:`numerical_rank` (with ``rtol``), :func:`effective_rank` and :func:`stable_rank`
     of the covariance of the tokens (particles, weighted) or of :math:`\\Sigma(t)` (Gaussian)
-    at every saved time.  Non-finite saved states give NaN / -1."""
-    times, _, covs = _moments(traj)
+    at every saved time.  Non-finite saved states give NaN / -1.
+
+    For particles, covariance eigenvalues below :math:`(10^3\\epsilon_{mach})^2 E|x|^2` are
+    round-off of the centring and count as zero (a cloud collapsed to one point has rank 0).
+    """
+    times, means, covs = _moments(traj)
+    floors = np.zeros(len(times))
+    if hasattr(traj, "states"):
+        m2 = np.trace(covs, axis1=1, axis2=2) + np.sum(means ** 2, axis=1)
+        floors = (1e3 * np.finfo(float).eps) ** 2 * m2
     num, eff, stb = [], [], []
-    for S in covs:
+    for S, floor in zip(covs, floors):
         if not np.all(np.isfinite(S)):
             num.append(-1)
             eff.append(np.nan)
             stb.append(np.nan)
             continue
+        if np.linalg.eigvalsh(_sym("S", S))[-1] <= floor:
+            S = np.zeros_like(S)
         num.append(numerical_rank(S, rtol))
         eff.append(effective_rank(S))
         stb.append(stable_rank(S))
@@ -888,6 +903,8 @@ def classify(traj: Any, *, window: float = 0.3, conv_tol: float = 1e-3,
     stopped = status in ("blowup", "nonfinite") or not finite.all()
     ev: dict[str, Any] = {"status": status, "n_points": n}
     solver_T = getattr(traj, "blowup_time", None)
+    if solver_T is not None and not np.isfinite(solver_T):
+        solver_T = None  # Gaussian solver: nan unless it detected a blow-up
     if n < min_points:
         if stopped and solver_T is not None:
             ev["message"] = "too few points to fit; the solver reported a blow-up"
