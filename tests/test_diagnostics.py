@@ -255,8 +255,9 @@ def test_stability_bound_report_simple_case():
     print(f"ratio at t=0.5: {prof.ratio[-1]:.4f}, bound: {prof.bound[-1]:.4f}, "
           f"bound/ratio: {slack[-1]:.3f}")
     assert np.all(slack >= 1 - 1e-6)
-    # for this mild case the bound is within a factor 2 at t = 0.5 (not vacuous)
-    assert slack[-1] < 2.0
+    # for this mild case the bound is within a factor 2.5 at t = 0.5 (measured 1.95: not
+    # vacuous; it degrades quickly with t because R(t) enters through exp(|beta| ||A|| R^2))
+    assert slack[-1] < 2.5
 
 
 def test_stability_profile_masked_and_other_kinds():

@@ -455,8 +455,10 @@ def _softmax_constants(P, R: float) -> tuple[float, float, float]:
         ah = abs(P.beta) * float(np.linalg.norm(head.A, 2)) * R * R
         v2 += nv * nv
         lx2 += (nv * ah) ** 2
-        with np.errstate(over="ignore"):
-            lm2 += (nv * math.exp(min(ah, 700.0)) * (1.0 + ah)) ** 2
+        if nv > 0 and ah > 300.0:  # e^{2 a_h} overflows: the bound is infinite from here on
+            lm2 = math.inf
+        else:
+            lm2 += (nv * math.exp(ah) * (1.0 + ah)) ** 2
     return wo * math.sqrt(v2), wo * math.sqrt(lx2), wo * math.sqrt(lm2)
 
 
