@@ -456,6 +456,22 @@ def test_kinetic_energy_equality_for_straight_constant_speed():
     assert ke.ratio == pytest.approx(1.0, rel=1e-9)
 
 
+def test_kinetic_energy_gaussian_matches_particles_formula():
+    gaussian = pytest.importorskip("transformer_pde.gaussian")
+    # A = 0, V nilpotent: the Gaussian moves by a constant-velocity translation, ratio 1;
+    # power = |V alpha|^2 (M = V Sigma A = 0)
+    V = np.array([[0.0, 1.0], [0.0, 0.0]])
+    att = tp.Attention("softmax", np.zeros((2, 2)), np.eye(2), V)
+    tr = gaussian.solve(att, [0.0, 1.0], np.eye(2), t_max=2.0, t_eval=np.linspace(0, 2, 21))
+    ke = D.kinetic_energy(tr, att)
+    np.testing.assert_allclose(ke.power, 1.0, rtol=1e-9)
+    assert ke.ratio == pytest.approx(1.0, rel=1e-8)
+    # a blowing-up run (1-D softmax) is far from straight constant-speed transport: ratio > 1
+    att = tp.Attention("softmax", np.eye(1), np.eye(1), np.eye(1))
+    tr = gaussian.solve(att, [0.0], [[1.0]], t_max=0.4, t_eval=np.linspace(0, 0.4, 401))
+    assert D.kinetic_energy(tr, att).ratio > 1.0
+
+
 @settings(max_examples=15, deadline=None)
 @given(att=attentions(kinds=["softmax", "l2", "linear"], d=2),
        m=measures(d=2, n=(2, 6)))
