@@ -8,6 +8,9 @@ extrapolated from the previous evaluations, Anderson secants reused).  Reported:
 per step (median over the timed steps, after one untimed warm-up step), the ratio to the
 softmax step, and Sinkhorn iterations / passes over all pairs per evaluation.
 
+The same for the paper's time stepping, explicit Euler with h = 0.01 (one evaluation per
+step; cases ``euler_warm`` and ``euler_warm_sym``, compared with an Euler softmax step).
+
 Part 2 (POT): a cold solve of the same coupling (uniform weights, cost -s, eps = 1) by
 this library and by ``ot.sinkhorn(..., method="sinkhorn_log")`` to the same accuracy
 (log-domain marginal error 1e-9, i.e. POT's stopThr = 1e-9 / sqrt(N) on the L2 marginal
@@ -36,7 +39,7 @@ import numpy as np
 
 import transformer_pde as tp
 from transformer_pde.fields import FieldEvaluator
-from transformer_pde.integrators import RK4
+from transformer_pde.integrators import RK4, Euler
 from transformer_pde.sinkhorn import sinkhorn_potentials
 
 Q = np.array([[1.0, 0.5], [-0.3, 0.8]])
@@ -45,9 +48,12 @@ Q_SYM = np.array([[1.0, 0.3], [0.3, -0.5]])       # A = K^T Q symmetric (indefin
 V = np.array([[0.5, -0.5], [0.5, 0.2]])
 DT = 0.1
 EPS = 1.0
+EULER_STEPS = 8       # timed Euler steps (h = 0.01) after EULER_WARMUP untimed ones
+EULER_WARMUP = 4
 
 
-def time_steps(att, X, backend, n_steps, cold=False, tol=1e-9):
+def time_steps(att, X, backend, n_steps, cold=False, tol=1e-9, solver=None, dt=DT,
+               warmup=1):
     """Median (wall, CPU) seconds per RK4 step after one untimed step, and the iterations.
 
     CPU time (all threads of this process) is the cost measure: unlike wall time it does
@@ -62,16 +68,16 @@ def time_steps(att, X, backend, n_steps, cold=False, tol=1e-9):
         return ev(t, y)
 
     y = be.asarray(X, np.float64)
-    solver = RK4()
+    solver = RK4() if solver is None else solver
     t = 0.0
     walls, cpus = [], []
     n_warm = 0
-    for k in range(n_steps + 1):
+    for k in range(n_steps + warmup):
         t0, c0 = time.perf_counter(), time.process_time()
-        y = solver.step(field, t, y, DT)
+        y = solver.step(field, t, y, dt)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        t += DT
-        if k == 0:
+        t += dt
+        if k < warmup:
             n_warm = len(ev.info.get("sinkhorn_iterations", []))
         else:
             walls.append(wall)
@@ -131,6 +137,20 @@ def part_steps(sizes, backend, steps, large_from, rng):
                          "iters_per_eval_max": int(np.max(its)),
                          "passes_per_eval_mean": float(passes.mean()),
                          "iters_per_step_mean": float(np.sum(its) / ns)}
+        # the paper's time stepping: explicit Euler, h = 0.01 (one evaluation per step)
+        row["euler_softmax_s"], row["euler_softmax_cpu_s"], _ = time_steps(
+            sm, X, backend, EULER_STEPS, solver=Euler(), dt=0.01, warmup=EULER_WARMUP)
+        for name, Qm in (("euler_warm", Q), ("euler_warm_sym", Q_SYM)):
+            att = tp.Attention("sinkhorn", Qm, K, V, eps=EPS)
+            sec, cpu, its = time_steps(att, X, backend, EULER_STEPS, solver=Euler(), dt=0.01,
+                                       warmup=EULER_WARMUP)
+            passes = np.asarray(its, float) * (1 if name.endswith("sym") else 2)
+            row[name] = {"s_per_step": sec, "cpu_s_per_step": cpu,
+                         "ratio_to_softmax": cpu / row["euler_softmax_cpu_s"],
+                         "iters_per_eval_mean": float(np.mean(its)),
+                         "iters_per_eval_max": int(np.max(its)),
+                         "passes_per_eval_mean": float(passes.mean()),
+                         "iters_per_step_mean": float(np.sum(its) / EULER_STEPS)}
         rows.append(row)
         print(f"  N={n}: done", flush=True)
     return rows
@@ -195,22 +215,25 @@ def main(argv=None) -> None:
     print(f"backend={a.backend}, d=2, eps={EPS}, RK4 dt={DT}, float64, "
           f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()})")
     rows = part_steps(a.sizes, a.backend, a.steps, a.large_from, rng)
-    print("\nwall seconds per RK4 step (4 evaluations); ratio = sinkhorn / softmax in CPU "
+    print("\nwall seconds per step (RK4 dt=0.1: 4 evaluations; euler_*: Euler h=0.01, one; "
+          "softmax column: the softmax step of the same method);\nratio = sinkhorn / softmax in CPU "
           "time (all threads; robust to other load);\nit/ev = Sinkhorn iterations per "
           "evaluation (mean), pass/ev = passes over all pairs, it/step = iterations per step")
-    hdr = f"{'N':>7} {'softmax':>9} | {'case':<13} {'s/step':>9} {'ratio':>7} {'it/ev':>6} " \
+    hdr = f"{'N':>7} {'softmax':>9} | {'case':<15} {'s/step':>9} {'ratio':>7} {'it/ev':>6} " \
           f"{'pass/ev':>7} {'it/step':>7}"
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
         first = True
-        for name in ("warm", "cold", "warm_sym", "warm_tol1e-6"):
+        for name in ("warm", "cold", "warm_sym", "warm_tol1e-6", "euler_warm",
+                     "euler_warm_sym"):
             if name not in r:
                 continue
             c = r[name]
-            lead = f"{r['n']:>7} {r['softmax_s']:>9.3f}" if first else " " * 17
+            base = r["euler_softmax_s"] if name.startswith("euler") else r["softmax_s"]
+            lead = f"{r['n']:>7} {base:>9.3f}" if first or name == "euler_warm" else " " * 17
             label = name + (" (est.)" if r.get("estimated") else "")
-            print(f"{lead} | {label:<13} {c['s_per_step']:>9.3f} {c['ratio_to_softmax']:>7.1f} "
+            print(f"{lead} | {label:<15} {c['s_per_step']:>9.3f} {c['ratio_to_softmax']:>7.1f} "
                   f"{c['iters_per_eval_mean']:>6.1f} {c['passes_per_eval_mean']:>7.1f} "
                   f"{c['iters_per_step_mean']:>7.1f}")
             first = False
