@@ -445,7 +445,10 @@ _OUT_KEYS = ("rescale", "cluster_scale", "figure", "gif")
 
 def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True) -> dict:
     """Particle simulation from a configuration dict (tables ``attention``, ``tokens``,
-    ``run``, ``output``); writes ``trajectory.npz``, ``summary.json`` and ``particles.png``."""
+    ``run``, ``output``); writes ``trajectory.npz``, ``summary.json`` and ``particles.png``.
+
+    With ``masked = true`` the tokens get positions ``linspace(0, 1, N)`` in input order
+    (token ``i`` attends to tokens ``j <= i``)."""
     from . import plot  # noqa: PLC0415
     from .particles import simulate  # noqa: PLC0415
 
