@@ -298,3 +298,27 @@ def test_build_tokens_distributions():
     X = cli.build_tokens({"n": 20000, "cov": C, "seed": 0}, 2)
     # sample covariance of 2e4 draws: standard error ~ 2/sqrt(2e4) = 0.014 -> tolerance 0.06
     np.testing.assert_allclose(np.cov(X.T), C, atol=0.06)
+
+
+def test_simulate_masked_first_token_fixed(tmp_path):
+    # causal softmax, V = I: token 0 (position 0) only sees itself, so it moves with
+    # velocity V x_0 = x_0 and x_0(t) = e^t x_0(0) exactly (RK4 with dt = 0.1: ~1e-7 rel.)
+    cfg = _write(tmp_path, "m.toml", """
+[attention]
+d = 2
+masked = true
+[tokens]
+n = 6
+[run]
+t_max = 0.5
+dt = 0.1
+[output]
+figure = false
+""")
+    out = tmp_path / "m"
+    assert cli.main(["simulate", cfg, "--out", str(out), "-q"]) == 0
+    from transformer_pde import load
+
+    traj = load(out / "trajectory.npz")
+    np.testing.assert_allclose(traj.positions, np.linspace(0, 1, 6))
+    np.testing.assert_allclose(traj.final[0], np.exp(0.5) * traj.states[0, 0], rtol=1e-6)
