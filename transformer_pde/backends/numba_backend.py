@@ -63,12 +63,14 @@ except ImportError as exc:  # pragma: no cover - exercised only without numba
     raise BackendNotAvailable(
         f"backend='numba' needs the numba package ({exc}); pip install numba") from exc
 
-__all__ = ["NumbaBackend", "BLOCK", "vexp"]
+__all__ = ["NumbaBackend", "BLOCK", "TILE", "vexp"]
 
 logger = logging.getLogger(__name__)
 
 #: keys per streamed block (the per-thread logit buffer holds this many numbers)
 BLOCK = 256
+#: consecutive queries that share each block of keys (read once, reused from L1)
+TILE = 8
 
 # Fast-math flags of the kernels: reassociation lets LLVM vectorise the sums, max
 # reductions and dot products; nnan/ninf are safe because the kernels only ever see
@@ -284,51 +286,70 @@ def _accumulate(acc, buf, vT, j0, nb):
 
 @njit(parallel=True, fastmath=_FM_KERNEL, cache=True)
 def _softmax_kernel(q, kT, vT, bias, limits, n_groups, out, lse, has_mass):
-    """Streaming softmax / lse; queries ``i = g, g + n_groups, ...`` form group ``g``.
+    """Streaming softmax / lse over tiles of :data:`TILE` consecutive queries.
 
-    Strided groups keep the threads balanced when masked prefix lengths are sorted.
+    Within a tile the key blocks are the outer loop, so one block of keys and values is
+    read from memory once and reused, from L1, by every query of the tile; each query
+    keeps its own running maximum, sum and values and still sees its keys in order, so
+    the result of a query does not depend on the tiling or the threads.  Tiles
+    ``g, g + n_groups, ...`` form group ``g`` (strided groups balance the threads when
+    masked prefix lengths are sorted).
     """
     m_q = q.shape[0]
     c = vT.shape[0]
     zero = q.dtype.type(0.0)
+    n_tiles = (m_q + TILE - 1) // TILE
     for g in prange(n_groups):
         buf = np.empty(BLOCK, dtype=q.dtype)
-        acc = np.empty(c, dtype=np.float64)
-        for i in range(g, m_q, n_groups):
-            n_vis = limits[i]
-            if n_vis <= 0:
-                has_mass[i] = False
-                continue
-            for cc in range(c):
-                acc[cc] = 0.0
-            m_run = zero
-            s_run = 0.0
-            for j0 in range(0, n_vis, BLOCK):
-                nb = min(BLOCK, n_vis - j0)
-                _block_logits(buf, q, i, kT, bias, j0, nb)
-                mb = buf[0]
-                for j in range(1, nb):
-                    mb = _fmax(mb, buf[j])
-                if j0 == 0:
-                    m_run = mb
-                elif mb > m_run:
-                    scale = float(vexp(m_run - mb))
-                    s_run *= scale
-                    for cc in range(c):
-                        acc[cc] *= scale
-                    m_run = mb
-                sb = zero
-                for j in range(nb):
-                    p = vexp(buf[j] - m_run)
-                    buf[j] = p
-                    sb += p
-                s_run += sb
-                _accumulate(acc, buf, vT, j0, nb)
-            has_mass[i] = True
-            lse[i] = m_run + math.log(s_run)
-            inv = 1.0 / s_run
-            for cc in range(c):
-                out[i, cc] = acc[cc] * inv
+        acc = np.empty((TILE, c), dtype=np.float64)
+        m_run = np.empty(TILE, dtype=q.dtype)
+        s_run = np.empty(TILE, dtype=np.float64)
+        for tile in range(g, n_tiles, n_groups):
+            i0 = tile * TILE
+            nt = min(TILE, m_q - i0)
+            most = 0
+            for t in range(nt):
+                most = max(most, limits[i0 + t])
+                s_run[t] = 0.0
+                for cc in range(c):
+                    acc[t, cc] = 0.0
+            for j0 in range(0, most, BLOCK):
+                for t in range(nt):
+                    i = i0 + t
+                    nb = min(BLOCK, limits[i] - j0)
+                    if nb <= 0:
+                        continue
+                    _block_logits(buf, q, i, kT, bias, j0, nb)
+                    mb = buf[0]
+                    for j in range(1, nb):
+                        mb = _fmax(mb, buf[j])
+                    at = acc[t]
+                    if j0 == 0:
+                        m_run[t] = mb
+                    elif mb > m_run[t]:
+                        scale = float(vexp(m_run[t] - mb))
+                        s_run[t] *= scale
+                        for cc in range(c):
+                            at[cc] *= scale
+                        m_run[t] = mb
+                    mt = m_run[t]
+                    sb = zero
+                    for j in range(nb):
+                        p = vexp(buf[j] - mt)
+                        buf[j] = p
+                        sb += p
+                    s_run[t] += sb
+                    _accumulate(at, buf, vT, j0, nb)
+            for t in range(nt):
+                i = i0 + t
+                if limits[i] <= 0:
+                    has_mass[i] = False
+                    continue
+                has_mass[i] = True
+                lse[i] = m_run[t] + math.log(s_run[t])
+                inv = 1.0 / s_run[t]
+                for cc in range(c):
+                    out[i, cc] = acc[t, cc] * inv
 
 
 @njit(parallel=True, fastmath=_FM_KERNEL, cache=True)
@@ -430,9 +451,10 @@ class NumbaBackend:
             if n != old:
                 numba.set_num_threads(old)
 
-    def _groups(self, m: int) -> int:
-        # several strided groups per thread: balances masked (triangular) workloads
-        return max(1, min(m, 8 * self._threads()))
+    def _groups(self, m: int, tile: int = 1) -> int:
+        # several strided groups (of queries or of tiles of queries) per thread: balances
+        # masked (triangular) work
+        return max(1, min(-(-m // tile), 8 * self._threads()))
 
     @staticmethod
     def _prepare(q, k, others, bias, limits, name_bias):
@@ -490,7 +512,7 @@ class NumbaBackend:
         out = np.zeros((m, vT.shape[0]), dtype=dtype)
         lse = np.empty(m, dtype=dtype)
         has = np.empty(m, dtype=np.bool_)
-        self._run(_softmax_kernel, int(lim.sum()), qc, kT, vT, b, lim, self._groups(m), out,
+        self._run(_softmax_kernel, int(lim.sum()), qc, kT, vT, b, lim, self._groups(m, TILE), out,
                   lse, has)
         lse[~has] = -np.inf
         return out, lse
