@@ -112,6 +112,15 @@ def estimate_large(n, backend, ref, rng):
     return row
 
 
+def case_row(sec, cpu, its, softmax_cpu, symmetric, n_steps):
+    """One table entry: times, CPU ratio to softmax, iterations and passes per evaluation."""
+    passes = np.asarray(its, float) * (1 if symmetric else 2)
+    return {"s_per_step": sec, "cpu_s_per_step": cpu, "ratio_to_softmax": cpu / softmax_cpu,
+            "iters_per_eval_mean": float(np.mean(its)), "iters_per_eval_max": int(np.max(its)),
+            "passes_per_eval_mean": float(passes.mean()),
+            "iters_per_step_mean": float(np.sum(its) / n_steps)}
+
+
 def part_steps(sizes, backend, steps, large_from, rng):
     rows = []
     for n in sizes:
@@ -129,14 +138,7 @@ def part_steps(sizes, backend, steps, large_from, rng):
         for name, Qm, cold, tol in cases:
             att = tp.Attention("sinkhorn", Qm, K, V, eps=EPS)
             sec, cpu, its = time_steps(att, X, backend, ns, cold=cold, tol=tol)
-            sym = name == "warm_sym"
-            passes = np.asarray(its, float) * (1 if sym else 2)
-            row[name] = {"s_per_step": sec, "cpu_s_per_step": cpu,
-                         "ratio_to_softmax": cpu / row["softmax_cpu_s"],
-                         "iters_per_eval_mean": float(np.mean(its)),
-                         "iters_per_eval_max": int(np.max(its)),
-                         "passes_per_eval_mean": float(passes.mean()),
-                         "iters_per_step_mean": float(np.sum(its) / ns)}
+            row[name] = case_row(sec, cpu, its, row["softmax_cpu_s"], name == "warm_sym", ns)
         # the paper's time stepping: explicit Euler, h = 0.01 (one evaluation per step)
         row["euler_softmax_s"], row["euler_softmax_cpu_s"], _ = time_steps(
             sm, X, backend, EULER_STEPS, solver=Euler(), dt=0.01, warmup=EULER_WARMUP)
@@ -144,13 +146,8 @@ def part_steps(sizes, backend, steps, large_from, rng):
             att = tp.Attention("sinkhorn", Qm, K, V, eps=EPS)
             sec, cpu, its = time_steps(att, X, backend, EULER_STEPS, solver=Euler(), dt=0.01,
                                        warmup=EULER_WARMUP)
-            passes = np.asarray(its, float) * (1 if name.endswith("sym") else 2)
-            row[name] = {"s_per_step": sec, "cpu_s_per_step": cpu,
-                         "ratio_to_softmax": cpu / row["euler_softmax_cpu_s"],
-                         "iters_per_eval_mean": float(np.mean(its)),
-                         "iters_per_eval_max": int(np.max(its)),
-                         "passes_per_eval_mean": float(passes.mean()),
-                         "iters_per_step_mean": float(np.sum(its) / EULER_STEPS)}
+            row[name] = case_row(sec, cpu, its, row["euler_softmax_cpu_s"],
+                                 name.endswith("sym"), EULER_STEPS)
         rows.append(row)
         print(f"  N={n}: done", flush=True)
     return rows
