@@ -241,7 +241,9 @@ def main(argv=None) -> int:
                     help="N of the full-evaluation memory check (default 1e5; quick: skipped)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--memory-child", nargs=2, type=int, metavar=("N", "D"),
-                    help=argparse.SUPPRESS)
+                    help="only evaluate one full softmax field of N tokens in dimension D "
+                         "and print its time and memory as JSON (what the full run does "
+                         "in a child process)")
     args = ap.parse_args(argv)
     if args.memory_child:
         print(json.dumps(memory_child(*args.memory_child)))
