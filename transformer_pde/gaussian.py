@@ -45,13 +45,15 @@ Statuses
 ``"blowup"``
     :math:`\nu` reached ``blowup_threshold`` and the growth is a finite-time singularity:
     with :math:`\tau = \nu/\nu'` (time-to-blow-up of the local power law) and
-    :math:`q = -d\tau/dt` (:math:`= 1/p` for :math:`\nu \propto (T^*-t)^{-p}`), ``q > 0.05``.
+    :math:`q = -d\tau/dt` (:math:`= 1/p` for :math:`\nu \propto (T^*-t)^{-p}`), ``q > 0.5``
+    (power-law exponent :math:`p < 2`; Riccati-type blow-ups of these ODEs have :math:`p = 1`);
+    :math:`q` is a central difference of :math:`\tau` along the flow.
     The blow-up time is :math:`T^* = t + \tau/q` (exact for a pure power law; the error for a
     Riccati singularity is :math:`O(\tau^2)`, i.e. :math:`\sim 10^{-16}T^*` at
     :math:`\nu = 10^8`).  ``limit`` is :math:`\Sigma/\operatorname{tr}\Sigma` extrapolated
     linearly to :math:`T^*`.
 ``"diverging"``
-    :math:`\nu` reached ``blowup_threshold`` with ``q <= 0.05``: growth without a finite-time
+    :math:`\nu` reached ``blowup_threshold`` with ``q <= 0.5``: growth without a finite-time
     singularity (e.g. :math:`\nu \propto e^{\lambda t}`, for which :math:`q = 0`); ``limit`` is
     the current :math:`\Sigma/\operatorname{tr}\Sigma`.
 ``"converged"``
@@ -861,6 +863,7 @@ def solve(att: Attention, mean0: Any, cov0: Any, *, t_max: float, rtol: float = 
 
 
 _STIFF_STEPS = 1500  # explicit steps per segment before switching to the implicit Radau method
+_IMPLICIT_STEPS = 500  # Radau steps per segment before giving up ("running", with a message)
 _STIFF_STEPS_BATCH = 4000  # step attempts per member of solve_batch before the Radau hand-off
 
 
@@ -925,13 +928,12 @@ def _solve_core(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray, *, t_
                 # a function of s only (root finding re-evaluates it): positive until the
                 # step budget is spent, then crosses zero just before the current step's end
                 count[0] += 1
-                if count[0] > _STIFF_STEPS and count[1] == math.inf:
+                if count[0] > (_STIFF_STEPS if method != "Radau" else _IMPLICIT_STEPS) \
+                        and count[1] == math.inf:
                     count[1] = s_ - 1e-12 * max(1.0, abs(s_))
                 return count[1] - s_ if count[1] < math.inf else 1.0
             ev_budget.terminal = True
-            events = [ev_size, ev_time, ev_conv]
-            if method != "Radau":
-                events.append(ev_budget)
+            events = [ev_size, ev_time, ev_conv, ev_budget]
             t_start = float(Y[0])
             # unbounded s-span: the events (size, t = stop, convergence) end each segment
             sol = solve_ivp(fun, (s0, 1e300), Y, method=method, rtol=rtol, atol=atol_vec,
@@ -950,11 +952,14 @@ def _solve_core(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray, *, t_
                 reason = 0
                 Y = sol.y_events[1][0].copy()
                 Y[0] = stop
-            elif len(sol.t_events) > 3 and sol.t_events[3].size:
+            elif sol.t_events[3].size and method != "Radau":
                 logger.info("solve: stiff at t=%.6g, switching to Radau", sol.y_events[3][0][0])
                 Y = sol.y_events[3][0]
                 method = "Radau"
                 seg_done = False
+            elif sol.t_events[3].size:
+                reason = 4       # step budget of the implicit method spent as well
+                Y = sol.y_events[3][0]
             else:  # pragma: no cover - span is huge
                 reason = 0
                 Y = sol.y[:, -1]
@@ -969,7 +974,11 @@ def _solve_core(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray, *, t_
             break
 
     status, Tstar, limit, msgs = _finish(sysm, Y[None], idx, blowup_threshold, converge_tol,
-                                         atol, np.array([reason]))
+                                         atol, np.array([0 if reason == 4 else reason]))
+    if reason == 4:
+        msgs[0] = (f"stopped at t={Y[0]:.6g}: step budget ({_STIFF_STEPS} explicit + "
+                   f"{_IMPLICIT_STEPS} implicit steps per segment) spent")
+        logger.warning("Gaussian solve: %s", msgs[0])
     if not seg_y:
         seg_y = [Y[None]]
     Yall = np.vstack(seg_y)
