@@ -9,8 +9,9 @@ pykeops on the CPU (softmax and l2 only: KeOps has no prefix masking).
 
 Large N are timed on a subset of M ≥ 1024 queries against all N keys (the rate
 M·N / time is what a full evaluation achieves: every query does the same work),
-growing M until a call takes ``--min-time`` seconds.  Peak memory is the ``tracemalloc`` peak of one
-timed call (NumPy allocations; the kernels' own per-thread buffers are a few KB).
+growing M until a call takes ``--min-time`` seconds.  Peak memory is the
+``tracemalloc`` peak of one timed call (NumPy allocations; the kernels' own per-thread
+buffers are a few KB).
 The full run also evaluates one complete softmax field at N = 1e5, d = 8 in a child
 process and reports its ``tracemalloc`` peak and resident-set growth.
 

@@ -359,36 +359,49 @@ def _softmax_kernel(q, kT, vT, bias, limits, n_groups, out, lse, has_mass):
 
 @njit(parallel=True, fastmath=_FM_KERNEL, cache=True)
 def _pointwise_kernel(phi, q, kT, vT, w, zb, limits, n_groups, out):
-    """out[i] = sum_{j < limits[i]} w_j phi(q_i . k_j) v_j; phi: 0 id, 1 sigmoid, 2 relu."""
+    """out[i] = sum_{j < limits[i]} w_j phi(q_i . k_j) v_j; phi: 0 id, 1 sigmoid, 2 relu.
+
+    Same tiling of queries as :func:`_softmax_kernel` (no running maximum is needed).
+    """
     m_q = q.shape[0]
     c = vT.shape[0]
     zero = q.dtype.type(0.0)
     one = q.dtype.type(1.0)
+    n_tiles = (m_q + TILE - 1) // TILE
     for g in prange(n_groups):
         buf = np.empty(BLOCK, dtype=q.dtype)
-        acc = np.empty(c, dtype=np.float64)
-        for i in range(g, m_q, n_groups):
-            n_vis = limits[i]
-            for cc in range(c):
-                acc[cc] = 0.0
-            for j0 in range(0, n_vis, BLOCK):
-                nb = min(BLOCK, n_vis - j0)
-                _block_logits(buf, q, i, kT, zb, j0, nb)
-                wb = w[j0:j0 + nb]
-                if phi == 1:
-                    for j in range(nb):
-                        z = buf[j]
-                        e = vexp(-abs(z))
-                        buf[j] = wb[j] * ((one if z >= zero else e) / (one + e))
-                elif phi == 2:
-                    for j in range(nb):
-                        buf[j] = wb[j] * max(buf[j], zero)
-                else:
-                    for j in range(nb):
-                        buf[j] = wb[j] * buf[j]
-                _accumulate(acc, buf, vT, j0, nb)
-            for cc in range(c):
-                out[i, cc] = acc[cc]
+        acc = np.empty((TILE, c), dtype=np.float64)
+        for tile in range(g, n_tiles, n_groups):
+            i0 = tile * TILE
+            nt = min(TILE, m_q - i0)
+            most = 0
+            for t in range(nt):
+                most = max(most, limits[i0 + t])
+                for cc in range(c):
+                    acc[t, cc] = 0.0
+            for j0 in range(0, most, BLOCK):
+                wb = w[j0:min(j0 + BLOCK, w.shape[0])]
+                for t in range(nt):
+                    i = i0 + t
+                    nb = min(BLOCK, limits[i] - j0)
+                    if nb <= 0:
+                        continue
+                    _block_logits(buf, q, i, kT, zb, j0, nb)
+                    if phi == 1:
+                        for j in range(nb):
+                            z = buf[j]
+                            e = vexp(-abs(z))
+                            buf[j] = wb[j] * ((one if z >= zero else e) / (one + e))
+                    elif phi == 2:
+                        for j in range(nb):
+                            buf[j] = wb[j] * max(buf[j], zero)
+                    else:
+                        for j in range(nb):
+                            buf[j] = wb[j] * buf[j]
+                    _accumulate(acc[t], buf, vT, j0, nb)
+            for t in range(nt):
+                for cc in range(c):
+                    out[i0 + t, cc] = acc[t, cc]
 
 
 # --------------------------------------------------------------------------- backend
@@ -559,5 +572,5 @@ class NumbaBackend:
         out = np.zeros((m, vT.shape[0]), dtype=dtype)
         zb = np.zeros_like(wc)
         self._run(_pointwise_kernel, int(lim.sum()), np.int64(_PHI_CODES[phi]), qc, kT, vT, wc,
-                  zb, lim, self._groups(m), out)
+                  zb, lim, self._groups(m, TILE), out)
         return out
