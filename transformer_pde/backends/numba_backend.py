@@ -18,7 +18,7 @@ kernel
    :math:`s \mathrel{+}= \sum_j e^{\ell_j-m}` and
    :math:`a_c \mathrel{+}= \sum_j e^{\ell_j-m} v_{jc}`.
 
-The softmax kernel takes the queries in tiles of :data:`TILE` consecutive queries and
+Both kernels take the queries in tiles of :data:`TILE` consecutive queries and
 loops over key blocks outside the queries of a tile, so that a block of keys and values
 is fetched from memory once per tile (about 2× at N = 1e5, d = 8, where the keys no
 longer fit in L2).
@@ -289,6 +289,16 @@ def _accumulate(acc, buf, vT, j0, nb):
         cc += 1
 
 
+@njit(fastmath=_FM_KERNEL, cache=True)
+def _start_tile(acc, limits, i0, nt):
+    """Zero the tile's accumulators; return its longest visible prefix."""
+    acc[:] = 0.0
+    most = 0
+    for t in range(nt):
+        most = max(most, limits[i0 + t])
+    return most
+
+
 @njit(parallel=True, fastmath=_FM_KERNEL, cache=True)
 def _softmax_kernel(q, kT, vT, bias, limits, n_groups, out, lse, has_mass):
     """Streaming softmax / lse over tiles of :data:`TILE` consecutive queries.
@@ -312,12 +322,8 @@ def _softmax_kernel(q, kT, vT, bias, limits, n_groups, out, lse, has_mass):
         for tile in range(g, n_tiles, n_groups):
             i0 = tile * TILE
             nt = min(TILE, m_q - i0)
-            most = 0
-            for t in range(nt):
-                most = max(most, limits[i0 + t])
-                s_run[t] = 0.0
-                for cc in range(c):
-                    acc[t, cc] = 0.0
+            most = _start_tile(acc, limits, i0, nt)
+            s_run[:] = 0.0
             for j0 in range(0, most, BLOCK):
                 for t in range(nt):
                     i = i0 + t
@@ -374,11 +380,7 @@ def _pointwise_kernel(phi, q, kT, vT, w, zb, limits, n_groups, out):
         for tile in range(g, n_tiles, n_groups):
             i0 = tile * TILE
             nt = min(TILE, m_q - i0)
-            most = 0
-            for t in range(nt):
-                most = max(most, limits[i0 + t])
-                for cc in range(c):
-                    acc[t, cc] = 0.0
+            most = _start_tile(acc, limits, i0, nt)
             for j0 in range(0, most, BLOCK):
                 wb = w[j0:min(j0 + BLOCK, w.shape[0])]
                 for t in range(nt):
