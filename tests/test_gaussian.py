@@ -500,3 +500,71 @@ def test_numba_path_matches_numpy_path(kind, H):
     run = b1.status == "running"
     np.testing.assert_allclose(b1.covs[run], b2.covs[run], rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(b1.limit, b2.limit, rtol=0, atol=1e-9)
+
+
+# ----------------------------------------------------------------------------- growth laws
+def _rank_sweep_l2_members(members, d=5, draws=100):
+    """The draws of ``cli.rank_sweep("l2", 5, draws=100)`` (seed 0, V = I, paper scaling)."""
+    rng = np.random.default_rng([0, d, 0])
+    atts = []
+    for _ in range(draws):
+        Q, K = rng.normal(size=(d, d)), rng.normal(size=(d, d))
+        atts.append(Attention("l2", Q / np.sqrt(d), K, np.eye(d), l2_beta=1.0))
+    F = rng.normal(size=(draws, d, d))
+    covs = F @ np.swapaxes(F, -1, -2) / d
+    return [atts[i] for i in members], covs[members]
+
+
+def test_l2_full_rank_keys_reach_threshold_as_diverging():
+    # regression (issue 6): at blowup_threshold=1e3 these members of the l2 rank sweep were
+    # classified "blowup" (extrapolated q = 1.13, T* = 18.2) although a full-rank K keeps M
+    # bounded (blowup_law = 0): reaching the threshold must read "diverging"
+    atts, covs = _rank_sweep_l2_members([4, 22, 99])
+    assert all(g.blowup_law(a) == 0.0 for a in atts)
+    kw = dict(t_max=30.0, blowup_threshold=1e3, rtol=1e-6, atol=1e-9)
+    b = g.solve_batch(atts, np.zeros((3, 5)), covs, max_steps=2000, **kw)
+    assert list(b.status) == ["diverging"] * 3, b.messages
+    assert np.all(np.isnan(b.blowup_time))
+    # limit is the current shape, not an extrapolation
+    tr_ = np.trace(b.covs, axis1=1, axis2=2)
+    np.testing.assert_allclose(b.limit, b.covs / tr_[:, None, None], rtol=1e-12)
+    tr = g.solve(atts[0], np.zeros(5), covs[0], **kw)
+    assert tr.status == "diverging" and math.isnan(tr.blowup_time), tr.message
+
+
+def test_blowup_law_by_kind():
+    rng = np.random.default_rng(3)
+    Q, K, V = rng.normal(size=(3, 4, 4))
+    assert g.blowup_law(Attention("softmax", Q, K, V, heads=2)) == 1.0
+    assert g.blowup_law(Attention("linear", Q, K, V)) == 1.0
+    assert g.blowup_law(Attention("sinkhorn", Q, K @ np.diag([1, 1, 1, 0.0]), V)) == 0.0
+    assert g.blowup_law(Attention("l2", Q, K, V)) == 0.0
+    # rank-deficient keys, and heads (K_h is k x d with k < d): ker K is not damped
+    assert g.blowup_law(Attention("l2", Q, K @ np.diag([1, 1, 1, 0.0]), V)) == 0.5
+    assert g.blowup_law(Attention("l2", Q, K, V, heads=2)) == 0.5
+
+
+@pytest.mark.parametrize("u2,extra", [(1.0, 0.0), (2.0, 0.0), (1.0, 0.1)])
+def test_l2_singular_keys_blow_up(u2, extra):
+    # K = diag(1, 0), Q = e1 e2^T, V = diag(0, 1), beta' = 1/2 (so 2 beta' = 1) and
+    # Sigma0 = u u^T, u = (1, u2): M = V Sigma K^T (I + K Sigma K^T)^-1 Q = u1/(1 + u1^2) V u e2^T,
+    # u' = M u = u1 u2/(1 + u1^2) (0, u2): u1 stays 1, u2' = u2^2 / 2, so u2 = 2 u2(0)/(2 - u2(0) t), T* = 2/u2(0) exactly and
+    # tr Sigma ~ 4/(T* - t)^2 (q -> 1/2, the extremal l2 law): the SPEC's "l2 never blows up"
+    # holds only for full-rank K.  (extra > 0: a full-rank Sigma0, T* only checked to exist.)
+    att = Attention("l2", [[0.0, 1.0], [0.0, 0.0]], np.diag([1.0, 0.0]), np.diag([0.0, 1.0]))
+    S0 = np.outer([1.0, u2], [1.0, u2]) + extra * np.eye(2)
+    tr = g.solve(att, np.zeros(2), S0, t_max=10.0)
+    b = g.solve_batch(att, np.zeros((1, 2)), S0[None], t_max=10.0)
+    assert tr.status == b.status[0] == "blowup", (tr.message, b.messages)
+    if extra == 0.0:
+        # extrapolation error ~ (T*-t)^3 ~ 1e-11 at tr Sigma = 1e8; rtol 1e-10 integration
+        assert tr.blowup_time == pytest.approx(2.0 / u2, rel=1e-8)
+        assert b.blowup_time[0] == pytest.approx(2.0 / u2, rel=1e-8)
+        np.testing.assert_allclose(tr.limit, [[0, 0], [0, 1.0]], atol=1e-8)
+        te = np.array([0.5 / u2, 1.0 / u2])
+        tr = g.solve(att, np.zeros(2), S0, t_max=10.0, t_eval=te)
+        u = np.stack([np.ones(2), 2 * u2 / (2 - u2 * te)], axis=1)
+        np.testing.assert_allclose(tr.covs, u[:, :, None] * u[:, None, :], rtol=1e-9)
+    else:
+        assert 2.0 < tr.blowup_time < 3.0
+        assert abs(tr.blowup_time / b.blowup_time[0] - 1) < 1e-8

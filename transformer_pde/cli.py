@@ -638,9 +638,9 @@ def rank_sweep(kind: str, d: int, *, value: str = "identity", draws: int = 100, 
     :func:`transformer_pde.diagnostics.numerical_rank` (relative tolerance ``rtol``) of
     ``limit`` = :math:`\Sigma/\operatorname{tr}\Sigma` at the end (extrapolated to
     :math:`T^*` for finite-time blow-ups); numerical rank is scale invariant, so this is also
-    the rank of a converged :math:`\Sigma`.  For L2 and Sinkhorn, which cannot blow up in
-    finite time, the final :math:`\Sigma` is used even when the solver's classification at a
-    low threshold says ``"blowup"`` (its extrapolation to a spurious :math:`T^*` is skipped).
+    the rank of a converged :math:`\Sigma`.  L2 (full-rank keys) and Sinkhorn cannot blow up
+    in finite time (:func:`transformer_pde.gaussian.blowup_law`): their runs end
+    ``"diverging"`` and ``limit`` is the final shape.
     """
     from . import gaussian  # noqa: PLC0415
     from .diagnostics import numerical_rank  # noqa: PLC0415
@@ -660,12 +660,7 @@ def rank_sweep(kind: str, d: int, *, value: str = "identity", draws: int = 100, 
     res = gaussian.solve_batch(atts, np.zeros((int(draws), d)), covs0, t_max=t_max,
                                blowup_threshold=blowup_threshold, rtol=solver_rtol,
                                atol=solver_atol, max_steps=max_steps)
-    # the shape extrapolated to T* is used only where a finite-time blow-up is possible
-    # (softmax): L2 and Sinkhorn cannot blow up (SPEC), and at a low threshold a fast but
-    # exponential growth can be classified as one, with a spurious extrapolation
-    use_limit = (np.asarray(res.status) == "blowup") & (kind == "softmax")
-    ranks = np.array([numerical_rank(L if lim else S, rtol)
-                      for L, S, lim in zip(res.limit, res.covs, use_limit)], dtype=int)
+    ranks = np.array([numerical_rank(L, rtol) for L in res.limit], dtype=int)
     return RankSweep(kind, int(d), value, ranks, np.asarray(res.status), float(rtol),
                      float(blowup_threshold), float(t_max))
 

@@ -43,19 +43,51 @@ method crosses the blow-up region in a few steps, and :math:`t(s)\to T^*`.
 Statuses
 --------
 ``"blowup"``
-    :math:`\nu` reached ``blowup_threshold`` and the growth is a finite-time singularity:
-    with :math:`\tau = \nu/\nu'` (time-to-blow-up of the local power law) and
-    :math:`q = -d\tau/dt` (:math:`= 1/p` for :math:`\nu \propto (T^*-t)^{-p}`), ``q > 0.5``
-    (power-law exponent :math:`p < 2`; Riccati-type blow-ups of these ODEs have :math:`p = 1`);
-    :math:`q` is a central difference of :math:`\tau` along the flow.
+    :math:`\nu` reached ``blowup_threshold``, the kind's growth law admits a finite-time
+    singularity (:func:`blowup_law`), and the growth looks like one: with
+    :math:`\tau = \nu/\nu'` (time-to-blow-up of the local power law) and
+    :math:`q = -d\tau/dt` (:math:`= 1/p` for :math:`\nu \propto (T^*-t)^{-p}`),
+    :math:`q > q_{\max}/2`, where :math:`q_{\max}` is the largest :math:`q` the law allows
+    (:math:`q = 0` for exponential growth); :math:`q` is a central difference of :math:`\tau`
+    along the flow.
     The blow-up time is :math:`T^* = t + \tau/q` (exact for a pure power law; the error for a
     Riccati singularity is :math:`O(\tau^2)`, i.e. :math:`\sim 10^{-16}T^*` at
     :math:`\nu = 10^8`).  ``limit`` is :math:`\Sigma/\operatorname{tr}\Sigma` extrapolated
     linearly to :math:`T^*`.
 ``"diverging"``
-    :math:`\nu` reached ``blowup_threshold`` with ``q <= 0.5``: growth without a finite-time
-    singularity (e.g. :math:`\nu \propto e^{\lambda t}`, for which :math:`q = 0`); ``limit`` is
-    the current :math:`\Sigma/\operatorname{tr}\Sigma`.
+    :math:`\nu` reached ``blowup_threshold`` and either the law excludes a finite-time
+    singularity (Sinkhorn; L2 whose key matrices all have rank ``d``: their :math:`M` stays
+    bounded as :math:`\Sigma` grows, so the growth is at most exponential) or
+    :math:`q \le q_{\max}/2` (growth without a finite-time singularity, e.g.
+    :math:`\nu \propto e^{\lambda t}`); ``limit`` is the current
+    :math:`\Sigma/\operatorname{tr}\Sigma`.
+
+Growth laws
+-----------
+Because :math:`\nu' = 2\operatorname{tr}(M\Sigma)` (plus the mean term), a bound
+:math:`\|M\| \le C\nu^{r-1}` gives :math:`\nu' \le C'\nu^{r}`, which excludes blow-up for
+:math:`r = 1` and forces :math:`p \ge 1/(r-1)`, i.e. :math:`q \le q_{\max} = r-1`, otherwise:
+
+* softmax, linear (any heads): :math:`M` is linear in :math:`\Sigma` (:math:`+\alpha\alpha^\top`):
+  :math:`r = 2`, :math:`q_{\max} = 1` (Riccati, :math:`p = 1`); blow-up if :math:`q > 1/2`.
+* sinkhorn: :math:`\|M_0\Sigma\| \le \|\Sigma\|` for every :math:`A` (with
+  :math:`Z = S^{1/2}AS^{1/2}`, :math:`M_0S = 2S^{1/2}(\varepsilon I + R')^{-1}ZS^{1/2}` and
+  :math:`\|(\varepsilon I + R')^{-1}Z\| \le 1/2`): :math:`r = 1`, never blows up.
+* l2 (:math:`c = 2\beta'`): by push-through :math:`M = cV\Sigma K^\top(I + cK\Sigma K^\top)^{-1}Q`.
+  If :math:`K` has rank ``d`` (:math:`G = K^\top K` invertible),
+  :math:`\Sigma K^\top(I + cK\Sigma K^\top)^{-1} = G^{-1}K^\top X(I + X)^{-1}/c` with
+  :math:`X = cK\Sigma K^\top \succeq 0`, so :math:`\|M\| \le \|V\|\|Q\|/(c\,\sigma_{\min}(K))`:
+  :math:`r = 1`, never blows up (SPEC).  If :math:`K` is rank-deficient (always for a head of
+  a multi-head layer, :math:`K_h` is :math:`k\times d` with :math:`k < d`), :math:`\Sigma` can
+  grow along :math:`\ker K` undamped; only :math:`\|\Sigma^{1/2}K^\top(I + cK\Sigma
+  K^\top)^{-1}\| \le 1/(2\sqrt c)` holds, so :math:`\|M\| = O(\nu^{1/2})`: :math:`r = 3/2`,
+  :math:`q_{\max} = 1/2`, and blow-ups **do** occur, e.g. ``K = diag(1, 0)``,
+  ``Q = [[0, 1], [0, 0]]``, ``V = diag(0, 1)``, :math:`\beta' = 1/2`,
+  :math:`\Sigma_0 = uu^\top`, :math:`u = (1, u_2)`: :math:`u_1` stays 1,
+  :math:`u_2' = u_2^2/2`, :math:`T^* = 2/u_2(0)`, :math:`\nu \sim 4/(T^*-t)^2`.  Blow-up if
+  :math:`q > 1/4`.
+
+The law is taken from the parameters at the time the threshold is reached.
 ``"converged"``
     :math:`\|\Sigma'\|_F \le \text{tol}\,(\|\Sigma\|_F + \text{atol})` and
     :math:`\|\alpha'\| \le \text{tol}\,(\|\alpha\| + \|\Sigma\|_F^{1/2} + \text{atol})`
@@ -80,6 +112,7 @@ __all__ = [
     "GaussianBatch",
     "GaussianTrajectory",
     "affine_field",
+    "blowup_law",
     "blowup_time_identity_value",
     "blowup_time_softmax_1d",
     "exact_linear_1d",
@@ -98,7 +131,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 STATUSES = ("converged", "blowup", "diverging", "running")
-_Q_BLOWUP = 0.5  # q = -dtau/dt = 1/p above which growth is a finite-time blow-up (p < 2)
 
 
 # =========================================================================== validation
@@ -527,6 +559,40 @@ def sinkhorn_cross_covariance(A: Any, cov: Any, eps: float = 1.0) -> np.ndarray:
     return S @ M0[0].T
 
 
+def _q_max(p: AttentionParams) -> float:
+    """Largest q = 1/p of a blow-up allowed by the growth law of ``p`` (0: none); see module doc."""
+    if p.kind in ("softmax", "linear"):
+        return 1.0
+    if p.kind == "l2":
+        d = p.d
+        full = all(np.linalg.matrix_rank(hd.K) == d for hd in p.heads)
+        return 0.0 if full else 0.5
+    return 0.0          # sinkhorn
+
+
+def blowup_law(att: Attention, t: float = 0.0) -> float:
+    r"""Largest blow-up rate :math:`q_{\max} = 1/p_{\min}` allowed by the growth law of ``att`` at ``t``.
+
+    :math:`\nu = \operatorname{tr}\Sigma` (:math:`+|\alpha|^2` for ``linear``) can blow up like
+    :math:`(T^*-t)^{-p}` only with :math:`p \ge 1/q_{\max}` (module docstring, *Growth laws*):
+
+    * ``1`` for ``softmax`` and ``linear`` (Riccati, :math:`p = 1`);
+    * ``0.5`` for ``l2`` when some head's key matrix :math:`K_h` has rank :math:`< d`
+      (:math:`\|M\| = O(\nu^{1/2})`, :math:`p = 2`): growth along :math:`\ker K_h` is not
+      damped by :math:`(I + 2\beta' G\Sigma)^{-1}`;
+    * ``0`` (no finite-time blow-up) for ``sinkhorn`` and for ``l2`` with every :math:`K_h`
+      of rank ``d``: :math:`M` stays bounded as :math:`\Sigma` grows, so the growth is at most
+      exponential.
+
+    The solvers call a run that reaches ``blowup_threshold`` ``"blowup"`` only when
+    :math:`q > q_{\max}/2`.  Ranks use :func:`numpy.linalg.matrix_rank` (default tolerance):
+    an ill-conditioned but full-rank ``K`` cannot blow up, though it may grow like a blow-up
+    until :math:`\nu \sim 1/(2\beta'\sigma_{\min}(K)^2)`.
+    """
+    att = _check_att(att)
+    return _q_max(att.at(float(t)))
+
+
 # =========================================================================== results
 @dataclass
 class GaussianTrajectory:
@@ -627,6 +693,16 @@ class _System:
         self.static = None if self.dynamic else _stack_params(p0)
         self.lo = np.full(B, -np.inf)   # clamp window for evaluating parameters
         self.hi = np.full(B, np.inf)
+
+    def q_max(self, t: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        """:func:`blowup_law` of each member at its time ``t``."""
+        if self.kind != "l2":
+            return np.full(len(idx), _q_max(self.atts[0].at(0.0)))
+        out = np.empty(len(idx))
+        for j, (i, tt) in enumerate(zip(idx, t)):
+            a = self.atts[i] if self.per_member else self.atts[0]
+            out[j] = _q_max(a.at(float(tt) if a.time_dependent else 0.0))
+        return out
 
     def kap(self, idx: np.ndarray) -> np.ndarray:
         return self.kappa if not self.per_member else self.kappa[idx]
@@ -764,7 +840,8 @@ def _finish(sysm: _System, Y: np.ndarray, idx: np.ndarray, threshold: float, con
     big = np.nonzero(reason == 1)[0]
     if big.size:
         tau, q, info = sysm.tau_q(Y[big], idx[big])
-        isb = np.isfinite(q) & (q > _Q_BLOWUP) & (tau > 0)
+        qmax = sysm.q_max(t[big], idx[big])
+        isb = np.isfinite(q) & (qmax > 0) & (q > 0.5 * qmax) & (tau > 0)
         rem = np.where(isb, tau / np.where(isb, q, 1.0), np.nan)
         Sm, Mm = info["S"], info["M"]
         dS = Mm @ Sm
@@ -786,8 +863,10 @@ def _finish(sysm: _System, Y: np.ndarray, idx: np.ndarray, threshold: float, con
                            f"q={q[j]:.4g} (power law exponent {1 / q[j]:.4g}), T*={Tstar[i]:.12g}")
             else:
                 status[i] = "diverging"
+                why = (f"q={q[j]:.3g} <= {0.5 * qmax[j]:g}" if qmax[j] > 0 else
+                       f"the {sysm.kind} law has bounded M (no finite-time blow-up)")
                 msgs[i] = (f"diverging without finite-time blow-up: size {info['nu'][j]:.3g} "
-                           f"at t={t[i]:.6g}, q={q[j]:.3g} <= {_Q_BLOWUP}")
+                           f"at t={t[i]:.6g}, {why}")
     for i in np.nonzero(reason == 2)[0]:
         status[i] = "converged"
         msgs[i] = f"converged at t={t[i]:.6g} (relative rates <= {converge_tol:g})"
@@ -870,7 +949,7 @@ _STIFF_STEPS_BATCH = 4000  # step attempts per member of solve_batch before the 
 def _solve_core(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray, *, t_max: float,
                 rtol: float, atol: float, blowup_threshold: float, converge_tol: float,
                 t_eval: Any, method: str = "DOP853") -> GaussianTrajectory:
-    """:func:`solve` from time ``t0`` and factor ``F0`` (inputs already validated).
+    r""":func:`solve` from time ``t0`` and factor ``F0`` (inputs already validated).
 
     Integrates with ``method`` (DOP853) and switches to Radau once a segment has taken
     ``_STIFF_STEPS`` explicit steps (stiffness: e.g. a collapsing eigen-direction of
