@@ -121,7 +121,7 @@ def _entropy(w: np.ndarray) -> float:
 def wasserstein(X: Any, Y: Any, *, weights_x: Any = None, weights_y: Any = None,
                 method: str = "exact", n_projections: int = 500, seed: int = 0,
                 reg: float | None = None, rel_reg: float = 1e-2, max_iter: int = 1000,
-                tol: float = 1e-3) -> float:
+                tol: float = 1e-3, info: dict | None = None) -> float:
     r"""2-Wasserstein distance between empirical measures :math:`\sum_i a_i\delta_{x_i}`
     and :math:`\sum_j b_j \delta_{y_j}` (squared Euclidean cost).
 
@@ -146,8 +146,13 @@ def wasserstein(X: Any, Y: Any, *, weights_x: Any = None, weights_y: Any = None,
         * ``"sinkhorn"``: debiased Sinkhorn divergence
           :math:`S_\varepsilon = L_\varepsilon(\mu,\nu) - \tfrac12 L_\varepsilon(\mu,\mu) -
           \tfrac12 L_\varepsilon(\nu,\nu)`, with :math:`L_\varepsilon` the transport cost
-          :math:`\langle P_\varepsilon, C\rangle` of the entropic plan (log-domain, batched:
-          memory :math:`O(N + M)`), returned as :math:`\sqrt{\max(S_\varepsilon, 0)}`.
+          :math:`\langle P_\varepsilon, C\rangle` of the entropic plan, returned as
+          :math:`\sqrt{\max(S_\varepsilon, 0)}`.  Log-domain Sinkhorn with
+          :math:`\varepsilon`-scaling and Anderson acceleration (see ``_sinkhorn_cost``),
+          computed in blocks of the cost matrix: memory :math:`O(N + M)` plus a fixed 1 MB
+          block, never the :math:`N \times M` matrix.  Time :math:`O(NM)` per iteration; at
+          the default ``rel_reg`` a few tens of iterations (about 2 s at N = M = 2000 in
+          2-D on one core, see ``benchmarks/wasserstein.py``).
           Because :math:`P_\varepsilon` minimises :math:`\langle P, C\rangle - \varepsilon H(P)`
           and couplings have :math:`\max(H(a), H(b)) \le H(P) \le H(a) + H(b)`, it satisfies
           the guaranteed bracket (up to the Sinkhorn tolerance)
@@ -155,11 +160,15 @@ def wasserstein(X: Any, Y: Any, *, weights_x: Any = None, weights_y: Any = None,
           .. math:: W_2^2 - \tfrac{\varepsilon}{2}(H(a) + H(b)) \le S_\varepsilon
                     \le W_2^2 + \varepsilon \min(H(a), H(b)),
 
-          (:math:`H(a) = \log N` for uniform weights); in practice the debiased value is
-          much closer, and it is exact for translates.
+          (:math:`H(a) = \log N` for uniform weights); "up to the tolerance" because each
+          of the three plans is exact for marginals within a relative error ``tol`` of
+          ``a``, ``b``.  In practice the debiased value is much closer (measured
+          :math:`|S_\varepsilon - W_2^2|/W_2^2` about :math:`10^{-3}` at the default
+          ``rel_reg`` in 2-D), and it is exact for translates.
         * ``"auto"``: exact while ``N * M <= EXACT_MAX_PAIRS``, sliced beyond (the
-          Sinkhorn divergence needs :math:`O(NM)` work per iteration and typically hundreds
-          of iterations at ``rel_reg = 1e-2``, which is minutes on a CPU at N = 10^4).
+          Sinkhorn divergence needs :math:`O(NM)` work per iteration and a few tens of
+          iterations at ``rel_reg = 1e-2``: tens of seconds on a CPU at N = 10^4; ask for
+          it explicitly when its error bracket is wanted).
     n_projections, seed : int
         Sliced method: number of directions and their random seed.
     reg : float, optional
@@ -167,8 +176,15 @@ def wasserstein(X: Any, Y: Any, *, weights_x: Any = None, weights_y: Any = None,
         :math:`E_{\mu\otimes\nu}|x - y|^2` (the cost of the independent coupling), which
         makes the result scale invariant.
     max_iter, tol : int, float
-        Sinkhorn stopping rule: potentials change by less than ``tol * reg`` in one
-        iteration (relative marginal error below ``tol``); a warning is logged otherwise.
+        Sinkhorn stopping rule, for each of the three problems: the largest relative
+        marginal error :math:`\max_j |\log((P^\top 1)_j / b_j)|` is below ``tol`` (the
+        other marginal is exact), within ``max_iter`` iterations (annealing included);
+        a warning is logged otherwise.
+    info : dict, optional
+        Sinkhorn method: filled with ``reg`` (the absolute :math:`\varepsilon`),
+        ``n_iter`` and ``err`` (iterations and final marginal error of the cross term and
+        the two self terms), ``converged`` (all three below ``tol``) and ``divergence``
+        (:math:`S_\varepsilon`, possibly negative).
 
     Returns
     -------
@@ -210,20 +226,36 @@ def wasserstein(X: Any, Y: Any, *, weights_x: Any = None, weights_y: Any = None,
             mb, Cb = _weighted_moments(Ya, b)
             scale = float(np.trace(Ca) + np.trace(Cb) + np.sum((ma - mb) ** 2))
             if scale == 0.0:
+                if info is not None:
+                    info.update(reg=0.0, n_iter=(0, 0, 0), err=(0.0, 0.0, 0.0),
+                                converged=True, divergence=0.0)
                 return 0.0
             if not (np.isfinite(rel_reg) and rel_reg > 0):
                 raise ValueError(f"rel_reg must be > 0, got {rel_reg!r}")
             reg = rel_reg * scale
         elif not (np.isfinite(reg) and reg > 0):
             raise ValueError(f"reg must be finite and > 0, got {reg!r}")
-        val = (_sinkhorn_cost(Xa, Ya, a, b, reg, max_iter, tol)
-               - 0.5 * _sinkhorn_cost(Xa, Xa, a, a, reg, max_iter, tol, True)
-               - 0.5 * _sinkhorn_cost(Ya, Ya, b, b, reg, max_iter, tol, True))
+        if int(max_iter) < 1 or not (np.isfinite(tol) and tol > 0):
+            raise ValueError(f"max_iter must be >= 1 and tol > 0, got {max_iter!r}, {tol!r}")
+        runs = (_sinkhorn_cost(Xa, Ya, a, b, reg, int(max_iter), tol),
+                _sinkhorn_cost(Xa, Xa, a, a, reg, int(max_iter), tol, True),
+                _sinkhorn_cost(Ya, Ya, b, b, reg, int(max_iter), tol, True))
+        val = runs[0].cost - 0.5 * runs[1].cost - 0.5 * runs[2].cost
+        if info is not None:
+            info.update(reg=float(reg), n_iter=tuple(r.n_iter for r in runs),
+                        err=tuple(r.err for r in runs),
+                        converged=all(r.converged for r in runs), divergence=float(val))
         return math.sqrt(max(val, 0.0))
     raise ValueError(f"method must be 'exact', 'sliced', 'sinkhorn' or 'auto', got {method!r}")
 
 
-_BLOCK = 2_000_000  # entries of one cost block in the batched Sinkhorn
+#: Entries of one cost block in the Sinkhorn passes: 1 MB blocks stay in cache (measured
+#: 2.5x faster than 16 MB blocks at N = M = 2000) and bound the working memory.
+_BLOCK = 131_072
+#: Anderson memory of the final-epsilon Sinkhorn iterations.
+_ANDERSON = 20
+#: Epsilon-scaling: ratio of consecutive epsilons while annealing to the target.
+_EPS_RATIO = 0.5
 
 
 def _sqdist(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
@@ -249,16 +281,39 @@ def _softmin(X: np.ndarray, Y: np.ndarray, logw: np.ndarray, h: np.ndarray,
     return out
 
 
-def _sinkhorn_cost(X: np.ndarray, Y: np.ndarray, a: np.ndarray, b: np.ndarray, reg: float,
-                   max_iter: int, tol: float, symmetric: bool = False) -> float:
-    r"""Transport cost :math:`\langle P_\varepsilon, C\rangle` of the entropic plan.
+@dataclass
+class _SinkhornRun:
+    """Outcome of one entropic transport solve (internal)."""
 
-    Log-domain Sinkhorn on the dual potentials with :math:`\varepsilon`-scaling (start at
-    the squared diameter, halve down to ``reg``), then iterations at ``reg`` until the
-    potentials move by less than ``tol * reg`` (marginal relative error below ``tol``).
-    ``symmetric`` (``X = Y``, ``a = b``) uses the averaged update :math:`f \leftarrow
-    (f + T f)/2`, which converges where the plain update oscillates.
+    cost: float  # <P, C> of the entropic plan
+    n_iter: int  # Sinkhorn passes over the cost (alternating: one pass f, one pass g)
+    err: float  # final max_j |log((P^T 1)_j / b_j)|, the stopping quantity
+    converged: bool
+
+
+def _sinkhorn_cost(X: np.ndarray, Y: np.ndarray, a: np.ndarray, b: np.ndarray, reg: float,
+                   max_iter: int, tol: float, symmetric: bool = False) -> _SinkhornRun:
+    r"""Transport cost :math:`\langle P_\varepsilon, C\rangle` of the entropic plan
+    :math:`P_{ij} = a_i b_j e^{(f_i + g_j - |x_i - y_j|^2)/\varepsilon}`.
+
+    Log-domain Sinkhorn on the dual potentials.
+
+    1. :math:`\varepsilon`-scaling: :math:`\varepsilon_0` = squared diameter of both clouds
+       (where one iteration nearly solves the problem), halved at every iteration down to
+       ``reg``, one Sinkhorn iteration per value, each warm-started from the last.
+    2. At ``reg``: Anderson-accelerated (memory ``_ANDERSON``) fixed-point iteration until the
+       stopping quantity :math:`\max_j |\log((P^\top 1)_j / b_j)|` (the largest relative
+       error of a marginal; the other marginal is exact after the last half-step) is below
+       ``tol``.  Alternating: Anderson on :math:`g \mapsto T_g(T_f(g))`.  ``symmetric``
+       (``X = Y``, ``a = b``: the debiasing terms, whose potentials are equal): averaged
+       update :math:`f \leftarrow (f + Tf)/2` while annealing (plain :math:`T` oscillates on
+       the constant mode), Anderson on :math:`T` itself at ``reg``; one pass per iteration.
+
+    If Anderson's extrapolation makes the error grow tenfold it restarts from the best
+    plain iterate.  Memory :math:`O(N + M)` plus one block of ``_BLOCK`` cost entries.
     """
+    from .sinkhorn import _Anderson  # noqa: PLC0415 (shared Anderson mixing)
+
     keep_a, keep_b = a > 0, b > 0  # zero-mass points would give log(0)
     X, a = X[keep_a], a[keep_a]
     Y, b = Y[keep_b], b[keep_b]
@@ -267,42 +322,63 @@ def _sinkhorn_cost(X: np.ndarray, Y: np.ndarray, a: np.ndarray, b: np.ndarray, r
     hi = np.maximum(X.max(0), Y.max(0))
     eps = max(float(np.sum((hi - lo) ** 2)), reg)
     f = np.zeros(X.shape[0])
-    g = np.zeros(Y.shape[0])
+    g = f if symmetric else np.zeros(Y.shape[0])
     it = 0
-    converged = False
-    while True:
-        final = eps <= reg
-        for _ in range(max_iter if final else 3):
-            it += 1
-            if symmetric:
-                f_new = 0.5 * (f + _softmin(X, X, la, f, eps))
-                delta = float(np.max(np.abs(f_new - f)))
-                f = g = f_new
-            else:
-                f_new = _softmin(X, Y, lb, g, eps)
-                g_new = _softmin(Y, X, la, f_new, eps)
-                delta = max(float(np.max(np.abs(f_new - f))), float(np.max(np.abs(g_new - g))))
-                f, g = f_new, g_new
-            if final and delta < tol * reg:
-                converged = True
-                break
-            if it >= max_iter:
-                break
-        if final or it >= max_iter:
+    # 1. epsilon-scaling, one iteration per epsilon
+    while eps > reg and it < max_iter:
+        it += 1
+        if symmetric:
+            f = g = 0.5 * (f + _softmin(X, X, la, f, eps))
+        else:
+            f = _softmin(X, Y, lb, g, eps)
+            g = _softmin(Y, X, la, f, eps)
+        eps = max(_EPS_RATIO * eps, reg)
+    eps = reg
+    inv = 1.0 / eps
+    # 2. Anderson-accelerated iterations at the target epsilon
+    acc = _Anderson(_ANDERSON)
+    err, best_err, best = np.inf, np.inf, None
+    while it < max_iter:
+        it += 1
+        if symmetric:
+            Tx = _softmin(X, X, la, f, eps)
+            x = f
+        else:
+            f = _softmin(X, Y, lb, g, eps)
+            Tx = _softmin(Y, X, la, f, eps)
+            x = g
+        err = float(np.max(np.abs(Tx - x))) * inv
+        if err < tol or not np.isfinite(err):
+            x = Tx
+        elif err < best_err:
+            best_err, best = err, (0.5 * (x + Tx) if symmetric else Tx)
+            x = eps * acc.step(np, x * inv, (Tx - x) * inv)
+        elif err > 10.0 * best_err:
+            acc.reset()
+            x = best
+        else:
+            x = eps * acc.step(np, x * inv, (Tx - x) * inv)
+        if symmetric:
+            f = g = x
+        else:
+            g = x
+        if err < tol or not np.isfinite(err):
             break
-        eps = max(0.5 * eps, reg)
+    if not symmetric:
+        f = _softmin(X, Y, lb, g, eps)  # exact row marginals for the returned plan
+    converged = bool(err < tol)
     if not converged:
         logger.warning("wasserstein(method='sinkhorn'): not converged after %d iterations "
-                       "(last potential change %.3g x reg); increase max_iter or reg", it,
-                       delta / reg)
-    # cost of the plan P_ij = a_i b_j exp((f_i + g_j - C_ij)/eps), in row blocks
+                       "(marginal error %.3g > tol = %.3g); increase max_iter or reg", it,
+                       err, tol)
+    # cost of the plan, in row blocks
     total = 0.0
     step = max(1, _BLOCK // max(1, Y.shape[0]))
     for i in range(0, X.shape[0], step):
         C = _sqdist(X[i:i + step], Y)
         logP = la[i:i + step, None] + lb[None, :] + (f[i:i + step, None] + g[None, :] - C) / reg
         total += float(np.sum(np.exp(logP) * C))
-    return total
+    return _SinkhornRun(cost=total, n_iter=it, err=err, converged=converged)
 
 
 def bures_wasserstein(m1: Any, S1: Any, m2: Any, S2: Any) -> float:
