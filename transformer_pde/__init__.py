@@ -10,12 +10,29 @@ layer is one Euler step of dx/dt = Gamma_mu(x).  Main entry points:
 - :mod:`transformer_pde.plot` -- covariance cone, particles, rank histograms
 """
 
+import importlib
+from typing import Any
+
 from .attention import KINDS, Attention, AttentionParams, Head, Kind, Layers, register_kind
 from .backends import BackendNotAvailable, available_backends, get_backend
+from .blocks import MLP, LayerNorm
 from .fields import FieldEvaluator, SinkhornNotConverged
 from .particles import ParticleTrajectory, load, simulate, velocity
+from .sinkhorn import sinkhorn_coupling, sinkhorn_summary
 
 __version__ = "0.1.0"
+
+# Submodules loaded on first attribute access (``tp.gaussian``, ``tp.plot``...), so that
+# ``import transformer_pde`` does not pull in POT, matplotlib or hypothesis.
+_LAZY_SUBMODULES = ("gaussian", "diagnostics", "plot", "cli", "testing", "integrators",
+                    "blocks", "sinkhorn", "fields", "particles", "attention", "backends")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Attention",
@@ -25,7 +42,9 @@ __all__ = [
     "Head",
     "Kind",
     "KINDS",
+    "LayerNorm",
     "Layers",
+    "MLP",
     "ParticleTrajectory",
     "SinkhornNotConverged",
     "available_backends",
@@ -33,6 +52,8 @@ __all__ = [
     "load",
     "register_kind",
     "simulate",
+    "sinkhorn_coupling",
+    "sinkhorn_summary",
     "velocity",
     "__version__",
 ]

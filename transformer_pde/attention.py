@@ -263,7 +263,7 @@ class Attention:
 
     Parameters
     ----------
-    kind : {"softmax", "linear", "l2", "sinkhorn", "sigmoid", "relu", "exp"}
+    kind : {"softmax", "linear", "l2", "sinkhorn", "sigmoid", "relu", "exp", "galerkin", "fourier"}
         Attention variant (see :data:`KINDS`).  With :math:`s = \beta\langle Qx, Ky\rangle`:
 
         * ``softmax``: :math:`\Gamma(x) = \sum_j w_j e^{s(x,x_j)} V x_j / \sum_j w_j e^{s(x,x_j)}`
@@ -273,6 +273,9 @@ class Attention:
         * ``sinkhorn``: density of the entropic OT self-coupling of :math:`\mu` for cost
           :math:`-s` and regularisation ``eps`` (doubly stochastic)
         * ``sigmoid`` / ``relu`` / ``exp``: :math:`\sum_j w_j \varphi(s(x,x_j)) V x_j`, unnormalised
+        * ``galerkin`` / ``fourier``: softmax-free attention of Cao (2021), linear attention with
+          per-token layer normalisation of keys and values (Galerkin) or queries and keys
+          (Fourier), layer-norm epsilon 1e-5 (see :mod:`transformer_pde.fields`)
     Q, K : array (k, d), callable ``t -> array`` or :class:`Layers`
         Query and key matrices.  With ``heads > 1`` they must be d×d.
     V : array (d, d), callable or :class:`Layers`

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .attention import KINDS, Attention, AttentionParams, Head
+from .attention import Attention, AttentionParams, Head
 from .backends import get_backend
 from .sinkhorn import (SinkhornNotConverged, SinkhornWarmStart, sinkhorn_field,
                        sinkhorn_potentials)
