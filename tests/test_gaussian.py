@@ -568,3 +568,24 @@ def test_l2_singular_keys_blow_up(u2, extra):
     else:
         assert 2.0 < tr.blowup_time < 3.0
         assert abs(tr.blowup_time / b.blowup_time[0] - 1) < 1e-8
+
+
+def test_parallel_kernel_matches_serial_kernel(monkeypatch):
+    # members are independent and each writes only its own rows, so the prange kernel must
+    # reproduce the serial one bit for bit (same per-member arithmetic); force it on a
+    # small batch (it is otherwise used from _PAR_MIN_MEMBERS members on)
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(8)
+    d, B = 3, 6
+    atts = [Attention("softmax", *rng.normal(size=(3, d, d)) * 0.7) for _ in range(B)]
+    means = rng.normal(size=(B, d)) * 0.3
+    covs = np.stack([_rand_spd(rng, d) for _ in range(B)])
+    te = np.linspace(0, 1.5, 4)
+    ser = g.solve_batch(atts, means, covs, t_max=2.0, t_eval=te)
+    monkeypatch.setattr(g, "_PAR_MIN_MEMBERS", 1)
+    par = g.solve_batch(atts, means, covs, t_max=2.0, t_eval=te)
+    assert list(par.status) == list(ser.status)
+    np.testing.assert_array_equal(par.n_steps, ser.n_steps)
+    np.testing.assert_array_equal(par.blowup_time, ser.blowup_time)
+    np.testing.assert_array_equal(par.traj_covs, ser.traj_covs)
+    np.testing.assert_array_equal(par.covs, ser.covs)

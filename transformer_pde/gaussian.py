@@ -853,20 +853,25 @@ def _finish(sysm: _System, Y: np.ndarray, idx: np.ndarray, threshold: float, con
         # extrapolate the direction to T*: d(S/trS)/dt = (S' - Shat trS')/trS
         dhat = (dS - Sm / trj_[:, None, None] * trd[:, None, None]) / trj_[:, None, None]
         lim_b = _sym(Sm / trj_[:, None, None] + np.nan_to_num(rem)[:, None, None] * dhat)
-        for j, i in enumerate(big):
+        sel = big[isb]
+        Tstar[sel] = t[sel] + rem[isb]
+        lsel = isb & pos
+        limit[big[lsel]] = lim_b[lsel]
+        # messages from Python floats (formatting NumPy scalars is several times slower)
+        nu_l, q_l, qm_l = info["nu"].tolist(), q.tolist(), qmax.tolist()
+        t_l, T_l = t.tolist(), Tstar.tolist()
+        for j, i in enumerate(big.tolist()):
             if isb[j]:
                 status[i] = "blowup"
-                Tstar[i] = t[i] + rem[j]
-                if pos[j]:
-                    limit[i] = lim_b[j]
-                msgs[i] = (f"finite-time blow-up: size {info['nu'][j]:.3g} at t={t[i]:.10g}, "
-                           f"q={q[j]:.4g} (power law exponent {1 / q[j]:.4g}), T*={Tstar[i]:.12g}")
+                msgs[i] = (f"finite-time blow-up: size {nu_l[j]:.3g} at t={t_l[i]:.10g}, "
+                           f"q={q_l[j]:.4g} (power law exponent {1 / q_l[j]:.4g}), "
+                           f"T*={T_l[i]:.12g}")
             else:
                 status[i] = "diverging"
-                why = (f"q={q[j]:.3g} <= {0.5 * qmax[j]:g}" if qmax[j] > 0 else
+                why = (f"q={q_l[j]:.3g} <= {0.5 * qm_l[j]:g}" if qm_l[j] > 0 else
                        f"the {sysm.kind} law has bounded M (no finite-time blow-up)")
-                msgs[i] = (f"diverging without finite-time blow-up: size {info['nu'][j]:.3g} "
-                           f"at t={t[i]:.6g}, {why}")
+                msgs[i] = (f"diverging without finite-time blow-up: size {nu_l[j]:.3g} "
+                           f"at t={t_l[i]:.6g}, {why}")
     for i in np.nonzero(reason == 2)[0]:
         status[i] = "converged"
         msgs[i] = f"converged at t={t[i]:.6g} (relative rates <= {converge_tol:g})"
@@ -1127,7 +1132,9 @@ except ImportError:  # pragma: no cover
 # The per-member Dormand--Prince loop for softmax / linear with constant parameters: the same
 # algorithm as the NumPy path of :func:`solve_batch`, written with scalar loops for numba.
 
-def _nb_rhs(y, out, d, linear, Vf, Ah, kap, atol, S, S2, M, T, MG, al, bvec, dmean):
+def _nb_rhs(y, out, d, linear, Vf, Ah, kap, S, S2, M, T, MG, al, bvec, dmean):
+    """dY/ds of one member into ``out``; leaves S, M, alpha, alpha' in the scratch arrays
+    (read by :func:`_nb_conv`) and returns the size nu."""
     n_g = d * d
     rho = y[1]
     g2 = 0.0
@@ -1139,17 +1146,18 @@ def _nb_rhs(y, out, d, linear, Vf, Ah, kap, atol, S, S2, M, T, MG, al, bvec, dme
     for i in range(d):
         al[i] = phi * y[2 + n_g + i]
     for i in range(d):
-        for j in range(d):
+        for j in range(i + 1):
             acc = 0.0
             for k in range(d):
                 acc += y[2 + i * d + k] * y[2 + j * d + k]
             S[i, j] = e2r * acc
+            S[j, i] = S[i, j]
             S2[i, j] = S[i, j] + (al[i] * al[j] if linear else 0.0)
-    for i in range(d):
-        for j in range(d):
-            M[i, j] = 0.0
+            S2[j, i] = S2[i, j]
     for i in range(d):
         bvec[i] = 0.0
+        for j in range(d):
+            M[i, j] = 0.0
     H = Vf.shape[0]
     for h in range(H):
         # T = S2 @ A_h ; M += Vf_h @ T
@@ -1189,16 +1197,23 @@ def _nb_rhs(y, out, d, linear, Vf, Ah, kap, atol, S, S2, M, T, MG, al, bvec, dme
         a2 += al[i] * al[i]
     nu = trS + (a2 if linear else 0.0)
     w = 1.0 + kap * nu
+    iw = 1.0 / w
     dtrS = 2.0 * e2r * gmg
     dlogphi = 0.5 * kap * dtrS / (phi * phi)
-    out[0] = 1.0 / w
-    out[1] = mu / w
+    out[0] = iw
+    out[1] = mu * iw
     for i in range(d):
         for j in range(d):
-            out[2 + i * d + j] = (MG[i, j] - mu * y[2 + i * d + j]) / w
+            out[2 + i * d + j] = (MG[i, j] - mu * y[2 + i * d + j]) * iw
+    ipw = iw / phi
     for i in range(d):
-        out[2 + n_g + i] = (dmean[i] - al[i] * dlogphi) / (phi * w)
-    # convergence measure and log size
+        out[2 + n_g + i] = (dmean[i] - al[i] * dlogphi) * ipw
+    return nu
+
+
+def _nb_conv(d, S, M, al, dmean, atol):
+    """Convergence measure of :meth:`_System.conv_measure` from the scratch of the last
+    :func:`_nb_rhs` call (evaluated once per accepted step, not per stage)."""
     nS = 0.0
     ndS = 0.0
     for i in range(d):
@@ -1211,16 +1226,18 @@ def _nb_rhs(y, out, d, linear, Vf, Ah, kap, atol, S, S2, M, T, MG, al, bvec, dme
     nS = np.sqrt(nS)
     rS = np.sqrt(ndS) / (nS + atol)
     dm = 0.0
+    a2 = 0.0
     for i in range(d):
         dm += dmean[i] * dmean[i]
+        a2 += al[i] * al[i]
     rm = np.sqrt(dm) / (np.sqrt(a2) + np.sqrt(nS) + atol)
-    conv = rS if rS > rm else rm
-    return conv, nu
+    return rS if rS > rm else rm
 
-def _nb_run(Y, d, linear, Vf, Ah, kap, rtol, atol_vec, atol, stops, eval_pos, log_thr,
-        conv_tol, budget, traj, reason, n_steps, cA, cB, cE):
-    B, n = Y.shape
-    P = Vf.shape[0]
+
+def _nb_member(m, Y, d, linear, Vfm, Ahm, km, rtol, atol_vec, atol, stops, eval_pos, thr,
+               conv_tol, budget, traj, reason, n_steps, cA, cB, cE):
+    """Dormand--Prince 5(4) for member ``m`` (all state local: members run in parallel)."""
+    n = Y.shape[1]
     S = np.empty((d, d))
     S2 = np.empty((d, d))
     M = np.empty((d, d))
@@ -1233,113 +1250,138 @@ def _nb_run(Y, d, linear, Vf, Ah, kap, rtol, atol_vec, atol, stops, eval_pos, lo
     ytmp = np.empty(n)
     ynew = np.empty(n)
     nst = stops.shape[0]
-    thr = np.exp(log_thr)
-    for m in range(B):
-        p = m if P > 1 else 0
-        Vfm = Vf[p]
-        Ahm = Ah[p]
-        km = kap[p]
-        y = Y[m].copy()
-        conv, lsz = _nb_rhs(y, K[0], d, linear, Vfm, Ahm, km, atol, S, S2, M, T, MG, al, bv, dm)
-        if conv <= conv_tol:
-            reason[m] = 2
-            continue
-        # initial step
-        d0 = 0.0
-        d1 = 0.0
-        for i in range(n):
-            sc = atol_vec[i] + rtol * abs(y[i])
-            d0 += (y[i] / sc) ** 2
-            d1 += (K[0, i] / sc) ** 2
-        d0 = np.sqrt(d0 / n)
-        d1 = np.sqrt(d1 / n)
-        h = 1e-6 if (d0 < 1e-5 or d1 < 1e-5) else 0.01 * d0 / d1
-        if h > 0.1:
-            h = 0.1
-        k = 0
-        natt = 0
-        nacc = 0
-        res = -1
-        while True:
-            st = stops[k]
-            gap = st - y[0]
-            h_aim = gap / K[0, 0]
-            aiming = h_aim <= h
-            hh = h_aim if aiming else h
-            for i in range(1, 6):
-                for j in range(n):
-                    acc = 0.0
-                    for l in range(i):
-                        acc += cA[i, l] * K[l, j]
-                    ytmp[j] = y[j] + hh * acc
-                _nb_rhs(ytmp, K[i], d, linear, Vfm, Ahm, km, atol, S, S2, M, T, MG, al, bv, dm)
+    y = Y[m].copy()
+    _nb_rhs(y, K[0], d, linear, Vfm, Ahm, km, S, S2, M, T, MG, al, bv, dm)
+    if _nb_conv(d, S, M, al, dm, atol) <= conv_tol:
+        reason[m] = 2
+        return
+    # initial step (Hairer--Wanner heuristic)
+    d0 = 0.0
+    d1 = 0.0
+    for i in range(n):
+        sc = atol_vec[i] + rtol * abs(y[i])
+        d0 += (y[i] / sc) ** 2
+        d1 += (K[0, i] / sc) ** 2
+    d0 = np.sqrt(d0 / n)
+    d1 = np.sqrt(d1 / n)
+    h = 1e-6 if (d0 < 1e-5 or d1 < 1e-5) else 0.01 * d0 / d1
+    if h > 0.1:
+        h = 0.1
+    k = 0
+    natt = 0
+    nacc = 0
+    res = -1
+    while True:
+        st = stops[k]
+        gap = st - y[0]
+        h_aim = gap / K[0, 0]
+        aiming = h_aim <= h
+        hh = h_aim if aiming else h
+        for i in range(1, 6):
             for j in range(n):
                 acc = 0.0
-                for l in range(6):
-                    acc += cB[l] * K[l, j]
-                ynew[j] = y[j] + hh * acc
-            conv, lsz = _nb_rhs(ynew, K[6], d, linear, Vfm, Ahm, km, atol, S, S2, M, T, MG, al, bv, dm)
-            en = 0.0
-            finite = True
-            for j in range(n):
-                acc = 0.0
-                for l in range(7):
-                    acc += cE[l] * K[l, j]
-                sc = atol_vec[j] + rtol * max(abs(y[j]), abs(ynew[j]))
-                en += (hh * acc / sc) ** 2
-                if not np.isfinite(ynew[j]):
-                    finite = False
-            en = np.sqrt(en / n) if finite else np.inf
-            ok = en <= 1.0
-            tn = ynew[0]
-            tol_l = 1e-12 * max(1.0, abs(st))
-            over = ok and (tn > st + tol_l)
-            landed = ok and (not over) and aiming and abs(tn - st) <= tol_l
-            accept = ok and not over
-            if en == 0.0:
-                fac = 5.0
-            elif np.isfinite(en):
-                fac = min(5.0, max(0.2, 0.9 * en ** -0.2))
-            else:
-                fac = 0.2
-            if not ok:
-                fac = min(fac, 0.9)
-            h_new = hh * fac
-            if over:
-                h_new = hh * gap / max(tn - y[0], 1e-300)
-            if accept and aiming:
-                h_new = max(h, h_new)
-            natt += 1
-            h = h_new
-            if accept:
-                nacc += 1
-                y[:] = ynew
-                K[0, :] = K[6, :]
-                if landed:
-                    y[0] = st
-                    if eval_pos[k] >= 0:
-                        traj[m, eval_pos[k], :] = y
-                    if k == nst - 1:
-                        res = 0
-                        break
-                    k += 1
-                if lsz >= thr:
-                    res = 1
+                for l in range(i):
+                    acc += cA[i, l] * K[l, j]
+                ytmp[j] = y[j] + hh * acc
+            _nb_rhs(ytmp, K[i], d, linear, Vfm, Ahm, km, S, S2, M, T, MG, al, bv, dm)
+        for j in range(n):
+            acc = 0.0
+            for l in range(6):
+                acc += cB[l] * K[l, j]
+            ynew[j] = y[j] + hh * acc
+        nu = _nb_rhs(ynew, K[6], d, linear, Vfm, Ahm, km, S, S2, M, T, MG, al, bv, dm)
+        en = 0.0
+        finite = True
+        for j in range(n):
+            acc = 0.0
+            for l in range(7):
+                acc += cE[l] * K[l, j]
+            sc = atol_vec[j] + rtol * max(abs(y[j]), abs(ynew[j]))
+            en += (hh * acc / sc) ** 2
+            if not np.isfinite(ynew[j]):
+                finite = False
+        en = np.sqrt(en / n) if finite else np.inf
+        ok = en <= 1.0
+        tn = ynew[0]
+        tol_l = 1e-12 * max(1.0, abs(st))
+        over = ok and (tn > st + tol_l)
+        landed = ok and (not over) and aiming and abs(tn - st) <= tol_l
+        accept = ok and not over
+        if en == 0.0:
+            fac = 5.0
+        elif np.isfinite(en):
+            fac = min(5.0, max(0.2, 0.9 * en ** -0.2))
+        else:
+            fac = 0.2
+        if not ok:
+            fac = min(fac, 0.9)
+        h_new = hh * fac
+        if over:
+            h_new = hh * gap / max(tn - y[0], 1e-300)
+        if accept and aiming:
+            h_new = max(h, h_new)
+        natt += 1
+        h = h_new
+        if accept:
+            nacc += 1
+            y[:] = ynew
+            K[0, :] = K[6, :]
+            if landed:
+                y[0] = st
+                if eval_pos[k] >= 0:
+                    traj[m, eval_pos[k], :] = y
+                if k == nst - 1:
+                    res = 0
                     break
-                if conv <= conv_tol:
-                    res = 2
-                    break
-            if natt >= budget:
-                res = 3
+                k += 1
+            if nu >= thr:
+                res = 1
                 break
-        Y[m, :] = y
-        reason[m] = res
-        n_steps[m] = nacc
+            # S, M, alpha, alpha' in the scratch are those of ynew (the last RHS call)
+            if _nb_conv(d, S, M, al, dm, atol) <= conv_tol:
+                res = 2
+                break
+        if natt >= budget:
+            res = 3
+            break
+    Y[m, :] = y
+    reason[m] = res
+    n_steps[m] = nacc
 
 
+def _nb_run(Y, d, linear, Vf, Ah, kap, rtol, atol_vec, atol, stops, eval_pos, log_thr,
+            conv_tol, budget, traj, reason, n_steps, cA, cB, cE):
+    """All members, one after the other (small batches: no thread start-up, quick compile)."""
+    P = Vf.shape[0]
+    thr = np.exp(log_thr)
+    for m in range(Y.shape[0]):
+        p = m if P > 1 else 0     # P is 1 (shared parameters) or B
+        _nb_member(m, Y, d, linear, Vf[p], Ah[p], kap[p], rtol, atol_vec, atol, stops,
+                   eval_pos, thr, conv_tol, budget, traj, reason, n_steps, cA, cB, cE)
+
+
+def _nb_run_par(Y, d, linear, Vf, Ah, kap, rtol, atol_vec, atol, stops, eval_pos, log_thr,
+                conv_tol, budget, traj, reason, n_steps, cA, cB, cE):
+    """All members in parallel (``prange``): each member's state is local to
+    :func:`_nb_member` and it writes only its own rows of the outputs."""
+    P = Vf.shape[0]
+    thr = np.exp(log_thr)
+    for m in _prange(Y.shape[0]):
+        mi = np.int64(m)          # (a prange index may be unsigned: keep integer arithmetic)
+        p = mi if P > 1 else np.int64(0)
+        _nb_member(mi, Y, d, linear, Vf[p], Ah[p], kap[p], rtol, atol_vec, atol, stops,
+                   eval_pos, thr, conv_tol, budget, traj, reason, n_steps, cA, cB, cE)
+
+
+_prange = range
+_PAR_MIN_MEMBERS = 256   # batches at least this large use the parallel kernel
 if _nb is not None:
+    _prange = _nb.prange
     _nb_rhs = _nb.njit(cache=True, inline="always")(_nb_rhs)
+    _nb_conv = _nb.njit(cache=True)(_nb_conv)
+    _nb_member = _nb.njit(cache=True)(_nb_member)
     _nb_run = _nb.njit(cache=True)(_nb_run)
+    _nb_run_par = _nb.njit(cache=True, parallel=True)(_nb_run_par)
 
 
 
@@ -1360,10 +1402,14 @@ def _fast_path(sysm: "_System", atts: Sequence[Attention], Y: np.ndarray, stops:
     cA = np.zeros((6, 6))
     for i, row in enumerate(_DP_A):
         cA[i, :len(row)] = row
-    _nb_run(Y, d, sysm.kind == "linear", np.ascontiguousarray(np.stack(Vf)),
-            np.ascontiguousarray(np.stack(Ah)), np.ascontiguousarray(sysm.kappa, float),
-            float(rtol), atol_vec, float(atol), stops, eval_pos, float(log_thr),
-            float(conv_tol), int(budget), traj, reason, n_steps, cA, _DP_B.copy(), _DP_E.copy())
+    par = B >= _PAR_MIN_MEMBERS and _nb.get_num_threads() > 1
+    run = _nb_run_par if par else _nb_run
+    with _nb.parallel_chunksize(8):   # dynamic scheduling: members differ in cost
+        run(Y, d, sysm.kind == "linear", np.ascontiguousarray(np.stack(Vf)),
+                np.ascontiguousarray(np.stack(Ah)), np.ascontiguousarray(sysm.kappa, float),
+                float(rtol), atol_vec, float(atol), stops, eval_pos, float(log_thr),
+                float(conv_tol), int(budget), traj, reason, n_steps, cA, _DP_B.copy(),
+                _DP_E.copy())
     return reason, n_steps, traj
 
 
