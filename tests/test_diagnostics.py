@@ -130,6 +130,18 @@ def test_sinkhorn_converges_at_default_settings(caplog):
     assert info["divergence"] == pytest.approx(s ** 2, rel=1e-12)
 
 
+def test_sinkhorn_far_from_origin():
+    # the solver expands |x - y|^2 = |x|^2 - 2 x.y + |y|^2, which would cancel
+    # catastrophically 1e4 away from the origin (|x|^2/eps ~ 1e10) without the centring:
+    # the shifted clouds must give the unshifted value (the centred points differ only by
+    # round-off ~1e-12 of the shift, so allow 1e-6 relative)
+    rng = np.random.default_rng(5)
+    X, Y = rng.normal(size=(80, 2)), rng.normal(size=(70, 2)) + [0.5, 0.0]
+    ref = D.wasserstein(X, Y, method="sinkhorn")
+    shift = np.array([1e4, -3e4])
+    assert D.wasserstein(X + shift, Y + shift, method="sinkhorn") == pytest.approx(ref, rel=1e-6)
+
+
 def test_sinkhorn_not_converged_is_reported(caplog):
     rng = np.random.default_rng(4)
     X, Y = rng.normal(size=(40, 2)), rng.normal(size=(30, 2)) + 1.0
