@@ -8,7 +8,9 @@ disc u^2 + w^2 < 0.98^2 (1,152 points).  With V = I the exact blow-up time is
 T* = 1 / lambda_max(Sigma0^1/2 (A + A^T) Sigma0^1/2) (SPEC), so both methods are scored
 against it.
 
-* ``solve_batch``: defaults (rtol 1e-10, blow-up threshold tr Sigma = 1e8, extrapolated T*).
+* ``solve_batch``: defaults (rtol 1e-10, blow-up threshold tr Sigma = 1e8, extrapolated T*),
+  timed with all numba threads and with one (min of 5 runs, wall and process CPU time; the
+  machine may be shared, so the 1-minute load average is recorded).
 * Euler: plain NumPy, one initialisation at a time, step h = 0.01, Sigma projected on the PSD
   cone (eigh, negative eigenvalues set to 0) after each step, stopped when tr Sigma > 1e3 (the
   paper's criterion; T* estimate = that time) or at t_max.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -77,27 +80,44 @@ def main() -> None:
     T_exact = np.array([g.blowup_time_identity_value(A, S) for S in covs])
     t_max = float(np.ceil(1.2 * T_exact[np.isfinite(T_exact)].max()))
 
-    # warm-up (numba compilation is cached on disk; not part of the timing)
-    g.solve_batch(att, np.zeros((2, d)), covs[:2], t_max=t_max)
-    reps = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        res = g.solve_batch(att, np.zeros((B, d)), covs, t_max=t_max)
-        reps.append(time.perf_counter() - t0)
-    t_batch = min(reps)
-    t0 = time.perf_counter()
-    res_np = g.solve_batch(att, np.zeros((B, d)), covs, t_max=t_max, use_numba=False)
-    t_batch_np = time.perf_counter() - t0
+    load_before = os.getloadavg()[0]
+
+    def timed(reps: int, **kw):
+        """min wall and min CPU (all threads of this process) over ``reps`` runs."""
+        walls, cpus = [], []
+        for _ in range(reps):
+            t0, c0 = time.perf_counter(), time.process_time()
+            r = g.solve_batch(att, np.zeros((B, d)), covs, t_max=t_max, **kw)
+            walls.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
+        return r, min(walls), min(cpus)
+
+    # warm-up: numba compilation (cached on disk) is not part of the timing; B >= 256 members
+    # run the parallel kernel, so warm up with the full batch
+    g.solve_batch(att, np.zeros((B, d)), covs, t_max=t_max)
+    threads = 1
+    t_batch_1 = c_batch_1 = None
+    try:
+        import numba
+
+        threads = numba.get_num_threads()
+        numba.set_num_threads(1)
+        _, t_batch_1, c_batch_1 = timed(5)
+        numba.set_num_threads(threads)
+    except ImportError:
+        pass
+    res, t_batch, c_batch = timed(5)
+    res_np, t_batch_np, c_batch_np = timed(1, use_numba=False)
 
     n_eu = args.euler_subset or (100 if args.quick else B)
     sel = np.linspace(0, B - 1, n_eu).round().astype(int)
     T_eu = np.full(B, np.nan)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in sel:
         t, S, blew = euler_one(A, V, covs[i], 0.01, t_max, 1e3)
         T_eu[i] = t if blew else np.inf
-    t_euler_sub = time.perf_counter() - t0
-    t_euler = t_euler_sub * B / n_eu
+    t_euler = (time.perf_counter() - t0) * B / n_eu
+    c_euler = (time.process_time() - c0) * B / n_eu
 
     fin = np.isfinite(T_exact)
     err_batch = np.abs(res.blowup_time[fin] / T_exact[fin] - 1)
@@ -116,12 +136,19 @@ def main() -> None:
                    f"{B} members, t_max={t_max}",
         "members": B,
         "statuses": res.counts(),
+        "numba_threads": threads,
         "solve_batch_s": t_batch,
+        "solve_batch_cpu_s": c_batch,
+        "solve_batch_1_thread_s": t_batch_1,
+        "solve_batch_1_thread_cpu_s": c_batch_1,
         "solve_batch_numpy_path_s": t_batch_np,
         "euler_s": t_euler,
+        "euler_cpu_s": c_euler,
         "euler_members_timed": int(n_eu),
         "euler_extrapolated": bool(n_eu < B),
         "speedup": t_euler / t_batch,
+        "speedup_cpu": c_euler / c_batch,
+        "speedup_1_thread": None if t_batch_1 is None else t_euler / t_batch_1,
         "speedup_numpy_path": t_euler / t_batch_np,
         "Tstar_max_rel_err_solve_batch": float(err_batch.max()),
         "Tstar_max_rel_err_euler": float(err_eu.max()),
@@ -130,15 +157,23 @@ def main() -> None:
         "mean_steps_solve_batch": float(res.n_steps.mean()),
         "numpy_vs_numba_max_Tstar_diff": float(np.nanmax(np.abs(res_np.blowup_time
                                                                 - res.blowup_time))),
-        "machine": f"{platform.processor() or platform.machine()}, {platform.python_version()}",
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+                   f"{platform.python_version()}",
+        "load_average_1min": [load_before, os.getloadavg()[0]],
     }
-    print(f"{'method':<34}{'time [s]':>10}{'speedup':>10}{'max rel err T*':>16}")
-    print(f"{'solve_batch (numba path)':<34}{t_batch:>10.3f}{t_euler / t_batch:>10.1f}"
-          f"{err_batch.max():>16.2e}")
-    print(f"{'solve_batch (numpy path)':<34}{t_batch_np:>10.3f}{t_euler / t_batch_np:>10.1f}"
+    print(f"{'method':<34}{'time [s]':>10}{'CPU [s]':>10}{'speedup':>10}{'max rel err T*':>16}")
+    print(f"{f'solve_batch (numba, {threads} threads)':<34}{t_batch:>10.3f}{c_batch:>10.3f}"
+          f"{t_euler / t_batch:>10.1f}{err_batch.max():>16.2e}")
+    if t_batch_1 is not None:
+        print(f"{'solve_batch (numba, 1 thread)':<34}{t_batch_1:>10.3f}{c_batch_1:>10.3f}"
+              f"{t_euler / t_batch_1:>10.1f}{err_batch.max():>16.2e}")
+    print(f"{'solve_batch (numpy path)':<34}{t_batch_np:>10.3f}{c_batch_np:>10.3f}"
+          f"{t_euler / t_batch_np:>10.1f}"
           f"{np.nanmax(np.abs(res_np.blowup_time[fin] / T_exact[fin] - 1)):>16.2e}")
     lab = "Euler h=0.01 (per init)" + (" [extrap.]" if n_eu < B else "")
-    print(f"{lab:<34}{t_euler:>10.3f}{1.0:>10.1f}{err_eu.max():>16.2e}")
+    print(f"{lab:<34}{t_euler:>10.3f}{c_euler:>10.3f}{1.0:>10.1f}{err_eu.max():>16.2e}")
+    print(f"1-min load average before/after: {load_before:.2f} / {os.getloadavg()[0]:.2f} "
+          f"({os.cpu_count()} cores); CPU-time speedup {c_euler / c_batch:.1f}")
     print(f"members {B}, statuses {res.counts()}, Euler median rel err "
           f"{np.median(err_eu):.2e}, rank-one limit max err {np.max(lim_err):.1e}")
     if n_eu < B:

@@ -493,13 +493,20 @@ def test_numba_path_matches_numpy_path(kind, H):
     b1 = g.solve_batch(att, means, covs, t_max=3.0, t_eval=te)
     b2 = g.solve_batch(att, means, covs, t_max=3.0, t_eval=te, use_numba=False)
     assert list(b1.status) == list(b2.status)
-    np.testing.assert_allclose(b1.blowup_time, b2.blowup_time, rtol=1e-12)
-    np.testing.assert_allclose(b1.traj_covs, b2.traj_covs, rtol=1e-9, atol=1e-9)
+    # the numba path integrates with DOP853, the NumPy path with Dormand-Prince 5(4), both at
+    # rtol 1e-10: states and T* agree to ~1e3 rtol
+    np.testing.assert_allclose(b1.blowup_time, b2.blowup_time, rtol=1e-9)
+    np.testing.assert_allclose(b1.traj_covs, b2.traj_covs, rtol=1e-8, atol=1e-8)
     # final states: the first accepted step past tr Sigma = 1e8 is not a well-conditioned
-    # point, so compare them for undecided members and the extrapolated limits for blow-ups
+    # point, so compare them for undecided members only
     run = b1.status == "running"
-    np.testing.assert_allclose(b1.covs[run], b2.covs[run], rtol=1e-9, atol=1e-9)
-    np.testing.assert_allclose(b1.limit, b2.limit, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(b1.covs[run], b2.covs[run], rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(b1.limit[run], b2.limit[run], rtol=0, atol=1e-8)
+    # extrapolated limits of blow-ups depend on where the threshold was crossed (1.22e8 vs
+    # 1.34e8 here), and in d = 4 Sigma/tr Sigma approaches its rank-one limit slowly (raising
+    # the threshold from 1e8 to 1e10 moves it by 1e-4): agreement to 1e-4 is all that is
+    # meaningful (d = 2, V = I: exact to 5e-11, test_identity_value_exact_blowup_and_limit)
+    np.testing.assert_allclose(b1.limit[~run], b2.limit[~run], rtol=0, atol=1e-4)
 
 
 # ----------------------------------------------------------------------------- growth laws

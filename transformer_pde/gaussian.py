@@ -1129,8 +1129,18 @@ except ImportError:  # pragma: no cover
     _nb = None
 
 
-# The per-member Dormand--Prince loop for softmax / linear with constant parameters: the same
-# algorithm as the NumPy path of :func:`solve_batch`, written with scalar loops for numba.
+# The per-member loop for softmax / linear with constant parameters: the NumPy path's algorithm
+# (per-member step control, landing on stops, events) with the 8th-order DOP853 pair instead of
+# Dormand--Prince 5(4): at rtol 1e-10 it needs about 0.6x the right-hand-side evaluations.
+def _dop853_tableau() -> tuple[np.ndarray, ...]:
+    from scipy.integrate._ivp import dop853_coefficients as c  # noqa: PLC0415
+
+    s = c.N_STAGES
+    return (np.ascontiguousarray(c.A[:s, :s], float), np.ascontiguousarray(c.B, float),
+            np.ascontiguousarray(c.E5, float), np.ascontiguousarray(c.E3, float))
+
+
+_DOP853 = _dop853_tableau() if _nb is not None else ()
 
 def _nb_rhs(y, out, d, linear, Vf, Ah, kap, S, S2, M, T, MG, al, bvec, dmean):
     """dY/ds of one member into ``out``; leaves S, M, alpha, alpha' in the scratch arrays
@@ -1235,8 +1245,10 @@ def _nb_conv(d, S, M, al, dmean, atol):
 
 
 def _nb_member(m, Y, d, linear, Vfm, Ahm, km, rtol, atol_vec, atol, stops, eval_pos, thr,
-               conv_tol, budget, traj, reason, n_steps, cA, cB, cE):
-    """Dormand--Prince 5(4) for member ``m`` (all state local: members run in parallel)."""
+               conv_tol, budget, traj, reason, n_steps, cA, cB, cE5, cE3):
+    """DOP853 (Hairer--Norsett--Wanner: 12 stages, FSAL, 5th- and 3rd-order error estimates
+    combined as in ``scipy.integrate.DOP853``) for member ``m``; all state is local, so
+    members can run in parallel."""
     n = Y.shape[1]
     S = np.empty((d, d))
     S2 = np.empty((d, d))
@@ -1246,7 +1258,8 @@ def _nb_member(m, Y, d, linear, Vfm, Ahm, km, rtol, atol_vec, atol, stops, eval_
     al = np.empty(d)
     bv = np.empty(d)
     dm = np.empty(d)
-    K = np.empty((7, n))
+    ns = cB.shape[0]
+    K = np.empty((ns + 1, n))
     ytmp = np.empty(n)
     ynew = np.empty(n)
     nst = stops.shape[0]
@@ -1277,7 +1290,7 @@ def _nb_member(m, Y, d, linear, Vfm, Ahm, km, rtol, atol_vec, atol, stops, eval_
         h_aim = gap / K[0, 0]
         aiming = h_aim <= h
         hh = h_aim if aiming else h
-        for i in range(1, 6):
+        for i in range(1, ns):
             for j in range(n):
                 acc = 0.0
                 for l in range(i):
@@ -1286,21 +1299,30 @@ def _nb_member(m, Y, d, linear, Vfm, Ahm, km, rtol, atol_vec, atol, stops, eval_
             _nb_rhs(ytmp, K[i], d, linear, Vfm, Ahm, km, S, S2, M, T, MG, al, bv, dm)
         for j in range(n):
             acc = 0.0
-            for l in range(6):
+            for l in range(ns):
                 acc += cB[l] * K[l, j]
             ynew[j] = y[j] + hh * acc
-        nu = _nb_rhs(ynew, K[6], d, linear, Vfm, Ahm, km, S, S2, M, T, MG, al, bv, dm)
-        en = 0.0
+        nu = _nb_rhs(ynew, K[ns], d, linear, Vfm, Ahm, km, S, S2, M, T, MG, al, bv, dm)
+        e5 = 0.0
+        e3 = 0.0
         finite = True
         for j in range(n):
-            acc = 0.0
-            for l in range(7):
-                acc += cE[l] * K[l, j]
+            a5 = 0.0
+            a3 = 0.0
+            for l in range(ns + 1):
+                a5 += cE5[l] * K[l, j]
+                a3 += cE3[l] * K[l, j]
             sc = atol_vec[j] + rtol * max(abs(y[j]), abs(ynew[j]))
-            en += (hh * acc / sc) ** 2
+            e5 += (a5 / sc) ** 2
+            e3 += (a3 / sc) ** 2
             if not np.isfinite(ynew[j]):
                 finite = False
-        en = np.sqrt(en / n) if finite else np.inf
+        if not finite:
+            en = np.inf
+        elif e5 == 0.0 and e3 == 0.0:
+            en = 0.0
+        else:
+            en = abs(hh) * e5 / np.sqrt((e5 + 0.01 * e3) * n)
         ok = en <= 1.0
         tn = ynew[0]
         tol_l = 1e-12 * max(1.0, abs(st))
@@ -1310,7 +1332,7 @@ def _nb_member(m, Y, d, linear, Vfm, Ahm, km, rtol, atol_vec, atol, stops, eval_
         if en == 0.0:
             fac = 5.0
         elif np.isfinite(en):
-            fac = min(5.0, max(0.2, 0.9 * en ** -0.2))
+            fac = min(5.0, max(0.2, 0.9 * en ** -0.125))
         else:
             fac = 0.2
         if not ok:
@@ -1325,7 +1347,7 @@ def _nb_member(m, Y, d, linear, Vfm, Ahm, km, rtol, atol_vec, atol, stops, eval_
         if accept:
             nacc += 1
             y[:] = ynew
-            K[0, :] = K[6, :]
+            K[0, :] = K[ns, :]
             if landed:
                 y[0] = st
                 if eval_pos[k] >= 0:
@@ -1350,18 +1372,18 @@ def _nb_member(m, Y, d, linear, Vfm, Ahm, km, rtol, atol_vec, atol, stops, eval_
 
 
 def _nb_run(Y, d, linear, Vf, Ah, kap, rtol, atol_vec, atol, stops, eval_pos, log_thr,
-            conv_tol, budget, traj, reason, n_steps, cA, cB, cE):
+            conv_tol, budget, traj, reason, n_steps, cA, cB, cE5, cE3):
     """All members, one after the other (small batches: no thread start-up, quick compile)."""
     P = Vf.shape[0]
     thr = np.exp(log_thr)
     for m in range(Y.shape[0]):
         p = m if P > 1 else 0     # P is 1 (shared parameters) or B
         _nb_member(m, Y, d, linear, Vf[p], Ah[p], kap[p], rtol, atol_vec, atol, stops,
-                   eval_pos, thr, conv_tol, budget, traj, reason, n_steps, cA, cB, cE)
+                   eval_pos, thr, conv_tol, budget, traj, reason, n_steps, cA, cB, cE5, cE3)
 
 
 def _nb_run_par(Y, d, linear, Vf, Ah, kap, rtol, atol_vec, atol, stops, eval_pos, log_thr,
-                conv_tol, budget, traj, reason, n_steps, cA, cB, cE):
+                conv_tol, budget, traj, reason, n_steps, cA, cB, cE5, cE3):
     """All members in parallel (``prange``): each member's state is local to
     :func:`_nb_member` and it writes only its own rows of the outputs."""
     P = Vf.shape[0]
@@ -1370,7 +1392,7 @@ def _nb_run_par(Y, d, linear, Vf, Ah, kap, rtol, atol_vec, atol, stops, eval_pos
         mi = np.int64(m)          # (a prange index may be unsigned: keep integer arithmetic)
         p = mi if P > 1 else np.int64(0)
         _nb_member(mi, Y, d, linear, Vf[p], Ah[p], kap[p], rtol, atol_vec, atol, stops,
-                   eval_pos, thr, conv_tol, budget, traj, reason, n_steps, cA, cB, cE)
+                   eval_pos, thr, conv_tol, budget, traj, reason, n_steps, cA, cB, cE5, cE3)
 
 
 _prange = range
@@ -1399,17 +1421,13 @@ def _fast_path(sysm: "_System", atts: Sequence[Attention], Y: np.ndarray, stops:
     traj = np.full((B, max(n_eval, 1), n), np.nan)
     reason = np.full(B, -1, dtype=np.int64)
     n_steps = np.zeros(B, dtype=np.int64)
-    cA = np.zeros((6, 6))
-    for i, row in enumerate(_DP_A):
-        cA[i, :len(row)] = row
     par = B >= _PAR_MIN_MEMBERS and _nb.get_num_threads() > 1
     run = _nb_run_par if par else _nb_run
     with _nb.parallel_chunksize(8):   # dynamic scheduling: members differ in cost
         run(Y, d, sysm.kind == "linear", np.ascontiguousarray(np.stack(Vf)),
                 np.ascontiguousarray(np.stack(Ah)), np.ascontiguousarray(sysm.kappa, float),
                 float(rtol), atol_vec, float(atol), stops, eval_pos, float(log_thr),
-                float(conv_tol), int(budget), traj, reason, n_steps, cA, _DP_B.copy(),
-                _DP_E.copy())
+                float(conv_tol), int(budget), traj, reason, n_steps, *_DOP853)
     return reason, n_steps, traj
 
 
@@ -1443,8 +1461,12 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
         rest evolves) is continued alone with the implicit Radau method (see :func:`solve`).
     use_numba : bool
         For ``softmax`` / ``linear`` with constant parameters, run the same per-member
-        Dormand--Prince algorithm compiled with numba (the first call compiles, ~seconds,
-        cached on disk); otherwise, or with ``False``, the NumPy implementation.
+        algorithm compiled with numba, with the 8th-order DOP853 pair instead of
+        Dormand--Prince 5(4) (about 0.6x the right-hand-side evaluations at ``rtol = 1e-10``),
+        one member after the other, or, from 256 members on, in parallel over members
+        (``prange``, numba's thread count; members are independent, so the results are
+        identical).  The first call compiles (~10 s, ~20 s with the parallel kernel; cached on
+        disk).  Otherwise, or with ``False`` (or without numba), the NumPy implementation.
 
     Returns
     -------
