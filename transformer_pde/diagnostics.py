@@ -256,6 +256,9 @@ _BLOCK = 131_072
 _ANDERSON = 20
 #: Epsilon-scaling: ratio of consecutive epsilons while annealing to the target.
 _EPS_RATIO = 0.5
+#: Cross-term annealing stages stop at this marginal error or after this many iterations.
+_STAGE_TOL = 0.01
+_STAGE_ITER = 40
 
 
 def _sqdist(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
@@ -294,12 +297,54 @@ def _softmin(X: np.ndarray, Y: np.ndarray, logw: np.ndarray, h: np.ndarray,
     return out + (X * X).sum(1)
 
 
+def _cross_stage(X: np.ndarray, Y: np.ndarray, a: np.ndarray, b: np.ndarray, g: np.ndarray,
+                 eps: float, tol: float, max_iter: int, m: int
+                 ) -> tuple[np.ndarray, np.ndarray, int, float]:
+    r"""Alternating Sinkhorn at one ``eps`` from ``g``, Anderson-accelerated and safeguarded
+    by the dual objective; returns ``(f, g, iterations, err)``.
+
+    After :math:`f = T_f(g)` (exact row marginals) the dual objective
+    :math:`\langle a, f\rangle + \langle b, g\rangle - \varepsilon\langle a\otimes b,
+    e^{(f\oplus g - C)/\varepsilon}\rangle + \varepsilon` equals
+    :math:`\langle a, f\rangle + \langle b, g\rangle`, for free.  Plain Sinkhorn increases
+    it at every step; an Anderson extrapolation that decreases it is rejected (memory
+    cleared, plain step from the last accepted point instead).  Hence no cycling: the worst
+    case is plain Sinkhorn, which converges.  Measured on clustered clouds, where unguarded
+    Anderson diverged or cycled.  ``err`` is :math:`\|T_g(f) - g\|_\infty/\varepsilon`, the
+    log-marginal error of the columns.
+    """
+    from .sinkhorn import _Anderson  # noqa: PLC0415 (shared Anderson mixing)
+
+    la, lb = np.log(a), np.log(b)
+    acc = _Anderson(m)
+    inv = 1.0 / eps
+    best, plain_next = -np.inf, g
+    f, err, it = g[:0], np.inf, 0
+    while it < max_iter:
+        it += 1
+        f = _softmin(X, Y, lb, g, eps)
+        dual = float(a @ f + b @ g)
+        if dual < best - 1e-13 * (abs(best) + eps):
+            acc.reset()
+            g = plain_next
+            continue
+        best = dual
+        g_new = _softmin(Y, X, la, f, eps)
+        err = float(np.max(np.abs(g_new - g))) * inv
+        if err < tol or not np.isfinite(err):
+            g = g_new
+            break
+        plain_next = g_new
+        g = eps * acc.step(np, g * inv, (g_new - g) * inv)
+    return f, g, it, err
+
+
 @dataclass
 class _SinkhornRun:
     """Outcome of one entropic transport solve (internal)."""
 
     cost: float  # <P, C> of the entropic plan
-    n_iter: int  # Sinkhorn passes over the cost (alternating: one pass f, one pass g)
+    n_iter: int  # Sinkhorn iterations (alternating: one pass f, one pass g)
     err: float  # final max_j |log((P^T 1)_j / b_j)|, the stopping quantity
     converged: bool
 
@@ -309,21 +354,26 @@ def _sinkhorn_cost(X: np.ndarray, Y: np.ndarray, a: np.ndarray, b: np.ndarray, r
     r"""Transport cost :math:`\langle P_\varepsilon, C\rangle` of the entropic plan
     :math:`P_{ij} = a_i b_j e^{(f_i + g_j - |x_i - y_j|^2)/\varepsilon}`.
 
-    Log-domain Sinkhorn on the dual potentials.
+    Log-domain Sinkhorn on the dual potentials with :math:`\varepsilon`-scaling:
+    :math:`\varepsilon_0` = squared diameter of both clouds (where one iteration nearly
+    solves the problem), multiplied by ``_EPS_RATIO`` at every stage down to ``reg``, each
+    stage warm-started from the last.  The stopping quantity is
+    :math:`\max_j |\log((P^\top 1)_j / b_j)|`, the largest relative error of a marginal
+    (the other marginal is exact after the last half-step), below ``tol``; ``max_iter``
+    counts all iterations.
 
-    1. :math:`\varepsilon`-scaling: :math:`\varepsilon_0` = squared diameter of both clouds
-       (where one iteration nearly solves the problem), halved at every iteration down to
-       ``reg``, one Sinkhorn iteration per value, each warm-started from the last.
-    2. At ``reg``: Anderson-accelerated (memory ``_ANDERSON``) fixed-point iteration until the
-       stopping quantity :math:`\max_j |\log((P^\top 1)_j / b_j)|` (the largest relative
-       error of a marginal; the other marginal is exact after the last half-step) is below
-       ``tol``.  Alternating: Anderson on :math:`g \mapsto T_g(T_f(g))`.  ``symmetric``
-       (``X = Y``, ``a = b``: the debiasing terms, whose potentials are equal): averaged
-       update :math:`f \leftarrow (f + Tf)/2` while annealing (plain :math:`T` oscillates on
-       the constant mode), Anderson on :math:`T` itself at ``reg``; one pass per iteration.
+    * Cross term: at every stage, Anderson-accelerated alternating iterations
+      (:func:`_cross_stage`, safeguarded by the dual objective) until the error is below
+      ``_STAGE_TOL`` or ``_STAGE_ITER`` iterations (tracking the solution closely matters
+      on clustered clouds: one iteration per stage left the cluster-level mass balance
+      hundreds of iterations away), then to ``tol`` at ``reg``.
+    * ``symmetric`` (``X = Y``, ``a = b``: the debiasing terms, whose potentials are
+      equal): one averaged update :math:`f \leftarrow (f + Tf)/2` per stage (plain
+      :math:`T` oscillates on the constant mode), then Anderson on :math:`T` itself at
+      ``reg``, restarted from the best averaged iterate if the error grows tenfold; one
+      pass per iteration (measured 15--20 iterations in all cases tried).
 
-    If Anderson's extrapolation makes the error grow tenfold it restarts from the best
-    plain iterate.  Memory :math:`O(N + M)` plus one block of ``_BLOCK`` cost entries.
+    Memory :math:`O(N + M)` plus one block of ``_BLOCK`` cost entries.
     """
     from .sinkhorn import _Anderson  # noqa: PLC0415 (shared Anderson mixing)
 
@@ -335,51 +385,42 @@ def _sinkhorn_cost(X: np.ndarray, Y: np.ndarray, a: np.ndarray, b: np.ndarray, r
     hi = np.maximum(X.max(0), Y.max(0))
     X, Y = X - 0.5 * (lo + hi), Y - 0.5 * (lo + hi)  # costs are translation invariant
     eps = max(float(np.sum((hi - lo) ** 2)), reg)
-    f = np.zeros(X.shape[0])
-    g = f if symmetric else np.zeros(Y.shape[0])
-    it = 0
-    # 1. epsilon-scaling, one iteration per epsilon
-    while eps > reg and it < max_iter:
-        it += 1
-        if symmetric:
-            f = g = 0.5 * (f + _softmin(X, X, la, f, eps))
-        else:
-            f = _softmin(X, Y, lb, g, eps)
-            g = _softmin(Y, X, la, f, eps)
-        eps = max(_EPS_RATIO * eps, reg)
-    eps = reg
-    inv = 1.0 / eps
-    # 2. Anderson-accelerated iterations at the target epsilon
-    acc = _Anderson(_ANDERSON)
-    err, best_err, best = np.inf, np.inf, None
-    while it < max_iter:
-        it += 1
-        if symmetric:
-            Tx = _softmin(X, X, la, f, eps)
-            x = f
-        else:
-            f = _softmin(X, Y, lb, g, eps)
-            Tx = _softmin(Y, X, la, f, eps)
-            x = g
-        err = float(np.max(np.abs(Tx - x))) * inv
-        if err < tol or not np.isfinite(err):
-            x = Tx
-        elif err < best_err:
-            best_err, best = err, (0.5 * (x + Tx) if symmetric else Tx)
-            x = eps * acc.step(np, x * inv, (Tx - x) * inv)
-        elif err > 10.0 * best_err:
-            acc.reset()
-            x = best
-        else:
-            x = eps * acc.step(np, x * inv, (Tx - x) * inv)
-        if symmetric:
-            f = g = x
-        else:
-            g = x
-        if err < tol or not np.isfinite(err):
-            break
-    if not symmetric:
-        f = _softmin(X, Y, lb, g, eps)  # exact row marginals for the returned plan
+    it, err = 0, np.inf
+    if symmetric:
+        f = np.zeros(X.shape[0])
+        while eps > reg and it < max_iter:
+            it += 1
+            f = 0.5 * (f + _softmin(X, X, la, f, eps))
+            eps = max(_EPS_RATIO * eps, reg)
+        inv = 1.0 / reg
+        acc = _Anderson(_ANDERSON)
+        best_err, best = np.inf, f
+        while it < max_iter:
+            it += 1
+            Tf = _softmin(X, X, la, f, reg)
+            err = float(np.max(np.abs(Tf - f))) * inv
+            if err < tol or not np.isfinite(err):
+                f = Tf
+                break
+            if err < best_err:
+                best_err, best = err, 0.5 * (f + Tf)
+            elif err > 10.0 * best_err:
+                acc.reset()
+                f = best
+                continue
+            f = reg * acc.step(np, f * inv, (Tf - f) * inv)
+        g = f
+    else:
+        g = np.zeros(Y.shape[0])
+        while eps > reg and it < max_iter:
+            _, g, k, _ = _cross_stage(X, Y, a, b, g, eps, _STAGE_TOL,
+                                      min(_STAGE_ITER, max_iter - it), _ANDERSON)
+            it += k
+            eps = max(_EPS_RATIO * eps, reg)
+        if it < max_iter:
+            _, g, k, err = _cross_stage(X, Y, a, b, g, reg, tol, max_iter - it, _ANDERSON)
+            it += k
+        f = _softmin(X, Y, lb, g, reg)  # exact row marginals for the returned plan
     converged = bool(err < tol)
     if not converged:
         logger.warning("wasserstein(method='sinkhorn'): not converged after %d iterations "
