@@ -1133,8 +1133,11 @@ except ImportError:  # pragma: no cover
 # (per-member step control, landing on stops, events) with the 8th-order DOP853 pair instead of
 # Dormand--Prince 5(4): at rtol 1e-10 it needs about 0.6x the right-hand-side evaluations.
 def _dop853_tableau() -> tuple[np.ndarray, ...]:
-    from scipy.integrate._ivp import dop853_coefficients as c  # noqa: PLC0415
-
+    """Coefficients of scipy's DOP853 (a private scipy module: without it, no fast path)."""
+    try:
+        from scipy.integrate._ivp import dop853_coefficients as c  # noqa: PLC0415
+    except ImportError:  # pragma: no cover
+        return ()
     s = c.N_STAGES
     return (np.ascontiguousarray(c.A[:s, :s], float), np.ascontiguousarray(c.B, float),
             np.ascontiguousarray(c.E5, float), np.ascontiguousarray(c.E3, float))
@@ -1540,7 +1543,7 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
     n_steps = np.zeros(B, dtype=int)
     n_att = np.zeros(B, dtype=int)
     land_tol = 1e-12
-    fast = (use_numba and _nb is not None and not sysm.dynamic
+    fast = (use_numba and _nb is not None and len(_DOP853) == 4 and not sysm.dynamic
             and sysm.kind in ("softmax", "linear"))
     if fast:
         eval_pos = np.array([te_pos.get(float(v), -1) if is_eval[k] else -1
