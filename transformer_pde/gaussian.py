@@ -1441,8 +1441,8 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
     r"""Integrate many Gaussian initial conditions (and optionally parameter sets) together.
 
     All members are advanced simultaneously by one vectorised adaptive Dormand--Prince 5(4)
-    integrator on the reparametrised system of the module docstring, **with a step size,
-    error control and event handling per member** (NumPy arrays of shape ``(B, ...)``; members
+    integrator (DOP853 on the numba path, see ``use_numba``) on the reparametrised system of
+    the module docstring, **with a step size, error control and event handling per member** (NumPy arrays of shape ``(B, ...)``; members
     that terminate leave the active set).  Members land exactly (to :math:`10^{-12}` relative)
     on ``t_eval`` points, :class:`Layers` breakpoints and ``t_max`` by secant-adjusted steps in
     :math:`s`.  Statuses and :math:`T^*` follow :func:`solve` (same classification), and the
