@@ -109,13 +109,14 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         for m in ("exact", "sliced", "sinkhorn"):
             e = r.get(m)
+            lead = f"{r['data']:>9} {r['N']:>6} {m:>9}"
             if e is None:
-                lines.append(f"{r['data']:>9} {r['N']:>6} {m:>9} {'(skipped: N*M > exact limit)':>40}")
+                lines.append(f"{lead} {'(skipped: N*M > exact limit)':>40}")
                 continue
             it = "/".join(map(str, e["n_iter"])) if "n_iter" in e else ""
             conv = str(e["converged"]) if "converged" in e else ""
             br = str(e.get("bracket_ok", "")) if m == "sinkhorn" else ""
-            lines.append(f"{r['data']:>9} {r['N']:>6} {m:>9} {e['wall_s']:>8.2f} {e['cpu_s']:>8.2f} "
+            lines.append(f"{lead} {e['wall_s']:>8.2f} {e['cpu_s']:>8.2f} "
                          f"{e['value']:>9.5f} {_fmt(e.get('rel_err'), '>9.1e')} {it:>24} "
                          f"{conv:>5} {br:>7}")
     return "\n".join(lines)
