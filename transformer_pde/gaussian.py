@@ -48,8 +48,9 @@ Statuses
     :math:`\tau = \nu/\nu'` (time-to-blow-up of the local power law) and
     :math:`q = -d\tau/dt` (:math:`= 1/p` for :math:`\nu \propto (T^*-t)^{-p}`),
     :math:`q > q_{\max}/2`, where :math:`q_{\max}` is the largest :math:`q` the law allows
-    (:math:`q = 0` for exponential growth); :math:`q` is a central difference of :math:`\tau`
-    along the flow.
+    (:math:`q = 0` for exponential growth), and :math:`q \le 1.5\,q_{\max}` (a singularity
+    of the law has :math:`q \to 1/p \le q_{\max}`; a larger :math:`q` is a transient of
+    oscillating growth); :math:`q` is a central difference of :math:`\tau` along the flow.
     The blow-up time is :math:`T^* = t + \tau/q` (exact for a pure power law; the error for a
     Riccati singularity is :math:`O(\tau^2)`, i.e. :math:`\sim 10^{-16}T^*` at
     :math:`\nu = 10^8`).  ``limit`` is :math:`\Sigma/\operatorname{tr}\Sigma` extrapolated
@@ -58,8 +59,10 @@ Statuses
     :math:`\nu` reached ``blowup_threshold`` and either the law excludes a finite-time
     singularity (Sinkhorn; L2 whose key matrices all have rank ``d``: their :math:`M` stays
     bounded as :math:`\Sigma` grows, so the growth is at most exponential) or
-    :math:`q \le q_{\max}/2` (growth without a finite-time singularity, e.g.
-    :math:`\nu \propto e^{\lambda t}`); ``limit`` is the current
+    :math:`q` is outside :math:`(q_{\max}/2, 1.5\,q_{\max}]` (growth without a finite-time
+    singularity, e.g. :math:`\nu \propto e^{\lambda t}`).  At a low threshold a transient
+    :math:`q` can mislead either way (rotating, exponentially growing modes make :math:`q`
+    oscillate): use a threshold of :math:`10^8` or more to classify.  ``limit`` is the current
     :math:`\Sigma/\operatorname{tr}\Sigma`.
 
 Growth laws
@@ -585,7 +588,7 @@ def blowup_law(att: Attention, t: float = 0.0) -> float:
       exponential.
 
     The solvers call a run that reaches ``blowup_threshold`` ``"blowup"`` only when
-    :math:`q > q_{\max}/2`.  Ranks use :func:`numpy.linalg.matrix_rank` (default tolerance):
+    :math:`q_{\max}/2 < q \le 1.5\,q_{\max}` (module docstring, *Statuses*).  Ranks use :func:`numpy.linalg.matrix_rank` (default tolerance):
     an ill-conditioned but full-rank ``K`` cannot blow up, though it may grow like a blow-up
     until :math:`\nu \sim 1/(2\beta'\sigma_{\min}(K)^2)`.
     """
@@ -841,7 +844,10 @@ def _finish(sysm: _System, Y: np.ndarray, idx: np.ndarray, threshold: float, con
     if big.size:
         tau, q, info = sysm.tau_q(Y[big], idx[big])
         qmax = sysm.q_max(t[big], idx[big])
-        isb = np.isfinite(q) & (qmax > 0) & (q > 0.5 * qmax) & (tau > 0)
+        # a singularity of the law has q -> 1/p <= q_max: a larger q is a transient of
+        # oscillating growth (seen for l2 with singular K), not a blow-up
+        isb = (np.isfinite(q) & (qmax > 0) & (q > 0.5 * qmax) & (q <= 1.5 * qmax)
+               & (tau > 0))
         rem = np.where(isb, tau / np.where(isb, q, 1.0), np.nan)
         Sm, Mm = info["S"], info["M"]
         dS = Mm @ Sm
@@ -868,8 +874,11 @@ def _finish(sysm: _System, Y: np.ndarray, idx: np.ndarray, threshold: float, con
                            f"T*={T_l[i]:.12g}")
             else:
                 status[i] = "diverging"
-                why = (f"q={q_l[j]:.3g} <= {0.5 * qm_l[j]:g}" if qm_l[j] > 0 else
-                       f"the {sysm.kind} law has bounded M (no finite-time blow-up)")
+                why = (f"the {sysm.kind} law has bounded M (no finite-time blow-up)"
+                       if qm_l[j] <= 0 else f"q={q_l[j]:.3g} <= {0.5 * qm_l[j]:g}"
+                       if not q_l[j] > 0.5 * qm_l[j] else
+                       f"q={q_l[j]:.3g} > {1.5 * qm_l[j]:g}: faster than the law allows "
+                       f"(oscillating growth)")
                 msgs[i] = (f"diverging without finite-time blow-up: size {nu_l[j]:.3g} "
                            f"at t={t_l[i]:.6g}, {why}")
     for i in np.nonzero(reason == 2)[0]:
