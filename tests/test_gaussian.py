@@ -596,3 +596,22 @@ def test_parallel_kernel_matches_serial_kernel(monkeypatch):
     np.testing.assert_array_equal(par.blowup_time, ser.blowup_time)
     np.testing.assert_array_equal(par.traj_covs, ser.traj_covs)
     np.testing.assert_array_equal(par.covs, ser.covs)
+
+
+def test_l2_singular_keys_oscillating_growth_is_not_blowup():
+    # l2 with a zero key column (blowup_law 0.5): this draw grows exponentially along rotating
+    # modes, so q = -dtau/dt oscillates; at tr Sigma = 1e10 it reads q = 0.82 > 1.5 * 0.5,
+    # faster than any l2 singularity (q -> 1/p <= 1/2), hence "diverging", not "blowup"
+    rng = np.random.default_rng(1)
+    d, B = 3, 60
+    draws = []
+    for _ in range(B):
+        Q, K, V = rng.normal(size=(3, d, d))
+        K[:, 0] = 0.0
+        draws.append((Q / np.sqrt(d), K, V))
+    F = rng.normal(size=(B, d, d))
+    Q, K, V = draws[53]
+    att = Attention("l2", Q, K, V, l2_beta=1.0)
+    assert g.blowup_law(att) == 0.5
+    tr = g.solve(att, np.zeros(d), F[53] @ F[53].T / d, t_max=30.0, blowup_threshold=1e10)
+    assert tr.status == "diverging" and "oscillating" in tr.message, tr.message
