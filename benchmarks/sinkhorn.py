@@ -3,9 +3,13 @@
 Part 1 (steps): one RK4 step (4 field evaluations) of the particle flow for
 ``kind="sinkhorn"`` (eps = 1, d = 2, A = K^T Q non-symmetric, and a symmetric A) and for
 ``kind="softmax"`` with the same Q, K, V, on the same backend.  "cold" clears the
-potentials before every evaluation; "warm" is what ``simulate`` does (potentials
-extrapolated from the previous evaluations, Anderson secants reused).  Reported: seconds
-per step (median over the timed steps, after one untimed warm-up step), the ratio to the
+potentials before every evaluation; "warm" is what ``simulate`` does (the field is told
+the index of each evaluation within the step, and each RK stage is predicted from the same
+stage of the previous steps; Anderson secants reused); "*_stageless" is the earlier warm
+start (extrapolation in t through the previous evaluations, stages mixed), measured in the
+same run for comparison.  Reported: seconds
+per step (median over the timed steps, after ``--warmup`` untimed warm steps, default 3;
+one for softmax and cold), the ratio to the
 softmax step, and Sinkhorn iterations / passes over all pairs per evaluation.
 
 The same for the paper's time stepping, explicit Euler with h = 0.01 (one evaluation per
@@ -53,8 +57,8 @@ EULER_WARMUP = 4
 
 
 def time_steps(att, X, backend, n_steps, cold=False, tol=1e-9, solver=None, dt=DT,
-               warmup=1):
-    """Median (wall, CPU) seconds per RK4 step after one untimed step, and the iterations.
+               warmup=1, staged=True):
+    """Median (wall, CPU) seconds per step after ``warmup`` untimed steps, and the iterations.
 
     CPU time (all threads of this process) is the cost measure: unlike wall time it does
     not depend on what else runs on a shared machine.
@@ -62,7 +66,13 @@ def time_steps(att, X, backend, n_steps, cold=False, tol=1e-9, solver=None, dt=D
     ev = FieldEvaluator(att, X.shape[0], backend=backend, sinkhorn_tol=tol)
     be = ev.be
 
+    stage = [None]
+
     def field(t, y):
+        # as simulate does: pass the index of the evaluation within the step
+        ev.stage = stage[0]
+        if stage[0] is not None:
+            stage[0] += 1
         if cold:
             ev.state.clear()
         return ev(t, y)
@@ -73,6 +83,7 @@ def time_steps(att, X, backend, n_steps, cold=False, tol=1e-9, solver=None, dt=D
     walls, cpus = [], []
     n_warm = 0
     for k in range(n_steps + warmup):
+        stage[0] = 0 if staged else None
         t0, c0 = time.perf_counter(), time.process_time()
         y = solver.step(field, t, y, dt)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -121,7 +132,7 @@ def case_row(sec, cpu, its, softmax_cpu, symmetric, n_steps):
             "iters_per_step_mean": float(np.sum(its) / n_steps)}
 
 
-def part_steps(sizes, backend, steps, large_from, rng):
+def part_steps(sizes, backend, steps, large_from, rng, warmup=3):
     rows = []
     for n in sizes:
         if n >= large_from and rows:
@@ -132,22 +143,27 @@ def part_steps(sizes, backend, steps, large_from, rng):
         ns = steps
         row = {"n": n, "steps_timed": ns}
         sm = tp.Attention("softmax", Q, K, V)
-        row["softmax_s"], row["softmax_cpu_s"], _ = time_steps(sm, X, backend, ns)
-        cases = [("warm", Q, False, 1e-9), ("cold", Q, True, 1e-9),
-                 ("warm_sym", Q_SYM, False, 1e-9), ("warm_tol1e-6", Q, False, 1e-6)]
-        for name, Qm, cold, tol in cases:
+        row["softmax_s"], row["softmax_cpu_s"], _ = time_steps(sm, X, backend, ns, warmup=1)
+        cases = [("warm", Q, False, 1e-9, True), ("warm_stageless", Q, False, 1e-9, False),
+                 ("cold", Q, True, 1e-9, True), ("warm_sym", Q_SYM, False, 1e-9, True),
+                 ("warm_sym_stageless", Q_SYM, False, 1e-9, False),
+                 ("warm_tol1e-6", Q, False, 1e-6, True)]
+        for name, Qm, cold, tol, staged in cases:
             att = tp.Attention("sinkhorn", Qm, K, V, eps=EPS)
-            sec, cpu, its = time_steps(att, X, backend, ns, cold=cold, tol=tol)
-            row[name] = case_row(sec, cpu, its, row["softmax_cpu_s"], name == "warm_sym", ns)
+            sec, cpu, its = time_steps(att, X, backend, ns, cold=cold, tol=tol, staged=staged,
+                                       warmup=1 if cold else warmup)
+            row[name] = case_row(sec, cpu, its, row["softmax_cpu_s"], "sym" in name, ns)
         # the paper's time stepping: explicit Euler, h = 0.01 (one evaluation per step)
         row["euler_softmax_s"], row["euler_softmax_cpu_s"], _ = time_steps(
             sm, X, backend, EULER_STEPS, solver=Euler(), dt=0.01, warmup=EULER_WARMUP)
-        for name, Qm in (("euler_warm", Q), ("euler_warm_sym", Q_SYM)):
+        for name, Qm, staged in (("euler_warm", Q, True), ("euler_warm_stageless", Q, False),
+                                 ("euler_warm_sym", Q_SYM, True),
+                                 ("euler_warm_sym_stageless", Q_SYM, False)):
             att = tp.Attention("sinkhorn", Qm, K, V, eps=EPS)
             sec, cpu, its = time_steps(att, X, backend, EULER_STEPS, solver=Euler(), dt=0.01,
-                                       warmup=EULER_WARMUP)
+                                       warmup=EULER_WARMUP, staged=staged)
             row[name] = case_row(sec, cpu, its, row["euler_softmax_cpu_s"],
-                                 name.endswith("sym"), EULER_STEPS)
+                                 "sym" in name, EULER_STEPS)
         rows.append(row)
         print(f"  N={n}: done", flush=True)
     return rows
@@ -199,6 +215,9 @@ def main(argv=None) -> None:
     p.add_argument("--backend", default="numba")
     p.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 50_000])
     p.add_argument("--steps", type=int, default=3, help="timed RK4 steps per case")
+    p.add_argument("--warmup", type=int, default=3,
+                   help="untimed warm RK4 steps before the timed ones (the per-stage "
+                        "prediction reaches its full degree after 4 steps)")
     p.add_argument("--large-from", type=float, default=30_000,
                    help="estimate (not time) the steps from this N on")
     p.add_argument("--pot-sizes", type=int, nargs="+", default=[1_000, 5_000])
@@ -211,26 +230,27 @@ def main(argv=None) -> None:
     tp.velocity(tp.Attention("sinkhorn", Q, K, V), rng.normal(size=(64, 2)), backend=a.backend)
     print(f"backend={a.backend}, d=2, eps={EPS}, RK4 dt={DT}, float64, "
           f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()})")
-    rows = part_steps(a.sizes, a.backend, a.steps, a.large_from, rng)
+    rows = part_steps(a.sizes, a.backend, a.steps, a.large_from, rng, a.warmup)
     print("\nwall seconds per step (RK4 dt=0.1: 4 evaluations; euler_*: Euler h=0.01, one; "
           "softmax column: the softmax step of the same method);\nratio = sinkhorn / softmax in CPU "
           "time (all threads; robust to other load);\nit/ev = Sinkhorn iterations per "
           "evaluation (mean), pass/ev = passes over all pairs, it/step = iterations per step")
-    hdr = f"{'N':>7} {'softmax':>9} | {'case':<15} {'s/step':>9} {'ratio':>7} {'it/ev':>6} " \
+    hdr = f"{'N':>7} {'softmax':>9} | {'case':<24} {'s/step':>9} {'ratio':>7} {'it/ev':>6} " \
           f"{'pass/ev':>7} {'it/step':>7}"
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
         first = True
-        for name in ("warm", "cold", "warm_sym", "warm_tol1e-6", "euler_warm",
-                     "euler_warm_sym"):
+        for name in ("warm", "warm_stageless", "cold", "warm_sym", "warm_sym_stageless",
+                     "warm_tol1e-6", "euler_warm", "euler_warm_stageless", "euler_warm_sym",
+                     "euler_warm_sym_stageless"):
             if name not in r:
                 continue
             c = r[name]
             base = r["euler_softmax_s"] if name.startswith("euler") else r["softmax_s"]
             lead = f"{r['n']:>7} {base:>9.3f}" if first or name == "euler_warm" else " " * 17
             label = name + (" (est.)" if r.get("estimated") else "")
-            print(f"{lead} | {label:<15} {c['s_per_step']:>9.3f} {c['ratio_to_softmax']:>7.1f} "
+            print(f"{lead} | {label:<24} {c['s_per_step']:>9.3f} {c['ratio_to_softmax']:>7.1f} "
                   f"{c['iters_per_eval_mean']:>6.1f} {c['passes_per_eval_mean']:>7.1f} "
                   f"{c['iters_per_step_mean']:>7.1f}")
             first = False
@@ -248,7 +268,7 @@ def main(argv=None) -> None:
     res = {"machine": {"cpus": os.cpu_count(), "processor": platform.processor(),
                        "platform": platform.platform()},
            "backend": a.backend, "d": 2, "eps": EPS, "dt": DT, "method": "rk4",
-           "Q": Q.tolist(), "K": K.tolist(), "Q_sym": Q_SYM.tolist(), "V": V.tolist(),
+           "warmup_steps": a.warmup, "Q": Q.tolist(), "K": K.tolist(), "Q_sym": Q_SYM.tolist(), "V": V.tolist(),
            "steps": rows, "pot": pot}
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)

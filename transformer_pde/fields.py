@@ -59,6 +59,7 @@ class FieldContext:
     sinkhorn_max_iter: int = 2000
     state: dict = field(default_factory=dict)
     info: dict = field(default_factory=dict)
+    stage: int | None = None     # index of the evaluation within a fixed-step solver step
 
 
 HeadField = Callable[[FieldContext, AttentionParams, int, Head, Any, Any], Any]
@@ -129,7 +130,8 @@ def _sinkhorn(ctx, P, h, head, Xq, Xk):
     state = ctx.state.setdefault(("sinkhorn", h), SinkhornWarmStart())
     return sinkhorn_field(be, qx, kx, _proj(be, Xk, head.V), ctx.logw, P.eps, q_query=q_query,
                           symmetric=symmetric, state=state, t=P.t, tol=ctx.sinkhorn_tol,
-                          max_iter=ctx.sinkhorn_max_iter, info=ctx.info, label=f"head {h}")[0]
+                          max_iter=ctx.sinkhorn_max_iter, info=ctx.info, label=f"head {h}",
+                          stage=ctx.stage)[0]
 
 
 # ------------------------------------------------------------------ softmax-free kinds
@@ -279,6 +281,19 @@ class FieldEvaluator:
     @property
     def state(self) -> dict:
         return self.ctx.state
+
+    @property
+    def stage(self) -> int | None:
+        """Index of the next evaluation within a fixed-step solver step, or ``None``.
+
+        Set by :func:`~transformer_pde.simulate` before each evaluation (0 for the first
+        stage of every step): Sinkhorn warm starts then extrapolate each stage from the
+        same stage of the previous steps (:class:`~transformer_pde.sinkhorn.SinkhornWarmStart`)."""
+        return self.ctx.stage
+
+    @stage.setter
+    def stage(self, value: int | None) -> None:
+        self.ctx.stage = None if value is None else int(value)
 
     def query_limits(self, query_positions: Any, m: int):
         qp = check_positions(query_positions, m, True, "query_positions")

@@ -318,10 +318,15 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
     be = ev.be
     y = be.asarray(X0n, dtype)
     step_end = [0.0]
+    stage = [None]   # index of the next evaluation within a fixed-step step (None: adaptive)
 
     def f(tau: float, z: Any) -> Any:
         # Stages evaluated at the right end of the current step use the left limit of
         # piecewise-constant parameters, so a step inside layer l never sees layer l + 1.
+        # The stage index lets Sinkhorn warm-start stage i from stage i of earlier steps.
+        ev.stage = stage[0]
+        if stage[0] is not None:
+            stage[0] += 1
         return ev(tau, z, left=tau >= step_end[0])
 
     solver.reset()
@@ -353,6 +358,7 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
                 while t < t_max - tol_t:
                     h = min(dt, t_max - t)
                     step_end[0] = t + h
+                    stage[0] = 0
                     y_new = solver.step(f, t, y, h)
                     step_idx += 1
                     n_steps += 1

@@ -45,8 +45,9 @@ Both errors are exactly the log-domain marginal error of the returned pair,
 which is the stopping rule.  Both fixed-point maps are accelerated by Anderson mixing
 (type II, memory 10) with a safeguard (restart from the best plain iterate when the error
 grows tenfold).  Warm starts (:class:`SinkhornWarmStart`) extrapolate the potentials
-linearly in time and keep Anderson's secant pairs from one solve to the next, since the
-Jacobian of the fixed-point map changes little along a smooth flow.  Cold starts with
+polynomially in time -- per Runge--Kutta stage inside ``simulate``, from the same stage of
+the previous steps -- and keep Anderson's secant pairs from one solve to the next, since
+the Jacobian of the fixed-point map changes little along a smooth flow.  Cold starts with
 a score range :math:`\max|s|/\varepsilon > 30` use :math:`\varepsilon`-scaling (factor 4 per stage).
 
 The error cannot go below the rounding floor of the arithmetic, about
@@ -406,38 +407,80 @@ class SinkhornWarmStart:
     It also carries the Anderson secant pairs from one solve to the next
     (``reuse_secants``).
 
+    **Per-stage prediction.**  Inside a fixed-step Runge--Kutta step the field is
+    evaluated at the stages :math:`Y_i = y_n + h\sum_j a_{ij} k_j` in a fixed order; the
+    stages of one step are not points of one smooth curve (the middle stages of RK4 lie
+    :math:`O(h^2)` off the trajectory), so an extrapolation in :math:`t` through the previous
+    evaluations, which mixes stages, starts far off.  When the caller passes ``stage``
+    (the index of the evaluation within the step, as :func:`~transformer_pde.simulate`
+    does for fixed-step methods), stage :math:`i` is predicted as
+
+    .. math:: \hat g_{n,i} = g_{\mathrm{prev}} + \mathcal{E}\big[\delta_{n-1,i},
+              \delta_{n-2,i}, \dots\big],\qquad \delta_{m,i} = g_{m,i} - g_{\mathrm{prev}(m,i)},
+
+    where :math:`g_{\mathrm{prev}}` is the evaluation just before (the previous stage, or
+    the last stage of the previous step for :math:`i = 0`) and :math:`\mathcal{E}` the
+    Lagrange extrapolation in :math:`t` (stage times :math:`t_m + c_i h`) of degree up to
+    ``stage_order`` of the increments of stage :math:`i` in the previous steps: the
+    increment between two given stages is a smooth function of :math:`t_m`, so its
+    extrapolation error is :math:`O(h^{\mathrm{stage\_order}+1})` times the (already small)
+    increment.  For explicit Euler (one stage) this is an extrapolation of degree
+    ``stage_order + 1`` of the potentials.  Measured at N = 1000, d = 2, eps = 1 (RK4,
+    dt = 0.1): 4.1 iterations per evaluation against 6.2 with the stage-less scheme.
+
     Parameters
     ----------
     order : int, default 2
-        Extrapolation degree (0: reuse the last potentials).
+        Extrapolation degree of the stage-less prediction (0: reuse the last potentials).
     reuse_secants : bool, default True
-        Start each solve with the previous solve's Anderson memory.
+        Start each solve with the previous solve's Anderson memory.  (Keeping one memory
+        per stage was measured no better.)
+    stage_order : int, default 3
+        Extrapolation degree of the per-stage increments.
     """
 
-    def __init__(self, order: int = 2, reuse_secants: bool = True):
+    def __init__(self, order: int = 2, reuse_secants: bool = True, stage_order: int = 3):
         if int(order) < 0:
             raise ValueError(f"order must be >= 0, got {order!r}")
+        if int(stage_order) < 0:
+            raise ValueError(f"stage_order must be >= 0, got {stage_order!r}")
         self.order = int(order)
+        self.stage_order = int(stage_order)
         self.reuse_secants = bool(reuse_secants)
         self.hist: list[tuple[float, Any, Any]] = []
         self.memory: Any = None
+        self.stage_inc: dict[int, list[tuple[float, Any, Any]]] = {}
 
     def clear(self) -> None:
         """Forget everything (next solve is cold)."""
         self.hist.clear()
         self.memory = None
+        self.stage_inc.clear()
 
-    def predict(self, t: float, n: int) -> tuple[Any, Any]:
-        """Predicted ``(f, g)`` at time ``t`` for ``n`` tokens, or ``(None, None)``."""
+    def predict(self, t: float, n: int, stage: int | None = None) -> tuple[Any, Any]:
+        """Predicted ``(f, g)`` at time ``t`` for ``n`` tokens, or ``(None, None)``.
+
+        ``stage`` selects the per-stage prediction of a fixed-step method (see the class
+        docstring) once that stage has been seen."""
         if not self.hist or self.hist[-1][2].shape[0] != n:
             return None, None
-        t_last, f_last, g_last = self.hist[-1]
-        if len(self.hist) < 2 or self.order == 0 or t == t_last:
+        inc = self.stage_inc.get(stage, []) if stage is not None else []
+        if inc and inc[-1][2].shape[0] == n:
+            _, f_last, g_last = self.hist[-1]
+            df, dg = self._extrapolate(inc, t, self.stage_order)
+            g = g_last + dg
+            return (g if f_last is g_last else f_last + df), g
+        return self._extrapolate(self.hist, t, self.order)
+
+    @staticmethod
+    def _extrapolate(hist: list, t: float, order: int) -> tuple[Any, Any]:
+        t_last, f_last, g_last = hist[-1]
+        if len(hist) < 2 or order == 0 or t == t_last:
             return f_last, g_last
-        spacing = abs(t_last - self.hist[-2][0])
+        spacing = abs(t_last - hist[-2][0])
         if abs(t - t_last) > 2.0 * spacing:
             return f_last, g_last
-        pts = self.hist[-(self.order + 1):]
+        pts = hist[-(order + 1):]
         ts = [p[0] for p in pts]
         coef = []
         for i, ti in enumerate(ts):
@@ -450,14 +493,36 @@ class SinkhornWarmStart:
         f = g if f_last is g_last else sum(c * p[1] for c, p in zip(coef, pts))
         return f, g
 
-    def update(self, t: float, f: Any, g: Any) -> None:
-        """Record converged potentials at time ``t`` (replacing those of the same time)."""
-        if self.hist and self.hist[-1][0] == t:
-            self.hist[-1] = (t, f, g)
+    def _record(self, hist: list, t: float, f: Any, g: Any) -> None:
+        if hist and hist[-1][0] == t:
+            hist[-1] = (t, f, g)
         else:
-            self.hist.append((t, f, g))
-            while len(self.hist) > self.order + 1:
-                self.hist.pop(0)
+            hist.append((t, f, g))
+            while len(hist) > self.order + 1:
+                hist.pop(0)
+
+    def update(self, t: float, f: Any, g: Any, stage: int | None = None,
+               memory: Any = None) -> None:
+        """Record converged potentials at time ``t`` (replacing those of the same time).
+
+        With ``stage``, also the increment from the previous evaluation to this stage;
+        ``memory`` (the solve's Anderson memory) is kept for the next solve."""
+        if stage is not None:
+            inc = self.stage_inc.setdefault(stage, [])
+            if self.hist and self.hist[-1][2].shape == g.shape:
+                _, f_prev, g_prev = self.hist[-1]
+                dg = g - g_prev
+                entry = (t, dg if f is g else f - f_prev, dg)
+                if inc and inc[-1][0] == t:
+                    inc[-1] = entry      # a repeated step: Lagrange needs distinct times
+                else:
+                    inc.append(entry)
+                    del inc[:-(self.stage_order + 1)]
+            else:
+                inc.clear()
+        self._record(self.hist, t, f, g)
+        if memory is not None:
+            self.memory = memory
 
 
 # ------------------------------------------------------------------ fields and helpers
@@ -474,7 +539,7 @@ def sinkhorn_field(be: Any, qx: Any, kx: Any, vx: Any, logw: Any, eps: float, *,
                    q_query: Any = None, symmetric: bool = False,
                    state: SinkhornWarmStart | None = None, t: float = 0.0, tol: float = 1e-9,
                    max_iter: int = 2000, anderson: int = 10, info: dict | None = None,
-                   label: str = "") -> tuple[Any, SinkhornResult]:
+                   label: str = "", stage: int | None = None) -> tuple[Any, SinkhornResult]:
     r"""One head of Sinkhorn attention: :math:`\sum_j w_j k(x, x_j)\, v_j` at the tokens or at queries.
 
     Solves for the potentials (warm-started from ``state``), then averages ``vx`` (the
@@ -498,6 +563,9 @@ def sinkhorn_field(be: Any, qx: Any, kx: Any, vx: Any, logw: Any, eps: float, *,
         ``info["sinkhorn_times"]`` (summarise with :func:`sinkhorn_summary`).
     label : str
         Name of the problem in error messages (e.g. ``"head 0"``).
+    stage : int, optional
+        Index of this evaluation within a fixed-step solver step: warm-start from the
+        same stage of the previous steps (see :class:`SinkhornWarmStart`).
 
     Raises
     ------
@@ -506,7 +574,7 @@ def sinkhorn_field(be: Any, qx: Any, kx: Any, vx: Any, logw: Any, eps: float, *,
         warm-start memory is then cleared).
     """
     n = kx.shape[0]
-    f0, g0 = (None, None) if state is None else state.predict(t, n)
+    f0, g0 = (None, None) if state is None else state.predict(t, n, stage)
     res = sinkhorn_potentials(be, qx, kx, logw, eps, tol=tol, max_iter=max_iter, f0=f0,
                               g0=g0, symmetric=symmetric,
                               values=vx if q_query is None else None, anderson=anderson,
@@ -524,8 +592,7 @@ def sinkhorn_field(be: Any, qx: Any, kx: Any, vx: Any, logw: Any, eps: float, *,
             f"{res.err:.3g} >= tol={res.tol:.3g} after {res.n_iter} sweeps (eps={eps:g}); "
             "raise sinkhorn_max_iter, loosen sinkhorn_tol or increase eps")
     if state is not None:
-        state.update(t, res.f, res.g)
-        state.memory = res.memory
+        state.update(t, res.f, res.g, stage, memory=res.memory)
     if q_query is None:
         return res.out, res
     out = be.softmax(q_query * (1.0 / eps), kx, vx, logw + res.g * (1.0 / eps), None)[0]
