@@ -425,8 +425,9 @@ class SinkhornWarmStart:
     increment between two given stages is a smooth function of :math:`t_m`, so its
     extrapolation error is :math:`O(h^{\mathrm{stage\_order}+1})` times the (already small)
     increment.  For explicit Euler (one stage) this is an extrapolation of degree
-    ``stage_order + 1`` of the potentials.  Measured at N = 1000, d = 2, eps = 1 (RK4,
-    dt = 0.1): 4.1 iterations per evaluation against 6.2 with the stage-less scheme.
+    ``stage_order + 1`` of the potentials.  Measured at N = 10 000, d = 2, eps = 1
+    (``benchmarks/sinkhorn.py``): RK4 dt = 0.1, 4.3 iterations per evaluation against 6.1
+    with the stage-less prediction; Euler h = 0.01, 2.0 against 3.0.
 
     Parameters
     ----------
