@@ -4,12 +4,11 @@ and the public hypothesis strategies of :mod:`transformer_pde.testing`."""
 from __future__ import annotations
 
 import importlib.util
-import re
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import transformer_pde as tp
@@ -231,15 +230,6 @@ def test_strategy_argument_errors():
 
 # --------------------------------------------------------------------------- docs and examples
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def test_readme_concepts_snippets_run(tmp_path, monkeypatch):
-    text = (ROOT / "docs" / "readme" / "concepts.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    assert len(blocks) >= 6
-    monkeypatch.chdir(tmp_path)  # a snippet writes a trajectory file
-    for code in blocks:
-        exec(compile(code, "concepts.md", "exec"), {"__name__": "__concepts__"})
 
 
 def test_clustering_example_runs(tmp_path):

@@ -385,16 +385,6 @@ def test_block_trajectory_roundtrip(tmp_path):
     assert BlockStepper.wrap(tp.integrators.get_solver("rk4"), 3) is None
 
 
-def test_readme_beyond_snippets_run():
-    import re
-    from pathlib import Path
-    text = (Path(__file__).resolve().parents[1] / "docs" / "readme" / "beyond.md").read_text()
-    snippets = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(snippets) == 2
-    for code in snippets:
-        exec(compile(code, "beyond.md", "exec"), {})
-
-
 def test_multistep_block_restarts_at_mlp_layer_boundaries():
     # per-layer W1 jumping at t = 0.5; AB3 on the unsplit block flow keeps order 3
     # because the stepper restarts the history there.  Reference: DOP853 per layer.
