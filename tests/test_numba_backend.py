@@ -217,6 +217,14 @@ def test_auto_backend_choice():
     assert _auto_choice(5000) in ("numba", "cupy")
     assert get_backend("auto", n_tokens=5000).name in ("numba", "cupy")
     assert get_backend("numba").name == "numba"
+    # large problems without a GPU backend registered fall back to numba (regression:
+    # "auto" used to raise KeyError for N >= 2e4 when no "cupy" backend was registered)
+    assert get_backend("auto", n_tokens=50_000).name == "numba"
+    X = np.random.default_rng(0).normal(size=(20_000, 2))
+    att = tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2))
+    out = tp.velocity(att, X, queries=X[:64], backend="auto")     # 20k tokens, 64 queries
+    ref = tp.velocity(att, X, queries=X[:64], backend="numpy")
+    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-14)
 
 
 # --------------------------------------------------------------------------- public API

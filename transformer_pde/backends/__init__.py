@@ -122,20 +122,20 @@ def get_backend(name: Any = "numpy", *, n_tokens: int | None = None) -> Any:
     return _load(name)
 
 
+# Preference order of ``"auto"``: (backend, smallest token count it is chosen for).  A
+# GPU backend registered under "cupy" (see register_backend) only pays off once kernel
+# launches are amortised; numba beats the NumPy reference from a few dozen tokens.
+_AUTO_ORDER: tuple[tuple[str, int], ...] = (("cupy", 20_000), ("numba", 64))
+
+
 def _auto_choice(n_tokens: int | None) -> str:
-    # The GPU only pays off once kernel launches are amortised; numba beats the NumPy
-    # reference from a few dozen tokens (measured in benchmarks/particles.py).
     n = 0 if n_tokens is None else n_tokens
-    if n >= 20_000:
+    for name, n_min in _AUTO_ORDER:
+        if n < n_min or name not in BACKENDS:
+            continue
         try:
-            _load("cupy")
-            return "cupy"
+            _load(name)
         except BackendNotAvailable:
-            pass
-    if n >= 64:
-        try:
-            _load("numba")
-            return "numba"
-        except BackendNotAvailable:
-            pass
+            continue
+        return name
     return "numpy"
