@@ -34,20 +34,13 @@ matplotlib.use("Agg")
 
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from scipy.cluster.hierarchy import fclusterdata  # noqa: E402
 
 import transformer_pde as tp  # noqa: E402
 from transformer_pde import plot  # noqa: E402
+from transformer_pde.diagnostics import clusters  # noqa: E402
 
-
-def cluster_labels(Z: np.ndarray, rel: float = 0.02) -> np.ndarray:
-    """Single-linkage clusters cut at ``rel`` times the cloud's radius about its mean."""
-    if len(Z) == 1:
-        return np.zeros(1, dtype=int)
-    radius = np.max(np.linalg.norm(Z - Z.mean(axis=0), axis=1))
-    if radius == 0:
-        return np.zeros(len(Z), dtype=int)
-    return fclusterdata(Z, rel * radius, criterion="distance", method="single") - 1
+#: single-linkage cut: a fraction of the cloud's radius about its mean
+CLUSTER_TOL = 0.02
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -78,14 +71,14 @@ def main(argv: list[str] | None = None) -> Path:
         if traj.status != "ok":
             raise RuntimeError(f"{name} run stopped early: {traj.message}")
         Z = plot.rescaled_states(traj, I2)  # z = e^{-t} x
-        labels = cluster_labels(Z[-1])
-        plot.particles(Z, labels=labels, ax=ax,
-                       title=f"{name} softmax, Q=K=V=I: {labels.max() + 1} clusters at t={traj.t_final:g}")
+        final = clusters(Z[-1], tol=CLUSTER_TOL)
+        plot.particles(Z, labels=final.labels, ax=ax,
+                       title=f"{name} softmax, Q=K=V=I: {final.n_clusters} clusters at t={traj.t_final:g}")
         ax.set_xlabel(r"$(e^{-t}x)_1$")
         ax.set_ylabel(r"$(e^{-t}x)_2$")
-        counts = [cluster_labels(z).max() + 1 for z in Z]
+        counts = [clusters(z, tol=CLUSTER_TOL).n_clusters for z in Z]
         axes[2].step(traj.times, counts, where="post", label=name)
-        print(f"{name:9s}: {labels.max() + 1:3d} clusters at t = {traj.t_final:g} "
+        print(f"{name:9s}: {final.n_clusters:3d} clusters at t = {traj.t_final:g} "
               f"({traj.info['n_steps']} RK4 steps)")
     masked_Z = plot.rescaled_states(runs["masked"], I2)
     axes[1].scatter(*masked_Z[-1, 0], marker="*", s=160, color="gold", edgecolors="k",

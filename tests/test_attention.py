@@ -242,8 +242,8 @@ def test_clustering_example_runs(tmp_path):
     assert out.stat().st_size > 10_000
     # three well-separated groups are three clusters, one group is one
     Z = np.concatenate([np.zeros((3, 2)), np.ones((3, 2)), [[5.0, 0.0]]])
-    assert mod.cluster_labels(Z).max() + 1 == 3
-    assert mod.cluster_labels(np.zeros((4, 2))).max() == 0
+    assert tp.diagnostics.clusters(Z, tol=mod.CLUSTER_TOL).labels.max() + 1 == 3
+    assert tp.diagnostics.clusters(np.zeros((4, 2)), tol=mod.CLUSTER_TOL).labels.max() == 0
 
 
 @given(problem=attention_problems(d=(2, 4), heads=None, min_head_dim=2))
