@@ -23,7 +23,6 @@ for masked attention) and keeps warm-start state between evaluations.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -43,9 +42,6 @@ __all__ = [
     "sinkhorn_potentials",
 ]
 
-logger = logging.getLogger(__name__)
-
-
 @dataclass
 class FieldContext:
     """What a head field needs besides the points: backend arrays and settings."""
@@ -54,7 +50,6 @@ class FieldContext:
     w: Any                       # (N,) weights on the backend, keys in kernel order
     logw: Any                    # (N,) log-weights (-inf for zero weight)
     limits: Any                  # (M,) visible prefix per query, or None
-    key_limits: Any              # (N,) visible prefix per token (queries = tokens), or None
     sinkhorn_tol: float = 1e-9
     sinkhorn_max_iter: int = 2000
     state: dict = field(default_factory=dict)
@@ -254,7 +249,6 @@ class FieldEvaluator:
         self.be = get_backend(backend, n_tokens=self.n)
         self.weights = check_weights(weights, self.n)
         self.positions = check_positions(positions, self.n, att.masked)
-        self.head_fields = [HEAD_FIELDS[att.kind]]
         be = self.be
         if att.masked:
             self.perm = np.argsort(self.positions, kind="stable")
@@ -271,7 +265,7 @@ class FieldEvaluator:
         with np.errstate(divide="ignore"):
             logw = np.log(w_sorted)
         self.ctx = FieldContext(be, be.asarray(w_sorted, self.dtype), be.asarray(logw, self.dtype),
-                                self._limits, self._limits, float(sinkhorn_tol),
+                                self._limits, float(sinkhorn_tol),
                                 int(sinkhorn_max_iter))
 
     @property
