@@ -37,6 +37,22 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
+def _shifted_exp(logits: np.ndarray):
+    """Row-wise ``p = exp(logits - max)``, ``s = sum(p)`` and ``lse = max + log s``.
+
+    A row with no finite maximum (no visible key, or NaN) gets ``lse = -inf``; otherwise
+    the maximal entry contributes 1, so ``s >= 1``.
+    """
+    mx = logits.max(axis=1, initial=-np.inf)
+    ok = np.isfinite(mx)
+    mx = np.where(ok, mx, 0.0)
+    p = np.exp(logits - mx[:, None])
+    s = p.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lse = np.where(ok & (s > 0), mx + np.log(s), -np.inf)
+    return p, s, lse
+
+
 _PHI = {
     "identity": lambda z: z,
     "sigmoid": _sigmoid,
@@ -71,30 +87,16 @@ class NumpyBackend:
         out = np.zeros((m, v.shape[1]), dtype=dtype)
         lse = np.full(m, -np.inf, dtype=dtype)
         for sl in _blocks(m, n):
-            logits = self._logits(q, k, bias, limits, sl)
-            mx = logits.max(axis=1, initial=-np.inf)
-            ok = np.isfinite(mx)
-            mx = np.where(ok, mx, 0.0)
-            p = np.exp(logits - mx[:, None])
-            s = p.sum(axis=1)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                o = (p @ v) / s[:, None]
-                l = mx + np.log(s)
-            out[sl] = np.where(ok[:, None] & (s[:, None] > 0), o, 0.0)
-            lse[sl] = np.where(ok & (s > 0), l, -np.inf)
+            p, s, lse[sl] = _shifted_exp(self._logits(q, k, bias, limits, sl))
+            with np.errstate(invalid="ignore"):
+                out[sl] = np.where(np.isfinite(lse[sl])[:, None], (p @ v) / s[:, None], 0.0)
         return out, lse
 
     def lse(self, q, k, bias, limits):
         m, n = q.shape[0], k.shape[0]
         lse = np.full(m, -np.inf, dtype=np.result_type(q, k))
         for sl in _blocks(m, n):
-            logits = self._logits(q, k, bias, limits, sl)
-            mx = logits.max(axis=1, initial=-np.inf)
-            ok = np.isfinite(mx)
-            mx = np.where(ok, mx, 0.0)
-            with np.errstate(divide="ignore"):
-                lse[sl] = np.where(ok, mx + np.log(np.exp(logits - mx[:, None]).sum(axis=1)),
-                                   -np.inf)
+            lse[sl] = _shifted_exp(self._logits(q, k, bias, limits, sl))[2]
         return lse
 
     def pointwise(self, phi, q, k, v, w, limits):
