@@ -340,6 +340,11 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
     bar = _Progress(t_max, progress, f"simulate[{att.kind}]")
     tol_t = 1e-12 * max(1.0, t_max)
 
+    def save():
+        # copy the current state (t, y) to the host
+        times.append(t)
+        states.append(be.to_numpy(y).copy())
+
     def check(y_new, t_new):
         if not bool(be.xp.all(be.xp.isfinite(y_new))):
             return "nonfinite", (f"non-finite token coordinates in the step from t={t:.6g} to "
@@ -371,8 +376,7 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
                     if getattr(solver, "multistep", False) and _layer_boundary(att, t):
                         solver.reset()  # multistep history must not reach across a jump
                     if bad == "blowup" or step_idx % save_every == 0 or t >= t_max - tol_t:
-                        times.append(t)
-                        states.append(be.to_numpy(y).copy())
+                        save()
                     bar.update(t)
                     if bad == "blowup":
                         status, message = bad, msg
@@ -425,13 +429,11 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
                         bar.update(t)
                         if bad == "blowup":
                             status, message = bad, msg
-                            times.append(t)
-                            states.append(be.to_numpy(y).copy())
+                            save()
                             break
                     if status != "ok":
                         break
-                    times.append(t)
-                    states.append(be.to_numpy(y).copy())
+                    save()
                     k += 1
     except (SinkhornNotConverged, SolverNotConverged) as exc:
         status, message = "failed", str(exc)
@@ -445,7 +447,7 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
                             "backend": be.name, "dt": dt, "t_max": t_max,
                             "n_steps": n_steps, "n_rejected": n_rejected,
                             "dtype": str(dtype), "save_every": int(save_every)}
-    info.update({k: v for k, v in ev.info.items()})
+    info.update(ev.info)
     if block is not None:
         info.update(block.describe())
     return ParticleTrajectory(
