@@ -300,7 +300,7 @@ def _start_tile(acc, limits, i0, nt):
 
 
 @njit(parallel=True, fastmath=_FM_KERNEL, cache=True)
-def _softmax_kernel(q, kT, vT, bias, limits, n_groups, out, lse, has_mass):
+def _softmax_kernel(q, kT, vT, bias, limits, n_groups, out, lse):
     """Streaming softmax / lse over tiles of :data:`TILE` consecutive queries.
 
     Within a tile the key blocks are the outer loop, so one block of keys and values is
@@ -308,7 +308,8 @@ def _softmax_kernel(q, kT, vT, bias, limits, n_groups, out, lse, has_mass):
     keeps its own running maximum, sum and values and still sees its keys in order, so
     the result of a query does not depend on the tiling or the threads.  Tiles
     ``g, g + n_groups, ...`` form group ``g`` (strided groups balance the threads when
-    masked prefix lengths are sorted).
+    masked prefix lengths are sorted).  A query with no visible key (``limits[i] == 0``)
+    is left untouched in ``out`` and ``lse``.
     """
     m_q = q.shape[0]
     c = vT.shape[0]
@@ -354,9 +355,7 @@ def _softmax_kernel(q, kT, vT, bias, limits, n_groups, out, lse, has_mass):
             for t in range(nt):
                 i = i0 + t
                 if limits[i] <= 0:
-                    has_mass[i] = False
                     continue
-                has_mass[i] = True
                 lse[i] = m_run[t] + math.log(s_run[t])
                 inv = 1.0 / s_run[t]
                 for cc in range(c):
@@ -529,12 +528,10 @@ class NumbaBackend:
         dtype, qc, kT, oT, b, lim = prep
         m = qc.shape[0]
         vT = oT[0] if oT else np.empty((0, kT.shape[1]), dtype=dtype)
-        out = np.zeros((m, vT.shape[0]), dtype=dtype)
-        lse = np.empty(m, dtype=dtype)
-        has = np.empty(m, dtype=np.bool_)
+        out = np.zeros((m, vT.shape[0]), dtype=dtype)    # no visible mass: out = 0,
+        lse = np.full(m, -np.inf, dtype=dtype)           # lse = -inf
         self._run(_softmax_kernel, int(lim.sum()), qc, kT, vT, b, lim, self._groups(m, TILE), out,
-                  lse, has)
-        lse[~has] = -np.inf
+                  lse)
         return out, lse
 
     def softmax(self, q, k, v, bias, limits):
