@@ -830,8 +830,8 @@ def _rate_scale(p: AttentionParams) -> float:
     return float(k) if k > 0 else 1.0
 
 
-def _finish(sysm: _System, Y: np.ndarray, idx: np.ndarray, threshold: float, converge_tol: float,
-            atol: float, reason: np.ndarray) -> tuple[list, np.ndarray, np.ndarray, list]:
+def _finish(sysm: _System, Y: np.ndarray, idx: np.ndarray, converge_tol: float,
+            reason: np.ndarray) -> tuple[list, np.ndarray, np.ndarray, list]:
     """Classify terminal states. ``reason``: 0 = t stop/budget, 1 = size threshold, 2 = converged."""
     B = Y.shape[0]
     status = ["running"] * B
@@ -1066,8 +1066,8 @@ def _solve_core(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray, *, t_
         if reason != 0:
             break
 
-    status, Tstar, limit, msgs = _finish(sysm, Y[None], idx, blowup_threshold, converge_tol,
-                                         atol, np.array([0 if reason == 4 else reason]))
+    status, Tstar, limit, msgs = _finish(sysm, Y[None], idx, converge_tol,
+                                         np.array([0 if reason == 4 else reason]))
     if reason == 4:
         msgs[0] = (f"stopped at t={Y[0]:.6g}: step budget ({_STIFF_STEPS} explicit + "
                    f"{_IMPLICIT_STEPS} implicit steps per segment) spent")
@@ -1118,7 +1118,6 @@ def _invert_time(dense, sel: np.ndarray, te: np.ndarray) -> np.ndarray:
 
 # =========================================================================== batch integrator
 # Dormand-Prince 5(4) tableau (FSAL); local extrapolation with the 5th-order solution.
-_DP_C = np.array([0.0, 1 / 5, 3 / 10, 4 / 5, 8 / 9, 1.0])
 _DP_A = [
     [],
     [1 / 5],
@@ -1572,8 +1571,6 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
 
     while np.any(active):
         ia = np.nonzero(active)[0]
-        if ia.size == 0:
-            break
         yA, fA, hA = Y[ia], f[ia], h[ia]
         st = stops[kstop[ia]]
         gap = st - yA[:, 0]
@@ -1653,7 +1650,7 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
             reason[stiff] = 3
             active[stiff] = False
 
-    status, Tstar, limit, msgs = _finish(sysm, Y, all_idx, blowup_threshold, converge_tol, atol,
+    status, Tstar, limit, msgs = _finish(sysm, Y, all_idx, converge_tol,
                                          np.where(reason == 3, 0, reason))
     t_fin, means, covs = sysm.moments(Y, all_idx)
     # members that became stiff: continue one by one with the implicit Radau method
