@@ -1,9 +1,10 @@
 r"""Numba backend: parallel streaming attention kernels, O(N·d) memory.
 
-Every primitive (see :mod:`transformer_pde.backends`) is one compiled kernel that runs
-``prange`` over queries and, for each query, makes a single pass over its visible keys
-(the prefix ``j < limits[i]``; unmasked calls pass ``limits = N``), so no N×N matrix
-is ever formed and a masked query never touches the keys it cannot see.
+Every primitive (see :mod:`transformer_pde.backends`) is one compiled kernel (``lse`` is
+the softmax kernel with no values) that runs ``prange`` over queries and, for each
+query, makes a single pass over its visible keys (the prefix ``j < limits[i]``; unmasked
+calls pass ``limits = N``), so no N×N matrix is ever formed and a masked query never
+touches the keys it cannot see.
 
 Keys are streamed in blocks of :data:`BLOCK` keys.  For one query and one block the
 kernel
@@ -19,7 +20,7 @@ kernel
    :math:`a_c \mathrel{+}= \sum_j e^{\ell_j-m} v_{jc}`.
 
 Both kernels take the queries in tiles of :data:`TILE` consecutive queries and
-loops over key blocks outside the queries of a tile, so that a block of keys and values
+loop over key blocks outside the queries of a tile, so that a block of keys and values
 is fetched from memory once per tile (about 2× at N = 1e5, d = 8, where the keys no
 longer fit in L2).
 
@@ -40,12 +41,13 @@ The test suite checks it against ``np.exp`` to a few ulp over that whole range.
 
 Keys of zero weight (bias :math:`-\infty`) are removed before the kernels run (masked
 prefix lengths are recounted), so the kernels only see finite numbers and can be
-compiled with fast-math reductions; a bias containing NaN or :math:`+\infty` is handed
-to the NumPy reference unchanged, so every backend returns the same non-finite answer.
+compiled with fast-math reductions; a bias containing NaN or :math:`+\infty` (or
+``pointwise`` weights that are not all finite) is handed to the NumPy reference
+unchanged, so every backend returns the same non-finite answer.
 
 Threads: ``NumbaBackend(n_threads=k)`` runs the kernels on ``k`` threads (default: all
 of Numba's threads, ``NUMBA_NUM_THREADS``).  Kernels are compiled with ``cache=True``;
-one specialisation per dtype (float32, float64) and primitive.
+one specialisation per dtype (float32, float64) and kernel.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from . import BackendNotAvailable
+from .numpy_backend import NumpyBackend
 
 try:
     import numba
@@ -89,6 +92,9 @@ _PHI_CODES = {"identity": 0, "sigmoid": 1, "relu": 2}
 
 #: smallest number of query-key pairs worth giving to one more thread
 _MIN_PAIRS_PER_THREAD = 500_000
+
+# answers calls with non-finite biases or weights (see the module docstring)
+_REFERENCE = NumpyBackend()
 
 
 # --------------------------------------------------------------------------- exp
@@ -476,10 +482,11 @@ class NumbaBackend:
         return max(1, min(-(-m // tile), 8 * self._threads()))
 
     @staticmethod
-    def _prepare(q, k, others, bias, limits, name_bias):
+    def _prepare(q, k, others, bias, limits):
         """Common dtype, transposed contiguous keys/values, int64 limits, -inf keys removed.
 
-        Returns ``None`` when ``bias`` holds NaN or +inf (caller falls back to NumPy).
+        ``bias = None`` gives a zero bias.  Returns ``None`` when ``bias`` holds NaN or
+        +inf (caller falls back to NumPy).
         """
         q = np.asarray(q)
         k = np.asarray(k)
@@ -496,7 +503,7 @@ class NumbaBackend:
         else:
             b = np.asarray(bias, dtype=dtype)
             if b.shape != (n,):
-                raise ValueError(f"{name_bias} must have shape ({n},), got {b.shape}")
+                raise ValueError(f"bias must have shape ({n},), got {b.shape}")
         if limits is None:
             lim = np.full(m, n, dtype=np.int64)
         else:
@@ -522,7 +529,7 @@ class NumbaBackend:
     # ------------------------------------------------------------------ primitives
     def _reduce(self, q, k, v, bias, limits):
         """Run the streaming softmax kernel; ``v = None`` computes the lse alone."""
-        prep = self._prepare(q, k, [] if v is None else [v], bias, limits, "bias")
+        prep = self._prepare(q, k, [] if v is None else [v], bias, limits)
         if prep is None:
             return None
         dtype, qc, kT, oT, b, lim = prep
@@ -538,8 +545,7 @@ class NumbaBackend:
         """Streaming softmax: ``(out (M, c), lse (M,))``; see :mod:`transformer_pde.backends`."""
         res = self._reduce(q, k, v, bias, limits)
         if res is None:       # NaN / +inf bias: the reference defines the answer
-            from .numpy_backend import NumpyBackend
-            return NumpyBackend().softmax(q, k, v, bias, limits)
+            return _REFERENCE.softmax(q, k, v, bias, limits)
         return res
 
     def lse(self, q, k, bias, limits):
@@ -550,8 +556,7 @@ class NumbaBackend:
         """
         res = self._reduce(q, k, None, bias, limits)
         if res is None:
-            from .numpy_backend import NumpyBackend
-            return NumpyBackend().lse(q, k, bias, limits)
+            return _REFERENCE.lse(q, k, bias, limits)
         return res[1]
 
     def pointwise(self, phi, q, k, v, w, limits):
@@ -560,16 +565,13 @@ class NumbaBackend:
             raise ValueError(f"phi must be one of {sorted(_PHI_CODES)}, got {phi!r}")
         wa = np.asarray(w)
         if not np.all(np.isfinite(wa)):
-            from .numpy_backend import NumpyBackend
-            return NumpyBackend().pointwise(phi, q, k, v, w, limits)
-        prep = self._prepare(q, k, [v], None, limits, "w")
-        dtype, qc, kT, (vT,), _, lim = prep
+            return _REFERENCE.pointwise(phi, q, k, v, w, limits)
+        dtype, qc, kT, (vT,), zb, lim = self._prepare(q, k, [v], None, limits)
         wc = np.ascontiguousarray(wa, dtype=dtype)
         if wc.shape != (kT.shape[1],):
             raise ValueError(f"w must have shape ({kT.shape[1]},), got {wc.shape}")
         m = qc.shape[0]
         out = np.zeros((m, vT.shape[0]), dtype=dtype)
-        zb = np.zeros_like(wc)
         self._run(_pointwise_kernel, int(lim.sum()), np.int64(_PHI_CODES[phi]), qc, kT, vT, wc,
                   zb, lim, self._groups(m, TILE), out)
         return out
