@@ -1171,8 +1171,9 @@ def clusters(X: Any, *, tol: float = 1e-2, weights: Any = None) -> Clusters:
     relabel[order] = np.arange(order.size)
     labels = relabel[labels]
     masses = masses[order]
-    centres = np.stack([w[labels == k] @ Xa[labels == k] / masses[k]
-                        for k in range(masses.shape[0])])
+    # weighted sums of all clusters in one O(N d) pass (a loop over clusters is O(N K))
+    sums = np.stack([np.bincount(labels, weights=w * x) for x in Xa.T], axis=1)
+    centres = sums / masses[:, None]
     return Clusters(labels, centres, masses, h)
 
 
