@@ -31,10 +31,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from matplotlib.figure import Figure  # noqa: E402
-
-from transformer_pde import plot  # noqa: E402
-from transformer_pde.cli import rank_sweep, run_figure_script  # noqa: E402
+from transformer_pde.cli import rank_figure, rank_sweep, run_figure_script  # noqa: E402
 
 KINDS = ("softmax", "l2")
 VALUES = ("identity", "random")
@@ -44,21 +41,12 @@ THRESHOLD = 1e3
 
 
 def figure(draws: int = 100, seed: int = 0):
-    fig = Figure(figsize=(10.0, 6.8), layout="constrained")
-    axes = fig.subplots(len(KINDS), len(VALUES))
-    sweeps = []
-    for i, kind in enumerate(KINDS):
-        for j, value in enumerate(VALUES):
-            group = {}
-            for d in DIMS:
-                sw = rank_sweep(kind, d, value=value, draws=draws, seed=seed, t_max=30.0,
-                                blowup_threshold=THRESHOLD, rtol=RTOL)
-                group[f"d = {d}"] = sw.ranks
-                sweeps.append(sw)
-            plot.rank_histogram(group, d=max(DIMS), ax=axes[i, j],
-                                title=f"{kind}, V = {'I' if value == 'identity' else 'random'}")
-    fig.suptitle(f"numerical rank (rtol {RTOL:g}) of the limit covariance, {draws} draws per "
-                 f"case, stop at tr = {THRESHOLD:g}")
+    sweeps = [rank_sweep(kind, d, value=value, draws=draws, seed=seed, t_max=30.0,
+                         blowup_threshold=THRESHOLD, rtol=RTOL)
+              for kind in KINDS for value in VALUES for d in DIMS]
+    fig = rank_figure(sweeps, f"numerical rank (rtol {RTOL:g}) of the limit covariance, "
+                              f"{draws} draws per case, stop at tr = {THRESHOLD:g}",
+                      figsize=(10.0, 6.8))
     return fig, sweeps
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "load_config",
     "main",
     "paper_attention",
+    "rank_figure",
     "rank_sweep",
     "run_bench",
     "run_cone",
@@ -665,6 +666,29 @@ def rank_sweep(kind: str, d: int, *, value: str = "identity", draws: int = 100, 
                      float(blowup_threshold), float(t_max))
 
 
+def rank_figure(sweeps: Sequence[RankSweep], title: str,
+                figsize: tuple[float, float] | None = None) -> Any:
+    """Rank histograms of :func:`rank_sweep` results: one panel per (kind, value) -- rows
+    kinds, columns values, in the order of ``sweeps`` -- with one group of bars per
+    dimension; returns the :class:`matplotlib.figure.Figure`."""
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    from . import plot  # noqa: PLC0415
+
+    kinds = list(dict.fromkeys(s.kind for s in sweeps))
+    values = list(dict.fromkeys(s.value for s in sweeps))
+    d_max = max(s.d for s in sweeps)
+    fig = Figure(figsize=figsize or (4.2 * len(values), 3.2 * len(kinds)), layout="constrained")
+    axes = fig.subplots(len(kinds), len(values), squeeze=False)
+    for i, k in enumerate(kinds):
+        for j, v in enumerate(values):
+            group = {f"d = {s.d}": s.ranks for s in sweeps if s.kind == k and s.value == v}
+            plot.rank_histogram(group, d=d_max, ax=axes[i, j],
+                                title=f"{k}, V = {'I' if v == 'identity' else 'random'}")
+    fig.suptitle(title)
+    return fig
+
+
 # =========================================================================== gaussian
 _GAUSS_KEYS = ("mean", "cov", "t_max", "n_eval", "rtol", "atol", "blowup_threshold",
                "converge_tol")
@@ -821,11 +845,8 @@ _RANK_KEYS = ("kinds", "dims", "values", "draws", "seed", "t_max", "blowup_thres
 
 def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True) -> dict:
     """Rank-histogram sweep (table ``ranks``); writes ``ranks.npz``, ``summary.json`` and
-    ``ranks.png`` (one panel per (kind, value), bars grouped by dimension)."""
-    from matplotlib.figure import Figure  # noqa: PLC0415
-
-    from . import plot  # noqa: PLC0415
-
+    ``ranks.png`` (:func:`rank_figure`: one panel per (kind, value), bars grouped by
+    dimension)."""
     _Section(cfg, "config", ("ranks", "title"))
     sec = _Section(cfg.get("ranks"), "ranks", _RANK_KEYS)
 
@@ -856,15 +877,8 @@ def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True) -> dict:
         sweeps.append(rank_sweep(k, d, value=v, **opts))
         bar.update()
     bar.close()
-    fig = Figure(figsize=(4.2 * len(values), 3.2 * len(kinds)), layout="constrained")
-    axes = np.atleast_2d(fig.subplots(len(kinds), len(values), squeeze=False))
-    for i, k in enumerate(kinds):
-        for j, v in enumerate(values):
-            group = {f"d = {s.d}": s.ranks for s in sweeps if s.kind == k and s.value == v}
-            plot.rank_histogram(group, d=max(dims), ax=axes[i, j],
-                                title=f"{k}, V = {'I' if v == 'identity' else 'random'}")
-    fig.suptitle(str(cfg.get("title", f"numerical rank (rtol {opts['rtol']:g}) of the limit "
-                                      f"covariance, {opts['draws']} draws")))
+    fig = rank_figure(sweeps, str(cfg.get("title", f"numerical rank (rtol {opts['rtol']:g}) of "
+                                                 f"the limit covariance, {opts['draws']} draws")))
     outdir = _outdir(out)
     _savefig(fig, outdir / "ranks.png")
     np.savez(outdir / "ranks.npz", **{f"{s.kind}_{s.value}_d{s.d}": s.ranks for s in sweeps},
