@@ -892,10 +892,7 @@ def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True) -> dict:
 def _cmd_ranks(args: argparse.Namespace) -> int:
     cfg = load_config(args.config) if args.config else {}
     table = dict(cfg.get("ranks", {}) or {})
-    for key in ("kinds", "dims", "values"):
-        if getattr(args, key) is not None:
-            table[key] = getattr(args, key)
-    for key in ("draws", "seed"):
+    for key in ("kinds", "dims", "values", "draws", "seed"):
         if getattr(args, key) is not None:
             table[key] = getattr(args, key)
     cfg = {**cfg, "ranks": table}
