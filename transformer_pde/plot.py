@@ -507,9 +507,8 @@ def rank_histogram(ranks: Any, *, d: int | None = None, ax: Any = None, title: s
         counts = np.bincount(arr, minlength=top + 1).astype(float)
         if normalize:
             counts /= arr.size
-        bars = ax.bar(edges + (g - (k - 1) / 2) * width, counts, width=width, label=name,
-                      color=f"C{g}")
-        bars.set_label(name)
+        ax.bar(edges + (g - (k - 1) / 2) * width, counts, width=width, label=name,
+               color=f"C{g}")
     ax.set_xticks(edges)
     ax.set_xlabel("numerical rank")
     ax.set_ylabel("fraction of draws" if normalize else "count")
