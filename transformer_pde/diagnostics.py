@@ -34,6 +34,7 @@ import numpy as np
 
 from .attention import Attention
 from .fields import check_weights, velocity
+from .sinkhorn import _Anderson
 
 __all__ = [
     "Classification",
@@ -98,11 +99,6 @@ def _sym(name: str, S: Any, d: int | None = None) -> np.ndarray:
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} contains NaN or inf")
     return 0.5 * (arr + arr.T)
-
-
-def _psd_sqrt(S: np.ndarray) -> np.ndarray:
-    lam, U = np.linalg.eigh(S)
-    return (U * np.sqrt(np.clip(lam, 0.0, None))) @ U.T
 
 
 def _weighted_moments(X: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -314,8 +310,6 @@ def _cross_stage(X: np.ndarray, Y: np.ndarray, a: np.ndarray, b: np.ndarray, g: 
     Anderson diverged or cycled.  ``err`` is :math:`\|T_g(f) - g\|_\infty/\varepsilon`, the
     log-marginal error of the columns.
     """
-    from .sinkhorn import _Anderson  # noqa: PLC0415 (shared Anderson mixing)
-
     la, lb = np.log(a), np.log(b)
     acc = _Anderson(m)
     inv = 1.0 / eps
@@ -376,8 +370,6 @@ def _sinkhorn_cost(X: np.ndarray, Y: np.ndarray, a: np.ndarray, b: np.ndarray, r
 
     Memory :math:`O(N + M)` plus one block of ``_BLOCK`` cost entries.
     """
-    from .sinkhorn import _Anderson  # noqa: PLC0415 (shared Anderson mixing)
-
     keep_a, keep_b = a > 0, b > 0  # zero-mass points would give log(0)
     X, a = X[keep_a], a[keep_a]
     Y, b = Y[keep_b], b[keep_b]
@@ -454,6 +446,8 @@ def bures_wasserstein(m1: Any, S1: Any, m2: Any, S2: Any) -> float:
     Absolute accuracy about :math:`\sqrt{\epsilon_{mach}\,\operatorname{tr}S}` when the two
     are very close (cancellation in the square).
     """
+    from .gaussian import _psd_factor  # noqa: PLC0415 (symmetric PSD square root)
+
     a = np.atleast_1d(np.asarray(m1, dtype=float))
     b = np.atleast_1d(np.asarray(m2, dtype=float))
     if a.ndim != 1 or b.shape != a.shape:
@@ -467,7 +461,7 @@ def bures_wasserstein(m1: Any, S1: Any, m2: Any, S2: Any) -> float:
         lam = np.linalg.eigvalsh(S)
         if lam[0] < -1e-8 * max(1.0, abs(lam[-1])):
             raise ValueError(f"{name} must be positive semi-definite (eigenvalue {lam[0]:.3g})")
-    cross = np.linalg.svd(_psd_sqrt(B) @ _psd_sqrt(A), compute_uv=False).sum()
+    cross = np.linalg.svd(_psd_factor(B) @ _psd_factor(A), compute_uv=False).sum()
     val = float(np.sum((a - b) ** 2) + np.trace(A) + np.trace(B) - 2.0 * cross)
     return math.sqrt(max(val, 0.0))
 
