@@ -286,6 +286,7 @@ def sinkhorn_potentials(be: Any, qx: Any, kx: Any, logw: Any, eps: float, *,
 
     acc = memory if isinstance(memory, _Anderson) and memory.m == anderson \
         else _Anderson(anderson)
+    solve = _solve_symmetric if symmetric else _solve_alternating
     used = 0
     last = None
     reached_final = False
@@ -295,10 +296,9 @@ def sinkhorn_potentials(be: Any, qx: Any, kx: Any, logw: Any, eps: float, *,
         budget = max_iter - used if final else min(max_iter - used, 200)
         if budget <= 0:
             break
-        if not final or stage > 0:
+        if len(schedule) > 1:
             acc.reset()  # secants of another eps describe another problem
         acc.new_problem(n)
-        solve = _solve_symmetric if symmetric else _solve_alternating
         last = solve(be, qx, kx, logw, e, g, stage_tol, budget, values if final else None, acc)
         used += last.n_iter
         g = last.g
@@ -495,13 +495,15 @@ class SinkhornWarmStart:
         f = g if f_last is g_last else sum(c * p[1] for c, p in zip(coef, pts))
         return f, g
 
-    def _record(self, hist: list, t: float, f: Any, g: Any) -> None:
-        if hist and hist[-1][0] == t:
-            hist[-1] = (t, f, g)
+    @staticmethod
+    def _push(hist: list, entry: tuple, keep: int) -> None:
+        """Append ``(t, f, g)``, keeping the last ``keep``; an entry of the same time is
+        replaced (a repeated step: Lagrange needs distinct times)."""
+        if hist and hist[-1][0] == entry[0]:
+            hist[-1] = entry
         else:
-            hist.append((t, f, g))
-            while len(hist) > self.order + 1:
-                hist.pop(0)
+            hist.append(entry)
+            del hist[:-keep]
 
     def update(self, t: float, f: Any, g: Any, stage: int | None = None,
                memory: Any = None) -> None:
@@ -514,15 +516,10 @@ class SinkhornWarmStart:
             if self.hist and self.hist[-1][2].shape == g.shape:
                 _, f_prev, g_prev = self.hist[-1]
                 dg = g - g_prev
-                entry = (t, dg if f is g else f - f_prev, dg)
-                if inc and inc[-1][0] == t:
-                    inc[-1] = entry      # a repeated step: Lagrange needs distinct times
-                else:
-                    inc.append(entry)
-                    del inc[:-(self.stage_order + 1)]
+                self._push(inc, (t, dg if f is g else f - f_prev, dg), self.stage_order + 1)
             else:
                 inc.clear()
-        self._record(self.hist, t, f, g)
+        self._push(self.hist, (t, f, g), self.order + 1)
         if memory is not None:
             self.memory = memory
 
