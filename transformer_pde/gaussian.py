@@ -1538,28 +1538,16 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
         sysm.hi[ia] = st - eta
 
     set_window(all_idx)
-    f = sysm.rhs(Y, all_idx)
-    conv0 = sysm.conv_measure(Y, all_idx, atol) <= converge_tol
-    reason = np.where(conv0, 2, -1)
-    active = ~conv0
-    # initial step (Hairer-Wanner heuristic, vectorised)
-    scale = atol_vec + rtol * np.abs(Y)
-    d0 = np.sqrt(np.mean((Y / scale) ** 2, axis=1))
-    d1 = np.sqrt(np.mean((f / scale) ** 2, axis=1))
-    h = np.where((d0 < 1e-5) | (d1 < 1e-5), 1e-6, 0.01 * d0 / np.maximum(d1, 1e-300))
-    h = np.minimum(h, 0.1)
-    n_steps = np.zeros(B, dtype=int)
-    n_att = np.zeros(B, dtype=int)
-    land_tol = 1e-12
     fast = (use_numba and _nb is not None and len(_DOP853) == 4 and not sysm.dynamic
             and sysm.kind in ("softmax", "linear"))
     if fast:
+        # the compiled kernel does the initial convergence check and step choice per member
         eval_pos = np.array([te_pos.get(float(v), -1) if is_eval[k] else -1
                              for k, v in enumerate(stops)], dtype=np.int64)
-        reason, nst, trY = _fast_path(sysm, atts, Y, stops, eval_pos, rtol, atol_vec, atol,
-                                      log_thr, converge_tol, min(max_steps, _STIFF_STEPS_BATCH),
-                                      0 if te is None else te.size)
-        n_steps[:] = nst
+        reason, n_steps, trY = _fast_path(sysm, atts, Y, stops, eval_pos, rtol, atol_vec, atol,
+                                          log_thr, converge_tol,
+                                          min(max_steps, _STIFF_STEPS_BATCH),
+                                          0 if te is None else te.size)
         if te is not None:
             ok = np.isfinite(trY[:, :, 0])
             bi, ti = np.nonzero(ok)
@@ -1567,8 +1555,23 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
                 _, mm, SS = sysm.moments(trY[bi, ti], bi)
                 traj_m[bi, ti] = mm
                 traj_c[bi, ti] = SS
-        active[:] = False
+        active = np.zeros(B, dtype=bool)
+    else:
+        f = sysm.rhs(Y, all_idx)
+        conv0 = sysm.conv_measure(Y, all_idx, atol) <= converge_tol
+        reason = np.where(conv0, 2, -1)
+        active = ~conv0
+        # initial step (Hairer-Wanner heuristic, vectorised)
+        scale = atol_vec + rtol * np.abs(Y)
+        d0 = np.sqrt(np.mean((Y / scale) ** 2, axis=1))
+        d1 = np.sqrt(np.mean((f / scale) ** 2, axis=1))
+        h = np.where((d0 < 1e-5) | (d1 < 1e-5), 1e-6, 0.01 * d0 / np.maximum(d1, 1e-300))
+        h = np.minimum(h, 0.1)
+        n_steps = np.zeros(B, dtype=int)
+        n_att = np.zeros(B, dtype=int)
+    land_tol = 1e-12
 
+    # the NumPy integrator (no member is active after the numba path)
     while np.any(active):
         ia = np.nonzero(active)[0]
         yA, fA, hA = Y[ia], f[ia], h[ia]
