@@ -636,17 +636,16 @@ def sinkhorn_coupling(X: Any, A: Any, *, weights: Any = None, eps: float = 1.0,
     SinkhornNotConverged
         The tolerance was not reached within ``max_iter`` sweeps.
     """
-    from .backends import get_backend  # noqa: PLC0415 - avoid a package import cycle
+    # avoid a package import cycle (fields imports this module)
+    from .backends import get_backend  # noqa: PLC0415
+    from .fields import check_weights  # noqa: PLC0415
     be = get_backend(backend)
     Xn = np.asarray(X, dtype=float)
     An = np.asarray(A, dtype=float)
     if Xn.ndim != 2 or An.shape != (Xn.shape[1], Xn.shape[1]):
         raise ValueError(f"X must be (N, d) and A (d, d); got X {Xn.shape}, A {An.shape}")
     n = Xn.shape[0]
-    w = np.full(n, 1.0 / n) if weights is None else np.asarray(weights, dtype=float)
-    if w.shape != (n,) or np.any(w < 0) or not w.sum() > 0:
-        raise ValueError("weights must be (N,), >= 0, with a positive sum")
-    w = w / w.sum()
+    w = check_weights(weights, n)
     with np.errstate(divide="ignore"):
         logw = np.log(w)
     qx = beta * Xn @ An.T
