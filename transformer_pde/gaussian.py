@@ -64,6 +64,12 @@ Statuses
     :math:`q` can mislead either way (rotating, exponentially growing modes make :math:`q`
     oscillate): use a threshold of :math:`10^8` or more to classify.  ``limit`` is the current
     :math:`\Sigma/\operatorname{tr}\Sigma`.
+``"converged"``
+    :math:`\|\Sigma'\|_F \le \text{tol}\,(\|\Sigma\|_F + \text{atol})` and
+    :math:`\|\alpha'\| \le \text{tol}\,(\|\alpha\| + \|\Sigma\|_F^{1/2} + \text{atol})`
+    with ``tol = converge_tol`` (rates per unit ``t``).
+``"running"``
+    ``t_max`` reached (or the step budget spent) with none of the above.
 
 Growth laws
 -----------
@@ -91,12 +97,6 @@ Because :math:`\nu' = 2\operatorname{tr}(M\Sigma)` (plus the mean term), a bound
   :math:`q > 1/4`.
 
 The law is taken from the parameters at the time the threshold is reached.
-``"converged"``
-    :math:`\|\Sigma'\|_F \le \text{tol}\,(\|\Sigma\|_F + \text{atol})` and
-    :math:`\|\alpha'\| \le \text{tol}\,(\|\alpha\| + \|\Sigma\|_F^{1/2} + \text{atol})`
-    with ``tol = converge_tol`` (rates per unit ``t``).
-``"running"``
-    ``t_max`` reached (or the step budget spent) with none of the above.
 """
 
 from __future__ import annotations
@@ -652,6 +652,8 @@ class GaussianBatch:
     t_eval : ndarray (T,) or None
     traj_means, traj_covs : ndarray (B, T, d), (B, T, d, d) or None
         States at ``t_eval`` (NaN after a member terminated).
+    messages : list of str (B)
+        Per-member explanation of the status.
     """
 
     status: np.ndarray
@@ -1467,9 +1469,9 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
     t_eval : array_like (T,), optional
         Common output times; ``traj_means`` / ``traj_covs`` hold NaN after a member terminated.
     max_steps : int
-        Step attempts per member of the explicit method; a member that needs more (typically
-        a stiff one: a collapsing direction of :math:`\Sigma` decaying much faster than the
-        rest evolves) is continued alone with the implicit Radau method (see :func:`solve`).
+        Step attempts per member of the explicit method, capped at 4000; a member that needs
+        more (typically a stiff one: a collapsing direction of :math:`\Sigma` decaying much
+        faster than the rest evolves) is continued alone with the implicit Radau method (see :func:`solve`).
     use_numba : bool
         For ``softmax`` / ``linear`` with constant parameters, run the same per-member
         algorithm compiled with numba, with the 8th-order DOP853 pair instead of
