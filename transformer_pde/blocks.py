@@ -49,6 +49,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .attention import Layers, _check_matrix
+from .integrators import _namespace as _xp
 
 __all__ = [
     "BlockStepper",
@@ -71,13 +72,6 @@ CONSTRAINTS = (None, "sphere")
 SOFTMAX_FREE_LN_EPS = 1e-5
 
 Param = Any
-
-
-def _xp(a: Any) -> Any:
-    if type(a).__module__.split(".")[0] == "cupy":
-        import cupy  # noqa: PLC0415
-        return cupy
-    return np
 
 
 # --------------------------------------------------------------------------- normalisations
