@@ -295,6 +295,13 @@ class MLP:
 
 
 # --------------------------------------------------------------------------- stepper
+def _check_options(splitting: str, constraint: str | None) -> None:
+    if splitting not in SPLITTINGS:
+        raise ValueError(f"splitting must be one of {list(SPLITTINGS)}, got {splitting!r}")
+    if constraint not in CONSTRAINTS:
+        raise ValueError(f"constraint must be one of {list(CONSTRAINTS)}, got {constraint!r}")
+
+
 class BlockStepper:
     r"""Solver wrapper that advances a Transformer block flow by operator splitting.
 
@@ -321,10 +328,7 @@ class BlockStepper:
     def __init__(self, solver: Any, d: int, *, mlp: MLP | None = None,
                  layernorm: Any = None, constraint: str | None = None,
                  splitting: str = "strang"):
-        if splitting not in SPLITTINGS:
-            raise ValueError(f"splitting must be one of {list(SPLITTINGS)}, got {splitting!r}")
-        if constraint not in CONSTRAINTS:
-            raise ValueError(f"constraint must be one of {list(CONSTRAINTS)}, got {constraint!r}")
+        _check_options(splitting, constraint)
         if getattr(solver, "adaptive", False) or not hasattr(solver, "step"):
             raise ValueError(
                 f"method={getattr(solver, 'name', solver)!r}: mlp / layernorm / constraint "
@@ -378,10 +382,7 @@ class BlockStepper:
     def wrap(cls, solver: Any, d: int, *, mlp: Any = None, layernorm: Any = None,
              constraint: str | None = None, splitting: str = "strang") -> "BlockStepper | None":
         """A stepper when any block option is set, else ``None`` (options still validated)."""
-        if splitting not in SPLITTINGS:
-            raise ValueError(f"splitting must be one of {list(SPLITTINGS)}, got {splitting!r}")
-        if constraint not in CONSTRAINTS:
-            raise ValueError(f"constraint must be one of {list(CONSTRAINTS)}, got {constraint!r}")
+        _check_options(splitting, constraint)
         if mlp is None and layernorm is None and constraint is None:
             return None
         return cls(solver, d, mlp=mlp, layernorm=layernorm, constraint=constraint,
