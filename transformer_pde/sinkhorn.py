@@ -326,7 +326,8 @@ def _soft_min(be, qs, kx, logw, h, eps, values):
 
 
 def _fixed_point(xp, T, x, eps, tol, max_iter, acc, plain, damp=1.0):
-    r"""Safeguarded Anderson iteration of a potential map, shared by both solvers.
+    r"""Safeguarded Anderson iteration of a potential map (both solvers here; the symmetric
+    debiasing terms of :mod:`~transformer_pde.diagnostics`).
 
     ``T(x)`` returns :math:`(Tx, \text{extra})`; the error is
     :math:`\|Tx - x\|_\infty/\varepsilon` and the iteration stops below ``tol``.  Anderson
