@@ -1237,10 +1237,14 @@ def kinetic_energy(traj: Any, att: Attention | None = None, *, w2_method: str = 
         float(w @ np.sum(velocity(att, X, weights=w, positions=traj.positions, t=float(t),
                                   backend=backend) ** 2, axis=1))
         for t, X in zip(times, np.asarray(traj.states, dtype=float))])
-    energy = float(np.sum(0.5 * (power[1:] + power[:-1]) * np.diff(times)))
-    T = float(times[-1] - times[0])
     w2 = _distance(traj.states[0], traj.states[-1], w, w, traj.positions, w2_method)
-    transport = w2 * w2 / T
+    return _kinetic(times, power, w2)
+
+
+def _kinetic(times: np.ndarray, power: np.ndarray, w2: float) -> KineticEnergy:
+    """Trapezoidal energy of ``power`` over ``times`` against ``w2**2 / T``."""
+    energy = float(np.sum(0.5 * (power[1:] + power[:-1]) * np.diff(times)))
+    transport = w2 * w2 / float(times[-1] - times[0])
     ratio = energy / transport if transport > 0 else math.inf
     return KineticEnergy(energy, transport, ratio, times, power)
 
@@ -1257,9 +1261,5 @@ def _gaussian_kinetic_energy(traj: Any, att: Attention | None) -> KineticEnergy:
     for t, m, S in zip(times, means, covs):
         M, b = affine_field(att, m, S, float(t))
         power.append(float(np.trace(M @ S @ M.T) + np.sum((M @ m + b) ** 2)))
-    power_a = np.asarray(power)
-    energy = float(np.sum(0.5 * (power_a[1:] + power_a[:-1]) * np.diff(times)))
-    w2 = bures_wasserstein(means[0], covs[0], means[-1], covs[-1])
-    transport = w2 * w2 / float(times[-1] - times[0])
-    ratio = energy / transport if transport > 0 else math.inf
-    return KineticEnergy(energy, transport, ratio, times, power_a)
+    return _kinetic(times, np.asarray(power),
+                    bures_wasserstein(means[0], covs[0], means[-1], covs[-1]))
