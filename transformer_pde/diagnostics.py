@@ -4,8 +4,9 @@ What users measure on a run of :func:`transformer_pde.simulate` (a
 :class:`~transformer_pde.ParticleTrajectory`) or of :func:`transformer_pde.gaussian.solve`
 (a Gaussian trajectory with ``times``, ``means``, ``covs``):
 
-* **Distances** -- :func:`wasserstein` between empirical measures (exact optimal transport,
-  sliced, or debiased Sinkhorn divergence, all through POT), :func:`bures_wasserstein`
+* **Distances** -- :func:`wasserstein` between empirical measures (exact optimal transport
+  or sliced, through POT; or a debiased Sinkhorn divergence, log-domain and blocked, solved
+  here), :func:`bures_wasserstein`
   between Gaussians (finite and correct for singular covariances) and
   :func:`conditional_wasserstein` between masked states (plans that keep token positions).
 * **Stability** -- :func:`stability_profile` runs the flows of two initial measures and
