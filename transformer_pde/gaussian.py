@@ -1422,7 +1422,7 @@ if _nb is not None:
 
 def _fast_path(sysm: "_System", atts: Sequence[Attention], Y: np.ndarray, stops: np.ndarray,
                eval_pos: np.ndarray, rtol: float, atol_vec: np.ndarray, atol: float,
-               log_thr: float, conv_tol: float, budget: int, n_eval: int):
+               log_thr: float, conv_tol: float, budget: int, traj: np.ndarray):
     d = sysm.d
     Vf, Ah = [], []
     for a in atts:
@@ -1430,8 +1430,7 @@ def _fast_path(sysm: "_System", atts: Sequence[Attention], Y: np.ndarray, stops:
         W = np.eye(d) if p.W_O is None else p.W_O
         Vf.append(np.stack([W[:, hd.rows] @ hd.V for hd in p.heads]))
         Ah.append(np.stack([p.beta * hd.A for hd in p.heads]))
-    B, n = Y.shape
-    traj = np.full((B, max(n_eval, 1), n), np.nan)
+    B = Y.shape[0]
     reason = np.full(B, -1, dtype=np.int64)
     n_steps = np.zeros(B, dtype=np.int64)
     par = B >= _PAR_MIN_MEMBERS and _nb.get_num_threads() > 1
@@ -1441,7 +1440,7 @@ def _fast_path(sysm: "_System", atts: Sequence[Attention], Y: np.ndarray, stops:
                 np.ascontiguousarray(np.stack(Ah)), np.ascontiguousarray(sysm.kappa, float),
                 float(rtol), atol_vec, float(atol), stops, eval_pos, float(log_thr),
                 float(conv_tol), int(budget), traj, reason, n_steps, *_DOP853)
-    return reason, n_steps, traj
+    return reason, n_steps
 
 
 def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *, t_max: float,
@@ -1519,7 +1518,6 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
         np.asarray(_breakpoints(atts, t_max), float),
         np.array([float(t_max)]),
         te[te > 0] if te is not None else np.zeros(0)]))
-    is_eval = np.isin(stops, te) if te is not None else np.zeros(stops.size, bool)
     traj_m = traj_c = None
     if te is not None:
         traj_m = np.full((B, te.size, d), np.nan)
@@ -1528,6 +1526,10 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
             traj_m[:, 0] = m0
             traj_c[:, 0] = c0
     te_pos = {float(v): i for i, v in enumerate(te)} if te is not None else {}
+    eval_pos = np.array([te_pos.get(float(v), -1) for v in stops], dtype=np.int64)
+    # full states landed on at t_eval (row eval_pos[k] for stop k), NaN until reached; both
+    # integrators fill it, the moments are taken once after them
+    trY = np.full((B, 1 if te is None else max(te.size, 1), n), np.nan)
 
     kstop = np.zeros(B, dtype=int)
     t_prev_stop = np.zeros(B)
@@ -1544,19 +1546,9 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
             and sysm.kind in ("softmax", "linear"))
     if fast:
         # the compiled kernel does the initial convergence check and step choice per member
-        eval_pos = np.array([te_pos.get(float(v), -1) if is_eval[k] else -1
-                             for k, v in enumerate(stops)], dtype=np.int64)
-        reason, n_steps, trY = _fast_path(sysm, atts, Y, stops, eval_pos, rtol, atol_vec, atol,
-                                          log_thr, converge_tol,
-                                          min(max_steps, _STIFF_STEPS_BATCH),
-                                          0 if te is None else te.size)
-        if te is not None:
-            ok = np.isfinite(trY[:, :, 0])
-            bi, ti = np.nonzero(ok)
-            if bi.size:
-                _, mm, SS = sysm.moments(trY[bi, ti], bi)
-                traj_m[bi, ti] = mm
-                traj_c[bi, ti] = SS
+        reason, n_steps = _fast_path(sysm, atts, Y, stops, eval_pos, rtol, atol_vec, atol,
+                                     log_thr, converge_tol, min(max_steps, _STIFF_STEPS_BATCH),
+                                     trY)
         active = np.zeros(B, dtype=bool)
     else:
         f = sysm.rhs(Y, all_idx)
@@ -1627,10 +1619,8 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
             i = ia[j]
             Y[i, 0] = stops[kstop[i]]
             tt = float(stops[kstop[i]])
-            if is_eval[kstop[i]]:
-                _, mm, SS = sysm.moments(Y[i:i + 1], np.array([i]))
-                traj_m[i, te_pos[tt]] = mm[0]
-                traj_c[i, te_pos[tt]] = SS[0]
+            if eval_pos[kstop[i]] >= 0:
+                trY[i, eval_pos[kstop[i]]] = Y[i]
             t_prev_stop[i] = tt
             if kstop[i] == stops.size - 1:
                 reason[i] = 0
@@ -1654,6 +1644,13 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
         if np.any(stiff):
             reason[stiff] = 3
             active[stiff] = False
+
+    if te is not None:
+        bi, ti = np.nonzero(np.isfinite(trY[:, :, 0]))
+        if bi.size:
+            _, mm, SS = sysm.moments(trY[bi, ti], bi)
+            traj_m[bi, ti] = mm
+            traj_c[bi, ti] = SS
 
     status, Tstar, limit, msgs = _finish(sysm, Y, all_idx, converge_tol,
                                          np.where(reason == 3, 0, reason))
