@@ -691,7 +691,6 @@ class _System:
         self.gamma = 1.0 if self.kind == "linear" else 0.0
         self.dynamic = any(a.time_dependent for a in self.atts)
         self.per_member = len(self.atts) > 1
-        self.B = B
         self.n = 2 + self.d * self.d + self.d
         p0 = [a.at(0.0) for a in self.atts]
         self.kappa = np.array([_rate_scale(p) for p in p0])   # (P,)
@@ -717,8 +716,7 @@ class _System:
             return self.static.take(idx)
         lo, hi = self.lo[idx], self.hi[idx]
         tc = np.minimum(np.maximum(t, lo), hi)
-        atts = self.atts if self.per_member else [self.atts[0]] * len(idx)
-        sel = [atts[i] for i in idx] if self.per_member else atts
+        sel = [self.atts[i] for i in idx] if self.per_member else [self.atts[0]] * len(idx)
         return _stack_params([a.at(float(tt)) for a, tt in zip(sel, tc)])
 
     # ---------------------------------------------------------------- packing
