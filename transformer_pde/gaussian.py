@@ -161,7 +161,6 @@ def _check_mean_cov(mean: Any, cov: Any, d: int, mname: str = "mean", cname: str
         c = np.asarray(cov, dtype=float)
     except (TypeError, ValueError):
         raise TypeError(f"{cname} must be a real array") from None
-    want_m = (d,) if not batch else None
     if batch:
         if m.ndim != 2 or m.shape[1] != d:
             raise ValueError(f"{mname} must have shape (B, d) = (B, {d}), got {m.shape}")
@@ -169,7 +168,7 @@ def _check_mean_cov(mean: Any, cov: Any, d: int, mname: str = "mean", cname: str
             raise ValueError(f"{cname} must have shape (B, d, d) = ({m.shape[0]}, {d}, {d}), "
                              f"got {c.shape}")
     else:
-        if m.shape != want_m:
+        if m.shape != (d,):
             raise ValueError(f"{mname} must have shape (d,) = ({d},), got {m.shape}")
         if c.shape != (d, d):
             raise ValueError(f"{cname} must have shape (d, d) = ({d}, {d}), got {c.shape}")
@@ -185,7 +184,7 @@ def _check_mean_cov(mean: Any, cov: Any, d: int, mname: str = "mean", cname: str
         i = int(bad[0])
         raise ValueError(f"{cname} must be symmetric" + (f" (member {i})" if batch else "")
                          + f": max |C - C^T| = {asym[i]:.3g}")
-    lam = np.linalg.eigvalsh(0.5 * (cc + np.swapaxes(cc, 1, 2)))
+    lam = np.linalg.eigvalsh(_sym(cc))
     tr = np.maximum(np.abs(lam).sum(axis=1), 1e-300)
     bad = np.nonzero(lam[:, 0] < -1e-12 * tr)[0]
     if bad.size:
@@ -193,7 +192,7 @@ def _check_mean_cov(mean: Any, cov: Any, d: int, mname: str = "mean", cname: str
         raise ValueError(f"{cname} must be positive semi-definite"
                          + (f" (member {i})" if batch else "")
                          + f": smallest eigenvalue {lam[i, 0]:.3g}")
-    return m, 0.5 * (c + np.swapaxes(c, -1, -2))
+    return m, _sym(c)
 
 
 def _psd_factor(cov: np.ndarray) -> np.ndarray:
