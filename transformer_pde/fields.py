@@ -30,8 +30,8 @@ import numpy as np
 
 from .attention import Attention, AttentionParams, Head
 from .backends import get_backend
-from .sinkhorn import (SinkhornNotConverged, SinkhornWarmStart, sinkhorn_field,
-                       sinkhorn_potentials)
+from .sinkhorn import (SinkhornNotConverged, SinkhornWarmStart, is_symmetric,
+                       sinkhorn_field, sinkhorn_potentials)
 from .blocks import token_layer_norm
 
 __all__ = [
@@ -120,8 +120,7 @@ def _sinkhorn(ctx, P, h, head, Xq, Xk):
     kx = _proj(be, Xk, head.K)
     qx = _proj(be, Xk, head.Q) * P.beta
     q_query = None if Xq is Xk else _proj(be, Xq, head.Q) * P.beta
-    A = head.A
-    symmetric = bool(np.allclose(A, A.T, rtol=0, atol=1e-14 * max(1.0, np.abs(A).max())))
+    symmetric = is_symmetric(head.A)
     state = ctx.state.setdefault(("sinkhorn", h), SinkhornWarmStart())
     return sinkhorn_field(be, qx, kx, _proj(be, Xk, head.V), ctx.logw, P.eps, q_query=q_query,
                           symmetric=symmetric, state=state, t=P.t, tol=ctx.sinkhorn_tol,

@@ -68,6 +68,7 @@ __all__ = [
     "SinkhornNotConverged",
     "SinkhornResult",
     "SinkhornWarmStart",
+    "is_symmetric",
     "out_of_sample_potential",
     "sinkhorn_coupling",
     "sinkhorn_field",
@@ -77,6 +78,13 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+
+
+def is_symmetric(A: np.ndarray) -> bool:
+    """Whether the score matrix ``A`` is symmetric to round-off (``|A - A^T| <= 1e-14 max(1,
+    max|A|)``), so that the self-coupling has ``f = g`` and the symmetric solver applies."""
+    A = np.asarray(A)
+    return bool(np.allclose(A, A.T, rtol=0, atol=1e-14 * max(1.0, np.abs(A).max())))
 
 
 class SinkhornNotConverged(RuntimeError):
@@ -650,7 +658,7 @@ def sinkhorn_coupling(X: Any, A: Any, *, weights: Any = None, eps: float = 1.0,
     with np.errstate(divide="ignore"):
         logw = np.log(w)
     qx = beta * Xn @ An.T
-    sym = bool(np.allclose(An, An.T, rtol=0, atol=1e-14 * max(1.0, np.abs(An).max())))
+    sym = is_symmetric(An)
     res = sinkhorn_potentials(be, be.asarray(qx), be.asarray(Xn), be.asarray(logw), eps,
                               tol=tol, max_iter=max_iter, symmetric=sym)
     if not res.converged:
