@@ -372,9 +372,9 @@ class BlockStepper:
         cap = {"lie": 1, "strang": 2, "none": solver.order}[self.splitting]
         self.order = min(solver.order, cap)
         self.multistep = bool(getattr(solver, "multistep", False))
-        # per-layer tables of the MLP / LayerNorm: a multistep history is restarted where
-        # they jump (simulate does the same for the attention's tables)
-        self._tables = [v for obj in (mlp, ln_att, ln_mlp, post) if obj is not None
+        # per-layer tables of the MLP / LayerNorm: simulate restarts a multistep history
+        # where they (or the attention's tables) jump
+        self.tables = [v for obj in (mlp, ln_att, ln_mlp, post) if obj is not None
                         for v in vars(obj).values() if isinstance(v, Layers)]
         self._end = 0.0
 
@@ -440,8 +440,6 @@ class BlockStepper:
     def step(self, f: Callable, t: float, y: Any, h: float) -> Any:
         """Advance the block flow from ``t`` to ``t + h`` (``f``: attention field)."""
         self._end = t + h
-        if self.multistep and any(v.index(t, left=True) != v.index(t) for v in self._tables):
-            self.inner.reset()
         step = self.inner.step
         fa = self._attention(f)
         if self.mlp is None:
