@@ -1136,9 +1136,6 @@ except ImportError:  # pragma: no cover
     _nb = None
 
 
-# The per-member loop for softmax / linear with constant parameters: the NumPy path's algorithm
-# (per-member step control, landing on stops, events) with the 8th-order DOP853 pair instead of
-# Dormand--Prince 5(4): at rtol 1e-10 it needs about 0.6x the right-hand-side evaluations.
 def _dop853_tableau() -> tuple[np.ndarray, ...]:
     """Coefficients of scipy's DOP853 (a private scipy module: without it, no fast path)."""
     try:
@@ -1152,6 +1149,10 @@ def _dop853_tableau() -> tuple[np.ndarray, ...]:
 
 _DOP853 = _dop853_tableau() if _nb is not None else ()
 
+
+# The per-member loop for softmax / linear with constant parameters: the NumPy path's algorithm
+# (per-member step control, landing on stops, events) with the 8th-order DOP853 pair instead of
+# Dormand--Prince 5(4): at rtol 1e-10 it needs about 0.6x the right-hand-side evaluations.
 def _nb_rhs(y, out, d, linear, Vf, Ah, kap, S, S2, M, T, MG, al, bvec, dmean):
     """dY/ds of one member into ``out``; leaves S, M, alpha, alpha' in the scratch arrays
     (read by :func:`_nb_conv`) and returns the size nu."""
@@ -1414,7 +1415,6 @@ if _nb is not None:
     _nb_member = _nb.njit(cache=True)(_nb_member)
     _nb_run = _nb.njit(cache=True)(_nb_run)
     _nb_run_par = _nb.njit(cache=True, parallel=True)(_nb_run_par)
-
 
 
 def _fast_path(sysm: "_System", atts: Sequence[Attention], Y: np.ndarray, stops: np.ndarray,
