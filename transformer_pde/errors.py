@@ -1,0 +1,73 @@
+"""Exceptions and warnings of transformer-pde.
+
+Every exception the package raises on purpose derives from :class:`TransformerPDEError`,
+and every warning from :class:`TransformerPDEWarning`, so that a user can catch or
+filter the package's conditions as a whole::
+
+    import warnings
+    from transformer_pde.errors import TransformerPDEWarning
+
+    warnings.simplefilter("error", TransformerPDEWarning)   # every early stop raises
+
+Argument errors subclass the matching builtin as well (``ArgumentError`` is a
+``ValueError``, ``ArgumentTypeError`` a ``TypeError``), so code that catches the
+builtins keeps working.
+
+This module imports nothing from the package: every other module may import it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "TransformerPDEError",
+    "ArgumentError",
+    "ArgumentTypeError",
+    "ConfigError",
+    "BackendNotAvailable",
+    "SinkhornNotConverged",
+    "SolverNotConverged",
+    "TransformerPDEWarning",
+    "ConvergenceWarning",
+    "EarlyStopWarning",
+]
+
+
+class TransformerPDEError(Exception):
+    """Base class of every exception raised on purpose by transformer-pde."""
+
+
+class ArgumentError(TransformerPDEError, ValueError):
+    """An argument has the right type but an invalid value; the message names it."""
+
+
+class ArgumentTypeError(TransformerPDEError, TypeError):
+    """An argument has the wrong type; the message names it."""
+
+
+class ConfigError(ArgumentError):
+    """A configuration file (TOML) is invalid; the message names the key."""
+
+
+class BackendNotAvailable(TransformerPDEError, ImportError):
+    """A requested backend's library, driver or device is missing."""
+
+
+class SinkhornNotConverged(TransformerPDEError, RuntimeError):
+    """A Sinkhorn solve did not reach its tolerance within its iteration budget."""
+
+
+class SolverNotConverged(TransformerPDEError, RuntimeError):
+    """An implicit time step's nonlinear solve did not converge."""
+
+
+class TransformerPDEWarning(UserWarning):
+    """Base class of every warning issued by transformer-pde."""
+
+
+class ConvergenceWarning(TransformerPDEWarning):
+    """An iterative solve stopped short of its tolerance (the result is still returned)."""
+
+
+class EarlyStopWarning(TransformerPDEWarning):
+    """A run ended before its final time (blow-up, non-finite state, failure, budget,
+    interruption); the states computed before the stop are kept in the result."""

@@ -1,0 +1,117 @@
+"""One result protocol for every time-dependent result of the package.
+
+Every trajectory-like result (particle runs, Gaussian moment solves, and each member of
+a batch) exposes the same attributes:
+
+``times``
+    The saved times, an array of shape ``(T,)``.
+``status``
+    A :class:`Status` (a ``str`` enum, so ``traj.status == "ok"`` works).
+``message``
+    A sentence saying how and when the run ended.
+``success``
+    ``status.success``: the run did what was asked (see :class:`Status`).
+``moments()``
+    ``(means, covs)`` of shape ``(T, d)`` and ``(T, d, d)`` at the saved times.
+
+Diagnostics and plots accept any object satisfying :class:`Result` instead of testing
+attributes with ``hasattr``.
+
+This module imports nothing from the package but :mod:`transformer_pde.errors`.
+"""
+
+from __future__ import annotations
+
+import enum
+import warnings
+from typing import Any, Protocol, runtime_checkable
+
+from .errors import EarlyStopWarning
+
+__all__ = ["Status", "Result", "warn_stop"]
+
+
+class Status(str, enum.Enum):
+    """How a run ended: one vocabulary for particle runs, Gaussian solves and batches.
+
+    ====================  =======  ====================================================
+    value                 success  meaning
+    ====================  =======  ====================================================
+    ``"ok"``              yes      reached the final time; nothing else was detected
+    ``"converged"``       yes      reached a stationary state (or its algebraic approach)
+    ``"blowup"``          yes      finite-time blow-up detected; ``blowup_time`` is T*
+    ``"diverging"``       yes      unbounded growth without finite-time blow-up
+    ``"nonfinite"``       no       a step produced NaN or inf (not saved)
+    ``"failed"``          no       an inner solve or a user callable failed
+    ``"max_steps"``       no       the step budget ran out before the final time
+    ``"interrupted"``     no       stopped by the user (Ctrl-C) before the final time
+    ====================  =======  ====================================================
+
+    "Success" means the result answers the question that was asked: a detected blow-up
+    is an answer, a NaN is not.
+    """
+
+    OK = "ok"
+    CONVERGED = "converged"
+    BLOWUP = "blowup"
+    DIVERGING = "diverging"
+    NONFINITE = "nonfinite"
+    FAILED = "failed"
+    MAX_STEPS = "max_steps"
+    INTERRUPTED = "interrupted"
+
+    def __str__(self) -> str:  # "ok", not "Status.OK", in messages and files
+        return self.value
+
+    @property
+    def success(self) -> bool:
+        """True for ``ok``, ``converged``, ``blowup`` and ``diverging``."""
+        return self in _SUCCESS
+
+    @property
+    def stopped_early(self) -> bool:
+        """True when the run ended before its final time for a reason other than
+        convergence (``blowup``, ``nonfinite``, ``failed``, ``max_steps``, ``interrupted``)."""
+        return self in _EARLY
+
+    @classmethod
+    def parse(cls, value: Any, name: str = "status") -> "Status":
+        """Return the member for ``value`` (a member or its string), or raise ``ValueError``
+        naming ``name`` and the accepted values."""
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(str(value))
+        except ValueError:
+            raise ValueError(f"{name} must be one of {[s.value for s in cls]}, "
+                             f"got {value!r}") from None
+
+
+_SUCCESS = frozenset({Status.OK, Status.CONVERGED, Status.BLOWUP, Status.DIVERGING})
+_EARLY = frozenset({Status.BLOWUP, Status.NONFINITE, Status.FAILED, Status.MAX_STEPS,
+                    Status.INTERRUPTED})
+
+
+@runtime_checkable
+class Result(Protocol):
+    """What every trajectory-like result provides (see the module docstring)."""
+
+    times: Any
+    status: Status
+    message: str
+
+    @property
+    def success(self) -> bool: ...
+
+    def moments(self) -> tuple[Any, Any]: ...
+
+
+def warn_stop(status: Status, message: str, *, stacklevel: int = 3) -> None:
+    """Issue an :class:`~transformer_pde.errors.EarlyStopWarning` when ``status`` is an
+    early stop (``blowup`` included: a user asked for a final time it did not reach).
+
+    Users turn early stops into errors with
+    ``warnings.simplefilter("error", EarlyStopWarning)``.
+    """
+    if Status.parse(status).stopped_early:
+        warnings.warn(f"{status}: {message}", EarlyStopWarning, stacklevel=stacklevel)
