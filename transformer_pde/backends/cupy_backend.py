@@ -1,0 +1,542 @@
+r"""CuPy backend: fused streaming CUDA kernels for the three primitives, state on the GPU.
+
+The primitives of :mod:`transformer_pde.backends` are two CUDA C kernel templates in
+``kernels/attention.cu`` (shipped as package data, compiled by NVRTC through
+:class:`cupy.RawModule` once per specialisation and cached on disk by CuPy):
+
+``tpde_softmax<T, R, C, QPT, NT, TK>``
+    softmax with key bias (``C = 0``: log-sum-exp alone, for Sinkhorn);
+``tpde_pointwise<T, R, C, PHI, QPT, NT, TK>``
+    :math:`\sum_j w_j \varphi(q_i\cdot k_j) v_j` for identity, sigmoid and relu.
+
+``T`` is float or double, ``R`` and ``C`` the widths of keys and values (at most
+:data:`MAX_WIDTH`; wider values are split into column blocks, wider keys go to the
+chunked dense path :func:`plain_softmax`).  A block of ``NT`` threads owns
+``NT * QPT`` queries (``QPT`` queries per thread, held in registers, so that every key
+read from shared memory serves ``QPT`` pairs) and streams the keys in tiles of ``TK``
+through shared memory.  For every pair the kernel computes the base-2 logit
+:math:`\ell = \log_2(e)(q\cdot k + b)` (the factor is folded into the queries and the
+bias once), keeps a running maximum :math:`m` (online log-sum-exp: a larger logit folds
+the partial sums into the totals and rescales them by :math:`2^{m-\ell}`) and adds
+:math:`2^{\ell-m}` and :math:`2^{\ell-m} v` to partial sums in ``T``, which are added to
+float64 totals at the end of every tile.  Then
+:math:`\mathrm{lse} = \ln 2\,(m + \log_2 s)` and :math:`\mathrm{out} = a/s`.
+
+When there are too few blocks of queries to fill the GPU (``M`` small), the keys are
+split into chunks (``gridDim.y``) whose partial results :math:`(m, s, a)` are merged by
+:func:`merge_softmax_partials` (:math:`m^* = \max m_c`,
+:math:`s = \sum_c 2^{m_c - m^*} s_c`, likewise :math:`a`).  Masked calls (keys sorted by
+position, query ``i`` sees keys ``j < limits[i]``) sort the queries by their prefix
+length so that each block stops at its own longest prefix; a key beyond a query's prefix
+is never used by that query (nor loaded, beyond the block's longest prefix).
+
+Special values follow the NumPy reference: a query with no visible mass (empty prefix or
+every visible bias :math:`-\infty`) gets ``out = 0`` and ``lse = -inf``; a NaN or
+:math:`+\infty` logit gives the same answer.
+
+Every array the backend returns stays on the device (``xp`` is :mod:`cupy`); only
+:meth:`CupyBackend.to_numpy` copies to the host.  The kernel launches go through a
+*launcher* (:class:`CupyLauncher` on a GPU).  The test suite runs the same kernel source,
+compiled as C++ for the CPU, through :class:`transformer_pde.backends.cuda_cpu.CpuLauncher`
+with NumPy standing in for CuPy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+from ..errors import BackendNotAvailable
+from .numpy_backend import NumpyBackend
+
+__all__ = [
+    "CupyBackend",
+    "CupyLauncher",
+    "KernelConfig",
+    "Launcher",
+    "MAX_WIDTH",
+    "INSTALL_HINT",
+    "kernel_config",
+    "kernel_source",
+    "merge_pointwise_partials",
+    "merge_softmax_partials",
+    "plain_pointwise",
+    "plain_softmax",
+    "pointwise_kernel_name",
+    "softmax_kernel_name",
+]
+
+#: widest keys / values the fused kernels take (queries and partial sums live in registers)
+MAX_WIDTH = 32
+#: keys per shared-memory tile
+TILE_KEYS = 64
+#: threads per block
+THREADS = 128
+#: 32-bit registers per thread given to the per-query state (queries, sums)
+_REGISTER_BUDGET = 96
+#: fewest key tiles per chunk when the keys are split
+_MIN_TILES_PER_CHUNK = 2
+#: blocks per multiprocessor the key split aims for
+_BLOCKS_PER_SM = 4
+
+PHI_CODES = {"identity": 0, "sigmoid": 1, "relu": 2}
+
+INSTALL_HINT = ("pip install 'transformer-pde[gpu-cuda12]' (NVIDIA driver for CUDA 12) or "
+                "'transformer-pde[gpu-cuda13]' (CUDA 13)")
+
+_REFERENCE = NumpyBackend()
+
+
+# --------------------------------------------------------------------------- kernels
+def kernel_source() -> str:
+    """The CUDA C source of the kernels (package data ``kernels/attention.cu``)."""
+    return resources.files(__package__).joinpath("kernels/attention.cu").read_text()
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Launch shape of one kernel specialisation: queries per thread, threads, key tile."""
+
+    qpt: int
+    nt: int = THREADS
+    tk: int = TILE_KEYS
+
+
+def kernel_config(dtype: Any, r: int, c: int, *, softmax: bool = True) -> KernelConfig:
+    """Queries per thread for keys of width ``r`` and values of width ``c``.
+
+    The per-query state (``r`` query coordinates, the running maximum, partial sums in
+    ``dtype`` and float64 totals) must fit a register budget of about
+    :data:`_REGISTER_BUDGET` 32-bit registers, so that nothing spills (checked with
+    ``ptxas`` by the test suite); ``QPT`` is the largest power of two up to 8 that fits.
+    """
+    w = 2 if np.dtype(dtype) == np.float64 else 1
+    per_query = w * r + (w + 2) * c + ((2 * w + 2) if softmax else 0)
+    qpt = 8
+    while qpt > 1 and qpt * per_query > _REGISTER_BUDGET:
+        qpt //= 2
+    return KernelConfig(qpt)
+
+
+def _ctype(dtype: Any) -> str:
+    return "double" if np.dtype(dtype) == np.float64 else "float"
+
+
+def softmax_kernel_name(dtype: Any, r: int, c: int) -> str:
+    """Name expression of the softmax (``c > 0``) or lse (``c = 0``) specialisation."""
+    cfg = kernel_config(dtype, r, c)
+    return f"tpde_softmax<{_ctype(dtype)}, {r}, {c}, {cfg.qpt}, {cfg.nt}, {cfg.tk}>"
+
+
+def pointwise_kernel_name(dtype: Any, r: int, c: int, phi: str) -> str:
+    """Name expression of the pointwise specialisation for ``phi``."""
+    cfg = kernel_config(dtype, r, c, softmax=False)
+    return (f"tpde_pointwise<{_ctype(dtype)}, {r}, {c}, {PHI_CODES[phi]}, {cfg.qpt}, "
+            f"{cfg.nt}, {cfg.tk}>")
+
+
+class Launcher(Protocol):
+    """Runs kernels of :func:`kernel_source`: on a GPU (:class:`CupyLauncher`) or a CPU."""
+
+    xp: Any
+    n_multiprocessors: int
+
+    def launch(self, name: str, grid: tuple[int, int], block: int,
+               args: Sequence[Any]) -> None: ...
+
+
+# --------------------------------------------------------------------------- merges
+def merge_softmax_partials(xp: Any, part: Any, dtype: Any) -> tuple[Any, Any]:
+    r"""Merge per-chunk softmax partials ``part`` (S, M, C + 2) into ``(out, lse)``.
+
+    Chunk ``c`` holds :math:`(m_c, s_c, a_c)` with :math:`m_c` a base-2 maximum and
+    :math:`s_c = \sum_j 2^{\ell_j - m_c}`, :math:`a_c = \sum_j 2^{\ell_j - m_c} v_j`.
+    With :math:`m^* = \max_c m_c`: :math:`s = \sum_c 2^{m_c-m^*} s_c`, likewise
+    :math:`a`, :math:`\mathrm{lse} = \ln 2\,(m^* + \log_2 s)`, :math:`\mathrm{out} = a/s`.
+    A query with :math:`s = 0` (no visible mass) or a non-finite :math:`s` (NaN or
+    :math:`+\infty` logits) gets ``out = 0``, ``lse = -inf``, as in the reference.
+    """
+    m = part[:, :, 0]
+    mstar = m.max(axis=0)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        f = xp.exp2(m - mstar[None, :])
+        s = (f * part[:, :, 1]).sum(axis=0)
+        a = (f[:, :, None] * part[:, :, 2:]).sum(axis=0)
+        ok = (s > 0) & (s <= np.finfo(np.float64).max)
+        s_safe = xp.where(ok, s, 1.0)
+        lse = xp.where(ok, (mstar + xp.log2(s_safe)) * math.log(2.0), -np.inf)
+        out = xp.where(ok[:, None], a / s_safe[:, None], 0.0)
+    return out.astype(dtype), lse.astype(dtype)
+
+
+def merge_pointwise_partials(xp: Any, part: Any, dtype: Any) -> Any:
+    """Merge per-chunk pointwise partial sums ``part`` (S, M, C): their sum, in ``dtype``."""
+    return part.sum(axis=0).astype(dtype)
+
+
+# --------------------------------------------------------------------------- plain path
+def _plain_rows(m: int, n: int, max_elems: int):
+    step = max(1, max_elems // max(n, 1))
+    for start in range(0, m, step):
+        yield slice(start, min(m, start + step))
+
+
+def plain_softmax(xp: Any, q: Any, k: Any, v: Any, bias: Any, limits: Any, *,
+                  max_elems: int = 1 << 25) -> tuple[Any, Any]:
+    """Softmax by dense blocks of logits (``xp`` matmul, max, exp): the baseline path.
+
+    Used for keys wider than :data:`MAX_WIDTH` and by the GPU benchmark as "plain CuPy
+    chunks"; memory ``max_elems`` logits at a time.  Same contract as the primitives
+    (``v = None`` returns only the lse).
+    """
+    m, n = q.shape[0], k.shape[0]
+    dtype = q.dtype
+    c = 0 if v is None else v.shape[1]
+    out = xp.zeros((m, c), dtype=dtype)
+    lse = xp.full(m, -np.inf, dtype=dtype)
+    cols = xp.arange(n)
+    for sl in _plain_rows(m, n, max_elems):
+        logits = q[sl] @ k.T
+        if bias is not None:
+            logits = logits + bias[None, :]
+        if limits is not None:
+            logits = xp.where(cols[None, :] >= limits[sl][:, None], -np.inf, logits)
+        with np.errstate(invalid="ignore", over="ignore"):
+            mx = logits.max(axis=1)
+            ok = xp.isfinite(mx)
+            mx = xp.where(ok, mx, 0.0)
+            p = xp.exp(logits - mx[:, None])
+            s = p.sum(axis=1)
+            good = ok & (s > 0) & xp.isfinite(s)
+            s_safe = xp.where(good, s, 1.0)
+            lse[sl] = xp.where(good, mx + xp.log(s_safe), -np.inf)
+            if c:
+                out[sl] = xp.where(good[:, None], (p @ v) / s_safe[:, None], 0.0)
+    return out, lse
+
+
+def plain_pointwise(xp: Any, phi: str, q: Any, k: Any, v: Any, w: Any, limits: Any, *,
+                    max_elems: int = 1 << 25) -> Any:
+    """Pointwise kinds by dense blocks of scores (see :func:`plain_softmax`)."""
+    m, n = q.shape[0], k.shape[0]
+    out = xp.zeros((m, v.shape[1]), dtype=q.dtype)
+    cols = xp.arange(n)
+    for sl in _plain_rows(m, n, max_elems):
+        z = q[sl] @ k.T
+        if phi == "sigmoid":
+            e = xp.exp(-xp.abs(z))
+            f = xp.where(z >= 0, 1.0, e) / (1.0 + e)
+        elif phi == "relu":
+            f = xp.maximum(z, 0.0)
+        else:
+            f = z
+        f = f * w[None, :]
+        if limits is not None:
+            f = xp.where(cols[None, :] >= limits[sl][:, None], 0.0, f)
+        out[sl] = (f @ v).astype(q.dtype)
+    return out
+
+
+# --------------------------------------------------------------------------- launcher
+class CupyLauncher:
+    """Compiles (NVRTC, through :class:`cupy.RawModule`) and launches the kernels on a GPU.
+
+    Raises
+    ------
+    BackendNotAvailable
+        CuPy is not installed, the CUDA driver is missing or too old, or no device is
+        visible; the message says which and how to install.
+    """
+
+    def __init__(self, device: int | None = None):
+        try:
+            import cupy  # noqa: PLC0415
+        except ImportError as exc:
+            raise BackendNotAvailable(
+                f"backend='cupy' needs CuPy, which is not installed ({exc}); "
+                f"{INSTALL_HINT}") from exc
+        try:
+            n_dev = int(cupy.cuda.runtime.getDeviceCount())
+        except Exception as exc:  # CUDARuntimeError, or a library that fails to load
+            raise BackendNotAvailable(_runtime_failure(exc)) from exc
+        if n_dev < 1:
+            raise BackendNotAvailable(
+                "backend='cupy': CuPy is installed but no CUDA device is visible "
+                "(check CUDA_VISIBLE_DEVICES)")
+        self.xp = cupy
+        self.device = cupy.cuda.Device(0 if device is None else int(device))
+        try:
+            with self.device:
+                self.n_multiprocessors = int(self.device.attributes["MultiProcessorCount"])
+        except Exception as exc:
+            raise BackendNotAvailable(_runtime_failure(exc)) from exc
+        self._functions: dict[str, Any] = {}
+
+    def function(self, name: str) -> Any:
+        """The compiled kernel ``name`` (a name expression), compiled on first use."""
+        fn = self._functions.get(name)
+        if fn is None:
+            mod = self.xp.RawModule(code=kernel_source(), options=("--std=c++17",),
+                                    name_expressions=[name])
+            fn = mod.get_function(name)
+            self._functions[name] = fn
+        return fn
+
+    def launch(self, name: str, grid: tuple[int, int], block: int,
+               args: Sequence[Any]) -> None:
+        """Launch kernel ``name`` on ``grid`` blocks of ``block`` threads (ints -> int32)."""
+        conv = tuple(np.int32(a) if isinstance(a, (int, np.integer)) else a for a in args)
+        with self.device:
+            self.function(name)((int(grid[0]), int(grid[1])), (int(block),), conv)
+
+
+def _runtime_failure(exc: BaseException) -> str:
+    status = getattr(exc, "status", None)
+    text = str(exc)
+    if status == 35 or "InsufficientDriver" in text or "driver" in text.lower():
+        which = "no usable NVIDIA driver (missing, or older than CuPy's CUDA runtime)"
+    elif status == 100 or "NoDevice" in text:
+        which = "no CUDA device"
+    else:
+        which = "the CUDA runtime failed"
+    return (f"backend='cupy': CuPy is installed but there is {which}: {text}. "
+            f"Install the CuPy build matching the driver: {INSTALL_HINT}")
+
+
+# --------------------------------------------------------------------------- backend
+class CupyBackend:
+    """GPU backend: fused streaming CUDA kernels (see the module docstring).
+
+    Parameters
+    ----------
+    launcher : Launcher, optional
+        Where kernels run; default :class:`CupyLauncher` (a GPU through CuPy).  The test
+        suite passes :class:`~transformer_pde.backends.cuda_cpu.CpuLauncher` (the same
+        kernels compiled for the CPU, NumPy arrays).
+    target_blocks : int, optional
+        Blocks a launch should have to fill the device (default 4 per multiprocessor);
+        calls with fewer blocks of queries split the keys into chunks.
+    self_test : bool, default True
+        Run a tiny problem through the kernels and compare it with the NumPy reference
+        before use, so that a GPU whose driver, compiler or kernels fail is reported as
+        :class:`BackendNotAvailable` (and ``backend="auto"`` never picks it).
+
+    Notes
+    -----
+    Inputs may be float32 or float64 (mixed inputs are promoted like NumPy); outputs
+    have the promoted dtype and stay on the device.  Memory is O((N + M)(r + c)) plus,
+    when the keys are split, S·M·(c + 2) float64 partials for S chunks.
+    """
+
+    name = "cupy"
+
+    def __init__(self, launcher: Launcher | None = None, *, target_blocks: int | None = None,
+                 self_test: bool = True):
+        self.launcher = CupyLauncher() if launcher is None else launcher
+        self.xp = self.launcher.xp
+        self.target_blocks = (int(target_blocks) if target_blocks is not None
+                              else _BLOCKS_PER_SM * int(self.launcher.n_multiprocessors))
+        self._dummies: dict[Any, Any] = {}
+        if self_test:
+            self._self_test()
+
+    def __repr__(self) -> str:
+        return f"CupyBackend(launcher={type(self.launcher).__name__})"
+
+    # ------------------------------------------------------------------ arrays
+    def asarray(self, a: Any, dtype: Any = None) -> Any:
+        return self.xp.asarray(a, dtype=dtype)
+
+    def to_numpy(self, a: Any) -> np.ndarray:
+        if hasattr(a, "get"):
+            return a.get()
+        return np.asarray(a)
+
+    # ------------------------------------------------------------------ checks
+    def _self_test(self) -> None:
+        rng = np.random.default_rng(0)
+        q, k, v = rng.normal(size=(5, 2)), rng.normal(size=(7, 2)), rng.normal(size=(7, 2))
+        bias = np.log(rng.uniform(0.1, 1.0, 7))
+        try:
+            out, lse = self.softmax(self.asarray(q), self.asarray(k), self.asarray(v),
+                                    self.asarray(bias), None)
+            out, lse = self.to_numpy(out), self.to_numpy(lse)
+        except Exception as exc:
+            raise BackendNotAvailable(
+                f"backend='cupy': the GPU kernels could not be compiled or run "
+                f"({type(exc).__name__}: {exc}); {INSTALL_HINT}") from exc
+        ref_out, ref_lse = _REFERENCE.softmax(q, k, v, bias, None)
+        if not (np.allclose(out, ref_out, rtol=1e-10, atol=1e-10)
+                and np.allclose(lse, ref_lse, rtol=1e-10, atol=1e-10)):
+            raise BackendNotAvailable(
+                "backend='cupy': the GPU kernels ran but disagree with the NumPy reference "
+                f"on a 5x7 self-test (max error {np.abs(out - ref_out).max():.3g}); "
+                "please report this")
+
+    # ------------------------------------------------------------------ helpers
+    def _dummy(self, dtype: Any) -> Any:
+        key = np.dtype(dtype)
+        d = self._dummies.get(key)
+        if d is None:
+            d = self._dummies[key] = self.xp.zeros(1, dtype=key)
+        return d
+
+    def _prepare(self, q, k, others, limits):
+        xp = self.xp
+        q = xp.asarray(q)
+        k = xp.asarray(k)
+        others = [xp.asarray(o) for o in others]
+        dtype = np.result_type(q.dtype, k.dtype, *[o.dtype for o in others], np.float32)
+        if dtype not in (np.float32, np.float64):
+            dtype = np.dtype(np.float64)
+        if q.ndim != 2 or k.ndim != 2 or q.shape[1] != k.shape[1]:
+            raise ValueError(f"q and k must be (M, r) and (N, r), got {q.shape} and {k.shape}")
+        m, n = q.shape[0], k.shape[0]
+        for o in others:
+            if o.ndim != 2 or o.shape[0] != n:
+                raise ValueError(f"v must have shape ({n}, c), got {o.shape}")
+        lim = None
+        if limits is not None:
+            lim = xp.asarray(limits)
+            if lim.shape != (m,):
+                raise ValueError(f"limits must have shape ({m},), got {lim.shape}")
+            lim = xp.clip(lim, 0, n).astype(np.int32)
+        qc = xp.ascontiguousarray(q, dtype=dtype)
+        kc = xp.ascontiguousarray(k, dtype=dtype)
+        oc = [xp.ascontiguousarray(o, dtype=dtype) for o in others]
+        return dtype, qc, kc, oc, lim
+
+    def _vector(self, a, n, dtype, name):
+        a = self.xp.asarray(a)
+        if a.shape != (n,):
+            raise ValueError(f"{name} must have shape ({n},), got {a.shape}")
+        return self.xp.ascontiguousarray(a, dtype=dtype)
+
+    def _split(self, m: int, n: int, qpt: int, nt: int, tk: int) -> tuple[int, int]:
+        """(chunk, number of chunks) of the key split for ``m`` queries, ``n`` keys."""
+        q_blocks = -(-m // (qpt * nt))
+        n_tiles = max(1, -(-n // tk))
+        want = max(1, -(-self.target_blocks // q_blocks))
+        s = max(1, min(want, n_tiles // _MIN_TILES_PER_CHUNK))
+        chunk = -(-n_tiles // s) * tk
+        return chunk, max(1, -(-n // chunk))
+
+    @staticmethod
+    def _order(xp, lim):
+        """Queries sorted by prefix length (each block then stops at its own longest)."""
+        if lim is None or lim.shape[0] < 2:
+            return None
+        return xp.argsort(lim, kind="stable") if xp is np else xp.argsort(lim)
+
+    # ------------------------------------------------------------------ softmax
+    def _softmax_run(self, dtype, q, k, v, b, lim, c):
+        """One kernel launch (or one per key chunk, merged): (out (M, c), lse (M,))."""
+        xp = self.xp
+        m, r = q.shape
+        n = k.shape[0]
+        name = softmax_kernel_name(dtype, r, c)
+        cfg = kernel_config(dtype, r, c)
+        chunk, s = self._split(m, n, cfg.qpt, cfg.nt, cfg.tk)
+        grid = (-(-m // (cfg.qpt * cfg.nt)), s)
+        dummy = self._dummy(dtype)
+        args_in = [q, k, dummy if v is None else v, dummy if b is None else b,
+                   self._dummy(np.int32) if lim is None else lim, m, n, chunk,
+                   int(b is not None), int(lim is not None)]
+        if s == 1:
+            out = xp.empty((m, c), dtype=dtype) if c else dummy
+            lse = xp.empty(m, dtype=dtype)
+            self.launcher.launch(name, grid, cfg.nt, args_in + [out, lse, self._dummy(np.float64)])
+            return (out if c else xp.zeros((m, 0), dtype=dtype)), lse
+        part = xp.empty((s, m, c + 2), dtype=np.float64)
+        self.launcher.launch(name, grid, cfg.nt, args_in + [dummy, dummy, part])
+        return merge_softmax_partials(xp, part, dtype)
+
+    def _reduce(self, q, k, v, bias, limits):
+        xp = self.xp
+        dtype, q, k, others, lim = self._prepare(q, k, [] if v is None else [v], limits)
+        v = others[0] if others else None
+        m, r = q.shape
+        n = k.shape[0]
+        c = 0 if v is None else v.shape[1]
+        b = None if bias is None else self._vector(bias, n, dtype, "bias")
+        if m == 0 or n == 0 or r > MAX_WIDTH:
+            if r > MAX_WIDTH and m and n:
+                return plain_softmax(xp, q, k, v, b, lim)
+            return xp.zeros((m, c), dtype=dtype), xp.full(m, -np.inf, dtype=dtype)
+        order = self._order(xp, lim)
+        if order is not None:
+            q, lim = q[order], lim[order]
+        if c <= MAX_WIDTH:
+            out, lse = self._softmax_run(dtype, q, k, v, b, lim, c)
+        else:     # values wider than the kernels take: column blocks (same lse each time)
+            parts = []
+            for c0 in range(0, c, MAX_WIDTH):
+                vb = xp.ascontiguousarray(v[:, c0:c0 + MAX_WIDTH])
+                ob, lse = self._softmax_run(dtype, q, k, vb, b, lim, vb.shape[1])
+                parts.append(ob)
+            out = xp.concatenate(parts, axis=1)
+        if order is not None:
+            out_s, lse_s = out, lse
+            out = xp.empty_like(out_s)
+            lse = xp.empty_like(lse_s)
+            out[order] = out_s
+            lse[order] = lse_s
+        return out, lse
+
+    def softmax(self, q, k, v, bias, limits):
+        """Streaming softmax ``(out (M, c), lse (M,))``; see :mod:`transformer_pde.backends`."""
+        return self._reduce(q, k, v, bias, limits)
+
+    def lse(self, q, k, bias, limits):
+        r""":math:`\mathrm{lse}_i = \log\sum_{j<L_i} e^{q_i\cdot k_j + b_j}` (M,), one streaming pass."""
+        return self._reduce(q, k, None, bias, limits)[1]
+
+    # ------------------------------------------------------------------ pointwise
+    def _pointwise_run(self, phi, dtype, q, k, v, w, lim):
+        xp = self.xp
+        m, r = q.shape
+        n, c = v.shape
+        name = pointwise_kernel_name(dtype, r, c, phi)
+        cfg = kernel_config(dtype, r, c, softmax=False)
+        chunk, s = self._split(m, n, cfg.qpt, cfg.nt, cfg.tk)
+        grid = (-(-m // (cfg.qpt * cfg.nt)), s)
+        args_in = [q, k, v, w, self._dummy(np.int32) if lim is None else lim, m, n, chunk,
+                   int(lim is not None)]
+        if s == 1:
+            out = xp.empty((m, c), dtype=dtype)
+            self.launcher.launch(name, grid, cfg.nt, args_in + [out, self._dummy(np.float64)])
+            return out
+        part = xp.empty((s, m, c), dtype=np.float64)
+        self.launcher.launch(name, grid, cfg.nt, args_in + [self._dummy(dtype), part])
+        return merge_pointwise_partials(xp, part, dtype)
+
+    def pointwise(self, phi, q, k, v, w, limits):
+        r"""``out_i = sum_{j<L_i} w_j phi(q_i . k_j) v_j`` for ``phi`` in identity/sigmoid/relu."""
+        if phi not in PHI_CODES:
+            raise ValueError(f"phi must be one of {sorted(PHI_CODES)}, got {phi!r}")
+        xp = self.xp
+        dtype, q, k, (v,), lim = self._prepare(q, k, [v], limits)
+        m, r = q.shape
+        n, c = v.shape
+        wc = self._vector(w, n, dtype, "w")
+        if m == 0 or n == 0 or c == 0:
+            return xp.zeros((m, c), dtype=dtype)
+        if r > MAX_WIDTH:
+            return plain_pointwise(xp, phi, q, k, v, wc, lim)
+        order = self._order(xp, lim)
+        if order is not None:
+            q, lim = q[order], lim[order]
+        parts = [self._pointwise_run(phi, dtype, q, k,
+                                     v if c <= MAX_WIDTH else
+                                     xp.ascontiguousarray(v[:, c0:c0 + MAX_WIDTH]), wc, lim)
+                 for c0 in range(0, c, MAX_WIDTH)]
+        out = parts[0] if len(parts) == 1 else xp.concatenate(parts, axis=1)
+        if order is not None:
+            out_s = out
+            out = xp.empty_like(out_s)
+            out[order] = out_s
+        return out
