@@ -24,12 +24,10 @@ from __future__ import annotations
 import importlib
 from typing import Any, Protocol
 
+from ..errors import BackendNotAvailable
+
 __all__ = ["Backend", "BackendNotAvailable", "available_backends", "get_backend",
            "register_backend", "BACKENDS"]
-
-
-class BackendNotAvailable(ImportError):
-    """Raised when a requested backend's library (numba, cupy, a GPU) is missing."""
 
 
 class Backend(Protocol):
@@ -54,6 +52,7 @@ class Backend(Protocol):
 BACKENDS: dict[str, str] = {
     "numpy": "transformer_pde.backends.numpy_backend:NumpyBackend",
     "numba": "transformer_pde.backends.numba_backend:NumbaBackend",
+    "cupy": "transformer_pde.backends.cupy_backend:CupyBackend",
 }
 
 _cache: dict[str, Any] = {}
@@ -79,7 +78,7 @@ def _load(name: str) -> Any:
     except ImportError as exc:
         raise BackendNotAvailable(
             f"backend={name!r} is not available: {exc}. Install the optional dependency "
-            f"(e.g. pip install 'transformer-pde[gpu]' for cupy)") from exc
+            f"(for cupy: pip install 'transformer-pde[gpu-cuda12]' or '[gpu-cuda13]')") from exc
     _cache[name] = be
     return be
 
@@ -122,9 +121,11 @@ def get_backend(name: Any = "numpy", *, n_tokens: int | None = None) -> Any:
     return _load(name)
 
 
-# Preference order of ``"auto"``: (backend, smallest token count it is chosen for).  A
-# GPU backend registered under "cupy" (see register_backend) only pays off once kernel
-# launches are amortised; numba beats the NumPy reference from a few dozen tokens.
+# Preference order of ``"auto"``: (backend, smallest token count it is chosen for).  The
+# GPU backend only pays off once kernel launches are amortised, and is chosen only when
+# it loads: CuPy, driver and device present and its kernels pass their self-test
+# (CupyBackend raises BackendNotAvailable otherwise); numba beats the NumPy reference
+# from a few dozen tokens.
 _AUTO_ORDER: tuple[tuple[str, int], ...] = (("cupy", 20_000), ("numba", 64))
 
 

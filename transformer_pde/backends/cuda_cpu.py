@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -31,7 +32,7 @@ from ..errors import BackendNotAvailable
 
 __all__ = ["CpuLauncher", "find_compiler"]
 
-_FLAGS = ["-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-Wno-unknown-pragmas"]
+_FLAGS = ["-std=c++17", "-O0", "-shared", "-fPIC", "-pthread", "-Wno-unknown-pragmas"]
 
 
 def find_compiler() -> str | None:
@@ -76,11 +77,19 @@ class CpuLauncher:
         self.n_multiprocessors = int(n_multiprocessors)
         self._functions: dict[str, Any] = {}
         self._libs: list[ctypes.CDLL] = []
-        names = [n for n in dict.fromkeys(names)]
+        names = list(dict.fromkeys(names))
         if names:
-            self._build(names)
+            # one compiler process per core, each on its share of the kernels
+            n_jobs = max(1, min(os.cpu_count() or 1, len(names) // 8))
+            groups = [names[i::n_jobs] for i in range(n_jobs)]
+            with ThreadPoolExecutor(n_jobs) as pool:
+                for g, lib in zip(groups, pool.map(self._compile, groups)):
+                    self._load(g, lib)
 
     def _build(self, names: list[str]) -> None:
+        self._load(names, self._compile(names))
+
+    def _compile(self, names: list[str]) -> Path:
         kdir = resources.files(__package__).joinpath("kernels")
         shim = kdir.joinpath("cpu_shim.h").read_text()
         src = kdir.joinpath("attention.cu").read_text()
@@ -102,6 +111,9 @@ class CpuLauncher:
                 if res.returncode != 0:
                     raise RuntimeError(f"compiling the kernels for the CPU failed:\n{res.stderr}")
                 os.replace(out, lib)
+        return lib
+
+    def _load(self, names: list[str], lib: Path) -> None:
         dll = ctypes.CDLL(str(lib))
         self._libs.append(dll)
         for i, name in enumerate(names):

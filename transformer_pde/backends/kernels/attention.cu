@@ -198,7 +198,7 @@ tpde_softmax(const T* __restrict__ q, const T* __restrict__ k, const T* __restri
       const double inv = ok ? 1.0 / st[u] : 0.0;
       lse[i] = ok ? (T)(((double)m[u] + tpde_log2(st[u])) * TPDE_LN2) : (T)tpde_neg_inf();
 #pragma unroll
-      for (int c = 0; c < C; ++c) out[(long long)i * C + c] = (T)(at[u][c] * inv);
+      for (int c = 0; c < C; ++c) out[(long long)i * C + c] = ok ? (T)(at[u][c] * inv) : (T)0;
     } else {
       double* pr = part + ((long long)blockIdx.y * M + i) * (C + 2);
       pr[0] = (double)m[u];
