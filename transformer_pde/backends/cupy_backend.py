@@ -44,9 +44,10 @@ with NumPy standing in for CuPy.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -54,12 +55,12 @@ from ..errors import BackendNotAvailable
 from .numpy_backend import NumpyBackend
 
 __all__ = [
+    "INSTALL_HINT",
+    "MAX_WIDTH",
     "CupyBackend",
     "CupyLauncher",
     "KernelConfig",
     "Launcher",
-    "MAX_WIDTH",
-    "INSTALL_HINT",
     "kernel_config",
     "kernel_source",
     "merge_pointwise_partials",
@@ -112,13 +113,13 @@ def kernel_config(dtype: Any, r: int, c: int, *, softmax: bool = True) -> Kernel
     The per-query state (``r`` query coordinates, the running maximum, partial sums in
     ``dtype`` and float64 totals) must fit a register budget of about
     :data:`_REGISTER_BUDGET` 32-bit registers, so that nothing spills (checked with
-    ``ptxas`` by the test suite); ``QPT`` is the largest power of two up to 8 (4 for
-    ``r = 1``) that fits.
+    ``ptxas`` by the test suite); ``QPT`` is the largest power of two up to 8 that fits.
+    (The kernels carry no ``__launch_bounds__``: with it, ptxas 13.0 traded a few bytes
+    of spills for fewer registers at ``r = 1``.)
     """
     w = 2 if np.dtype(dtype) == np.float64 else 1
     per_query = w * r + (w + 2) * c + ((2 * w + 2) if softmax else 0)
-    # ptxas 13.0 spilled a few bytes at r = 1 with eight queries per thread
-    qpt = 8 if r > 1 else 4
+    qpt = 8
     while qpt > 1 and qpt * per_query > _REGISTER_BUDGET:
         qpt //= 2
     return KernelConfig(qpt)
@@ -256,7 +257,7 @@ class CupyLauncher:
 
     def __init__(self, device: int | None = None):
         try:
-            import cupy  # noqa: PLC0415
+            import cupy
         except ImportError as exc:
             raise BackendNotAvailable(
                 f"backend='cupy' needs CuPy, which is not installed ({exc}); "

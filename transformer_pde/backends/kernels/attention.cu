@@ -92,7 +92,7 @@ TPDE_DEVICE void tpde_load_rows(T* dst, const T* src, int j0, int nk, int width,
 // == 1; otherwise part (gridDim.y, M, C + 2) in float64: (m, s, acc[C]) with
 // lse = ln2 * (m + log2 s), out = acc / s, m in base-2 units.
 template <typename T, int R, int C, int QPT, int NT, int TK>
-__global__ void __launch_bounds__(NT)
+__global__ void
 tpde_softmax(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
              const T* __restrict__ bias, const int* __restrict__ limits, int M, int N,
              int chunk, int has_bias, int has_limits, T* __restrict__ out,
@@ -215,7 +215,7 @@ tpde_softmax(const T* __restrict__ q, const T* __restrict__ k, const T* __restri
 // their sums are multiplied by ln 2 at the end; sigmoid(z) = 1 / (1 + 2^-z2)).
 // gridDim.y == 1: out (M, C) of type T; otherwise part (gridDim.y, M, C) in float64.
 template <typename T, int R, int C, int PHI, int QPT, int NT, int TK>
-__global__ void __launch_bounds__(NT)
+__global__ void
 tpde_pointwise(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                const T* __restrict__ w, const int* __restrict__ limits, int M, int N,
                int chunk, int has_limits, T* __restrict__ out, double* __restrict__ part) {
