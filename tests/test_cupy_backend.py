@@ -155,6 +155,11 @@ def test_pointwise(gpu_like, phi, dtype, rtol, data):
     w = np.exp(bias.astype(np.float64)).astype(dtype)
     out = gpu_like[split].pointwise(phi, q, k, v, w, limits)
     assert out.dtype == dtype
+    _check_pointwise(out, phi, q, k, v, w, limits, rtol, dtype)
+
+
+def _check_pointwise(out, phi, q, k, v, w, limits, rtol, dtype):
+    """|out - ref| <= rtol * sum_j w_j |phi_ij| |v_j| (+ the smallest normal number)."""
     f64 = [a.astype(np.float64) for a in (q, k, v, w)]
     ref = REF.pointwise(phi, *f64, limits)
     s = f64[0] @ f64[1].T
@@ -617,24 +622,28 @@ def gpu():
 @pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-12), (np.float32, 1e-5)])
 @pytest.mark.parametrize("masked", [False, True])
 def test_gpu_primitives(gpu, dtype, tol, masked, rng):
+    # same tolerances as the CPU tests: the reference sees the inputs rounded to dtype
     for d in WIDTHS:
         m, n = 3000, 20_011
-        q, k = rng.normal(size=(m, d)) / np.sqrt(d), rng.normal(size=(n, d)) / np.sqrt(d)
-        v, bias = rng.normal(size=(n, d)), np.log(rng.uniform(0.1, 1, n))
+        q = (rng.normal(size=(m, d)) / np.sqrt(d)).astype(dtype)
+        k = (rng.normal(size=(n, d)) / np.sqrt(d)).astype(dtype)
+        v = rng.normal(size=(n, d)).astype(dtype)
+        bias = np.log(rng.uniform(0.1, 1, n)).astype(dtype)
         limits = rng.integers(0, n + 1, m) if masked else None
-        ref_out, ref_lse = REF.softmax(q, k, v, bias, limits)
-        out, lse = gpu.softmax(*[gpu.asarray(a, dtype) for a in (q, k, v, bias)],
-                               None if limits is None else gpu.asarray(limits))
-        assert type(out).__module__.startswith("cupy")
-        np.testing.assert_allclose(gpu.to_numpy(out), ref_out, rtol=0, atol=tol)
+        lim_d = None if limits is None else gpu.asarray(limits)
+        f64 = [a.astype(np.float64) for a in (q, k, v, bias)]
+        ref_out, ref_lse = REF.softmax(*f64, limits)
+        out, lse = gpu.softmax(*[gpu.asarray(a) for a in (q, k, v, bias)], lim_d)
+        assert type(out).__module__.startswith("cupy") and out.dtype == dtype
+        np.testing.assert_allclose(gpu.to_numpy(out), ref_out, rtol=0, atol=tol * np.abs(v).max())
         fin = np.isfinite(ref_lse)
+        assert np.array_equal(fin, np.isfinite(gpu.to_numpy(lse)))
         np.testing.assert_allclose(gpu.to_numpy(lse)[fin], ref_lse[fin], rtol=tol, atol=tol)
+        w = np.exp(f64[3]).astype(dtype)
         for phi in cb.PHI_CODES:
-            w = np.exp(bias)
-            got = gpu.to_numpy(gpu.pointwise(phi, *[gpu.asarray(a, dtype) for a in (q, k, v, w)],
-                                             None if limits is None else gpu.asarray(limits)))
-            ref = REF.pointwise(phi, q, k, v, w, limits)
-            np.testing.assert_allclose(got, ref, rtol=tol * 10, atol=tol * np.abs(ref).max())
+            got = gpu.to_numpy(gpu.pointwise(phi, *[gpu.asarray(a) for a in (q, k, v, w)],
+                                             lim_d))
+            _check_pointwise(got, phi, q, k, v, w, limits, tol, dtype)
 
 
 @pytest.mark.gpu
