@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -274,7 +273,7 @@ def test_internal_error_one_line_and_traceback_file(tmp_path, capsys, monkeypatc
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     tempfile.tempdir = None  # re-read TMPDIR
     try:
-        import transformer_pde.plot as plot
+        from transformer_pde import plot
 
         def bug(*args, **kwargs):
             raise ZeroDivisionError("a bug")
@@ -312,7 +311,7 @@ def _env() -> dict:
 def test_module_entry_point_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "transformer_pde.cli", "demo", "--n", "0",
                            "--out", str(tmp_path / "o")], capture_output=True, text=True,
-                          env=_env(), cwd=tmp_path, timeout=120)
+                          env=_env(), cwd=tmp_path, timeout=120, check=False)
     assert proc.returncode == EXIT.USAGE
     assert "--n" in _one_line(proc.stderr)
     assert not (tmp_path / "o").exists()
