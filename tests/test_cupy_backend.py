@@ -431,6 +431,21 @@ def test_cupy_missing(monkeypatch):
         cb.CupyLauncher()
 
 
+def test_default_backend_failure_is_remembered(monkeypatch):
+    # "auto" asks for the GPU on every call: a failure is reported again without retrying
+    calls = []
+
+    def launcher():
+        calls.append(1)
+        raise BackendNotAvailable("backend='cupy': no CUDA device (test)")
+    monkeypatch.setattr(cb, "CupyLauncher", launcher)
+    monkeypatch.setattr(cb, "_DEFAULT_FAILURE", [])
+    for _ in range(3):
+        with pytest.raises(BackendNotAvailable, match="no CUDA device"):
+            cb.CupyBackend()
+    assert len(calls) == 1
+
+
 class _CudaError(RuntimeError):
     def __init__(self, status, text):
         super().__init__(text)

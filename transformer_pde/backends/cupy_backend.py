@@ -90,6 +90,8 @@ INSTALL_HINT = ("pip install 'transformer-pde[gpu-cuda12]' (NVIDIA driver for CU
                 "'transformer-pde[gpu-cuda13]' (CUDA 13)")
 
 _REFERENCE = NumpyBackend()
+# why the default GPU backend could not be created in this process (at most one entry)
+_DEFAULT_FAILURE: list[BackendNotAvailable] = []
 
 
 # --------------------------------------------------------------------------- kernels
@@ -339,13 +341,23 @@ class CupyBackend:
 
     def __init__(self, launcher: Launcher | None = None, *, target_blocks: int | None = None,
                  self_test: bool = True):
-        self.launcher = CupyLauncher() if launcher is None else launcher
-        self.xp = self.launcher.xp
-        self.target_blocks = (int(target_blocks) if target_blocks is not None
-                              else _BLOCKS_PER_SM * int(self.launcher.n_multiprocessors))
-        self._dummies: dict[Any, Any] = {}
-        if self_test:
-            self._self_test()
+        default = launcher is None
+        if default and _DEFAULT_FAILURE:
+            # the GPU failed once in this process: say so again at once (``"auto"`` asks
+            # on every call) instead of retrying the driver and the compiler
+            raise BackendNotAvailable(str(_DEFAULT_FAILURE[0]))
+        try:
+            self.launcher = CupyLauncher() if default else launcher
+            self.xp = self.launcher.xp
+            self.target_blocks = (int(target_blocks) if target_blocks is not None
+                                  else _BLOCKS_PER_SM * int(self.launcher.n_multiprocessors))
+            self._dummies: dict[Any, Any] = {}
+            if self_test:
+                self._self_test()
+        except BackendNotAvailable as exc:
+            if default:
+                _DEFAULT_FAILURE.append(exc)
+            raise
 
     def __repr__(self) -> str:
         return f"CupyBackend(launcher={type(self.launcher).__name__})"
