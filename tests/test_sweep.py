@@ -307,3 +307,132 @@ def test_killed_client_resumes_without_recomputing_finished_cells(tmp_path):
                         sweep_cells.slow_logged)
     ref = sweep.run(study, scheduler="serial", progress=False)
     assert final["value"].equals(ref["value"])
+
+
+# ------------------------------------------------------------------------- built-in cells
+def test_cone_cell_equals_a_direct_gaussian_solve():
+    from transformer_pde import gaussian
+
+    cell = sweep.ConeCell(kind="softmax", Q=((1.0, 0.3), (0.0, 1.0)), t_max=5.0)
+    study = sweep.Study(sweep.Grid({"u": [-0.3, 0.2], "w": [0.0, 0.4]}), cell)
+    ds = sweep.run(study, scheduler="serial", progress=False)
+    u, w = 0.2, 0.4
+    att = tp_attention(np.array([[1.0, 0.3], [0.0, 1.0]]))
+    ref = gaussian.solve(att, np.zeros(2), np.array([[(1 + u) / 2, w / 2], [w / 2, (1 - u) / 2]]),
+                         t_max=5.0, blowup_threshold=1e8, rtol=1e-10)
+    got = ds.sel(u=u, w=w, draw=0)
+    assert sweep.STATUS_CODES[int(got["status"])] == {"running": "ok"}.get(str(ref.status), str(ref.status))
+    assert np.array_equal(got["limit"].values, ref.limit)
+    assert float(got["t_final"]) == ref.t_final
+    with pytest.raises(ArgumentError, match="not an option"):
+        sweep.Study(sweep.Grid({"bogus": [1]}), cell)
+
+
+def tp_attention(Q):
+    from transformer_pde import Attention
+
+    return Attention("softmax", Q, np.eye(2), np.eye(2))
+
+
+def test_cone_cell_outside_the_cone_fails_with_a_message():
+    study = sweep.Study(sweep.Grid({"u": [0.99], "w": [0.5]}), sweep.ConeCell())
+    with pytest.warns(sweep.CellFailureWarning, match="inside the cone"):
+        ds = sweep.run(study, scheduler="serial", progress=False)
+    assert ds["cell_status"].item() == sweep.FAILED
+
+
+def test_stability_cell_never_exceeds_its_bound():
+    study = sweep.Study(sweep.Grid({"delta": [1e-3, 1e-1]}, draws=2, seed=1),
+                        sweep.StabilityCell(n=24, t_max=0.5, dt=0.05))
+    ds = sweep.run(study, scheduler="serial", progress=False)
+    assert (ds["cell_status"] == sweep.DONE).all()
+    assert (ds["ratio"] <= ds["bound"] * (1 + 1e-12)).all()
+    assert np.allclose(ds["ratio"], ds["w2_t"] / ds["w2_0"], rtol=0, atol=0)
+
+
+def test_cluster_cell_equals_a_direct_run_and_count():
+    import transformer_pde as tp
+    from transformer_pde import diagnostics
+
+    cell = sweep.ClusterCell(d=3, n=16, t_max=2.0, dt=0.25, backend="numpy")
+    study = sweep.Study(sweep.Grid({"beta": [1.0, 4.0]}, seed=2), cell)
+    ds = sweep.run(study, scheduler="serial", progress=False)
+    c = study.grid.cell(1)
+    X0 = c.rng().normal(size=(16, 3))
+    X0 /= np.linalg.norm(X0, axis=1, keepdims=True)
+    att = tp.Attention("softmax", np.eye(3), np.eye(3), np.eye(3), beta=4.0)
+    traj = tp.simulate(att, X0, t_max=2.0, dt=0.25, method="rk4", constraint="sphere")
+    cl = diagnostics.clusters(traj.states[-1])
+    assert ds["n_clusters"].values[1, 0] == cl.n_clusters
+    assert ds["largest"].values[1, 0] == cl.masses.max()
+    assert (ds["status"] == sweep.status_code("ok")).all()
+
+
+# ------------------------------------------------------------------------- config files
+def test_study_from_config_names_bad_keys(tmp_path):
+    from transformer_pde.errors import ConfigError
+    from transformer_pde.sweep.config import run_config, study_from_config
+
+    good = {"study": {"cell": "cone", "draws": 1, "axes": {"u": [0.0], "w": [0.1]}},
+            "cell": {"t_max": 2.0}}
+    assert study_from_config(good).grid.shape == (1, 1, 1)
+    bad = [({"study": {"cell": "nope"}}, "neither a built-in"),
+           ({"study": {"cell": "cone", "oops": 1}}, "unknown key 'oops'"),
+           ({"study": {"cell": "cone", "axes": {"u": []}}}, "empty"),
+           ({"study": {"cell": "cone"}, "cell": {"bogus": 1}}, "bogus"),
+           ({"study": {"cell": "cone", "axes": {"zz": [1]}}}, "not an option"),
+           ({"study": {"cell": "sweep_cells:noisy_mean"}, "cell": {"a": 1}}, "built-in cells only"),
+           ({"study": {"cell": "no_such_module:f"}}, "cannot import"),
+           ({"study": {}}, "study.cell is required"),
+           ({"study": {"cell": "cone", "draws": 0}}, "draws")]
+    for cfg, match in bad:
+        with pytest.raises(ConfigError, match=match):
+            study_from_config(cfg)
+    cfg_path = tmp_path / "s.toml"
+    cfg_path.write_text('[study]\ncell = "sweep_cells:noisy_mean"\ndraws = 2\n'
+                        '[study.axes]\nmu = [0.0, 1.0]\n')
+    s = run_config(cfg_path, tmp_path / "out", scheduler="serial", progress=False)
+    assert s["done"] == 4 and (tmp_path / "out" / "summary.json").exists()
+    with pytest.raises(sweep.StoreError, match="already exists"):
+        run_config(cfg_path, tmp_path / "out", scheduler="serial", progress=False)
+    (tmp_path / "bad.toml").write_bytes(b"\xff\xfe[study")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        run_config(tmp_path / "bad.toml", tmp_path / "out2", scheduler="serial")
+    assert not (tmp_path / "out2").exists()
+
+
+# ------------------------------------------------------------------------- labelled trajectories
+def test_particle_trajectory_round_trips_through_netcdf_and_zarr(tmp_path):
+    import transformer_pde as tp
+    from transformer_pde import labelled
+
+    att = tp.Attention("softmax", np.eye(2), np.eye(2), [[1.0, 0.2], [0.0, 1.0]], beta=0.7,
+                       masked=True)
+    X0 = np.random.default_rng(0).normal(size=(12, 2))
+    traj = tp.simulate(att, X0, positions=np.linspace(0, 1, 12), t_max=0.5, dt=0.1)
+    for suffix in (".nc", ".zarr"):
+        path = labelled.save_dataset(labelled.particle_dataset(traj), tmp_path / f"t{suffix}")
+        back = labelled.particle_from_dataset(labelled.open_dataset(path), str(path))
+        assert np.array_equal(back.states, traj.states)
+        assert np.array_equal(back.times, traj.times)
+        assert np.array_equal(back.positions, traj.positions)
+        assert back.attention.to_dict().keys() == traj.attention.to_dict().keys()
+        assert np.array_equal(back.attention.at(0).heads[0].V, traj.attention.at(0).heads[0].V)
+        assert back.attention.beta == 0.7 and back.status == traj.status
+        with pytest.raises(ArgumentError, match="already exists"):
+            labelled.save_dataset(labelled.particle_dataset(traj), path)
+    junk = tmp_path / "junk.nc"
+    junk.write_bytes(os.urandom(100))
+    with pytest.raises(labelled.TrajectoryFileError, match="junk.nc"):
+        labelled.open_dataset(junk)
+
+
+def test_gaussian_trajectory_as_dataset():
+    import transformer_pde as tp
+    from transformer_pde import gaussian, labelled
+
+    att = tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2))
+    g = gaussian.solve(att, np.zeros(2), 0.3 * np.eye(2), t_max=1.0, t_eval=[0.0, 0.5, 1.0])
+    ds = labelled.gaussian_dataset(g)
+    assert ds["covs"].dims == ("time", "dim", "dim_")
+    assert np.array_equal(ds["covs"].values, g.covs) and ds.attrs["status"] == str(g.status)
