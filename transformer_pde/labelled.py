@@ -136,10 +136,14 @@ def save_dataset(ds: Any, path: str | Path) -> Path:
         raise ArgumentError(f"path must end in one of {LABELLED_SUFFIXES}, got {path.name!r}")
     if path.exists():
         raise ArgumentError(f"{path} already exists; refusing to overwrite it")
-    if path.suffix == ".nc":
-        ds.to_netcdf(path, engine="h5netcdf")
-    else:
-        ds.to_zarr(path, mode="w-", zarr_format=2, consolidated=False)
+    import dask  # noqa: PLC0415  (xarray's writers go through dask when it is installed)
+
+    # In-memory data: write in this thread even if a Dask Client is the default scheduler.
+    with dask.config.set(scheduler="synchronous"):
+        if path.suffix == ".nc":
+            ds.to_netcdf(path, engine="h5netcdf")
+        else:
+            ds.to_zarr(path, mode="w-", zarr_format=2, consolidated=False)
     return path
 
 

@@ -67,9 +67,10 @@ def _connect(scheduler: Any, workers: int | None, scheduler_file: str | Path | N
         if scheduler_file is not None:
             if not Path(scheduler_file).is_file():
                 raise SchedulerError(f"scheduler file {scheduler_file} does not exist")
-            return _Executor(client=Client(scheduler_file=str(scheduler_file), timeout="5s"))
+            return _Executor(client=Client(scheduler_file=str(scheduler_file), timeout="5s",
+                                              set_as_default=False))
         if scheduler is not None:
-            return _Executor(client=Client(scheduler, timeout="5s"))
+            return _Executor(client=Client(scheduler, timeout="5s", set_as_default=False))
         n = workers or os.cpu_count() or 1
         # One single-threaded worker process per core; numba inside each is set to one thread.
         try:
@@ -80,7 +81,7 @@ def _connect(scheduler: Any, workers: int | None, scheduler_file: str | Path | N
                 f"could not start a local Dask cluster of {n} worker processes ({exc}). "
                 f"Worker processes re-import the main script: in a script, call "
                 f"sweep.run under `if __name__ == \"__main__\":`") from None
-        return _Executor(client=Client(cluster), cluster=cluster)
+        return _Executor(client=Client(cluster, set_as_default=False), cluster=cluster)
     except SchedulerError:
         raise
     except (OSError, TimeoutError) as exc:
@@ -246,15 +247,17 @@ def _run_dask(ex: _Executor, study: Study, results: ResultStore, pending: list[i
     from distributed import as_completed  # noqa: PLC0415
 
     n_workers = max(1, len(ex.client.scheduler_info().get("workers", {})))
-    fn, grid, outs = ex.client.scatter([study.cell, study.grid, study.outputs], broadcast=True)
-    tag = f"{study.name}-{time.time_ns()}"
-    futures = [ex.client.submit(run_cells, fn, grid, batch, outs, pure=False,
-                                key=f"{tag}-cells-{batch[0]}-{batch[-1]}")
-               for batch in _batches(pending, n_workers, batch_size)]
-    for fut in as_completed(futures):
-        for res in fut.result():
-            _record(results, res, bar)
-        fut.release()
+    with ex.client.as_current():  # current for this block only: no global default scheduler
+        fn, grid, outs = ex.client.scatter([study.cell, study.grid, study.outputs],
+                                           broadcast=True)
+        tag = f"{study.name}-{time.time_ns()}"
+        futures = [ex.client.submit(run_cells, fn, grid, batch, outs, pure=False,
+                                    key=f"{tag}-cells-{batch[0]}-{batch[-1]}")
+                   for batch in _batches(pending, n_workers, batch_size)]
+        for fut in as_completed(futures):
+            for res in fut.result():
+                _record(results, res, bar)
+            fut.release()
 
 
 def summary(ds: Any) -> dict:

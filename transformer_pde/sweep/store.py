@@ -98,9 +98,12 @@ class ResultStore:
                                                            dtype=int)) * var.dtype.itemsize)
                 chunks = (*(1,) * (len(study.grid.dims) - 1), rows, *var.shape[len(study.grid.dims):])
                 enc[name] = {"chunks": chunks}
+            import dask  # noqa: PLC0415
+
             try:
-                self.ds.to_zarr(self.path, mode="w-", zarr_format=2, encoding=enc,
-                                consolidated=False)
+                with dask.config.set(scheduler="synchronous"):
+                    self.ds.to_zarr(self.path, mode="w-", zarr_format=2, encoding=enc,
+                                    consolidated=False)
             except (OSError, ValueError) as exc:
                 raise StoreError(f"cannot create the results store {self.path}: {exc}") from exc
             self._group = self._zarr_group()
