@@ -357,7 +357,7 @@ def bures_wasserstein(m1: Any, S1: Any, m2: Any, S2: Any) -> float:
     itself is ill-conditioned, keep an error up to
     :math:`\sqrt{\epsilon_{mach}\,\operatorname{tr}S}`).
     """
-    from ..gaussian import _psd_factor  # noqa: PLC0415 (symmetric PSD square root)
+    from ..gaussian.affine import psd_factor  # noqa: PLC0415 (symmetric PSD square root)
 
     a = np.atleast_1d(np.asarray(m1, dtype=float))
     b = np.atleast_1d(np.asarray(m2, dtype=float))
@@ -376,7 +376,7 @@ def bures_wasserstein(m1: Any, S1: Any, m2: Any, S2: Any) -> float:
     # minimiser is U = P Q^T from the SVD F2^T F1 = P diag(s) Q^T, and the minimum equals
     # tr S1 + tr S2 - 2 sum(s).  Forming the residual F1 - F2 U avoids the cancellation of
     # that trace difference when the two Gaussians nearly coincide.
-    F1, F2 = _psd_factor(A), _psd_factor(B)
+    F1, F2 = psd_factor(A), psd_factor(B)
     P, _, Qt = np.linalg.svd(F2.T @ F1)
     resid = F1 - F2 @ (P @ Qt)
     return math.sqrt(float(np.sum((a - b) ** 2) + np.sum(resid * resid)))
