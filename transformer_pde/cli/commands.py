@@ -343,7 +343,8 @@ def run_cone(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
         except ValueError as exc:
             raise ConfigError(f"cone: {exc}") from None
         status = [str(r.status) for r in runs]
-        colours = [STATUS_COLOURS[s] for s in status] if color_by == "status" else color_by
+        colours = ([STATUS_COLOURS.get(s, "black") for s in status] if color_by == "status"
+                   else color_by)
         panels = ["cone", "slice"] if view == "both" else [view]
         fig = Figure(figsize=(5.5 * len(panels), 5.0), layout="constrained")
         for i, panel in enumerate(panels):
@@ -362,7 +363,8 @@ def run_cone(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
             arrays[f"times_{i}"], arrays[f"covs_{i}"] = r.times, r.covs
         np.savez(outdir.path("cone.npz"), **arrays)
         summary = {"command": "cone", "attention": repr(att), "n": n,
-                   "status_counts": {k: status.count(k) for k in STATUS_COLOURS},
+                   "status_counts": {k: status.count(k) for k in dict.fromkeys(
+                       [*STATUS_COLOURS, *status])},
                    "blowup_times": arrays["blowup_time"],
                    "t_final": [r.t_final for r in runs],
                    "files": {"data": "cone.npz", "figure": "cone.png"}}
