@@ -140,7 +140,7 @@ def test_simulation_runs_and_is_recorded():
     rng = np.random.default_rng(5)
     att = tp.Attention("galerkin", *(0.5 * rng.normal(size=(4, 4)) for _ in range(3)),
                        heads=2)
-    tr = tp.simulate(att, rng.normal(size=(30, 4)), t_max=1.0, dt=0.1, method="heun")
+    tr = tp.simulate(att, rng.normal(size=(30, 4)), t_max=1.0, dt=0.1, solver="heun")
     assert tr.status == "ok" and np.all(np.isfinite(tr.states))
 
 

@@ -379,14 +379,15 @@ def run_demo(out: str | Path = "transformer-pde-demo", *, n: int = 256, seed: in
 
     from . import plot  # noqa: PLC0415
     from .attention import Attention  # noqa: PLC0415
-    from .particles import simulate  # noqa: PLC0415
+    from .particles import FieldOptions, simulate  # noqa: PLC0415
 
     outdir = _outdir(out)
     rng = np.random.default_rng(seed)
     X0 = rng.normal(size=(n, 2))
     att = Attention("softmax", np.eye(2), np.eye(2), np.eye(2))
     t0 = time.perf_counter()
-    traj = simulate(att, X0, t_max=t_max, dt=dt, method="rk4", backend=backend)
+    traj = simulate(att, X0, t_max=t_max, dt=dt, solver="rk4",
+                    field=FieldOptions(backend=backend))
     elapsed = time.perf_counter() - t0
     Z = plot.rescaled_states(traj, np.eye(2))
     k_final, labels = _clusters(Z[-1], cluster_tol)
@@ -453,7 +454,7 @@ def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True) -> dict:
     With ``masked = true`` the tokens get positions ``linspace(0, 1, N)`` in input order
     (token ``i`` attends to tokens ``j <= i``)."""
     from . import plot  # noqa: PLC0415
-    from .particles import simulate  # noqa: PLC0415
+    from .particles import FieldOptions, Limits, Monitor, SaveAt, simulate  # noqa: PLC0415
 
     _Section(cfg, "config", ("attention", "tokens", "run", "output", "title"))
     att = build_attention(cfg.get("attention"))
@@ -470,12 +471,14 @@ def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True) -> dict:
     try:
         traj = simulate(att, X0, t_max=run.number("t_max", 5.0, positive=True),
                         dt=run.number("dt", 0.05, positive=True),
-                        method=run.choice("method", "rk4", ("euler", "rk4", "dopri5")),
-                        backend=run.choice("backend", "numpy", ("numpy", "numba", "cupy", "auto")),
-                        save_every=run.integer("save_every", 1, minimum=1),
-                        max_norm=run.number("max_norm", 1e8, positive=True),
-                        dtype=run.choice("dtype", "float64", ("float32", "float64")),
-                        positions=positions, progress=progress)
+                        solver=run.choice("method", "rk4", ("euler", "rk4", "dopri5")),
+                        field=FieldOptions(
+                            backend=run.choice("backend", "numpy",
+                                               ("numpy", "numba", "cupy", "auto")),
+                            dtype=run.choice("dtype", "float64", ("float32", "float64"))),
+                        saveat=SaveAt(every=run.integer("save_every", 1, minimum=1)),
+                        limits=Limits(max_norm=run.number("max_norm", 1e8, positive=True)),
+                        positions=positions, monitor=Monitor(progress=progress))
     except (TypeError, ValueError) as exc:
         if isinstance(exc, ConfigError):
             raise
