@@ -127,9 +127,12 @@ def test_galerkin_is_linear_in_the_query():
 
 def test_needs_two_features_and_keeps_float32():
     X = np.random.default_rng(4).normal(size=(5, 2))
-    att = tp.Attention("galerkin", np.ones((1, 2)), np.ones((1, 2)), np.eye(2))
-    with pytest.raises(ValueError, match="k >= 2"):
-        tp.velocity(att, X)
+    # refused when the attention is built, not at its first evaluation (issue 13)
+    for kind in ("galerkin", "fourier"):
+        with pytest.raises(ValueError, match="k >= 2"):
+            tp.Attention(kind, np.ones((1, 2)), np.ones((1, 2)), np.eye(2))
+        with pytest.raises(ValueError, match="k >= 2"):   # two heads of one feature each
+            tp.Attention(kind, np.eye(2), np.eye(2), np.eye(2), heads=2)
     att = tp.Attention("fourier", np.eye(2), np.array([[1.0, 2.0], [0.0, 1.0]]), np.eye(2))
     out = tp.velocity(att, X.astype(np.float32))
     assert out.dtype == np.float32

@@ -113,16 +113,17 @@ class Limits:
     max_norm : float, default 1e8
         Stop with status ``blowup`` once some :math:`|x_i|_\\infty` exceeds it (that state
         is saved).
-    max_steps : int, default 10_000_000
+    max_steps : int, default 1_000_000
         Step budget (attempted steps).  A fixed-step run needing more is refused before
         it starts; an adaptive run that exhausts it stops with status ``max_steps``.
     max_memory : float, optional
-        Bytes the saved states may take (default: half the physical memory).  A run
-        whose saves would need more is refused before it starts.
+        Bytes the saved states may take (default: 8 GiB or half the physical memory,
+        whichever is smaller).  A run whose saves would need more is refused before it
+        starts.
     """
 
     max_norm: float = 1e8
-    max_steps: int = 10_000_000
+    max_steps: int = 1_000_000
     max_memory: float | None = None
 
     def __post_init__(self) -> None:
@@ -138,13 +139,14 @@ class Limits:
             set_(self, "max_memory", _positive("max_memory", self.max_memory))
 
     def memory_limit(self) -> float:
-        """``max_memory`` or half the physical memory."""
+        """``max_memory``, or the smaller of 8 GiB and half the physical memory."""
         if self.max_memory is not None:
             return self.max_memory
+        cap = 8.0 * 2 ** 30
         try:
-            return 0.5 * os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+            return min(cap, 0.5 * os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
         except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
-            return 8.0 * 2 ** 30
+            return cap
 
 
 @dataclass(frozen=True, eq=False)
@@ -340,7 +342,7 @@ class TimeLoop:
         """The loop state at ``t = 0`` (what a checkpoint stores)."""
         return {"t": 0.0, "y": y0, "n_steps": 0, "n_rejected": 0, "stop": 0,
                 "seg_left": None, "step_idx": 0, "h": self.dt, "fy": None, "ctrl_prev": 1.0,
-                "save_k": 1}
+                "save_k": 1, "done": False}
 
     # .................................................................. run
     def run(self, state: dict) -> tuple[Status, str, dict]:
@@ -351,6 +353,8 @@ class TimeLoop:
         solve or of a user callable end it with ``failed``."""
         st = dict(state)
         self._last_ckpt = time.monotonic()
+        if st.get("done"):   # a finished run (resumed from its final checkpoint)
+            return Status.OK, f"reached t_max={self.t_max:g} in {st['n_steps']} steps", st
         try:
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                 if self.adaptive:
@@ -365,10 +369,11 @@ class TimeLoop:
             status, msg = Status.FAILED, str(exc)
         except Exception as exc:  # a user callable (parameter, fn) went bad mid-run
             status, msg = Status.FAILED, (
-                f"{type(exc).__name__} at t={st['t']:.6g}: {exc}; the states saved up to "
-                f"t={self.last_saved:.6g} are kept")
+                f"{type(exc).__name__} in the step from t={st['t']:.6g}: {exc}; the states "
+                f"saved up to t={self.last_saved:.6g} are kept")
             self.exception = exc
         if status == Status.OK:
+            st["done"] = True
             msg = f"reached t_max={self.t_max:g} in {st['n_steps']} steps"
         return status, msg, st
 
