@@ -15,7 +15,7 @@ import pytest
 import transformer_pde as tp
 from transformer_pde.errors import (ArgumentError, EarlyStopWarning, TransformerPDEError,
                                     TransformerPDEWarning)
-from transformer_pde.particles import TrajectoryFileError
+from transformer_pde.errors import TrajectoryFileError
 from transformer_pde.results import Result, Status
 
 

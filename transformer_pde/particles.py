@@ -31,7 +31,7 @@ import numpy as np
 
 from .attention import Attention
 from .blocks import Block, BlockStepper
-from .errors import ArgumentError, ArgumentTypeError, TransformerPDEError
+from .errors import ArgumentError, ArgumentTypeError, TrajectoryFileError
 from .fields import FieldEvaluator, _check_points, velocity
 from .integrate.breakpoints import layer_tables
 from .integrate.loop import Limits, Monitor, SaveAt, TimeLoop
@@ -43,11 +43,6 @@ __all__ = ["FieldOptions", "Limits", "Monitor", "ParticleTrajectory", "SaveAt",
            "TrajectoryFileError", "load", "simulate", "velocity"]
 
 logger = logging.getLogger(__name__)
-
-
-class TrajectoryFileError(TransformerPDEError, ValueError):
-    """A file given to :func:`load` (or a checkpoint) is not a readable transformer-pde
-    trajectory; the message names the file and what is wrong."""
 
 
 # ------------------------------------------------------------------ options
