@@ -176,7 +176,8 @@ def main(argv=None) -> int:
                                             for _ in range(3)))
             X0 = rng.normal(size=(n, d)).astype(dtype)
             t0 = time.perf_counter()
-            tp.simulate(att, X0, t_max=0.2, dt=0.1, method="rk4", backend=be, save_every=2)
+            tp.simulate(att, X0, t_max=0.2, dt=0.1, solver="rk4",
+                        field=tp.FieldOptions(backend=be), saveat=tp.SaveAt(every=2))
             cp.cuda.Device().synchronize()
             steps.append({"N": n, "d": d, "dtype": np.dtype(dtype).name,
                           "seconds_per_step": (time.perf_counter() - t0) / 2})

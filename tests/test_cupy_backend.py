@@ -335,7 +335,8 @@ def test_simulate_matches_numpy(gpu_like, rng):
     att = tp.Attention("softmax", rng.normal(size=(d, d)) / 2, rng.normal(size=(d, d)) / 2,
                        np.eye(d), heads=2, masked=True)
     X0, pos = rng.normal(size=(60, d)), rng.random(60)
-    runs = [tp.simulate(att, X0, t_max=0.5, dt=0.1, method="rk4", backend=b, positions=pos)
+    runs = [tp.simulate(att, X0, t_max=0.5, dt=0.1, solver="rk4",
+                        field=tp.FieldOptions(backend=b), positions=pos)
             for b in ("numpy", gpu_like["split"])]
     assert runs[0].status == runs[1].status == "ok"
     np.testing.assert_allclose(runs[1].states, runs[0].states, rtol=1e-11, atol=1e-11)
@@ -679,6 +680,7 @@ def test_gpu_float32_accuracy_at_1e5(gpu, rng):
 def test_gpu_simulate_stays_on_device(gpu, rng):
     att = tp.Attention("softmax", np.eye(3), np.eye(3), np.eye(3), heads=1, masked=True)
     X0, pos = rng.normal(size=(2000, 3)), rng.random(2000)
-    runs = [tp.simulate(att, X0, t_max=0.5, dt=0.1, method="rk4", backend=b, positions=pos)
+    runs = [tp.simulate(att, X0, t_max=0.5, dt=0.1, solver="rk4",
+                        field=tp.FieldOptions(backend=b), positions=pos)
             for b in ("numba", gpu)]
     np.testing.assert_allclose(runs[1].states, runs[0].states, rtol=1e-10, atol=1e-10)
