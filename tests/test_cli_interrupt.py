@@ -35,35 +35,35 @@ figure = false
 """
 
 
-def _start(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, Path]:
+def _start(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, Path, Path]:
     cfg = tmp_path / "long.toml"
     cfg.write_text(LONG)
     out = tmp_path / "o"
+    ck = tmp_path / "run.ckpt"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
-    proc = subprocess.Popen([sys.executable, "-m", "transformer_pde.cli", "-v", "simulate",
-                             str(cfg), "--out", str(out), "-q", *extra],
+    proc = subprocess.Popen([sys.executable, "-m", "transformer_pde.cli", "simulate", str(cfg),
+                             "--out", str(out), "-q", "--checkpoint", str(ck),
+                             "--checkpoint-every", "0.05", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             cwd=tmp_path)
-    return proc, out
+    return proc, out, ck
 
 
-def _wait_for_run(proc: subprocess.Popen) -> None:
-    """Read stderr until the command announces the time loop, then let it run a little."""
+def _wait_for_run(proc: subprocess.Popen, ck: Path) -> None:
+    """Wait until the time loop runs (its first checkpoint is written), then a little more."""
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        if "Ctrl-C" in line:
-            time.sleep(1.5)
+    while time.monotonic() < deadline and proc.poll() is None:
+        if ck.exists():
+            time.sleep(0.5)
             return
+        time.sleep(0.05)
     proc.kill()
     pytest.fail(f"the run did not start: {proc.communicate()}")
 
 
 def test_sigint_writes_the_states_and_exits_130(tmp_path):
-    proc, out = _start(tmp_path)
-    _wait_for_run(proc)
+    proc, out, ck = _start(tmp_path)
+    _wait_for_run(proc, ck)
     proc.send_signal(signal.SIGINT)
     stdout, err = proc.communicate(timeout=120)
     assert proc.returncode == ExitCode.INTERRUPTED == 130, err
@@ -158,3 +158,38 @@ def test_resume_needs_a_checkpoint(tmp_path, capsys):
     line = capsys.readouterr().err.strip()
     assert "\n" not in line and "checkpoint" in line
     assert not out.exists()
+
+
+def test_demo_interrupted_keeps_its_files(tmp_path, monkeypatch, capsys):
+    from transformer_pde import cli
+    from transformer_pde.fields import FieldEvaluator
+
+    call = FieldEvaluator.__call__
+    count = {"n": 0}
+
+    def interrupting(self, *args, **kwargs):
+        count["n"] += 1
+        if count["n"] == 30:
+            raise KeyboardInterrupt
+        return call(self, *args, **kwargs)
+
+    monkeypatch.setattr(FieldEvaluator, "__call__", interrupting)
+    out = tmp_path / "demo"
+    assert cli.main(["demo", "--n", "20", "--out", str(out)]) == ExitCode.INTERRUPTED
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "interrupted" in captured.err
+    assert load(out / "trajectory.npz").status == "interrupted"
+
+
+def test_other_commands_interrupted_write_nothing(tmp_path, monkeypatch, capsys):
+    from transformer_pde import cli, paper
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(paper, "rank_sweep", interrupted)
+    out = tmp_path / "r"
+    assert cli.main(["ranks", "--dims", "2", "--draws", "2", "--out", str(out),
+                     "-q"]) == ExitCode.INTERRUPTED
+    assert capsys.readouterr().err == "transformer-pde ranks: interrupted; nothing was written\n"
+    assert not out.exists() and list(tmp_path.iterdir()) == []

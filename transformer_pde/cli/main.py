@@ -120,7 +120,11 @@ def _backends() -> list[str]:
 def _cmd_demo(args: argparse.Namespace) -> int:
     s = commands.run_demo(args.out, n=args.n, seed=args.seed, t_max=args.t_max,
                           backend=args.backend, gif=args.gif, force=args.force)
-    sys.stdout.write(s["text"])
+    if s["status"] == "interrupted":
+        sys.stderr.write("transformer-pde demo: interrupted; the states computed so far are in "
+                         f"{Path(args.out) / 'trajectory.npz'} (status interrupted)\n")
+    else:
+        sys.stdout.write(s["text"])
     return _status_exit(s["status"])
 
 
