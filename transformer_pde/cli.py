@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from .validation import covariance
 from .paper import (STATUS_COLOURS, RankSweep, paper_attention, rank_figure, rank_sweep,
                     run_figure_script, slice_covariances, solve_paths)
 
@@ -352,6 +353,10 @@ def build_tokens(table: Any, d: int, *, section: str = "tokens") -> np.ndarray:
             if C.shape != (d, d):
                 raise ConfigError(f"{sec.key('cov')}: expected a {d} x {d} list of lists, "
                                   f"got shape {C.shape}")
+            try:  # the package's one rule for covariances: symmetric PSD up to round-off
+                C = covariance(sec.key("cov"), C, d)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
             return rng.multivariate_normal(mean, C, size=n, method="eigh")
         return mean + std * rng.normal(size=(n, d))
     if dist == "uniform-cube":

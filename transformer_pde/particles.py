@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 
 from .attention import Attention
-from .fields import FieldEvaluator, SinkhornNotConverged, _check_points, velocity
+from .fields import FieldEvaluator, SinkhornNotConverged, velocity
 from .blocks import BlockStepper
 from .integrate.breakpoints import is_jump, layer_tables, next_jump
 from .integrators import PIController, SolverNotConverged, get_solver
+from .validation import points
 
 __all__ = ["ParticleTrajectory", "simulate", "load", "velocity", "STATUSES"]
 
@@ -276,7 +277,7 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
     """
     if not isinstance(att, Attention):
         raise TypeError(f"att must be a transformer_pde.Attention, got {type(att).__name__}")
-    X0n = _check_points("X0", np.asarray(X0) if not hasattr(X0, "get") else X0.get(), att.d)
+    X0n = points("X0", np.asarray(X0) if not hasattr(X0, "get") else X0.get(), att.d)
     t_max = _check_positive("t_max", t_max)
     dt = _check_positive("dt", dt)
     max_norm = _check_positive("max_norm", max_norm)

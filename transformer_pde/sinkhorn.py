@@ -64,6 +64,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from . import validation
+
 __all__ = [
     "SinkhornNotConverged",
     "SinkhornResult",
@@ -250,12 +252,9 @@ def sinkhorn_potentials(be: Any, qx: Any, kx: Any, logw: Any, eps: float, *,
         Never raises on non-convergence: check ``converged`` (callers such as the
         attention field raise :class:`SinkhornNotConverged`).
     """
-    if not (np.isfinite(eps) and eps > 0):
-        raise ValueError(f"eps must be finite and > 0, got {eps!r}")
-    if not (np.isfinite(tol) and tol > 0):
-        raise ValueError(f"tol must be finite and > 0, got {tol!r}")
-    if int(max_iter) < 1:
-        raise ValueError(f"max_iter must be >= 1, got {max_iter!r}")
+    eps = validation.positive("eps", eps)
+    tol = validation.positive("tol", tol)
+    max_iter = validation.integer("max_iter", max_iter, minimum=1)
     xp = be.xp
     n = kx.shape[0]
     dtype = kx.dtype
@@ -647,14 +646,14 @@ def sinkhorn_coupling(X: Any, A: Any, *, weights: Any = None, eps: float = 1.0,
     """
     # avoid a package import cycle (fields imports this module)
     from .backends import get_backend  # noqa: PLC0415
-    from .fields import check_weights  # noqa: PLC0415
     be = get_backend(backend)
-    Xn = np.asarray(X, dtype=float)
-    An = np.asarray(A, dtype=float)
+    Xn = validation.points("X", X, keep_float32=False)
+    An = validation.matrix("A", A)
+    beta = validation.scalar("beta", beta)
     if Xn.ndim != 2 or An.shape != (Xn.shape[1], Xn.shape[1]):
         raise ValueError(f"X must be (N, d) and A (d, d); got X {Xn.shape}, A {An.shape}")
     n = Xn.shape[0]
-    w = check_weights(weights, n)
+    w = validation.weights("weights", weights, n)
     with np.errstate(divide="ignore"):
         logw = np.log(w)
     qx = beta * Xn @ An.T

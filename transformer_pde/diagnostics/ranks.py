@@ -10,27 +10,33 @@ from typing import Any
 
 import numpy as np
 
-from .common import as_symmetric, entropy, trajectory_moments
+from .. import validation
+from ..errors import ArgumentError
+from .common import entropy, trajectory_moments
 
 __all__ = ["RankCollapse", "RankProfile", "effective_rank", "numerical_rank", "rank_collapse",
            "rank_profile", "stable_rank"]
 
 
 def _spectrum(S: Any) -> np.ndarray:
-    lam = np.linalg.eigvalsh(as_symmetric("S", S))
+    lam = np.linalg.eigvalsh(validation.covariance("S", S))
     return np.clip(lam, 0.0, None)[::-1]
 
 
 def numerical_rank(S: Any, rtol: float = 1e-6, atol: float = 0.0) -> int:
     r"""Number of eigenvalues of the PSD matrix ``S`` above ``max(rtol * lambda_max, atol)``.
 
+    ``S`` must be symmetric positive semi-definite up to round-off (the package's one rule,
+    :func:`transformer_pde.validation.covariance`): an indefinite matrix raises
+    ``ArgumentError`` instead of having its negative eigenvalues clipped.
+
     Zero for the zero matrix.  Invariant under :math:`S \mapsto c\,U S U^\top` (scaling,
     rotation) when ``atol = 0``; ``atol`` is an absolute floor for covariances that are
     pure round-off (e.g. of coincident tokens far from the origin)."""
-    if not (np.isfinite(rtol) and 0 <= rtol < 1):
-        raise ValueError(f"rtol must be in [0, 1), got {rtol!r}")
-    if not (np.isfinite(atol) and atol >= 0):
-        raise ValueError(f"atol must be finite and >= 0, got {atol!r}")
+    rtol = validation.scalar("rtol", rtol)
+    if not 0 <= rtol < 1:
+        raise ArgumentError(f"rtol must be in [0, 1), got {rtol!r}")
+    atol = validation.nonnegative("atol", atol)
     lam = _spectrum(S)
     if lam[0] <= atol:
         return 0
@@ -90,7 +96,7 @@ def rank_profile(traj: Any, rtol: float = 1e-6) -> RankProfile:
             eff.append(np.nan)
             stb.append(np.nan)
             continue
-        if np.linalg.eigvalsh(as_symmetric("S", S))[-1] <= floor:
+        if np.linalg.eigvalsh(validation.covariance("S", S))[-1] <= floor:
             S = np.zeros_like(S)
         num.append(numerical_rank(S, rtol))
         eff.append(effective_rank(S))
