@@ -65,6 +65,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from . import validation
+from .anderson import Anderson
+from .backends import get_backend
 
 __all__ = [
     "SinkhornNotConverged",
@@ -136,67 +138,6 @@ class SinkhornResult:
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.f, self.g, self.n_iter, self.err))
-
-
-# ------------------------------------------------------------------ Anderson mixing
-class _Anderson:
-    r"""Anderson acceleration (type II) of :math:`x \mapsto x + r(x)` with a reusable memory.
-
-    Keeps the last ``m`` secant pairs :math:`(\Delta x, \Delta r)`; the next iterate is
-    :math:`x + r - (\Delta X + \Delta R)\gamma` with :math:`\gamma = \arg\min|r - \Delta R\gamma|`.
-    :meth:`new_problem` keeps the secant pairs (the Jacobian of a warm-started problem is
-    close to the previous one) but never pairs iterates of two different problems.
-    """
-
-    def __init__(self, m: int):
-        self.m = int(m)
-        self.dX: list = []
-        self.dR: list = []
-        self.x_prev = None
-        self.r_prev = None
-
-    def reset(self) -> None:
-        self.dX.clear()
-        self.dR.clear()
-        self.x_prev = self.r_prev = None
-
-    def new_problem(self, n: int) -> None:
-        self.x_prev = self.r_prev = None
-        if self.dX and self.dX[0].shape[0] != n:
-            self.reset()
-
-    def step(self, xp, x, r):
-        if self.m <= 0:
-            return x + r
-        if self.x_prev is not None:
-            self.dX.append(x - self.x_prev)
-            self.dR.append(r - self.r_prev)
-            if len(self.dX) > self.m:
-                self.dX.pop(0)
-                self.dR.pop(0)
-        self.x_prev, self.r_prev = x, r
-        if not self.dX:
-            return x + r
-        dR = xp.stack(self.dR, axis=1)
-        M = np.asarray(_host(dR.T @ dR), dtype=float)
-        b = np.asarray(_host(dR.T @ r), dtype=float)
-        # Tikhonov term relative to the Gram diagonal: keeps the m×m solve well posed when
-        # residual differences become collinear near convergence.
-        reg = 1e-12 * max(float(np.trace(M)), 1e-300)
-        try:
-            gamma = np.linalg.solve(M + reg * np.eye(M.shape[0]), b)
-        except np.linalg.LinAlgError:
-            self.reset()
-            return x + r
-        if not np.all(np.isfinite(gamma)):
-            self.reset()
-            return x + r
-        dXR = xp.stack(self.dX, axis=1) + dR
-        return x + r - dXR @ xp.asarray(gamma.astype(dR.dtype))
-
-
-def _host(a):
-    return a.get() if hasattr(a, "get") else a
 
 
 # ------------------------------------------------------------------ solver
@@ -291,8 +232,8 @@ def sinkhorn_potentials(be: Any, qx: Any, kx: Any, logw: Any, eps: float, *,
             e /= 4.0
         schedule = stages + [eps]
 
-    acc = memory if isinstance(memory, _Anderson) and memory.m == anderson \
-        else _Anderson(anderson)
+    acc = memory if isinstance(memory, Anderson) and memory.m == anderson \
+        else Anderson(anderson)
     solve = _solve_symmetric if symmetric else _solve_alternating
     used = 0
     last = None
@@ -332,7 +273,7 @@ def _soft_min(be, qs, kx, logw, h, eps, values):
     return -eps * lse, out
 
 
-def _fixed_point(xp, T, x, eps, tol, max_iter, acc, plain, damp=1.0):
+def fixed_point(xp, T, x, eps, tol, max_iter, acc, plain, damp=1.0):
     r"""Safeguarded Anderson iteration of a potential map (both solvers here; the symmetric
     debiasing terms of :mod:`~transformer_pde.diagnostics`).
 
@@ -378,7 +319,7 @@ def _solve_alternating(be, qx, kx, logw, eps, g, tol, max_iter, values, acc):
         f, out = _soft_min(be, qs, kx, logw, g, eps, values)
         return _soft_min(be, ks, qx, logw, f, eps, None)[0], (f, out)
 
-    g, (f, out), err, it = _fixed_point(be.xp, T, g, eps, tol, max_iter, acc,
+    g, (f, out), err, it = fixed_point(be.xp, T, g, eps, tol, max_iter, acc,
                                         plain=lambda g, g_new: g_new)
     converged = bool(err < tol)
     return SinkhornResult(f=f, g=g, n_iter=it, err=err, tol=tol, converged=converged,
@@ -396,7 +337,7 @@ def _solve_symmetric(be, qx, kx, logw, eps, f, tol, max_iter, values, acc):
     mode).
     """
     qs = qx * (1.0 / eps)
-    f, out, err, it = _fixed_point(
+    f, out, err, it = fixed_point(
         be.xp, lambda f: _soft_min(be, qs, kx, logw, f, eps, values), f, eps, tol, max_iter,
         acc, plain=lambda f, Tf: 0.5 * (f + Tf), damp=1.0 if acc.m > 0 else 0.5)
     converged = bool(err < tol)
@@ -644,8 +585,6 @@ def sinkhorn_coupling(X: Any, A: Any, *, weights: Any = None, eps: float = 1.0,
     SinkhornNotConverged
         The tolerance was not reached within ``max_iter`` sweeps.
     """
-    # avoid a package import cycle (fields imports this module)
-    from .backends import get_backend  # noqa: PLC0415
     be = get_backend(backend)
     Xn = validation.points("X", X, keep_float32=False)
     An = validation.matrix("A", A)
