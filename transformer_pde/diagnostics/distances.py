@@ -13,7 +13,8 @@ import numpy as np
 
 from .. import validation
 from ..errors import ArgumentError
-from ..sinkhorn import _Anderson, _fixed_point
+from ..anderson import Anderson
+from ..sinkhorn import fixed_point
 from .common import weighted_moments
 
 __all__ = ["EXACT_MAX_PAIRS", "bures_wasserstein", "conditional_wasserstein", "token_distance",
@@ -223,7 +224,7 @@ def _cross_stage(X: np.ndarray, Y: np.ndarray, a: np.ndarray, b: np.ndarray, g: 
     log-marginal error of the columns.
     """
     la, lb = np.log(a), np.log(b)
-    acc = _Anderson(m)
+    acc = Anderson(m)
     inv = 1.0 / eps
     best, plain_next = -np.inf, g
     f, err, it = g[:0], np.inf, 0
@@ -278,7 +279,7 @@ def _sinkhorn_cost(X: np.ndarray, Y: np.ndarray, a: np.ndarray, b: np.ndarray, r
       equal): one averaged update :math:`f \leftarrow (f + Tf)/2` per stage (plain
       :math:`T` oscillates on the constant mode), then Anderson on :math:`T` itself at
       ``reg``, restarted from the best averaged iterate if the error grows tenfold (the
-      safeguarded loop of the Sinkhorn attention solver, ``sinkhorn._fixed_point``); one
+      safeguarded loop of the Sinkhorn attention solver, ``sinkhorn.fixed_point``); one
       pass per iteration (measured 15--20 iterations in all cases tried).
 
     Memory :math:`O(N + M)` plus one block of ``_BLOCK`` cost entries.
@@ -303,7 +304,7 @@ def _sinkhorn_cost(X: np.ndarray, Y: np.ndarray, a: np.ndarray, b: np.ndarray, r
             Tf = _softmin(X, X, la, f, reg)
             return Tf, Tf
 
-        f, Tf, err, k = _fixed_point(np, T, f, reg, tol, max_iter - it, _Anderson(_ANDERSON),
+        f, Tf, err, k = fixed_point(np, T, f, reg, tol, max_iter - it, Anderson(_ANDERSON),
                                      plain=lambda f, Tf: 0.5 * (f + Tf))
         it += k
         if k and (err < tol or not np.isfinite(err)):
@@ -358,7 +359,7 @@ def bures_wasserstein(m1: Any, S1: Any, m2: Any, S2: Any) -> float:
     itself is ill-conditioned, keep an error up to
     :math:`\sqrt{\epsilon_{mach}\,\operatorname{tr}S}`).
     """
-    from ..gaussian import _psd_factor  # noqa: PLC0415 (symmetric PSD square root)
+    from ..gaussian.affine import psd_factor  # noqa: PLC0415 (symmetric PSD square root)
 
     a = np.atleast_1d(validation.finite_array("m1", m1))
     b = np.atleast_1d(validation.finite_array("m2", m2))
@@ -373,7 +374,7 @@ def bures_wasserstein(m1: Any, S1: Any, m2: Any, S2: Any) -> float:
     # minimiser is U = P Q^T from the SVD F2^T F1 = P diag(s) Q^T, and the minimum equals
     # tr S1 + tr S2 - 2 sum(s).  Forming the residual F1 - F2 U avoids the cancellation of
     # that trace difference when the two Gaussians nearly coincide.
-    F1, F2 = _psd_factor(A), _psd_factor(B)
+    F1, F2 = psd_factor(A), psd_factor(B)
     P, _, Qt = np.linalg.svd(F2.T @ F1)
     resid = F1 - F2 @ (P @ Qt)
     return math.sqrt(float(np.sum((a - b) ** 2) + np.sum(resid * resid)))
