@@ -49,7 +49,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .attention import Layers
-from .integrators import _namespace as _xp
+from .integrators import array_namespace as _xp
 from .validation import matrix, real_array
 
 __all__ = [

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["Euler", "Heun", "RK4", "AdamsBashforth", "ImplicitMidpoint", "Dopri5",
-           "adams_bashforth_weights",
+           "adams_bashforth_weights", "array_namespace",
            "PIController", "SOLVERS", "SolverNotConverged", "get_solver"]
 
 Field = Callable[[float, Any], Any]
@@ -193,7 +193,7 @@ class ImplicitMidpoint:
         self.iterations = []
 
     def step(self, f: Field, t: float, y: Any, h: float) -> Any:
-        xp = _namespace(y)
+        xp = array_namespace(y)
         tm = t + 0.5 * h
         z = y + h * f(t, y)
         err = np.inf
@@ -261,13 +261,14 @@ class Dopri5:
         for e, k in zip(self.E, ks):
             if e != 0.0:
                 err_vec = err_vec + (h * e) * k
-        xp = _namespace(y)
+        xp = array_namespace(y)
         scale = self.atol + self.rtol * xp.maximum(xp.abs(y), xp.abs(y_new))
         err = float(xp.sqrt(xp.mean((err_vec / scale) ** 2)))
         return y_new, err, ks[6]
 
 
-def _namespace(a: Any) -> Any:
+def array_namespace(a: Any) -> Any:
+    """The array module of ``a``: ``cupy`` for CuPy arrays, else ``numpy``."""
     mod = type(a).__module__.split(".")[0]
     if mod == "cupy":
         import cupy  # noqa: PLC0415
