@@ -113,7 +113,7 @@ def test_points_and_matrix():
                      ([[np.inf, 0]], "NaN or inf"), (np.ones(2), "shape")):
         with pytest.raises(ArgumentError, match="X0 .*" + msg):
             v.points("X0", bad, 2)
-    with pytest.raises(ArgumentTypeError, match=r"Q \(evaluated at t=0.5\) must be a real matrix"):
+    with pytest.raises(ArgumentTypeError, match=r"Q \(evaluated at t=0.5\) must be real"):
         v.matrix("Q", np.eye(2) * 1j, 0.5)
     with pytest.raises(ArgumentError, match="Q must be a 2-D matrix"):
         v.matrix("Q", np.ones(3))
