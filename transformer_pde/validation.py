@@ -212,14 +212,19 @@ def positions(name: str, value: Any, n: int, *, required: bool = False) -> np.nd
     return p
 
 
-def covariance(name: str, value: Any, d: int | None = None, *,
-               batch: bool = False) -> np.ndarray:
+def covariance(name: str, value: Any, d: int | None = None, *, batch: bool = False,
+               psd_rtol: float = PSD_RTOL, psd_atol: float = 0.0) -> np.ndarray:
     r"""A symmetric positive semi-definite ``(d, d)`` matrix (``(B, d, d)`` with ``batch``).
 
     The rule (see the module docstring): finite; :math:`\max|S - S^\top| \le`
     :data:`SYMMETRY_RTOL` :math:`\max|S|`; smallest eigenvalue of the symmetric part
     :math:`\ge -`:data:`PSD_RTOL` :math:`\sum|\lambda|`.  Returns the symmetric part
     :math:`(S + S^\top)/2` (``float64``).  Messages name ``name`` (and the batch member).
+
+    ``psd_rtol`` (and an absolute ``psd_atol``: the bound is
+    :math:`-\max(\mathtt{psd\_rtol}\sum|\lambda|, \mathtt{psd\_atol})`) loosen the
+    eigenvalue test for matrices that are themselves results of a computation known only
+    to that accuracy (the rank diagnostics pass their own resolution).
     """
     c = finite_array(name, value)
     if batch:
@@ -246,11 +251,13 @@ def covariance(name: str, value: Any, d: int | None = None, *,
     sym = 0.5 * (cc + np.swapaxes(cc, 1, 2))
     lam = np.linalg.eigvalsh(sym)
     tr = np.maximum(np.abs(lam).sum(axis=1), 1e-300)
-    bad = np.nonzero(lam[:, 0] < -PSD_RTOL * tr)[0]
+    floor = np.maximum(psd_rtol * tr, psd_atol)
+    bad = np.nonzero(lam[:, 0] < -floor)[0]
     if bad.size:
         i = int(bad[0])
         raise ArgumentError(f"{name} must be positive semi-definite{member(i)}: smallest "
-                            f"eigenvalue {lam[i, 0]:.3g} < -{PSD_RTOL:g} sum |eigenvalues|")
+                            f"eigenvalue {lam[i, 0]:.3g} < -{floor[i]:.3g} (= -{psd_rtol:g} "
+                            "sum |eigenvalues|)")
     return sym if batch else sym[0]
 
 
