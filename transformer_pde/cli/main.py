@@ -120,7 +120,11 @@ def _backends() -> list[str]:
 def _cmd_demo(args: argparse.Namespace) -> int:
     s = commands.run_demo(args.out, n=args.n, seed=args.seed, t_max=args.t_max,
                           backend=args.backend, gif=args.gif, force=args.force)
-    sys.stdout.write(s["text"])
+    if s["status"] == "interrupted":
+        sys.stderr.write("transformer-pde demo: interrupted; the states computed so far are in "
+                         f"{Path(args.out) / 'trajectory.npz'} (status interrupted)\n")
+    else:
+        sys.stdout.write(s["text"])
     return _status_exit(s["status"])
 
 
@@ -135,9 +139,11 @@ def _status_exit(status: str) -> int:
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     if not args.quiet:  # simulate reports progress (a tqdm bar, or INFO lines)
-        logging.getLogger("transformer_pde.particles").setLevel(logging.INFO)
+        logging.getLogger("transformer_pde").setLevel(logging.INFO)
     s = commands.run_simulate(load_config(args.config), args.out, progress=not args.quiet,
-                              force=args.force)
+                              force=args.force, checkpoint=args.checkpoint,
+                              checkpoint_every=args.checkpoint_every, resume=args.resume,
+                              report_every=args.report_every)
     files = ", ".join(s["files"].values())
     if s["status"] == "interrupted":
         sys.stderr.write(f"transformer-pde simulate: interrupted at t = {s['t_final']:.6g}; "
@@ -185,7 +191,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.scripts:
         scripts = commands.benchmark_scripts()
         if not scripts:
-            raise _UsageError("no benchmarks/*.py next to the package (they come with a "
+            raise commands.UsageError("no benchmarks/*.py next to the package (they come with a "
                               "source checkout)")
         failed = [(p, rc) for p, rc in commands.run_benchmark_scripts(scripts, full=args.full)
                   if rc != 0]
@@ -201,10 +207,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.out:
         sys.stdout.write(f"written {Path(args.out) / 'bench.json'}\n")
     return ExitCode.OK
-
-
-class _UsageError(TransformerPDEError):
-    """A command cannot run as asked (exit status 2)."""
 
 
 class _RunError(TransformerPDEError):
@@ -274,10 +276,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = _config_command(sub, "simulate", _cmd_simulate, "particle simulation from a TOML file",
                         "Simulate tokens from CONFIG.toml (tables [attention], [tokens], [run], "
-                        "[output]); write trajectory.npz, summary.json and particles.png. "
-                        "Ctrl-C stops the run, writes the states computed so far (status "
-                        "interrupted) and exits with status 130.")
+                        "[field], [limits], [block], [output]); write trajectory.npz, "
+                        "summary.json and particles.png. Ctrl-C stops the run, writes the "
+                        "states computed so far (status interrupted) and exits with status "
+                        "130; with --checkpoint, --resume continues it.")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--report-every", type=_positive_float, metavar="SECONDS",
+                   help="seconds between progress lines on stderr (default 30)")
+    s.add_argument("--checkpoint", metavar="PATH",
+                   help="write the whole state of the run to PATH every --checkpoint-every "
+                        "seconds (atomically), so that --resume can continue it")
+    s.add_argument("--checkpoint-every", type=_positive_float, metavar="SECONDS",
+                   help="seconds between checkpoints (default 60)")
+    s.add_argument("--resume", action="store_true",
+                   help="continue from --checkpoint PATH if it exists (the result equals the "
+                        "uninterrupted run bit for bit); may replace the files of the "
+                        "interrupted run in --out")
 
     _config_command(sub, "gaussian", _cmd_gaussian,
                     "Gaussian mean/covariance ODE from a TOML file",
@@ -375,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(ExitCode.INTERRUPTED, "interrupted; nothing was written")
     except ConfigError as exc:
         return fail(ExitCode.USAGE, f"configuration error: {exc}")
-    except _UsageError as exc:
+    except commands.UsageError as exc:
         return fail(ExitCode.USAGE, str(exc))
     except OutputError as exc:
         return fail(ExitCode.OUTPUT, str(exc))
