@@ -313,9 +313,15 @@ def test_velocity_every_kind(gpu_like, kind, masked, data):
     scale = np.abs(ref).max() + np.abs(X).max() * 1e-3
     if dtype == np.float64:
         np.testing.assert_allclose(got, ref, rtol=1e-11, atol=1e-11 * scale)
-    else:   # float32 inputs: the reference sees rounded tokens too
-        ref32 = tp.velocity(att, X.astype(np.float32).astype(float), weights=w, positions=pos)
-        np.testing.assert_allclose(got, ref32, rtol=1e-4, atol=1e-4 * scale)
+    else:
+        # float32: against the NumPy backend on the same float32 tokens, so that only the
+        # backends differ (the projections and galerkin / fourier layer norms are the same
+        # float32 NumPy code in both; a layer norm of a nearly constant vector amplifies
+        # float32 rounding, which a float64 reference would not share)
+        ref32 = tp.velocity(att, X.astype(np.float32), weights=w, positions=pos,
+                            backend="numpy")
+        scale32 = np.abs(ref32).max() + np.abs(X).max() * 1e-3
+        np.testing.assert_allclose(got, ref32, rtol=1e-4, atol=1e-4 * scale32)
 
 
 def test_sinkhorn_field_through_lse(gpu_like, rng):
