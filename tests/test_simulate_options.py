@@ -254,6 +254,28 @@ def test_resumed_run_equals_uninterrupted_bit_for_bit(name, tmp_path):
     np.testing.assert_array_equal(done.states, ref.states)
 
 
+def test_resume_with_a_block_and_a_solver_object(tmp_path):
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(6, 3))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    mlp = tp.blocks.MLP(rng.normal(size=(4, 3)), rng.normal(size=(3, 4)) / 2)
+    M = np.eye(3)
+    att = lambda t_stop: tp.Attention("softmax", _Once(M, t_stop), np.eye(3), np.eye(3))  # noqa: E731
+    kw = dict(t_max=0.6, dt=0.05, solver=tp.ImplicitMidpoint(tol=1e-12),
+              block=tp.Block(mlp=mlp, constraint="sphere", splitting="lie"))
+    ref = tp.simulate(att(None), X, **kw)
+    path = tmp_path / "block.ckpt"
+    with pytest.warns(EarlyStopWarning, match="interrupted"):
+        tp.simulate(att(0.31), X, monitor=tp.Monitor(checkpoint=path, checkpoint_every=1e-9),
+                    **kw)
+    again = tp.simulate(att(None), X, monitor=tp.Monitor(checkpoint=path, resume=True), **kw)
+    np.testing.assert_array_equal(again.states, ref.states)
+    assert again.info == ref.info
+    with pytest.raises(ArgumentError, match="different run: solver"):
+        tp.simulate(att(None), X, monitor=tp.Monitor(checkpoint=path, resume=True),
+                    **{**kw, "solver": tp.ImplicitMidpoint(tol=1e-10)})
+
+
 def test_resume_refuses_a_checkpoint_of_another_run(tmp_path):
     path = tmp_path / "run.ckpt"
     att = softmax_att()
