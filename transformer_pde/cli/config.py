@@ -22,7 +22,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..errors import ConfigError
+from .. import validation
+from ..errors import ArgumentError, ConfigError
 
 __all__ = [
     "ConfigError",
@@ -301,9 +302,10 @@ def parse_matrix(v: Any, key: str, d: int, rng: np.random.Generator,
 def covariance(v: Any, key: str, d: int) -> np.ndarray:
     """A d×d symmetric positive semi-definite matrix (``"identity"`` or a list of rows).
 
-    Symmetry is checked to :math:`10^{-12}` of the largest entry and positive
-    semi-definiteness to :math:`-10^{-12}` times the largest eigenvalue (rounding of values
-    written in decimal); anything else is an error, never silently repaired.
+    The package's one rule for covariances (:func:`transformer_pde.validation.covariance`):
+    symmetric to :math:`10^{-12}` of the largest entry and positive semi-definite to
+    :math:`-10^{-12}` times the sum of the absolute eigenvalues (rounding of values written
+    in decimal); anything else is an error, never silently repaired.
     """
     if isinstance(v, str) and v == "identity":
         return np.eye(d)
@@ -311,13 +313,10 @@ def covariance(v: Any, key: str, d: int) -> np.ndarray:
     C = numeric_array(v, key, form)
     if C.shape != (d, d):
         raise ConfigError(f"{key}: expected {form}, got shape {C.shape}")
-    scale = float(np.max(np.abs(C))) if C.size else 0.0
-    if np.max(np.abs(C - C.T)) > 1e-12 * scale:
-        raise ConfigError(f"{key}: expected {form}; the matrix is not symmetric")
-    lam = np.linalg.eigvalsh(C)
-    if lam[0] < -1e-12 * max(lam[-1], 0.0) or (lam[-1] <= 0 and lam[0] < 0):
-        raise ConfigError(f"{key}: expected {form}; its smallest eigenvalue is {lam[0]:.3g}")
-    return C
+    try:
+        return validation.covariance(key, C, d)
+    except ArgumentError as exc:
+        raise ConfigError(f"{exc} (expected {form})") from None
 
 
 # =========================================================================== attention

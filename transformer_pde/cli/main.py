@@ -187,6 +187,27 @@ def _cmd_ranks(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from ..sweep.config import run_config  # noqa: PLC0415  (dask is imported only here)
+
+    store = Path(args.out) / "results.zarr"
+    try:
+        s = run_config(args.config, args.out, scheduler=args.scheduler,
+                       scheduler_file=args.scheduler_file, workers=args.workers,
+                       resume=args.resume, progress=not args.quiet)
+    except KeyboardInterrupt:
+        kept = (f"the cells finished so far are in {store}; rerun with --resume to complete it"
+                if store.exists() else "nothing was written")
+        sys.stderr.write(f"transformer-pde sweep: interrupted; {kept}\n")
+        return ExitCode.INTERRUPTED
+    sys.stdout.write(f"sweep {s['name']!r}: {s['done']} of {s['cells']} cells done, "
+                     f"{s['failed']} failed; results in {s['store']}, summary in "
+                     f"{Path(args.out) / 'summary.json'}\n")
+    for message, count in s["failures"].items():
+        sys.stdout.write(f"  {count} cell(s) failed: {message}\n")
+    return ExitCode.OK if s["done"] == s["cells"] else ExitCode.UNSUCCESSFUL
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     if args.scripts:
         scripts = commands.benchmark_scripts()
@@ -322,6 +343,32 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     _common(r, top=False)
     r.set_defaults(func=_cmd_ranks)
+
+    w = sub.add_parser("sweep", help="a parameter study on Dask, results in Zarr",
+                       description="Run the study of CONFIG.toml (tables [study], [study.axes], "
+                                   "[cell]) cell by cell on an embedded Dask cluster (one "
+                                   "worker process per core) or an existing one, writing "
+                                   "OUT/results.zarr as cells finish and OUT/summary.json. A "
+                                   "cell that raises is recorded as failed and the study goes "
+                                   "on; --resume computes only missing and failed cells.",
+                       epilog=_SUB_EPILOG)
+    w.add_argument("config", help="TOML study (see examples/configs/sweep_ranks.toml)")
+    w.add_argument("--out", default="transformer-pde-sweep",
+                   help="output directory (default transformer-pde-sweep); its results.zarr is "
+                        "only completed with --resume, never overwritten")
+    where = w.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="run on an existing Dask cluster (e.g. tcp://10.0.0.5:8786), or "
+                            "'serial' to run every cell in this process")
+    where.add_argument("--scheduler-file", metavar="FILE",
+                       help="the JSON file written by 'dask scheduler --scheduler-file'")
+    where.add_argument("--workers", type=_positive_int,
+                       help="worker processes of the embedded cluster (default: the cores)")
+    w.add_argument("--resume", action="store_true",
+                   help="complete OUT/results.zarr (same study only)")
+    w.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    _common(w, top=False)
+    w.set_defaults(func=_cmd_sweep)
 
     b = sub.add_parser("bench", help="small built-in timing",
                        description="Time the softmax particle field on the CPU backends and a "
