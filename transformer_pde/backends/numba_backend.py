@@ -1,4 +1,4 @@
-r"""Numba backend: parallel streaming attention kernels, O(N·d) memory.
+r"""Numba backend: parallel streaming and tiled attention kernels, O(N·d) memory.
 
 Every primitive (see :mod:`transformer_pde.backends`) is one compiled kernel (``lse`` is
 the softmax kernel with no values) that runs ``prange`` over queries and, for each
@@ -39,6 +39,23 @@ normal exponent (:math:`x < -708` in float64, :math:`x < -87` in float32) it ret
 which changes a sum whose largest term is 1 by less than :math:`N\cdot 10^{-307}`.
 The test suite checks it against ``np.exp`` to a few ulp over that whole range.
 
+Tiled kernels (projection width :math:`r \ge` :data:`TILED_MIN_WIDTH`, FlashAttention on
+the CPU).  When a pair costs :math:`2r` multiply-adds and :math:`r` is a Transformer's
+head width (32–128), the streaming kernels are bound by their scalar-per-query dot
+products.  The tiled kernels instead take :data:`QTILE` queries against a block of
+:data:`KBLOCK` keys and compute, for each group of :data:`MR` = 3 queries, the 3×KBLOCK
+logits and then the 3×c block of value sums as small matrix products with one
+register-blocked micro-kernel (:func:`_dot_tile`: twelve dot products sharing their
+loads, vectorised along the reduction), with the online log-sum-exp of each query
+between the two.  Memory stays :math:`O((N + M)(r + c))` plus one 3×KBLOCK logit tile
+and a QTILE×c accumulator per thread.  Queries are sorted by masked prefix length (so a
+tile's queries see similar prefixes) and padded to a multiple of MR; keys and value
+coordinates are padded with zeros to multiples of :data:`NR` = 4.  BLAS calls on tiles
+inside the parallel loop were measured slower (OpenBLAS starts its own threads on
+each small product: 0.3–0.6 multiply-adds per CPU-nanosecond against 9–10 for the
+micro-kernel at
+r = 64–128) and are not used.
+
 Keys of zero weight (bias :math:`-\infty`) are removed before the kernels run (masked
 prefix lengths are recounted), so the kernels only see finite numbers and can be
 compiled with fast-math reductions; a bias containing NaN or :math:`+\infty` (or
@@ -71,7 +88,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without numba
     raise BackendNotAvailable(
         f"backend='numba' needs the numba package ({exc}); pip install numba") from exc
 
-__all__ = ["NumbaBackend", "BLOCK", "TILE", "vexp"]
+__all__ = ["NumbaBackend", "BLOCK", "TILE", "MR", "NR", "QTILE", "KBLOCK", "TILED_MIN_WIDTH",
+           "TILED_MIN_WIDTH_F32", "vexp"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +97,16 @@ logger = logging.getLogger(__name__)
 BLOCK = 256
 #: consecutive queries that share each block of keys (read once, reused from L1)
 TILE = 8
+#: tiled kernels: queries × keys (or value coordinates) of one register tile
+MR, NR = 3, 4
+#: tiled kernels: queries sharing each block of keys (a multiple of MR)
+QTILE = 24
+#: tiled kernels: keys per block (the per-thread logit tile is MR × KBLOCK)
+KBLOCK = 128
+#: smallest projection width r for which the tiled kernels are used, float64 and float32
+#: (measured crossovers, see :meth:`NumbaBackend.kernel_for`)
+TILED_MIN_WIDTH = 16
+TILED_MIN_WIDTH_F32 = 24
 
 # Fast-math flags of the kernels: reassociation lets LLVM vectorise the sums, max
 # reductions and dot products; nnan/ninf are safe because the kernels only ever see
@@ -411,6 +439,211 @@ def _pointwise_kernel(phi, q, kT, vT, w, zb, limits, n_groups, out):
                     out[i0 + t, cc] = acc[t, cc]
 
 
+# --------------------------------------------------------------------------- tiled kernels
+@njit(fastmath=_FM_KERNEL, cache=True)
+def _dot_tile(A, ia, ao, B, jb, bo, L, C, cj):
+    """C[0:MR, cj:cj+NR] = A[ia:ia+MR, ao:ao+L] @ B[jb:jb+NR, bo:bo+L].T  (MR = 3, NR = 4).
+
+    The register-blocked micro-kernel of the tiled kernels: twelve dot products of
+    length ``L`` share their loads (three rows of ``A``, four of ``B``); with
+    reassociation LLVM vectorises each along ``L`` (twelve vector accumulators, one
+    horizontal sum each at the end).  Rows of both operands are contiguous.
+    """
+    a0 = A[ia, ao:ao + L]
+    a1 = A[ia + 1, ao:ao + L]
+    a2 = A[ia + 2, ao:ao + L]
+    b0 = B[jb, bo:bo + L]
+    b1 = B[jb + 1, bo:bo + L]
+    b2 = B[jb + 2, bo:bo + L]
+    b3 = B[jb + 3, bo:bo + L]
+    z = A.dtype.type(0.0)
+    c00 = c01 = c02 = c03 = c10 = c11 = c12 = c13 = c20 = c21 = c22 = c23 = z
+    for l in range(L):
+        x0 = a0[l]
+        x1 = a1[l]
+        x2 = a2[l]
+        y = b0[l]
+        c00 += x0 * y
+        c10 += x1 * y
+        c20 += x2 * y
+        y = b1[l]
+        c01 += x0 * y
+        c11 += x1 * y
+        c21 += x2 * y
+        y = b2[l]
+        c02 += x0 * y
+        c12 += x1 * y
+        c22 += x2 * y
+        y = b3[l]
+        c03 += x0 * y
+        c13 += x1 * y
+        c23 += x2 * y
+    C[0, cj] = c00
+    C[0, cj + 1] = c01
+    C[0, cj + 2] = c02
+    C[0, cj + 3] = c03
+    C[1, cj] = c10
+    C[1, cj + 1] = c11
+    C[1, cj + 2] = c12
+    C[1, cj + 3] = c13
+    C[2, cj] = c20
+    C[2, cj + 1] = c21
+    C[2, cj + 2] = c22
+    C[2, cj + 3] = c23
+
+
+@njit(fastmath=_FM_KERNEL, cache=True)
+def _tile_logits(S, q, i, k, j0, nb4):
+    """S[0:MR, :nb4] = q[i:i+MR] @ k[j0:j0+nb4].T (``nb4`` a multiple of NR)."""
+    r = q.shape[1]
+    for jj in range(0, nb4, NR):
+        _dot_tile(q, i, 0, k, j0 + jj, 0, r, S, jj)
+
+
+@njit(fastmath=_FM_KERNEL, cache=True)
+def _tile_values(acc, u, S, vT, j0, nb4, T):
+    """acc[u:u+MR, c] += sum_j S[t, j] vT[c, j0 + j] (block sums in the input precision)."""
+    cp = vT.shape[0]
+    for cc in range(0, cp, NR):
+        _dot_tile(S, 0, 0, vT, cc, j0, nb4, T, cc)
+    for t in range(MR):
+        at = acc[u + t]
+        tt = T[t]
+        for cc in range(cp):
+            at[cc] += tt[cc]
+
+
+@njit(parallel=True, fastmath=_FM_KERNEL, cache=True)
+def _softmax_tiled_kernel(q, k, vT, bias, limits, n_groups, out, lse):
+    """Softmax / lse with logits and value sums as register-blocked tile products.
+
+    Shapes: ``q`` (M, r) with M a multiple of :data:`MR`, ``k`` (N, r) and ``bias`` (N,)
+    with N a multiple of :data:`NR`, ``vT`` (c, N) with c a multiple of NR (c = 0: lse
+    only), ``out`` (M, c).  Queries are taken in tiles of :data:`QTILE`; for each block
+    of :data:`KBLOCK` keys (read once per tile, reused from cache) and each group of MR
+    queries: MR×KBLOCK logits by :func:`_dot_tile`, the online log-sum-exp of each row
+    over its visible keys ``j < limits[i]`` (invisible entries are set to 0 after the
+    exponential), then the MR×c block of value sums by :func:`_dot_tile` again.  Every
+    query sees its keys in the same order and blocks whatever the threads, so results
+    do not depend on the thread count.
+    """
+    m_q = q.shape[0]
+    cp = vT.shape[0]
+    cw = max(cp, 1)
+    zero = q.dtype.type(0.0)
+    n_tiles = (m_q + QTILE - 1) // QTILE
+    for g in prange(n_groups):
+        S = np.empty((MR, KBLOCK), dtype=q.dtype)
+        T = np.empty((MR, cw), dtype=q.dtype)
+        acc = np.empty((QTILE, cw), dtype=np.float64)
+        m_run = np.empty(QTILE, dtype=q.dtype)
+        s_run = np.empty(QTILE, dtype=np.float64)
+        for tile in range(g, n_tiles, n_groups):
+            i0 = tile * QTILE
+            nt = min(QTILE, m_q - i0)
+            most = _start_tile(acc, limits, i0, nt)
+            s_run[:] = 0.0
+            for j0 in range(0, most, KBLOCK):
+                for u in range(0, nt, MR):
+                    nbu = 0
+                    for t in range(MR):
+                        nbu = max(nbu, min(KBLOCK, limits[i0 + u + t] - j0))
+                    if nbu <= 0:
+                        continue
+                    nb4 = (nbu + NR - 1) // NR * NR
+                    _tile_logits(S, q, i0 + u, k, j0, nb4)
+                    for t in range(MR):
+                        row = S[t]
+                        nb = min(KBLOCK, limits[i0 + u + t] - j0)
+                        if nb <= 0:
+                            for j in range(nb4):
+                                row[j] = zero
+                            continue
+                        bb = bias[j0:j0 + nb]
+                        for j in range(nb):
+                            row[j] += bb[j]
+                        mb = row[0]
+                        for j in range(1, nb):
+                            mb = _fmax(mb, row[j])
+                        if j0 == 0:
+                            m_run[u + t] = mb
+                        elif mb > m_run[u + t]:
+                            scale = float(vexp(m_run[u + t] - mb))
+                            s_run[u + t] *= scale
+                            at = acc[u + t]
+                            for cc in range(cp):
+                                at[cc] *= scale
+                            m_run[u + t] = mb
+                        mt = m_run[u + t]
+                        sb = zero
+                        for j in range(nb):
+                            p = vexp(row[j] - mt)
+                            row[j] = p
+                            sb += p
+                        for j in range(nb, nb4):
+                            row[j] = zero
+                        s_run[u + t] += sb
+                    if cp > 0:
+                        _tile_values(acc, u, S, vT, j0, nb4, T)
+            for t in range(nt):
+                i = i0 + t
+                if limits[i] <= 0:
+                    continue
+                lse[i] = m_run[t] + math.log(s_run[t])
+                inv = 1.0 / s_run[t]
+                for cc in range(cp):
+                    out[i, cc] = acc[t, cc] * inv
+
+
+@njit(parallel=True, fastmath=_FM_KERNEL, cache=True)
+def _pointwise_tiled_kernel(phi, q, k, vT, w, limits, n_groups, out):
+    """Tiled ``out[i] = sum_{j < limits[i]} w_j phi(q_i . k_j) v_j`` (shapes as in
+    :func:`_softmax_tiled_kernel`; ``w`` (N,) padded with zeros)."""
+    m_q = q.shape[0]
+    cp = vT.shape[0]
+    zero = q.dtype.type(0.0)
+    one = q.dtype.type(1.0)
+    n_tiles = (m_q + QTILE - 1) // QTILE
+    for g in prange(n_groups):
+        S = np.empty((MR, KBLOCK), dtype=q.dtype)
+        T = np.empty((MR, cp), dtype=q.dtype)
+        acc = np.empty((QTILE, cp), dtype=np.float64)
+        for tile in range(g, n_tiles, n_groups):
+            i0 = tile * QTILE
+            nt = min(QTILE, m_q - i0)
+            most = _start_tile(acc, limits, i0, nt)
+            for j0 in range(0, most, KBLOCK):
+                for u in range(0, nt, MR):
+                    nbu = 0
+                    for t in range(MR):
+                        nbu = max(nbu, min(KBLOCK, limits[i0 + u + t] - j0))
+                    if nbu <= 0:
+                        continue
+                    nb4 = (nbu + NR - 1) // NR * NR
+                    _tile_logits(S, q, i0 + u, k, j0, nb4)
+                    wb = w[j0:j0 + nb4]
+                    for t in range(MR):
+                        row = S[t]
+                        nb = max(0, min(KBLOCK, limits[i0 + u + t] - j0))
+                        if phi == 1:
+                            for j in range(nb):
+                                z = row[j]
+                                e = vexp(-abs(z))
+                                row[j] = wb[j] * ((one if z >= zero else e) / (one + e))
+                        elif phi == 2:
+                            for j in range(nb):
+                                row[j] = wb[j] * max(row[j], zero)
+                        else:
+                            for j in range(nb):
+                                row[j] = wb[j] * row[j]
+                        for j in range(nb, nb4):
+                            row[j] = zero
+                    _tile_values(acc, u, S, vT, j0, nb4, T)
+            for t in range(nt):
+                for cc in range(cp):
+                    out[i0 + t, cc] = acc[t, cc]
+
+
 # --------------------------------------------------------------------------- backend
 class NumbaBackend:
     """Parallel streaming CPU backend (see the module docstring for the algorithm).
@@ -420,6 +653,9 @@ class NumbaBackend:
     n_threads : int, optional
         Number of threads for the kernels (1 … ``numba.config.NUMBA_NUM_THREADS``);
         default all of them.  Can be changed later with :meth:`set_threads`.
+    kernel : {"auto", "tiled", "streaming"}, default "auto"
+        Kernel family: ``"auto"`` follows the measured crossover of
+        :meth:`kernel_for`; the others force one (for tests and benchmarks).
 
     Notes
     -----
@@ -431,7 +667,10 @@ class NumbaBackend:
     name = "numba"
     xp = np
 
-    def __init__(self, n_threads: int | None = None):
+    def __init__(self, n_threads: int | None = None, kernel: str = "auto"):
+        if kernel not in ("auto", "tiled", "streaming"):
+            raise ValueError(f"kernel must be 'auto', 'tiled' or 'streaming', got {kernel!r}")
+        self.kernel = kernel
         self.n_threads: int | None = None
         self.set_threads(n_threads)
 
@@ -449,7 +688,7 @@ class NumbaBackend:
         self.n_threads = n_threads
 
     def __repr__(self) -> str:
-        return f"NumbaBackend(n_threads={self.n_threads})"
+        return f"NumbaBackend(n_threads={self.n_threads}, kernel={self.kernel!r})"
 
     # ------------------------------------------------------------------ arrays
     def asarray(self, a: Any, dtype: Any = None) -> np.ndarray:
@@ -483,10 +722,11 @@ class NumbaBackend:
 
     @staticmethod
     def _prepare(q, k, others, bias, limits):
-        """Common dtype, transposed contiguous keys/values, int64 limits, -inf keys removed.
+        """Common dtype, int64 limits, -inf keys removed, keys past every prefix dropped.
 
         ``bias = None`` gives a zero bias.  Returns ``None`` when ``bias`` holds NaN or
-        +inf (caller falls back to NumPy).
+        +inf (caller falls back to NumPy); otherwise ``(dtype, q, k, others, bias,
+        limits)`` with ``k`` (N', r) and ``others`` (N', c) not yet laid out for a kernel.
         """
         q = np.asarray(q)
         k = np.asarray(k)
@@ -512,33 +752,97 @@ class NumbaBackend:
                 raise ValueError(f"limits must have shape ({m},), got {lim.shape}")
             lim = np.clip(lim, 0, n)
         finite = np.isfinite(b)
-        keep = None
         if not finite.all():
             if np.isnan(b).any() or (b == np.inf).any():
                 return None
-            keep = finite                      # -inf: zero-weight keys contribute nothing
+            # -inf: zero-weight keys contribute nothing
             csum = np.concatenate(([0], np.cumsum(finite, dtype=np.int64)))
             lim = csum[lim]
-            b = b[keep]
-        kT = np.ascontiguousarray((k if keep is None else k[keep]).T, dtype=dtype)
-        oT = [np.ascontiguousarray((o if keep is None else o[keep]).T, dtype=dtype)
-              for o in others]
-        qc = np.ascontiguousarray(q, dtype=dtype)
-        return dtype, qc, kT, oT, np.ascontiguousarray(b), lim
+            b = b[finite]
+            k = k[finite]
+            others = [o[finite] for o in others]
+        top = int(lim.max(initial=0))
+        if top < k.shape[0]:                   # keys no query can see are never read
+            k, b, others = k[:top], b[:top], [o[:top] for o in others]
+        return dtype, np.ascontiguousarray(q, dtype=dtype), k, others, b, lim
+
+    def kernel_for(self, r: int, dtype: Any = np.float64) -> str:
+        """``"tiled"`` or ``"streaming"``: the kernel used for projection width ``r``.
+
+        With ``kernel="auto"`` the tiled kernels (register-blocked 3×4 tile products) are
+        used from ``r >=`` :data:`TILED_MIN_WIDTH` (float64) or
+        :data:`TILED_MIN_WIDTH_F32` (float32): there a pair's ``r`` multiply-adds
+        outweigh its exponential, and below it the streaming kernels (one query at a
+        time, SIMD across keys) are faster.  Crossovers measured on a 2-core AVX2
+        machine at N = 2e4 (``benchmarks/particles.py`` records both kernels).
+        """
+        if self.kernel != "auto":
+            return self.kernel
+        top = TILED_MIN_WIDTH_F32 if np.dtype(dtype) == np.float32 else TILED_MIN_WIDTH
+        return "tiled" if r >= top else "streaming"
+
+    @staticmethod
+    def _tiled_layout(dtype, q, k, vals, b, lim):
+        """Pad for the tiled kernels: queries sorted by prefix length and padded to a
+        multiple of MR (limit 0), keys and value coordinates to multiples of NR (zeros)."""
+        m, r = q.shape
+        n = k.shape[0]
+        order = None
+        if lim.min(initial=0) < n:             # masked: similar prefixes share a tile
+            order = np.argsort(lim, kind="stable")
+            q, lim = q[order], lim[order]
+        mp = -(-m // MR) * MR
+        npad = -(-n // NR) * NR
+        qp = np.zeros((mp, r), dtype=dtype)
+        qp[:m] = q
+        limp = np.zeros(mp, dtype=np.int64)
+        limp[:m] = lim
+        kp = np.zeros((npad, r), dtype=dtype)
+        kp[:n] = k
+        bp = np.zeros(npad, dtype=dtype)
+        bp[:n] = b
+        if vals is None:
+            vT = np.zeros((0, npad), dtype=dtype)
+        else:
+            c = vals.shape[1]
+            vT = np.zeros((-(-c // NR) * NR, npad), dtype=dtype)
+            vT[:c, :n] = vals.T
+        return order, qp, kp, vT, bp, limp
+
+    @staticmethod
+    def _unpermute(a, order, m):
+        if order is None:
+            return a[:m]
+        res = np.empty_like(a[:m])
+        res[order] = a[:m]
+        return res
 
     # ------------------------------------------------------------------ primitives
     def _reduce(self, q, k, v, bias, limits):
-        """Run the streaming softmax kernel; ``v = None`` computes the lse alone."""
+        """Run a softmax kernel; ``v = None`` computes the lse alone."""
         prep = self._prepare(q, k, [] if v is None else [v], bias, limits)
         if prep is None:
             return None
-        dtype, qc, kT, oT, b, lim = prep
-        m = qc.shape[0]
-        vT = oT[0] if oT else np.empty((0, kT.shape[1]), dtype=dtype)
-        out = np.zeros((m, vT.shape[0]), dtype=dtype)    # no visible mass: out = 0,
+        dtype, qc, kk, oo, b, lim = prep
+        m, r = qc.shape
+        c = 0 if v is None else oo[0].shape[1]
+        work = int(lim.sum())
+        if self.kernel_for(r, dtype) == "tiled":
+            order, qp, kp, vT, bp, limp = self._tiled_layout(dtype, qc, kk, oo[0] if oo else None,
+                                                             b, lim)
+            out = np.zeros((qp.shape[0], vT.shape[0]), dtype=dtype)
+            lse = np.full(qp.shape[0], -np.inf, dtype=dtype)
+            self._run(_softmax_tiled_kernel, work, qp, kp, vT, bp, limp,
+                      self._groups(qp.shape[0], QTILE), out, lse)
+            return (self._unpermute(out[:, :c], order, m),
+                    self._unpermute(lse, order, m))
+        kT = np.ascontiguousarray(kk.T, dtype=dtype)
+        vT = (np.ascontiguousarray(oo[0].T, dtype=dtype) if oo
+              else np.empty((0, kT.shape[1]), dtype=dtype))
+        out = np.zeros((m, c), dtype=dtype)              # no visible mass: out = 0,
         lse = np.full(m, -np.inf, dtype=dtype)           # lse = -inf
-        self._run(_softmax_kernel, int(lim.sum()), qc, kT, vT, b, lim, self._groups(m, TILE), out,
-                  lse)
+        self._run(_softmax_kernel, work, qc, kT, vT, np.ascontiguousarray(b), lim,
+                  self._groups(m, TILE), out, lse)
         return out, lse
 
     def softmax(self, q, k, v, bias, limits):
@@ -566,12 +870,25 @@ class NumbaBackend:
         wa = np.asarray(w)
         if not np.all(np.isfinite(wa)):
             return _REFERENCE.pointwise(phi, q, k, v, w, limits)
-        dtype, qc, kT, (vT,), zb, lim = self._prepare(q, k, [v], None, limits)
-        wc = np.ascontiguousarray(wa, dtype=dtype)
-        if wc.shape != (kT.shape[1],):
-            raise ValueError(f"w must have shape ({kT.shape[1]},), got {wc.shape}")
-        m = qc.shape[0]
-        out = np.zeros((m, vT.shape[0]), dtype=dtype)
-        self._run(_pointwise_kernel, int(lim.sum()), np.int64(_PHI_CODES[phi]), qc, kT, vT, wc,
-                  zb, lim, self._groups(m, TILE), out)
+        if wa.shape != (np.shape(k)[0],):
+            raise ValueError(f"w must have shape ({np.shape(k)[0]},), got {wa.shape}")
+        dtype, qc, kk, (vv,), _, lim = self._prepare(q, k, [v], None, limits)
+        ww = wa[:kk.shape[0], None].astype(dtype)     # no bias: keys are only truncated
+        m, r = qc.shape
+        c = vv.shape[1]
+        code = np.int64(_PHI_CODES[phi])
+        work = int(lim.sum())
+        if self.kernel_for(r, dtype) == "tiled":
+            order, qp, kp, vT, wp, limp = self._tiled_layout(dtype, qc, kk, vv, ww[:, 0], lim)
+            out = np.zeros((qp.shape[0], vT.shape[0]), dtype=dtype)
+            self._run(_pointwise_tiled_kernel, work, code, qp, kp, vT, wp, limp,
+                      self._groups(qp.shape[0], QTILE), out)
+            return self._unpermute(out[:, :c], order, m)
+        kT = np.ascontiguousarray(kk.T, dtype=dtype)
+        vT = np.ascontiguousarray(vv.T, dtype=dtype)
+        wc = np.ascontiguousarray(ww[:, 0], dtype=dtype)
+        zb = np.zeros(kT.shape[1], dtype=dtype)
+        out = np.zeros((m, c), dtype=dtype)
+        self._run(_pointwise_kernel, work, code, qc, kT, vT, wc, zb, lim,
+                  self._groups(m, TILE), out)
         return out
