@@ -88,8 +88,18 @@ except ImportError as exc:  # pragma: no cover - exercised only without numba
     raise BackendNotAvailable(
         f"backend='numba' needs the numba package ({exc}); pip install numba") from exc
 
-__all__ = ["NumbaBackend", "BLOCK", "TILE", "MR", "NR", "QTILE", "KBLOCK", "TILED_MIN_WIDTH",
-           "TILED_MIN_WIDTH_F32", "vexp"]
+__all__ = [
+    "BLOCK",
+    "KBLOCK",
+    "MR",
+    "NR",
+    "QTILE",
+    "TILE",
+    "TILED_MIN_WIDTH",
+    "TILED_MIN_WIDTH_F32",
+    "NumbaBackend",
+    "vexp",
+]
 
 logger = logging.getLogger(__name__)
 
