@@ -419,3 +419,48 @@ def test_simulate_numba_equals_numpy(kind, masked, heads, rng):
     assert runs[0].status == runs[1].status == "ok"
     # 10 RK4 steps of a Lipschitz flow: per-step 1e-15 discrepancies stay far below 1e-11
     np.testing.assert_allclose(runs[1].states, runs[0].states, rtol=1e-11, atol=1e-11)
+
+
+# --------------------------------------------------------------------------- threads
+_CONCURRENT = """
+import threading
+import numpy as np
+import transformer_pde as tp
+rng = np.random.default_rng(0)
+att = tp.Attention("softmax", np.eye(4), np.eye(4), np.eye(4))
+X = rng.normal(size=(1500, 4))
+ref = tp.velocity(att, X, backend="numpy")
+bad = []
+def work():
+    for _ in range(4):
+        out = tp.velocity(att, X, backend="numba")
+        if not np.allclose(out, ref, rtol=1e-12, atol=1e-14):
+            bad.append(1)
+ts = [threading.Thread(target=work) for _ in range(4)]
+for t in ts: t.start()
+for t in ts: t.join()
+import numba
+print(numba.threading_layer(), len(bad))
+"""
+
+
+@pytest.mark.parametrize("layer", ["workqueue", "default"])
+def test_concurrent_calls_are_safe_under_every_threading_layer(layer):
+    # regression: with NUMBA_THREADING_LAYER=workqueue two Python threads launching
+    # parallel kernels at once aborted the process (SIGABRT)
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, NUMBA_NUM_THREADS="2",
+               PYTHONPATH=str(Path(tp.__file__).resolve().parents[1]))
+    if layer != "default":
+        env["NUMBA_THREADING_LAYER"] = layer
+    res = subprocess.run([sys.executable, "-c", _CONCURRENT], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    used, n_bad = res.stdout.split()
+    assert n_bad == "0"
+    if layer != "default":
+        assert used == layer

@@ -60,10 +60,15 @@ Keys of zero weight (bias :math:`-\infty`) are removed before the kernels run (m
 prefix lengths are recounted), so the kernels only see finite numbers and can be
 compiled with fast-math reductions; a bias containing NaN or :math:`+\infty` (or
 ``pointwise`` weights that are not all finite) is handed to the NumPy reference
-unchanged, so every backend returns the same non-finite answer.
+unchanged, so every backend returns the same non-finite answer.  So are calls whose
+logits could come near the float range (:func:`~transformer_pde.backends.numpy_backend.overflow_scale`:
+:math:`r\max|q|\max|k| + \max|b|` beyond :math:`2^{-10}` of the largest float), which
+the reference computes exactly by a power-of-two rescaling.
 
 Threads: ``NumbaBackend(n_threads=k)`` runs the kernels on ``k`` threads (default: all
-of Numba's threads, ``NUMBA_NUM_THREADS``).  Kernels are compiled with ``cache=True``;
+of Numba's threads, ``NUMBA_NUM_THREADS``).  Calls from several Python threads are safe
+under every threading layer: with ``workqueue`` (not thread-safe in Numba) kernel
+launches are serialised by a lock.  Kernels are compiled with ``cache=True``;
 one specialisation per dtype (float32, float64) and kernel.
 """
 
@@ -71,12 +76,13 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from typing import Any
 
 import numpy as np
 
 from . import BackendNotAvailable
-from .numpy_backend import NumpyBackend
+from .numpy_backend import NumpyBackend, overflow_scale
 
 try:
     import numba
@@ -133,6 +139,20 @@ _MIN_PAIRS_PER_THREAD = 500_000
 
 # answers calls with non-finite biases or weights (see the module docstring)
 _REFERENCE = NumpyBackend()
+
+# Numba's "workqueue" threading layer aborts the process (SIGABRT) when two Python
+# threads launch parallel kernels at once; "tbb" and "omp" are thread-safe.  Launches
+# are serialised by this lock unless the layer in use is known to be thread-safe
+# (before the first launch the layer is not chosen yet: locked too).
+_LAUNCH_LOCK = threading.Lock()
+_THREADSAFE_LAYERS = ("tbb", "omp")
+
+
+def _launch_is_threadsafe() -> bool:
+    try:
+        return numba.threading_layer() in _THREADSAFE_LAYERS
+    except ValueError:         # no parallel region has run yet
+        return False
 
 
 # --------------------------------------------------------------------------- exp
@@ -720,7 +740,11 @@ class NumbaBackend:
         if n != old:
             numba.set_num_threads(n)
         try:
-            kernel(*args)
+            if _launch_is_threadsafe():
+                kernel(*args)
+            else:
+                with _LAUNCH_LOCK:
+                    kernel(*args)
         finally:
             if n != old:
                 numba.set_num_threads(old)
@@ -831,7 +855,7 @@ class NumbaBackend:
     def _reduce(self, q, k, v, bias, limits):
         """Run a softmax kernel; ``v = None`` computes the lse alone."""
         prep = self._prepare(q, k, [] if v is None else [v], bias, limits)
-        if prep is None:
+        if prep is None or overflow_scale(prep[1], prep[2], prep[4]) != 1.0:
             return None
         dtype, qc, kk, oo, b, lim = prep
         m, r = qc.shape
@@ -858,7 +882,8 @@ class NumbaBackend:
     def softmax(self, q, k, v, bias, limits):
         """Streaming softmax: ``(out (M, c), lse (M,))``; see :mod:`transformer_pde.backends`."""
         res = self._reduce(q, k, v, bias, limits)
-        if res is None:       # NaN / +inf bias: the reference defines the answer
+        if res is None:       # NaN / +inf bias or logits that may overflow: the reference
+            # defines the answer (it rescales overflowing logits exactly)
             return _REFERENCE.softmax(q, k, v, bias, limits)
         return res
 
@@ -878,7 +903,7 @@ class NumbaBackend:
         if phi not in _PHI_CODES:
             raise ValueError(f"phi must be one of {sorted(_PHI_CODES)}, got {phi!r}")
         wa = np.asarray(w)
-        if not np.all(np.isfinite(wa)):
+        if not np.all(np.isfinite(wa)) or overflow_scale(np.asarray(q), np.asarray(k), None) != 1.0:
             return _REFERENCE.pointwise(phi, q, k, v, w, limits)
         if wa.shape != (np.shape(k)[0],):
             raise ValueError(f"w must have shape ({np.shape(k)[0]},), got {wa.shape}")
