@@ -43,12 +43,13 @@ Tiled kernels (projection width :math:`r \ge` :data:`TILED_MIN_WIDTH`, FlashAtte
 the CPU).  When a pair costs :math:`2r` multiply-adds and :math:`r` is a Transformer's
 head width (32–128), the streaming kernels are bound by their scalar-per-query dot
 products.  The tiled kernels instead take :data:`QTILE` queries against a block of
-:data:`KBLOCK` keys and compute, for each group of :data:`MR` = 3 queries, the 3×KBLOCK
-logits and then the 3×c block of value sums as small matrix products with one
-register-blocked micro-kernel (:func:`_dot_tile`: twelve dot products sharing their
-loads, vectorised along the reduction), with the online log-sum-exp of each query
-between the two.  Memory stays :math:`O((N + M)(r + c))` plus one 3×KBLOCK logit tile
-and a QTILE×c accumulator per thread.  Queries are sorted by masked prefix length (so a
+:data:`KBLOCK` keys and compute the QTILE×KBLOCK logits and then the QTILE×c block of value sums as
+small matrix products, :data:`MR` = 3 queries by :data:`NR` = 4 keys (or value
+coordinates) at a time, with one register-blocked micro-kernel (:func:`_dot_tile`:
+twelve dot products sharing their loads, vectorised along the reduction), and the
+online log-sum-exp of each query between the two.  Memory stays
+:math:`O((N + M)(r + c))` plus a QTILE×KBLOCK logit tile and QTILE×c accumulators per
+thread.  Queries are sorted by masked prefix length (so a
 tile's queries see similar prefixes) and padded to a multiple of MR; keys and value
 coordinates are padded with zeros to multiples of :data:`NR` = 4.  BLAS calls on tiles
 inside the parallel loop were measured slower (OpenBLAS starts its own threads on
@@ -117,7 +118,7 @@ TILE = 8
 MR, NR = 3, 4
 #: tiled kernels: queries sharing each block of keys (a multiple of MR)
 QTILE = 24
-#: tiled kernels: keys per block (the per-thread logit tile is MR × KBLOCK)
+#: tiled kernels: keys per block (the per-thread logit tile is QTILE × KBLOCK)
 KBLOCK = 128
 #: smallest projection width r for which the tiled kernels are used, float64 and float32
 #: (measured crossovers, see :meth:`NumbaBackend.kernel_for`)
@@ -146,6 +147,16 @@ _REFERENCE = NumpyBackend()
 # (before the first launch the layer is not chosen yet: locked too).
 _LAUNCH_LOCK = threading.Lock()
 _THREADSAFE_LAYERS = ("tbb", "omp")
+
+
+def _needs_reference(q, k, bias) -> bool:
+    """Logits that may come near the float range, or non-finite q / k: the kernels
+    (compiled for finite numbers) leave such calls to the NumPy reference."""
+    if q.size == 0 or k.size == 0:
+        return False
+    if not (np.isfinite(np.abs(q).max()) and np.isfinite(np.abs(k).max())):
+        return True
+    return overflow_scale(q, k, bias) != 1.0
 
 
 def _launch_is_threadsafe() -> bool:
@@ -471,8 +482,8 @@ def _pointwise_kernel(phi, q, kT, vT, w, zb, limits, n_groups, out):
 
 # --------------------------------------------------------------------------- tiled kernels
 @njit(fastmath=_FM_KERNEL, cache=True)
-def _dot_tile(A, ia, ao, B, jb, bo, L, C, cj):
-    """C[0:MR, cj:cj+NR] = A[ia:ia+MR, ao:ao+L] @ B[jb:jb+NR, bo:bo+L].T  (MR = 3, NR = 4).
+def _dot_tile(A, ia, ao, B, jb, bo, L, C, ci, cj):
+    """C[ci:ci+MR, cj:cj+NR] = A[ia:ia+MR, ao:ao+L] @ B[jb:jb+NR, bo:bo+L].T  (MR = 3, NR = 4).
 
     The register-blocked micro-kernel of the tiled kernels: twelve dot products of
     length ``L`` share their loads (three rows of ``A``, four of ``B``); with
@@ -508,36 +519,39 @@ def _dot_tile(A, ia, ao, B, jb, bo, L, C, cj):
         c03 += x0 * y
         c13 += x1 * y
         c23 += x2 * y
-    C[0, cj] = c00
-    C[0, cj + 1] = c01
-    C[0, cj + 2] = c02
-    C[0, cj + 3] = c03
-    C[1, cj] = c10
-    C[1, cj + 1] = c11
-    C[1, cj + 2] = c12
-    C[1, cj + 3] = c13
-    C[2, cj] = c20
-    C[2, cj + 1] = c21
-    C[2, cj + 2] = c22
-    C[2, cj + 3] = c23
+    C[ci, cj] = c00
+    C[ci, cj + 1] = c01
+    C[ci, cj + 2] = c02
+    C[ci, cj + 3] = c03
+    C[ci + 1, cj] = c10
+    C[ci + 1, cj + 1] = c11
+    C[ci + 1, cj + 2] = c12
+    C[ci + 1, cj + 3] = c13
+    C[ci + 2, cj] = c20
+    C[ci + 2, cj + 1] = c21
+    C[ci + 2, cj + 2] = c22
+    C[ci + 2, cj + 3] = c23
 
 
 @njit(fastmath=_FM_KERNEL, cache=True)
-def _tile_logits(S, q, i, k, j0, nb4):
-    """S[0:MR, :nb4] = q[i:i+MR] @ k[j0:j0+nb4].T (``nb4`` a multiple of NR)."""
+def _tile_logits(S, q, i0, nt, k, j0, nb4):
+    """S[:nt, :nb4] = q[i0:i0+nt] @ k[j0:j0+nb4].T; the NR keys of a group stay in L1
+    while every group of MR queries of the tile uses them."""
     r = q.shape[1]
     for jj in range(0, nb4, NR):
-        _dot_tile(q, i, 0, k, j0 + jj, 0, r, S, jj)
+        for u in range(0, nt, MR):
+            _dot_tile(q, i0 + u, 0, k, j0 + jj, 0, r, S, u, jj)
 
 
 @njit(fastmath=_FM_KERNEL, cache=True)
-def _tile_values(acc, u, S, vT, j0, nb4, T):
-    """acc[u:u+MR, c] += sum_j S[t, j] vT[c, j0 + j] (block sums in the input precision)."""
+def _tile_values(acc, nt, S, vT, j0, nb4, T):
+    """acc[:nt, c] += sum_j S[t, j] vT[c, j0 + j] (block sums in the input precision)."""
     cp = vT.shape[0]
     for cc in range(0, cp, NR):
-        _dot_tile(S, 0, 0, vT, cc, j0, nb4, T, cc)
-    for t in range(MR):
-        at = acc[u + t]
+        for u in range(0, nt, MR):
+            _dot_tile(S, u, 0, vT, cc, j0, nb4, T, u, cc)
+    for t in range(nt):
+        at = acc[t]
         tt = T[t]
         for cc in range(cp):
             at[cc] += tt[cc]
@@ -550,12 +564,12 @@ def _softmax_tiled_kernel(q, k, vT, bias, limits, n_groups, out, lse):
     Shapes: ``q`` (M, r) with M a multiple of :data:`MR`, ``k`` (N, r) and ``bias`` (N,)
     with N a multiple of :data:`NR`, ``vT`` (c, N) with c a multiple of NR (c = 0: lse
     only), ``out`` (M, c).  Queries are taken in tiles of :data:`QTILE`; for each block
-    of :data:`KBLOCK` keys (read once per tile, reused from cache) and each group of MR
-    queries: MR×KBLOCK logits by :func:`_dot_tile`, the online log-sum-exp of each row
-    over its visible keys ``j < limits[i]`` (invisible entries are set to 0 after the
-    exponential), then the MR×c block of value sums by :func:`_dot_tile` again.  Every
-    query sees its keys in the same order and blocks whatever the threads, so results
-    do not depend on the thread count.
+    of :data:`KBLOCK` keys: the QTILE×KBLOCK logits by :func:`_dot_tile` (each group of
+    NR keys is used by every group of MR queries while it sits in L1), the online
+    log-sum-exp of each row over its visible keys ``j < limits[i]`` (invisible entries
+    are set to 0 after the exponential), then the QTILE×c value sums by
+    :func:`_dot_tile` again.  Every query sees its keys in the same order and blocks
+    whatever the threads, so results do not depend on the thread count.
     """
     m_q = q.shape[0]
     cp = vT.shape[0]
@@ -563,8 +577,8 @@ def _softmax_tiled_kernel(q, k, vT, bias, limits, n_groups, out, lse):
     zero = q.dtype.type(0.0)
     n_tiles = (m_q + QTILE - 1) // QTILE
     for g in prange(n_groups):
-        S = np.empty((MR, KBLOCK), dtype=q.dtype)
-        T = np.empty((MR, cw), dtype=q.dtype)
+        S = np.empty((QTILE, KBLOCK), dtype=q.dtype)
+        T = np.empty((QTILE, cw), dtype=q.dtype)
         acc = np.empty((QTILE, cw), dtype=np.float64)
         m_run = np.empty(QTILE, dtype=q.dtype)
         s_run = np.empty(QTILE, dtype=np.float64)
@@ -574,47 +588,42 @@ def _softmax_tiled_kernel(q, k, vT, bias, limits, n_groups, out, lse):
             most = _start_tile(acc, limits, i0, nt)
             s_run[:] = 0.0
             for j0 in range(0, most, KBLOCK):
-                for u in range(0, nt, MR):
-                    nbu = 0
-                    for t in range(MR):
-                        nbu = max(nbu, min(KBLOCK, limits[i0 + u + t] - j0))
-                    if nbu <= 0:
-                        continue
-                    nb4 = (nbu + NR - 1) // NR * NR
-                    _tile_logits(S, q, i0 + u, k, j0, nb4)
-                    for t in range(MR):
-                        row = S[t]
-                        nb = min(KBLOCK, limits[i0 + u + t] - j0)
-                        if nb <= 0:
-                            for j in range(nb4):
-                                row[j] = zero
-                            continue
-                        bb = bias[j0:j0 + nb]
-                        for j in range(nb):
-                            row[j] += bb[j]
-                        mb = row[0]
-                        for j in range(1, nb):
-                            mb = _fmax(mb, row[j])
-                        if j0 == 0:
-                            m_run[u + t] = mb
-                        elif mb > m_run[u + t]:
-                            scale = float(vexp(m_run[u + t] - mb))
-                            s_run[u + t] *= scale
-                            at = acc[u + t]
-                            for cc in range(cp):
-                                at[cc] *= scale
-                            m_run[u + t] = mb
-                        mt = m_run[u + t]
-                        sb = zero
-                        for j in range(nb):
-                            p = vexp(row[j] - mt)
-                            row[j] = p
-                            sb += p
-                        for j in range(nb, nb4):
+                nbt = min(KBLOCK, most - j0)
+                nb4 = (nbt + NR - 1) // NR * NR
+                _tile_logits(S, q, i0, nt, k, j0, nb4)
+                for t in range(nt):
+                    row = S[t]
+                    nb = min(KBLOCK, limits[i0 + t] - j0)
+                    if nb <= 0:
+                        for j in range(nb4):
                             row[j] = zero
-                        s_run[u + t] += sb
-                    if cp > 0:
-                        _tile_values(acc, u, S, vT, j0, nb4, T)
+                        continue
+                    bb = bias[j0:j0 + nb]
+                    for j in range(nb):
+                        row[j] += bb[j]
+                    mb = row[0]
+                    for j in range(1, nb):
+                        mb = _fmax(mb, row[j])
+                    if j0 == 0:
+                        m_run[t] = mb
+                    elif mb > m_run[t]:
+                        scale = float(vexp(m_run[t] - mb))
+                        s_run[t] *= scale
+                        at = acc[t]
+                        for cc in range(cp):
+                            at[cc] *= scale
+                        m_run[t] = mb
+                    mt = m_run[t]
+                    sb = zero
+                    for j in range(nb):
+                        p = vexp(row[j] - mt)
+                        row[j] = p
+                        sb += p
+                    for j in range(nb, nb4):
+                        row[j] = zero
+                    s_run[t] += sb
+                if cp > 0:
+                    _tile_values(acc, nt, S, vT, j0, nb4, T)
             for t in range(nt):
                 i = i0 + t
                 if limits[i] <= 0:
@@ -635,40 +644,35 @@ def _pointwise_tiled_kernel(phi, q, k, vT, w, limits, n_groups, out):
     one = q.dtype.type(1.0)
     n_tiles = (m_q + QTILE - 1) // QTILE
     for g in prange(n_groups):
-        S = np.empty((MR, KBLOCK), dtype=q.dtype)
-        T = np.empty((MR, cp), dtype=q.dtype)
+        S = np.empty((QTILE, KBLOCK), dtype=q.dtype)
+        T = np.empty((QTILE, cp), dtype=q.dtype)
         acc = np.empty((QTILE, cp), dtype=np.float64)
         for tile in range(g, n_tiles, n_groups):
             i0 = tile * QTILE
             nt = min(QTILE, m_q - i0)
             most = _start_tile(acc, limits, i0, nt)
             for j0 in range(0, most, KBLOCK):
-                for u in range(0, nt, MR):
-                    nbu = 0
-                    for t in range(MR):
-                        nbu = max(nbu, min(KBLOCK, limits[i0 + u + t] - j0))
-                    if nbu <= 0:
-                        continue
-                    nb4 = (nbu + NR - 1) // NR * NR
-                    _tile_logits(S, q, i0 + u, k, j0, nb4)
-                    wb = w[j0:j0 + nb4]
-                    for t in range(MR):
-                        row = S[t]
-                        nb = max(0, min(KBLOCK, limits[i0 + u + t] - j0))
-                        if phi == 1:
-                            for j in range(nb):
-                                z = row[j]
-                                e = vexp(-abs(z))
-                                row[j] = wb[j] * ((one if z >= zero else e) / (one + e))
-                        elif phi == 2:
-                            for j in range(nb):
-                                row[j] = wb[j] * max(row[j], zero)
-                        else:
-                            for j in range(nb):
-                                row[j] = wb[j] * row[j]
-                        for j in range(nb, nb4):
-                            row[j] = zero
-                    _tile_values(acc, u, S, vT, j0, nb4, T)
+                nbt = min(KBLOCK, most - j0)
+                nb4 = (nbt + NR - 1) // NR * NR
+                _tile_logits(S, q, i0, nt, k, j0, nb4)
+                wb = w[j0:j0 + nb4]
+                for t in range(nt):
+                    row = S[t]
+                    nb = max(0, min(KBLOCK, limits[i0 + t] - j0))
+                    if phi == 1:
+                        for j in range(nb):
+                            z = row[j]
+                            e = vexp(-abs(z))
+                            row[j] = wb[j] * ((one if z >= zero else e) / (one + e))
+                    elif phi == 2:
+                        for j in range(nb):
+                            row[j] = wb[j] * max(row[j], zero)
+                    else:
+                        for j in range(nb):
+                            row[j] = wb[j] * row[j]
+                    for j in range(nb, nb4):
+                        row[j] = zero
+                _tile_values(acc, nt, S, vT, j0, nb4, T)
             for t in range(nt):
                 for cc in range(cp):
                     out[i0 + t, cc] = acc[t, cc]
@@ -855,7 +859,7 @@ class NumbaBackend:
     def _reduce(self, q, k, v, bias, limits):
         """Run a softmax kernel; ``v = None`` computes the lse alone."""
         prep = self._prepare(q, k, [] if v is None else [v], bias, limits)
-        if prep is None or overflow_scale(prep[1], prep[2], prep[4]) != 1.0:
+        if prep is None or _needs_reference(prep[1], prep[2], prep[4]):
             return None
         dtype, qc, kk, oo, b, lim = prep
         m, r = qc.shape
@@ -903,7 +907,7 @@ class NumbaBackend:
         if phi not in _PHI_CODES:
             raise ValueError(f"phi must be one of {sorted(_PHI_CODES)}, got {phi!r}")
         wa = np.asarray(w)
-        if not np.all(np.isfinite(wa)) or overflow_scale(np.asarray(q), np.asarray(k), None) != 1.0:
+        if not np.all(np.isfinite(wa)) or _needs_reference(np.asarray(q), np.asarray(k), None):
             return _REFERENCE.pointwise(phi, q, k, v, w, limits)
         if wa.shape != (np.shape(k)[0],):
             raise ValueError(f"w must have shape ({np.shape(k)[0]},), got {wa.shape}")

@@ -63,7 +63,8 @@ def overflow_scale(q: np.ndarray, k: np.ndarray, bias: np.ndarray | None) -> flo
     (tokens of 1e155 with unit matrices give 1e310); they are then computed divided by
     :math:`2^e` (exact: a power of two) and the exponentials take
     :math:`2^e(\ell' - \max\ell')`, so the weights are the true ones (the largest logit
-    wins by a margin far beyond the float range).  Returns 1.0 when no logit can overflow.
+    wins by a margin far beyond the float range).  Returns 1.0 when no logit can overflow
+    (or when ``q`` or ``k`` already hold NaN or inf: the result is then non-finite anyway).
     """
     fin = np.finfo(np.result_type(q, k, np.float32))
     with np.errstate(over="ignore", divide="ignore"):
@@ -79,7 +80,7 @@ def overflow_scale(q: np.ndarray, k: np.ndarray, bias: np.ndarray | None) -> flo
             logq = np.log2(qa) + np.log2(ka) + np.log2(max(q.shape[1], 1))
         top = max(logq, np.log2(ba) if ba > 0 else -np.inf) + 2.0
     limit = np.log2(float(fin.max)) - 8.0
-    if not top > limit:
+    if not (top > limit and np.isfinite(top)):     # non-finite inputs: nothing to rescale
         return 1.0
     return float(2.0 ** int(np.ceil(top - limit)))
 
