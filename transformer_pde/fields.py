@@ -387,6 +387,11 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
         Wrong shapes, NaN/inf, negative weights, masked attention without positions.
     SinkhornNotConverged
         The Sinkhorn inner solve missed its tolerance.
+    ScoreOverflowError
+        ``kind="l2"`` with projected tokens spread so far apart that
+        :math:`|Qx - Ky|^2` overflows (scores :math:`\langle Qx, Ky\rangle` beyond the
+        float range are otherwise handled exactly: the softmax then puts all the mass on
+        the largest score).
     """
     if not isinstance(att, Attention):
         raise TypeError(f"att must be a transformer_pde.Attention, got {type(att).__name__}")

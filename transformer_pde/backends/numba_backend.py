@@ -907,11 +907,13 @@ class NumbaBackend:
         if phi not in _PHI_CODES:
             raise ValueError(f"phi must be one of {sorted(_PHI_CODES)}, got {phi!r}")
         wa = np.asarray(w)
-        if not np.all(np.isfinite(wa)) or _needs_reference(np.asarray(q), np.asarray(k), None):
+        if not np.all(np.isfinite(wa)):
             return _REFERENCE.pointwise(phi, q, k, v, w, limits)
         if wa.shape != (np.shape(k)[0],):
             raise ValueError(f"w must have shape ({np.shape(k)[0]},), got {wa.shape}")
         dtype, qc, kk, (vv,), _, lim = self._prepare(q, k, [v], None, limits)
+        if _needs_reference(qc, kk, None):      # keys past every prefix already dropped
+            return _REFERENCE.pointwise(phi, q, k, v, w, limits)
         ww = wa[:kk.shape[0], None].astype(dtype)     # no bias: keys are only truncated
         m, r = qc.shape
         c = vv.shape[1]
