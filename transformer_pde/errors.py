@@ -27,6 +27,7 @@ __all__ = [
     "SinkhornNotConverged",
     "SolverNotConverged",
     "ScoreOverflowError",
+    "TrajectoryFileError",
     "TransformerPDEWarning",
     "ConvergenceWarning",
     "EarlyStopWarning",
@@ -64,6 +65,12 @@ class SolverNotConverged(TransformerPDEError, RuntimeError):
 class ScoreOverflowError(TransformerPDEError, FloatingPointError):
     """Attention scores of finite tokens overflow the floating-point range and the field
     cannot be evaluated faithfully (e.g. l2 scores of tokens spread beyond 1e154)."""
+
+
+class TrajectoryFileError(TransformerPDEError, ValueError):
+    """A trajectory or checkpoint file cannot be read (empty, truncated, not an archive of
+    the package, bad metadata, missing arrays, inconsistent shapes); the message names the
+    file and what is wrong."""
 
 
 class TransformerPDEWarning(UserWarning):
