@@ -122,7 +122,8 @@ def test_rescaling_is_exact_when_nothing_overflows(rng):
 def test_simulate_from_huge_tokens_moves_or_stops_with_a_status(backend):
     att = tp.Attention("softmax", ONE, ONE, ONE)
     X0 = np.array([[1e160], [2e160]])
-    run = tp.simulate(att, X0, t_max=1.0, dt=0.1, method="euler", backend=backend)
+    run = tp.simulate(att, X0, t_max=1.0, dt=0.1, solver="euler",
+                      field=tp.FieldOptions(backend=backend))
     # the field at 1e160 is 2e160 (all mass on the larger token): the tokens move
     assert not np.array_equal(run.states[-1], X0)
     assert run.status == "blowup" and "max_norm" in run.message
