@@ -418,13 +418,14 @@ def _mean_field_case(att, alpha, S, N=2000, t_max=0.6, dt=0.1, seed=0):
     """Particles from N(alpha, S) evolved by the particle engine vs the Gaussian ODE started
     from the sample moments. Finite-N field error ~ N^-1/2 per unit time (SPEC's caveat:
     kappa = ||S^1/2 A S^1/2|| <= 0.5 here, far from T*); RK4 at dt = 0.1 is ~1e-5."""
-    from transformer_pde.particles import simulate
+    from transformer_pde.particles import FieldOptions, simulate
 
     rng = np.random.default_rng(seed)
     X0 = rng.multivariate_normal(alpha, S, size=N)
     m0 = X0.mean(0)
     S0 = np.cov(X0.T, bias=True)
-    traj = simulate(att, X0, t_max=t_max, dt=dt, method="rk4", backend="numpy")
+    traj = simulate(att, X0, t_max=t_max, dt=dt, solver="rk4",
+                    field=FieldOptions(backend="numpy"))
     assert traj.status in ("ok", "finished", "done") or not str(traj.status).startswith("blow")
     tr = g.solve(att, m0, S0, t_max=t_max, t_eval=traj.times)
     assert len(tr.times) == len(traj.times)
