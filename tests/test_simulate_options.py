@@ -43,6 +43,12 @@ def test_saveat_ts_lands_on_the_requested_times(solver):
     np.testing.assert_array_equal(tr.times, [0.5])
     with pytest.raises(ArgumentError, match="t_max"):
         tp.simulate(att, X0, t_max=1.0, dt=0.1, saveat=tp.SaveAt(ts=[2.0]))
+    # a run stopped before the first requested time keeps its last state, at its time
+    bad = tp.Attention("softmax", _bad_q("raise"), np.eye(2), np.eye(2))
+    with pytest.warns(EarlyStopWarning, match="failed"):
+        tr = tp.simulate(bad, X0, t_max=1.0, dt=0.1, solver=solver, saveat=tp.SaveAt(ts=[0.9]))
+    assert tr.status == "failed" and tr.times.shape == (1,) and 0.2 < tr.times[0] <= 0.45
+    assert tr.states.shape == (1, 7, 2) and "saved=1" in repr(tr)
 
 
 def test_saveat_fn_keeps_a_statistic_and_the_moments(tmp_path):
@@ -246,6 +252,28 @@ def test_resumed_run_equals_uninterrupted_bit_for_bit(name, tmp_path):
     # resuming a finished run returns it at once
     done = tp.simulate(att(None), X0, monitor=tp.Monitor(checkpoint=path, resume=True), **kw)
     np.testing.assert_array_equal(done.states, ref.states)
+
+
+def test_resume_with_a_block_and_a_solver_object(tmp_path):
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(6, 3))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    mlp = tp.blocks.MLP(rng.normal(size=(4, 3)), rng.normal(size=(3, 4)) / 2)
+    M = np.eye(3)
+    att = lambda t_stop: tp.Attention("softmax", _Once(M, t_stop), np.eye(3), np.eye(3))  # noqa: E731
+    kw = dict(t_max=0.6, dt=0.05, solver=tp.ImplicitMidpoint(tol=1e-12),
+              block=tp.Block(mlp=mlp, constraint="sphere", splitting="lie"))
+    ref = tp.simulate(att(None), X, **kw)
+    path = tmp_path / "block.ckpt"
+    with pytest.warns(EarlyStopWarning, match="interrupted"):
+        tp.simulate(att(0.31), X, monitor=tp.Monitor(checkpoint=path, checkpoint_every=1e-9),
+                    **kw)
+    again = tp.simulate(att(None), X, monitor=tp.Monitor(checkpoint=path, resume=True), **kw)
+    np.testing.assert_array_equal(again.states, ref.states)
+    assert again.info == ref.info
+    with pytest.raises(ArgumentError, match="different run: solver"):
+        tp.simulate(att(None), X, monitor=tp.Monitor(checkpoint=path, resume=True),
+                    **{**kw, "solver": tp.ImplicitMidpoint(tol=1e-10)})
 
 
 def test_resume_refuses_a_checkpoint_of_another_run(tmp_path):
