@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import transformer_pde as tp
 from transformer_pde.errors import (ArgumentError, EarlyStopWarning, TransformerPDEError,
@@ -349,3 +352,18 @@ def test_load_bad_files_raise_one_clear_error(tmp_path):
         assert isinstance(info.value, (TransformerPDEError, ValueError))
     with pytest.raises(FileNotFoundError):
         tp.load(tmp_path / "missing.npz")
+
+
+@settings(max_examples=40, deadline=None)
+@given(scale=st.floats(-14, 3), ratio=st.floats(0.5, 150.0), every=st.integers(1, 7))
+def test_fixed_steps_cover_t_max_exactly(scale, ratio, every):
+    # any time scale: the step count is ceil(t_max / dt - 1e-9), times increase strictly
+    # and end exactly at t_max (issue 13: the tolerance was absolute, 1e-12 max(1, t_max))
+    t_max = 10.0 ** scale
+    dt = t_max / ratio
+    tr = tp.simulate(softmax_att(), X0[:3], t_max=t_max, dt=dt, solver="euler",
+                     saveat=tp.SaveAt(every=every))
+    n = max(1, math.ceil(t_max / dt - 1e-9))
+    assert tr.info["n_steps"] == n and tr.status == "ok"
+    assert tr.times[-1] == t_max and np.all(np.diff(tr.times) > 0)
+    assert len(tr.times) == math.ceil(n / every) + 1
