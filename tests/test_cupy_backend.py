@@ -159,12 +159,15 @@ def test_pointwise(gpu_like, phi, dtype, rtol, data):
 
 
 def _check_pointwise(out, phi, q, k, v, w, limits, rtol, dtype):
-    """|out - ref| <= rtol * sum_j w_j |phi_ij| |v_j| (+ the smallest normal number)."""
+    """|out - ref| <= rtol * sum_j w_j (|phi_ij| + |q_i|.|k_j|) |v_j| (+ the smallest normal).
+
+    The |q_i|.|k_j| term is the rounding of the score itself (a score that cancels to
+    about 0 can change sign in float32, and relu or identity then pass it on)."""
     f64 = [a.astype(np.float64) for a in (q, k, v, w)]
     ref = REF.pointwise(phi, *f64, limits)
     s = f64[0] @ f64[1].T
     mag = {"identity": np.abs(s), "sigmoid": 1 / (1 + np.exp(-np.clip(s, -700, 700))),
-           "relu": np.maximum(s, 0)}[phi]
+           "relu": np.maximum(s, 0)}[phi] + np.abs(f64[0]) @ np.abs(f64[1]).T
     if limits is not None:
         mag = np.where(np.arange(k.shape[0])[None, :] < limits[:, None], mag, 0.0)
     scale = (mag * f64[3][None, :]) @ np.abs(f64[2])
@@ -690,3 +693,29 @@ def test_gpu_simulate_stays_on_device(gpu, rng):
                         field=tp.FieldOptions(backend=b), positions=pos)
             for b in ("numba", gpu)]
     np.testing.assert_allclose(runs[1].states, runs[0].states, rtol=1e-10, atol=1e-10)
+
+
+def test_overflowing_logits_go_to_the_reference(gpu_like, rng):
+    # logits beyond the float range (finite tokens): the reference rescales them exactly;
+    # the GPU backend hands such calls to it, as the numba backend does
+    for dtype, big in ((np.float64, 1e155), (np.float32, 1e19)):
+        q = (rng.normal(size=(4, 2)) * big).astype(dtype)
+        k = (rng.normal(size=(50, 2)) * big).astype(dtype)
+        v = rng.normal(size=(50, 2)).astype(dtype)
+        for be in gpu_like.values():
+            out, lse = be.softmax(q, k, v, None, None)
+            ref_out, ref_lse = REF.softmax(q, k, v, None, None)
+            assert out.dtype == dtype
+            np.testing.assert_array_equal(out, ref_out)
+            np.testing.assert_array_equal(lse, ref_lse)
+            assert np.all(np.isfinite(out))
+            w = np.ones(50, dtype)
+            np.testing.assert_array_equal(be.pointwise("relu", q, k, v, w, None),
+                                          REF.pointwise("relu", q, k, v, w, None))
+    # non-finite pointwise weights: the reference's answer too
+    q, k, v = rng.normal(size=(3, 2)), rng.normal(size=(20, 2)), rng.normal(size=(20, 2))
+    w = np.ones(20)
+    w[3] = np.inf
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(gpu_like["whole"].pointwise("sigmoid", q, k, v, w, None),
+                                      REF.pointwise("sigmoid", q, k, v, w, None))

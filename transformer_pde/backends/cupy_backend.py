@@ -52,7 +52,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..errors import BackendNotAvailable
-from .numpy_backend import NumpyBackend
+from .numpy_backend import NumpyBackend, overflow_scale
 
 __all__ = [
     "INSTALL_HINT",
@@ -431,6 +431,41 @@ class CupyBackend:
             raise ValueError(f"{name} must have shape ({n},), got {a.shape}")
         return self.xp.ascontiguousarray(a, dtype=dtype)
 
+    def _needs_reference(self, q, k, b, lim, w=None) -> bool:
+        """Calls the NumPy reference answers instead of the kernels (as the numba backend).
+
+        Logits that may come near the float range (the reference rescales them exactly,
+        :func:`~transformer_pde.backends.numpy_backend.overflow_scale`), non-finite
+        queries or keys, a NaN or ``+inf`` bias, non-finite pointwise weights.  One
+        device-to-host copy of a few numbers per call.  Keys beyond every query's prefix
+        are not looked at (no query sees them).
+        """
+        xp = self.xp
+        if q.size == 0 or k.size == 0:
+            return False
+        n = k.shape[0]
+        vis = xp.ones(n, dtype=bool) if lim is None else xp.arange(n) < lim.max()
+        zero = xp.zeros((), dtype=np.float64)
+        bad = zero
+        ba = zero
+        if b is not None:
+            ba = xp.where(vis & xp.isfinite(b), xp.abs(b), 0).max()
+            bad = bad + ((xp.isnan(b) | (b == np.inf)) & vis).any()
+        if w is not None:
+            bad = bad + (~xp.isfinite(w) & vis).any()
+        ka = xp.where(vis[:, None], xp.abs(k), 0).max()
+        stats = [xp.abs(q).max(), ka, ba, bad]
+        vals = self.to_numpy(xp.stack([xp.asarray(a, dtype=np.float64) for a in stats]))
+        qa, ka, ba, bad = (float(x) for x in vals)
+        if not (math.isfinite(qa) and math.isfinite(ka)) or bad != 0:
+            return True
+        r = q.shape[1]
+        return overflow_scale(np.full((1, r), qa, q.dtype), np.full((1, r), ka, q.dtype),
+                              np.array([ba], q.dtype)) != 1.0
+
+    def _host(self, a):
+        return None if a is None else self.to_numpy(a)
+
     def _split(self, m: int, n: int, qpt: int, nt: int, tk: int) -> tuple[int, int]:
         """(chunk, number of chunks) of the key split for ``m`` queries, ``n`` keys."""
         q_blocks = -(-m // (qpt * nt))
@@ -478,6 +513,11 @@ class CupyBackend:
         n = k.shape[0]
         c = 0 if v is None else v.shape[1]
         b = None if bias is None else self._vector(bias, n, dtype, "bias")
+        if self._needs_reference(q, k, b, lim):
+            out, lse = _REFERENCE.softmax(self._host(q), self._host(k),
+                                          self._host(v) if c else np.zeros((n, 0), dtype),
+                                          self._host(b), self._host(lim))
+            return self.asarray(out, dtype), self.asarray(lse, dtype)
         if m == 0 or n == 0 or r > MAX_WIDTH:
             if r > MAX_WIDTH and m and n:
                 return plain_softmax(xp, q, k, v, b, lim)
@@ -540,6 +580,10 @@ class CupyBackend:
         wc = self._vector(w, n, dtype, "w")
         if m == 0 or n == 0 or c == 0:
             return xp.zeros((m, c), dtype=dtype)
+        if self._needs_reference(q, k, None, lim, wc):
+            return self.asarray(_REFERENCE.pointwise(phi, self._host(q), self._host(k),
+                                                     self._host(v), self._host(wc),
+                                                     self._host(lim)), dtype)
         if r > MAX_WIDTH:
             return plain_pointwise(xp, phi, q, k, v, wc, lim)
         order = self._order(xp, lim)
