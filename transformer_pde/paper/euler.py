@@ -38,7 +38,6 @@ from typing import Any
 
 import numpy as np
 
-from .scalings import pad_rows
 
 __all__ = ["EulerResult", "euler_reference", "euler_run", "moment_rhs"]
 
@@ -54,19 +53,31 @@ def _psd_sqrt(S: np.ndarray) -> np.ndarray:
     return (U * np.sqrt(np.clip(lam, 0.0, None))[..., None, :]) @ np.swapaxes(U, -1, -2)
 
 
+def _T(M: np.ndarray) -> np.ndarray:
+    return np.swapaxes(M, -1, -2)
+
+
+def _pad(M: np.ndarray, d: int) -> np.ndarray:
+    """Complete the rows of ``M`` (..., r, d) with zero rows up to d."""
+    if M.shape[-2] == d:
+        return M
+    pad = np.zeros(M.shape[:-2] + (d - M.shape[-2], d))
+    return np.concatenate([M, pad], axis=-2)
+
+
 def _heads(Q: np.ndarray, K: np.ndarray, V: np.ndarray, heads: int):
-    """Per head: (rows slice, V_h, A_h) with the paper's scaling."""
-    d = Q.shape[1]
+    """Per head: (rows slice, V_h, A_h) with the paper's scaling (leading batch axes kept)."""
+    d = Q.shape[-1]
     if heads == 1:
-        return [(slice(0, d), V, K.T @ Q / math.sqrt(d))]
+        return [(slice(0, d), V, _T(K) @ Q / math.sqrt(d))]
     if d % heads:
         raise ValueError(f"heads={heads} must divide d={d}")
     k = d // heads
-    Q, K = pad_rows(Q, d), pad_rows(K, d)
+    Q, K = _pad(Q, d), _pad(K, d)
     out = []
     for h in range(heads):
         rows = slice(h * k, (h + 1) * k)
-        out.append((rows, V[rows], K[rows].T @ Q[rows] / math.sqrt(k)))
+        out.append((rows, V[..., rows, :], _T(K[..., rows, :]) @ Q[..., rows, :] / math.sqrt(k)))
     return out
 
 
@@ -77,9 +88,10 @@ def moment_rhs(kind: str, Q: Any, K: Any, V: Any, covs: Any, *, heads: int = 1,
     Parameters
     ----------
     kind : {"softmax", "l2", "sinkhorn"}
-    Q, K : array_like (r, d)
-        Query and key matrices, :math:`r \le d` rows (missing rows count as zero).
-    V : array_like (d, d)
+    Q, K : array_like (r, d) or (B, r, d)
+        Query and key matrices, :math:`r \le d` rows (missing rows count as zero); with a
+        leading axis, one per covariance.
+    V : array_like (d, d) or (B, d, d)
     covs : array_like (..., d, d)
         Covariances (batched).
     heads : int
@@ -94,9 +106,9 @@ def moment_rhs(kind: str, Q: Any, K: Any, V: Any, covs: Any, *, heads: int = 1,
     """
     Q, K, V = (np.asarray(a, dtype=float) for a in (Q, K, V))
     S = np.asarray(covs, dtype=float)
-    d = Q.shape[1]
+    d = Q.shape[-1]
     if kind == "softmax":
-        M = np.zeros_like(S)
+        M = np.zeros(np.broadcast_shapes(S.shape, V.shape))
         for rows, Vh, Ah in _heads(Q, K, V, int(heads)):
             M[..., rows, :] = Vh @ S @ Ah
         MS = M @ S
@@ -104,20 +116,19 @@ def moment_rhs(kind: str, Q: Any, K: Any, V: Any, covs: Any, *, heads: int = 1,
     if int(heads) != 1:
         raise ValueError(f"heads must be 1 for kind={kind!r}, got {heads}")
     if kind == "l2":
-        A = K.T @ Q / math.sqrt(d)
-        G = K.T @ K
-        eye = np.eye(d)
-        # S (I + 2 G S)^{-1} = ((I + 2 S G)^{-1} S)^T-free form: solve (I + 2 S G) X = S
-        P = np.linalg.solve(eye + 2.0 * S @ G, S)
+        A = _T(K) @ Q / math.sqrt(d)
+        G = _T(K) @ K
+        # S (I + 2 G S)^{-1} = (I + 2 S G)^{-1} S: solve (I + 2 S G) P = S
+        P = np.linalg.solve(np.eye(d) + 2.0 * S @ G, S)
         M = 2.0 * V @ P @ A
         MS = M @ S
         return MS + np.swapaxes(MS, -1, -2)
     if kind == "sinkhorn":
-        A = K.T @ Q
+        A = _T(K) @ Q
         R2 = _psd_sqrt(S)
-        R = _psd_sqrt(4.0 * R2 @ A.T @ S @ A @ R2 + eps ** 2 * np.eye(d))
-        C = 2.0 * R2 @ np.linalg.solve(eps * np.eye(d) + R, R2 @ A.T @ S)
-        VC = V @ np.swapaxes(C, -1, -2)
+        R = _psd_sqrt(4.0 * R2 @ _T(A) @ S @ A @ R2 + eps ** 2 * np.eye(d))
+        C = 2.0 * R2 @ np.linalg.solve(eps * np.eye(d) + R, R2 @ _T(A) @ S)
+        VC = V @ _T(C)
         return VC + np.swapaxes(VC, -1, -2)
     raise ValueError(f"kind must be 'softmax', 'l2' or 'sinkhorn', got {kind!r}")
 
@@ -176,7 +187,8 @@ def euler_reference(kind: str, Q: Any, K: Any, V: Any, covs0: Any, *, step: floa
     Parameters
     ----------
     kind, Q, K, V, heads, eps
-        As in :func:`moment_rhs` (the paper's scalings are applied here).
+        As in :func:`moment_rhs` (the paper's scalings are applied here); ``Q, K, V`` with
+        a leading axis of length ``B`` give each run its own parameters.
     covs0 : array_like (B, d, d)
         Initial covariances.
     step : float
@@ -218,6 +230,11 @@ def euler_reference(kind: str, Q: Any, K: Any, V: Any, covs0: Any, *, step: floa
     final = np.empty_like(S)
     T = None if save_every is None else max_iter // int(save_every) + 1
     path = None if T is None else np.full((B, T, d, d), np.nan)
+    Q, K, V = (np.asarray(a, dtype=float) for a in (Q, K, V))
+    batched = Q.ndim == 3
+    if batched and not (Q.shape[0] == K.shape[0] == V.shape[0] == B):
+        raise ValueError(f"per-member Q, K, V need {B} members, got {Q.shape[0]}, "
+                         f"{K.shape[0]}, {V.shape[0]}")
     idx = np.arange(B)
     cur = _project_psd(S)
     for n in range(max_iter + 1):
@@ -237,6 +254,8 @@ def euler_reference(kind: str, Q: Any, K: Any, V: Any, covs0: Any, *, step: floa
             final[j] = cur[stop]
             keep = ~stop
             idx, cur, F = idx[keep], cur[keep], F[keep]
+            if batched:
+                Q, K, V = Q[keep], K[keep], V[keep]
             if idx.size == 0:
                 break
         cur = _project_psd(cur + step * F)
