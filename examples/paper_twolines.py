@@ -9,7 +9,7 @@ covariances ``init_grid(20, 20, [-1, 1, -1, 1])`` (276 strictly inside the cone)
 on :math:`\Sigma_0` the runs end on one of two rank-one lines.  The paper's script draws
 the L2 panel over the softmax one (it saves both under one name); both are drawn here.  The
 paper uses projected explicit Euler (h = 0.01, at most 50,000 steps, so t <= 500) and stops
-when :math:`\|\Sigma'\|_F < 10^{-7}`; here the exact solver draws to t = 500.
+when :math:`\|\Sigma'\|_F < 10^{-7}`; here the exact solver stops on the same rules.
 
 Run: ``python examples/paper_twolines.py`` (writes ``figures/paper_twolines.png``).
 """

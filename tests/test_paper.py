@@ -186,3 +186,98 @@ def test_outcome_matches_euler_reference_full_grids(run):
         assert fine.outcome.tolist() == ["converged"]
     else:
         assert bad.size == 0
+
+
+# --------------------------------------------------------------------------- rank study
+def test_draw_rank_parameters_paper_distribution():
+    rng = np.random.default_rng(3)
+    for d in (2, 3, 5):
+        Q, K, V = paper.draw_rank_parameters(d, "psd", rng)
+        assert Q.shape == (d // 2, d)
+        np.testing.assert_array_equal(K, -Q)
+        np.testing.assert_array_equal(V, V.T)
+        assert np.linalg.eigvalsh(V).min() >= -1e-12
+        assert np.array_equal(paper.draw_rank_parameters(d, "identity", rng)[2], np.eye(d))
+    S = paper.draw_rank_covariance(4, rng)
+    np.testing.assert_array_equal(S, S.T)
+    with pytest.raises(ValueError, match="value"):
+        paper.draw_rank_parameters(3, "random", rng)  # not the paper's
+    with pytest.raises(ValueError, match="distribution"):
+        paper.draw_rank_parameters(3, "identity", rng, distribution="other")
+
+
+def test_count_rank_threshold():
+    assert paper.count_rank(np.diag([2.0, 0.2, 0.1, 0.05])) == 2  # strictly above 0.1
+    assert paper.count_rank(np.diag([2.0, 0.2, 0.1]), threshold=0.01) == 3
+
+
+def test_paper_trace_cannot_grow_for_psd_values():
+    # V >= 0 and A = -Q^T Q / sqrt(d) <= 0: (tr Sigma)' = 2 tr(V^1/2 Sigma A Sigma V^1/2) <= 0, so an
+    # exact softmax run never "exceeds"; the paper's discarded trials are Euler artefacts
+    rng = np.random.default_rng(0)
+    for d in (3, 4, 6):
+        for value in ("identity", "psd"):
+            Q, K, V = paper.draw_rank_parameters(d, value, rng)
+            S = np.stack([paper.draw_rank_covariance(d, rng) for _ in range(20)])
+            F = paper.moment_rhs("softmax", Q, K, V, S)
+            assert np.all(np.trace(F, axis1=1, axis2=2) <= 1e-12 * np.trace(S, axis1=1, axis2=2) ** 2)
+
+
+def test_rank_trial_and_study_agree_and_converge():
+    study = paper.paper_rank_study("softmax", 3, "identity", trials=4, seed=7, t_max=5000.0)
+    for i in range(4):
+        t = paper.rank_trial("softmax", 3, "identity", np.random.default_rng([7, 3, i]),
+                             t_max=5000.0)
+        np.testing.assert_array_equal(t.cov0, study.cov0[i])
+        assert t.rank == study.ranks[i]
+        assert t.redraws == 0 == study.redraws[i]  # the trace cannot grow: every run converges
+        # Q has rank 1 in d = 3: the limit keeps at most d - 1 = 2 directions
+        assert 0 <= t.rank <= 2
+        np.testing.assert_array_less(np.linalg.norm(
+            paper.moment_rhs("softmax", t.Q, t.K, t.V, t.cov)), 1.001e-4)  # lands on the criterion
+
+
+def test_paper_rank_study_with_euler_reports_agreement():
+    res = paper.paper_rank_study("softmax", 2, "identity", trials=3, seed=1, t_max=5000.0,
+                                 euler={"step": 0.01, "tol_high": 1e3, "max_iter": 400_000})
+    assert res.euler_outcome.tolist() == ["converged"] * 3
+    assert 0.0 <= res.agreement() <= 1.0
+
+
+# --------------------------------------------------------------------------- figure helpers
+def test_solve_run_stops_on_the_papers_criterion():
+    run = paper.paper_run("plane", "multihead")
+    covs0 = run.covariances()[::25]
+    batch = paper.solve_run(run, covs0, n_eval=40)
+    assert set(map(str, batch.status)) <= {"converged", "ok"}
+    paths = paper.run_paths(batch)
+    for i, p in enumerate(paths):
+        np.testing.assert_array_equal(p[0], covs0[i])
+        np.testing.assert_allclose(p[-1], batch.covs[i], rtol=0, atol=1e-12)
+        if batch.status[i] == "converged":
+            F = paper.moment_rhs(run.kind, run.Q, run.K, run.V, p[-1], heads=run.heads)
+            assert np.linalg.norm(F) < 1.01 * run.rule.tol_low
+
+
+def test_rank_sweep_paper_distribution_and_cli_config(tmp_path):
+    sw = paper.rank_sweep("softmax", 3, value="psd", draws=3, seed=2, t_max=5000.0,
+                          distribution="paper")
+    st = paper.paper_rank_study("softmax", 3, "psd", trials=3, seed=2, t_max=5000.0,
+                                rtol=1e-6, atol=1e-9)
+    np.testing.assert_array_equal(sw.ranks, st.ranks)
+    assert set(sw.status.tolist()) <= {"converged", "failed"}
+    with pytest.raises(ValueError, match="distribution"):
+        paper.rank_sweep("softmax", 3, distribution="nope")
+    # the CLI config expresses the paper's study (examples/configs/paper_ranks.toml, small)
+    import json
+
+    from transformer_pde import cli
+
+    cfg = tmp_path / "r.toml"
+    cfg.write_text('[ranks]\ndistribution = "paper"\nkinds = ["softmax"]\nvalues = ["psd"]\n'
+                   'dims = [3]\ndraws = 3\nseed = 2\nt_max = 5000.0\n')
+    assert cli.main(["ranks", str(cfg), "--out", str(tmp_path / "o"), "-q"]) == 0
+    s = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert s["sweeps"][0]["rank_counts"] == np.bincount(sw.ranks, minlength=4).tolist()
+    cfg.write_text('[ranks]\ndistribution = "paper"\nvalues = ["random"]\n')
+    assert cli.main(["ranks", str(cfg), "--out", str(tmp_path / "p"), "-q"]) == 2

@@ -206,6 +206,13 @@ def test_rank_histogram_heights():
     ("paper_blowup_slices.py", [], ["blowup_slice_symmetric", "blowup_slice_rotation"]),
     ("paper_initial_data.py", [], ["initial_data_dichotomy"]),
     ("paper_rank_histograms.py", ["--draws", "10"], ["rank_histograms"]),
+    ("paper_zero.py", [], ["paper_zero"]),
+    ("paper_line.py", [], ["paper_line"]),
+    ("paper_plane.py", [], ["paper_plane"]),
+    ("paper_twolines.py", [], ["paper_twolines"]),
+    ("paper_blowup.py", ["--stride", "20"], ["paper_blowup"]),
+    ("paper_initial.py", [], ["paper_initial"]),
+    ("paper_ranks.py", ["--trials", "2", "--dims", "2"], ["paper_ranks"]),
 ])
 def test_paper_figure_scripts(tmp_path, script, args, names):
     import subprocess

@@ -4,7 +4,7 @@ Every function draws with Matplotlib's object API, never calls ``plt.show`` and 
 the :class:`matplotlib.figure.Figure` it drew on, so it works headless (Agg) and in
 notebooks alike.  Pass ``ax=`` to draw into an existing axes.
 
-Covariance-cone coordinates (``SPEC.md``): a symmetric 2×2 matrix
+Covariance-cone coordinates (``docs/conventions.md``): a symmetric 2×2 matrix
 :math:`\Sigma = \begin{pmatrix} a & c\\ c & b\end{pmatrix}` is the point
 
 .. math:: (u, w, v) = (a - b,\; 2c,\; a + b),

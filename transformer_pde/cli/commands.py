@@ -374,9 +374,10 @@ def run_cone(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
 
 
 # =========================================================================== ranks
-RANK_KEYS = ("kinds", "dims", "values", "draws", "seed", "t_max", "blowup_threshold", "rtol")
+RANK_KEYS = ("kinds", "dims", "values", "draws", "seed", "t_max", "blowup_threshold", "rtol",
+             "distribution", "threshold", "converge_tol", "max_redraws")
 RANK_KINDS = ("softmax", "l2", "sinkhorn")
-RANK_VALUES = ("identity", "random")
+RANK_VALUES = ("identity", "random", "psd")
 
 
 def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True,
@@ -404,6 +405,19 @@ def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True,
             "rtol": sec.number("rtol", 1e-3, positive=True)}
     if opts["rtol"] >= 1:
         raise ConfigError(f"{sec.key('rtol')}: expected a number in (0, 1), got {opts['rtol']}")
+    # distribution = "paper": the paper's study (K = -Q of rank floor(d/2), V = I or W^T W,
+    # converged runs only, eigenvalues above `threshold`); see transformer_pde.paper
+    opts["distribution"] = sec.choice("distribution", "square", ("square", "paper"))
+    opts["threshold"] = sec.number("threshold", 0.1, positive=True)
+    opts["converge_tol"] = sec.number("converge_tol", 1e-4, positive=True)
+    opts["max_redraws"] = sec.integer("max_redraws", 20, minimum=0, maximum=1000)
+    allowed = ("identity", "psd") if opts["distribution"] == "paper" else ("identity", "random")
+    if any(v not in allowed for v in values):
+        raise ConfigError(f"{sec.key('values')}: with distribution = "
+                          f"{opts['distribution']!r} the values are {', '.join(map(repr, allowed))}, "
+                          f"got {values!r}")
+    if opts["distribution"] == "paper" and any(d < 2 for d in dims):
+        raise ConfigError(f"{sec.key('dims')}: the paper's study needs d >= 2, got {dims!r}")
     jobs = [(k, v, d) for k in kinds for v in values for d in dims]
     with OutputDir(out, force=force) as outdir:
         sweeps = []

@@ -139,7 +139,11 @@ def _project_psd(S: np.ndarray) -> np.ndarray:
     if S.shape[-1] == 2:
         bad = (S[:, 0, 0] < 0) | (S[:, 1, 1] < 0) | (S[:, 0, 0] * S[:, 1, 1] < S[:, 0, 1] ** 2)
     else:
-        bad = np.linalg.eigvalsh(S)[:, 0] < 0
+        try:  # all positive definite (the common case): nothing to project
+            np.linalg.cholesky(S)
+            return S
+        except np.linalg.LinAlgError:
+            bad = np.linalg.eigvalsh(S)[:, 0] < 0
     if bad.any():
         lam, U = np.linalg.eigh(S[bad])
         S[bad] = (U * np.clip(lam, 0.0, None)[:, None, :]) @ np.swapaxes(U, -1, -2)

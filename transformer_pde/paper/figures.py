@@ -4,7 +4,8 @@ Every panel of a figure (:class:`~transformer_pde.paper.PaperRun`) is solved for
 its grid's initial covariances at once by :func:`transformer_pde.gaussian.solve_batch`
 (exact moment ODE, adaptive, batched dense output at log-spaced times), stopped like the
 paper's runs at :math:`\operatorname{tr}\Sigma` = ``tol_high`` or at the paper's last time
-``step * max_iter``.  Each path ends with the solver's final state (on the threshold for
+``step * max_iter``, and as "converged" when :math:`\|\Sigma'\|_F` < ``tol_low`` (the
+paper's criterion).  Each path ends with the solver's final state (on the threshold for
 the runs that cross it).
 """
 
@@ -25,7 +26,8 @@ def solve_run(run: PaperRun, covs0: Any = None, *, n_eval: int = 300, t_max: flo
     r"""Solve one panel exactly from its grid (or ``covs0``).
 
     Output times: 0 and ``n_eval - 1`` log-spaced times from :math:`10^{-3}` to ``t_max``
-    (default: the paper's ``step * max_iter``); runs stop at
+    (default: the paper's ``step * max_iter``); runs stop like the paper's: "converged" when
+    :math:`\|\Sigma'\|_F` < ``run.rule.tol_low`` (``convergence="absolute"``), and at
     :math:`\operatorname{tr}\Sigma` = ``run.rule.tol_high``.
 
     Returns
@@ -39,7 +41,8 @@ def solve_run(run: PaperRun, covs0: Any = None, *, n_eval: int = 300, t_max: flo
     t_eval = np.concatenate([[0.0], np.geomspace(min(1e-3, t_max / 2), t_max, int(n_eval) - 1)])
     return gaussian.solve_batch(run.attention(), np.zeros((len(covs0), 2)), covs0, t_max=t_max,
                                 t_eval=t_eval, blowup_threshold=run.rule.tol_high, rtol=rtol,
-                                atol=atol)
+                                atol=atol, convergence="absolute",
+                                converge_tol=run.rule.tol_low)
 
 
 def run_paths(batch: Any) -> list[np.ndarray]:

@@ -23,7 +23,8 @@ discards as "exceeded" (:math:`\operatorname{tr}\Sigma > 10^3`) is an artefact o
 (:func:`transformer_pde.gaussian.solve`); :func:`paper_rank_study` runs many, optionally
 beside the paper's Euler (:func:`~transformer_pde.paper.euler_reference`) from the same draws.
 The number of trials, the dimensions and the Euler step of the published histograms are
-parameters here (the example ``examples/paper_ranks.py`` states the values it uses).
+parameters here (``examples/paper_ranks.py`` and ``examples/configs/paper_ranks.toml`` state
+the values they use).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .euler import euler_reference, moment_rhs
+from .euler import euler_reference
 from .scalings import paper_attention
 
 __all__ = [
@@ -124,8 +125,8 @@ class RankTrial:
 
     ``rank`` is -1 when no draw of :math:`\\Sigma_0` converged within the redraws.
     ``redraws`` counts the discarded draws of :math:`\\Sigma_0`; ``cov0`` is the kept one,
-    ``cov`` the covariance at the stop, ``t_stop`` the first time (on the solver's output
-    grid) at which :math:`\\|\\Sigma'\\|_F` < ``converge_tol``."""
+    ``cov`` the covariance at the stop, ``t_stop`` the time at which
+    :math:`\\|\\Sigma'\\|_F` < ``converge_tol``."""
 
     rank: int
     redraws: int
@@ -137,28 +138,19 @@ class RankTrial:
     V: np.ndarray = field(repr=False)
 
 
-def _first_converged(kind: str, Q, K, V, ts: np.ndarray, covs: np.ndarray, tol: float):
-    """Index of the first saved state with ||Sigma'||_F < tol (the paper's criterion), or
-    None."""
-    ok = np.all(np.isfinite(covs), axis=(1, 2))
-    F = moment_rhs(kind, Q, K, V, np.where(ok[:, None, None], covs, 0.0))
-    small = ok & (np.sqrt(np.sum(F * F, axis=(1, 2))) < tol)
-    return int(np.argmax(small)) if small.any() else None
-
-
 def rank_trial(kind: str, d: int, value: str, rng: np.random.Generator, *,
                distribution: str = "paper", threshold: float = RANK_THRESHOLD,
                converge_tol: float = 1e-4, t_max: float = 2000.0, max_redraws: int = 20,
-               n_eval: int = 400, rtol: float = 1e-8, atol: float = 1e-10) -> RankTrial:
+               rtol: float = 1e-8, atol: float = 1e-10) -> RankTrial:
     r"""One trial of the paper's rank study with the exact adaptive solver.
 
-    Draws :math:`(Q, K, V)` and :math:`\Sigma_0` (:func:`draw_rank_trial`), solves the moment
-    ODE (:func:`transformer_pde.gaussian.solve`, ``rtol``/``atol``) up to ``t_max`` with output
-    at ``n_eval`` log-spaced times, and stops at the first of them where
-    :math:`\|\Sigma'\|_F` < ``converge_tol`` (the paper's criterion); if there is none
-    (or the run crosses :math:`\operatorname{tr}\Sigma = 10^3`), :math:`\Sigma_0` is drawn
-    again, up to ``max_redraws`` times.  The rank is :func:`count_rank` of the covariance at
-    the stop.
+    Draws :math:`(Q, K, V)` and :math:`\Sigma_0` from ``rng`` (:func:`draw_rank_parameters`,
+    :func:`draw_rank_covariance`), solves the moment ODE
+    (:func:`transformer_pde.gaussian.solve`, ``rtol``/``atol``) until
+    :math:`\|\Sigma'\|_F` < ``converge_tol`` (the paper's criterion,
+    ``convergence="absolute"``), :math:`\operatorname{tr}\Sigma = 10^3` or ``t_max``; a run
+    that does not converge is discarded and :math:`\Sigma_0` drawn again (same parameters),
+    up to ``max_redraws`` times.  The rank is :func:`count_rank` of the converged covariance.
     """
     from .. import gaussian  # noqa: PLC0415
 
@@ -167,18 +159,15 @@ def rank_trial(kind: str, d: int, value: str, rng: np.random.Generator, *,
         raise ValueError(f"max_redraws must be >= 0, got {max_redraws!r}")
     Q, K, V = draw_rank_parameters(d, value, rng, distribution)
     att = paper_attention(kind, Q, K, V)
-    ts = np.concatenate([[0.0], np.geomspace(1e-3, t_max, int(n_eval) - 1)])
     for redraw in range(int(max_redraws) + 1):
         cov0 = draw_rank_covariance(d, rng, distribution)
-        tr = gaussian.solve(att, np.zeros(int(d)), cov0, t_max=t_max, t_eval=ts,
-                            blowup_threshold=1e3, rtol=rtol, atol=atol)
-        covs = np.full((ts.size, int(d), int(d)), np.nan)
-        covs[:len(tr.covs)] = tr.covs
-        i = _first_converged(kind, Q, K, V, ts, covs, converge_tol)
-        if i is not None:
-            return RankTrial(count_rank(covs[i], threshold), redraw, float(ts[i]), cov0, covs[i],
-                             Q, K, V)
-    return RankTrial(-1, int(max_redraws) + 1, float("nan"), cov0, covs[-1], Q, K, V)
+        tr = gaussian.solve(att, np.zeros(int(d)), cov0, t_max=t_max, blowup_threshold=1e3,
+                            rtol=rtol, atol=atol, convergence="absolute",
+                            converge_tol=converge_tol)
+        if tr.status == "converged":
+            return RankTrial(count_rank(tr.covs[-1], threshold), redraw, float(tr.t_final), cov0,
+                             tr.covs[-1], Q, K, V)
+    return RankTrial(-1, int(max_redraws) + 1, float("nan"), cov0, tr.covs[-1], Q, K, V)
 
 
 @dataclass
@@ -225,9 +214,13 @@ def paper_rank_study(kind: str, d: int, value: str = "identity", *, trials: int 
                      seed: int = 0, threshold: float = RANK_THRESHOLD, converge_tol: float = 1e-4,
                      t_max: float = 2000.0, max_redraws: int = 20, euler: dict | None = None,
                      rtol: float = 1e-8, atol: float = 1e-10) -> RankStudyResult:
-    r"""The paper's rank study: ``trials`` runs of :func:`rank_trial` (trial ``i`` draws from
-    ``numpy.random.default_rng([seed, d, i])``), with, if ``euler`` is given, the paper's
-    projected explicit Euler from the same kept draws.
+    r"""The paper's rank study over ``trials`` trials, all solved together.
+
+    Trial ``i`` draws from ``numpy.random.default_rng([seed, d, i])`` exactly what
+    :func:`rank_trial` draws from that generator (parameters, then :math:`\Sigma_0`, then the
+    redraws), so both give the same trials; here every round of draws is solved at once by
+    :func:`transformer_pde.gaussian.solve_batch` (``convergence="absolute"``).  If ``euler``
+    is given, the paper's projected explicit Euler runs from the same kept draws.
 
     Parameters
     ----------
@@ -237,7 +230,8 @@ def paper_rank_study(kind: str, d: int, value: str = "identity", *, trials: int 
     euler : dict, optional
         ``{"step": h, "tol_high": ..., "max_iter": ...}`` (``tol_low`` defaults to
         ``converge_tol``): run :func:`~transformer_pde.paper.euler_reference` on every kept
-        :math:`(Q, K, V, \Sigma_0)` and count its rank where it converged.
+        :math:`(Q, K, V, \Sigma_0)`, count its rank where it converged, and for the runs it
+        ends as "exceeded" record the largest trace of the exact run up to that time.
 
     Returns
     -------
@@ -245,25 +239,47 @@ def paper_rank_study(kind: str, d: int, value: str = "identity", *, trials: int 
     """
     from .. import gaussian  # noqa: PLC0415
 
-    runs = [rank_trial(kind, d, value, np.random.default_rng([int(seed), int(d), i]),
-                       threshold=threshold, converge_tol=converge_tol, t_max=t_max,
-                       max_redraws=max_redraws, rtol=rtol, atol=atol)
-            for i in range(int(trials))]
-    res = RankStudyResult(kind, int(d), value, np.array([r.rank for r in runs]),
-                          np.array([r.redraws for r in runs]), np.stack([r.cov0 for r in runs]))
+    _check(kind, d, value, "paper")
+    d, n = int(d), int(trials)
+    rngs = [np.random.default_rng([int(seed), d, i]) for i in range(n)]
+    params = [draw_rank_parameters(d, value, g) for g in rngs]
+    atts = [paper_attention(kind, *p) for p in params]
+    cov0 = np.stack([draw_rank_covariance(d, g) for g in rngs])
+    ranks = np.full(n, -1)
+    redraws = np.zeros(n, dtype=int)
+    todo = np.arange(n)
+    for rnd in range(int(max_redraws) + 1):
+        if rnd:
+            for i in todo:
+                cov0[i] = draw_rank_covariance(d, rngs[i])
+            redraws[todo] += 1
+        res = gaussian.solve_batch([atts[i] for i in todo], np.zeros((todo.size, d)), cov0[todo],
+                                   t_max=t_max, blowup_threshold=1e3, rtol=rtol, atol=atol,
+                                   convergence="absolute", converge_tol=converge_tol)
+        ok = np.asarray(res.status) == "converged"
+        for i, c in zip(todo[ok], res.covs[ok]):
+            ranks[i] = count_rank(c, threshold)
+        todo = todo[~ok]
+        if todo.size == 0:
+            break
+    out = RankStudyResult(kind, d, value, ranks, redraws, cov0)
     if euler is not None:
         opts = {"tol_low": converge_tol, **euler}
-        e = euler_reference(kind, np.stack([r.Q for r in runs]), np.stack([r.K for r in runs]),
-                            np.stack([r.V for r in runs]), res.cov0, **opts)
-        res.euler_outcome = e.outcome
-        res.euler_ranks = np.array([count_rank(c, threshold) if o == "converged" else -1
+        e = euler_reference(kind, np.stack([p[0] for p in params]),
+                            np.stack([p[1] for p in params]), np.stack([p[2] for p in params]),
+                            cov0, **opts)
+        out.euler_outcome = e.outcome
+        out.euler_ranks = np.array([count_rank(c, threshold) if o == "converged" else -1
                                     for c, o in zip(e.covs, e.outcome)])
-        mx = np.full(len(runs), np.nan)
-        for i in np.flatnonzero(e.outcome == "exceeded"):
-            r = runs[i]
-            tr = gaussian.solve(paper_attention(kind, r.Q, r.K, r.V), np.zeros(int(d)), r.cov0,
-                                t_max=float(e.t_stop[i]) + 1.0, rtol=rtol, atol=atol,
-                                t_eval=np.linspace(0.0, float(e.t_stop[i]) + 1.0, 200))
-            mx[i] = float(np.max(np.trace(tr.covs, axis1=1, axis2=2)))
-        res.euler_max_trace_exact = mx
-    return res
+        mx = np.full(n, np.nan)
+        ex = np.flatnonzero(e.outcome == "exceeded")
+        if ex.size:
+            T = float(e.t_stop[ex].max())
+            ts = np.linspace(0.0, T, 400)
+            r = gaussian.solve_batch([atts[i] for i in ex], np.zeros((ex.size, d)), cov0[ex],
+                                     t_max=T, t_eval=ts, rtol=rtol, atol=atol)
+            tr = np.trace(r.traj_covs, axis1=2, axis2=3)
+            for k, i in enumerate(ex):
+                mx[i] = float(np.nanmax(np.where(ts <= e.t_stop[i], tr[k], np.nan)))
+        out.euler_max_trace_exact = mx
+    return out
