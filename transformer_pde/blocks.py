@@ -50,9 +50,10 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
 
-from .attention import Layers, _check_matrix
+from .attention import Layers
 from .errors import ArgumentError, ArgumentTypeError
 from .integrate.rk import array_namespace as _xp
+from .validation import matrix, real_array
 
 __all__ = [
     "Block",
@@ -118,29 +119,15 @@ def _param(name: str, value: Any, t: float, left: bool) -> np.ndarray:
     if isinstance(value, Layers):
         return value(t, left=left)
     if callable(value):
-        return _check_matrix(name, np.atleast_2d(_real_array(f"{name}({t:g})", value(t))), t)
+        return matrix(name, np.atleast_2d(real_array(f"{name} (evaluated at t={t})", value(t))), t)
     return value
-
-
-def _real_array(name: str, value: Any) -> np.ndarray:
-    """``value`` as a float array, refusing complex, string and object input by name."""
-    try:
-        arr = np.asarray(value)
-    except (TypeError, ValueError) as exc:
-        raise ArgumentTypeError(f"{name} must be a real array, got {value!r} ({exc})") from None
-    if np.iscomplexobj(arr):
-        raise ArgumentTypeError(f"{name} must be real, got complex values")
-    if arr.dtype.kind not in "biuf":
-        raise ArgumentTypeError(f"{name} must be a real array, got dtype {arr.dtype} "
-                                f"({value!r})")
-    return arr.astype(float)
 
 
 def _store(name: str, value: Any, *, vector: bool) -> Any:
     """Validate a constant parameter now (time-dependent ones at evaluation)."""
     if value is None or isinstance(value, Layers) or callable(value):
         return value
-    arr = _check_matrix(name, np.atleast_2d(_real_array(name, value)))
+    arr = matrix(name, np.atleast_2d(real_array(name, value)))
     if vector:
         if min(arr.shape) != 1:
             raise ValueError(f"{name} must be a vector, got shape {np.shape(value)}")

@@ -32,12 +32,14 @@ import numpy as np
 from .attention import Attention
 from .blocks import Block, BlockStepper
 from .errors import ArgumentError, ArgumentTypeError, TrajectoryFileError
-from .fields import FieldEvaluator, _check_points, velocity
+from .fields import FieldEvaluator, velocity
 from .integrate.breakpoints import layer_tables
 from .integrate.loop import Limits, Monitor, SaveAt, TimeLoop
 from .integrate.loop import Progress
+from . import labelled
 from .integrate.solvers import get_solver
 from .results import Status, warn_stop
+from .validation import points
 
 __all__ = ["FieldOptions", "Limits", "Monitor", "ParticleTrajectory", "SaveAt",
            "TrajectoryFileError", "load", "simulate", "velocity"]
@@ -206,9 +208,24 @@ class ParticleTrajectory:
                 f"t=[{self.times[0]:g}, {self.times[-1]:g}], status='{self.status}')")
 
     # ------------------------------------------------------------------ I/O
+    def to_xarray(self) -> Any:
+        """The trajectory as a labelled :class:`xarray.Dataset` (dimensions ``time``,
+        ``token``, ``dim``; status, message, run information and the attention in its
+        attributes): :func:`transformer_pde.labelled.particle_dataset`."""
+        return labelled.particle_dataset(self)
+
+    @classmethod
+    def from_xarray(cls, ds: Any, source: str = "dataset") -> "ParticleTrajectory":
+        """Inverse of :meth:`to_xarray`."""
+        return cls(**labelled.particle_fields(ds, source))
+
     def save(self, path: str | Path) -> Path:
-        """Write the trajectory to ``path`` (NPZ).  :func:`load` restores it exactly."""
+        """Write the trajectory to ``path``: NPZ, or netCDF (``.nc``) / Zarr (``.zarr``)
+        through :meth:`to_xarray`.  :func:`load` restores it exactly (an existing ``.nc``
+        or ``.zarr`` is never overwritten)."""
         path = Path(path)
+        if path.suffix in labelled.LABELLED_SUFFIXES:
+            return labelled.save_dataset(self.to_xarray(), path)
         arrays: dict[str, Any] = {"times": self.times, "weights": self.weights}
         if self.states is not None:
             arrays["states"] = self.states
@@ -293,6 +310,8 @@ def load(path: str | Path) -> ParticleTrajectory:
         No such file.
     """
     path = Path(path)
+    if path.suffix in labelled.LABELLED_SUFFIXES:
+        return ParticleTrajectory.from_xarray(labelled.open_dataset(path), str(path))
     with _open_npz(path, "transformer-pde trajectory") as z:
         if "meta" not in z.files:
             raise TrajectoryFileError(f"{path} is not a transformer-pde trajectory (no 'meta' "
@@ -638,7 +657,7 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
     """
     if not isinstance(att, Attention):
         raise ArgumentTypeError(f"att must be a transformer_pde.Attention, got {type(att).__name__}")
-    X0n = _check_points("X0", np.asarray(X0) if not hasattr(X0, "get") else X0.get(), att.d)
+    X0n = points("X0", np.asarray(X0) if not hasattr(X0, "get") else X0.get(), att.d)
     t_max = _check_positive("t_max", t_max)
     dt = _check_positive("dt", dt)
     saveat = _option("saveat", saveat, SaveAt, SaveAt())
