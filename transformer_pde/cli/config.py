@@ -520,15 +520,19 @@ def read_options(sec: Table, spec: dict[str, tuple[str, Any]]) -> dict[str, Any]
 
 
 def library_call(key: str, func: Callable, *args: Any, names: Iterable[str] = (),
-                 **kwargs: Any) -> Any:
+                 strict: bool = True, **kwargs: Any) -> Any:
     """``func(*args, **kwargs)``, its argument errors reported as :class:`ConfigError`
-    under ``key``, or ``key.name`` for the first of ``names`` (the keys the user gave)
-    that the library's message mentions."""
+    under ``key.name`` for the first of ``names`` (the keys the user gave) that the
+    library's message mentions, else under ``key`` -- or, with ``strict=False`` (a call
+    that also computes, where an error naming no option is a failure of the computation,
+    not of the configuration), re-raised as they are."""
     try:
         return func(*args, **kwargs)
     except (TypeError, ValueError) as exc:
         words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", str(exc)))
         named = next((n for n in names if n in words), None)
+        if named is None and not strict:
+            raise
         raise ConfigError(f"{key if named is None else key + '.' + named}: {exc}") from None
 
 
