@@ -504,8 +504,8 @@ def test_classify_synthetic_laws():
     # rotating covariance of constant size: still moving
     rot = [np.array([[np.cos(s), -np.sin(s)], [np.sin(s), np.cos(s)]]) for s in t]
     covs = [R @ np.diag([2.0, 1.0]) @ R.T for R in rot]
-    assert D.classify(_gaussian_traj(t, covs)).kind == "undecided"
-    assert D.classify(_gaussian_traj(t[:3], np.ones((3, 1, 1)))).kind == "undecided"
+    assert D.classify(_gaussian_traj(t, covs)).kind == "ok"  # undecided
+    assert D.classify(_gaussian_traj(t[:3], np.ones((3, 1, 1)))).kind == "ok"
 
 
 def test_classify_gaussian_solver_runs():
@@ -600,3 +600,77 @@ def test_mean_field_rate_n_to_minus_half():
     # 16 seeds per N: the mean error has ~ 1/sqrt(2*16) = 18 % relative spread, i.e.
     # +-0.13 on a slope fitted over a factor 16 in N: accept [-0.8, -0.3]
     assert -0.8 <= slope <= -0.3
+
+
+# ------------------------------------------------------------- issue 13 item 2: classify
+def _particle_traj(att, t, scale, status="ok"):
+    X0 = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]])
+    states = scale[:, None, None] * X0[None]
+    return SimpleNamespace(times=t, states=states, weights=np.full(3, 1 / 3), attention=att,
+                           status=status)
+
+
+def test_classify_uses_the_results_status_vocabulary():
+    from transformer_pde.results import Status
+
+    t = np.linspace(0, 5, 101)
+    c = D.classify(_gaussian_traj(t, np.exp(2 * t)[:, None, None]))
+    assert isinstance(c.kind, Status) and c.status is c.kind is Status.DIVERGING
+    # an undecided run that ended early keeps its own status
+    rot = SimpleNamespace(times=t[:3], means=np.zeros((3, 1)), covs=np.ones((3, 1, 1)),
+                          status="nonfinite")
+    assert D.classify(rot).kind is Status.NONFINITE
+
+
+def test_classify_readme_linear_blowup_with_max_norm_stop():
+    # x' = x^3/2 (one token, linear attention), x(0) = 1: x = (1 - t)^(-1/2), T* = 1.  The
+    # run stops at max_norm = 100 and saves the overshoot state (4e24 at t = 1.01), which
+    # broke the c/(T* - t) fit ("diverging"); it is left out now.
+    att = tp.Attention("linear", [[1.0]], [[0.5]], [[1.0]])
+    from transformer_pde.errors import EarlyStopWarning
+
+    with pytest.warns(EarlyStopWarning):
+        blow = tp.simulate(att, np.array([[1.0]]), t_max=5.0, dt=0.01,
+                           limits=tp.Limits(max_norm=100.0))
+    assert blow.status == "blowup"
+    c = D.classify(blow)
+    assert c.kind == "blowup" and c.evidence["excluded_overshoot"]
+    assert c.blowup_time == pytest.approx(1.0, abs=0.02)
+
+
+@pytest.mark.parametrize("kind", ["softmax", "l2", "sinkhorn"])
+def test_classify_normalised_particle_flows_never_blow_up(kind):
+    # |Gamma(x)| <= ||V|| max|x| for normalised kinds: at most exponential growth.  A
+    # trajectory whose second moment follows c/(T* - t) exactly is fitted best by the
+    # blow-up law, but for these kinds it can only be "diverging".
+    t = np.linspace(0, 0.9, 91)
+    scale = 1 / np.sqrt(1 - t)
+    att = tp.Attention(kind, np.eye(2), np.eye(2), 3 * np.eye(2))
+    c = D.classify(_particle_traj(att, t, scale))
+    assert c.kind == "diverging" and c.blowup_time is None
+    assert c.evidence["growth_bound"] == pytest.approx(3.0)
+    # stopped at max_norm: still diverging
+    assert D.classify(_particle_traj(att, t, scale, status="blowup")).kind == "diverging"
+    # the same curve from linear attention (which can blow up) is a blow-up
+    lin = tp.Attention("linear", np.eye(2), np.eye(2), 3 * np.eye(2))
+    c = D.classify(_particle_traj(lin, t, scale))
+    assert c.kind == "blowup" and c.blowup_time == pytest.approx(1.0, rel=1e-6)
+
+
+def test_exponential_growth_bound():
+    from transformer_pde.diagnostics import exponential_growth_bound as bound
+
+    V = np.diag([1.0, 2.0, 3.0, 4.0])
+    att = tp.Attention("softmax", np.eye(4), np.eye(4), V, heads=2, W_O=2 * np.eye(4))
+    traj = SimpleNamespace(states=np.zeros((1, 1, 4)), attention=att)
+    assert bound(traj) == pytest.approx(2 * math.sqrt(2.0 ** 2 + 4.0 ** 2))
+    layers = tp.Layers(np.stack([np.eye(2), 5 * np.eye(2)]))
+    traj = SimpleNamespace(states=np.zeros((1, 1, 2)),
+                           attention=tp.Attention("softmax", np.eye(2), np.eye(2), layers))
+    assert bound(traj) == pytest.approx(5.0)
+    callable_v = tp.Attention("softmax", np.eye(2), np.eye(2), lambda s: np.eye(2) / (1 - s))
+    assert bound(SimpleNamespace(states=np.zeros((1, 1, 2)), attention=callable_v)) is None
+    assert bound(SimpleNamespace(states=np.zeros((1, 1, 2)),
+                                 attention=tp.Attention("linear", np.eye(2), np.eye(2),
+                                                        np.eye(2)))) is None
+    assert bound(SimpleNamespace(times=[0.0], means=[[0.0]], covs=[[[1.0]]])) is None
