@@ -674,3 +674,60 @@ def test_exponential_growth_bound():
                                  attention=tp.Attention("linear", np.eye(2), np.eye(2),
                                                         np.eye(2)))) is None
     assert bound(SimpleNamespace(times=[0.0], means=[[0.0]], covs=[[[1.0]]])) is None
+
+
+# ------------------------------------------------------------- issue 13 item 7: clusters
+@pytest.mark.parametrize("spread", [1e-3, 0.05, 0.3])
+def test_clusters_default_finds_separated_blobs_at_any_spread(spread):
+    rng = np.random.default_rng(11)
+    centres = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    X = np.concatenate([c + spread * rng.normal(size=(40, 2)) for c in centres])
+    res = D.clusters(X)
+    assert res.n_clusters == 3
+    # each blob is one cluster
+    assert all(len(set(res.labels[40 * k:40 * (k + 1)])) == 1 for k in range(3))
+    # invariant under rotation, scaling, translation, permutation
+    perm = rng.permutation(X.shape[0])
+    R = np.array([[0.6, -0.8], [0.8, 0.6]])
+    assert D.clusters(7.0 * X[perm] @ R.T - 2.0).n_clusters == 3
+    # the fixed scale is still available (and splits moderate blobs)
+    if spread == 0.3:
+        assert D.clusters(X, tol=1e-2).n_clusters > 3
+
+
+def test_clusters_default_single_cloud_and_collapsed_tokens():
+    rng = np.random.default_rng(12)
+    for d in (1, 2, 3):
+        assert D.clusters(rng.normal(size=(200, d))).n_clusters == 1
+    # tokens collapsed onto three points (round-off apart), and exact duplicates
+    C = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    assert D.clusters(np.repeat(C, 10, axis=0) + 1e-13 * rng.normal(size=(30, 2))).n_clusters == 3
+    assert D.clusters(np.repeat(C, 10, axis=0)).n_clusters == 3
+    assert D.clusters(np.ones((5, 2))).n_clusters == 1
+    assert D.clusters([[1.0, 2.0]]).n_clusters == 1
+    # two coincident tokens inside a spread cloud are not a group of their own
+    X = rng.normal(size=(100, 2))
+    X[1] = X[0]
+    assert D.clusters(X).n_clusters == 1
+
+
+def test_clusters_default_large_clouds_use_the_knn_tree():
+    from transformer_pde.diagnostics.clustering import EXACT_MST_MAX, _mst_edges
+
+    rng = np.random.default_rng(13)
+    C = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0], [30.0, 30.0]])
+    n = EXACT_MST_MAX // 3
+    X = np.concatenate([c + 0.3 * rng.normal(size=(n, 2)) for c in C])
+    res = D.clusters(X)
+    assert res.n_clusters == 4 and np.allclose(res.masses, 0.25)
+    # the k-NN tree with Boruvka joins is the exact minimum spanning tree here
+    small = X[rng.choice(X.shape[0], 600, replace=False)]
+    exact = np.sort(_mst_edges(small)[2])
+    import transformer_pde.diagnostics.clustering as clu
+    old = clu.EXACT_MST_MAX
+    try:
+        clu.EXACT_MST_MAX = 10
+        approx = np.sort(_mst_edges(small)[2])
+    finally:
+        clu.EXACT_MST_MAX = old
+    np.testing.assert_allclose(approx, exact, rtol=1e-12)
