@@ -36,6 +36,7 @@ from .fields import FieldEvaluator, velocity
 from .integrate.breakpoints import layer_tables
 from .integrate.loop import Limits, Monitor, SaveAt, TimeLoop
 from .integrate.loop import Progress
+from . import labelled
 from .integrate.solvers import get_solver
 from .results import Status, warn_stop
 from .validation import points
@@ -207,9 +208,24 @@ class ParticleTrajectory:
                 f"t=[{self.times[0]:g}, {self.times[-1]:g}], status='{self.status}')")
 
     # ------------------------------------------------------------------ I/O
+    def to_xarray(self) -> Any:
+        """The trajectory as a labelled :class:`xarray.Dataset` (dimensions ``time``,
+        ``token``, ``dim``; status, message, run information and the attention in its
+        attributes): :func:`transformer_pde.labelled.particle_dataset`."""
+        return labelled.particle_dataset(self)
+
+    @classmethod
+    def from_xarray(cls, ds: Any, source: str = "dataset") -> "ParticleTrajectory":
+        """Inverse of :meth:`to_xarray`."""
+        return cls(**labelled.particle_fields(ds, source))
+
     def save(self, path: str | Path) -> Path:
-        """Write the trajectory to ``path`` (NPZ).  :func:`load` restores it exactly."""
+        """Write the trajectory to ``path``: NPZ, or netCDF (``.nc``) / Zarr (``.zarr``)
+        through :meth:`to_xarray`.  :func:`load` restores it exactly (an existing ``.nc``
+        or ``.zarr`` is never overwritten)."""
         path = Path(path)
+        if path.suffix in labelled.LABELLED_SUFFIXES:
+            return labelled.save_dataset(self.to_xarray(), path)
         arrays: dict[str, Any] = {"times": self.times, "weights": self.weights}
         if self.states is not None:
             arrays["states"] = self.states
@@ -294,6 +310,8 @@ def load(path: str | Path) -> ParticleTrajectory:
         No such file.
     """
     path = Path(path)
+    if path.suffix in labelled.LABELLED_SUFFIXES:
+        return ParticleTrajectory.from_xarray(labelled.open_dataset(path), str(path))
     with _open_npz(path, "transformer-pde trajectory") as z:
         if "meta" not in z.files:
             raise TrajectoryFileError(f"{path} is not a transformer-pde trajectory (no 'meta' "
@@ -491,6 +509,16 @@ def _digest(*arrays: Any) -> str:
     return h.hexdigest()[:32]
 
 
+def _solver_key(solver: Any) -> str:
+    """What identifies a solver's numerics: its class and its public scalar options."""
+    inner = getattr(solver, "inner", None)
+    if isinstance(solver, BlockStepper) and inner is not None:
+        return f"BlockStepper[{_solver_key(inner)}]"
+    opts = sorted((k, v) for k, v in vars(solver).items()
+                  if not k.startswith("_") and isinstance(v, (bool, int, float, str)))
+    return f"{type(solver).__module__}.{type(solver).__qualname__}{opts}"
+
+
 def _fingerprint(att: Attention, X0: np.ndarray, ev: FieldEvaluator, solver: Any, t_max: float,
                  dt: float, saveat: SaveAt, block: Block | None) -> dict[str, Any]:
     spec = att.to_dict()
@@ -501,7 +529,7 @@ def _fingerprint(att: Attention, X0: np.ndarray, ev: FieldEvaluator, solver: Any
     return {"attention": json.dumps(att_scalars, sort_keys=True, default=str),
             "attention_arrays": _digest(*att_arrays),
             "tokens": _digest(X0, ev.weights, ev.positions),
-            "dtype": str(ev.dtype), "backend": ev.be.name, "solver": repr(solver),
+            "dtype": str(ev.dtype), "backend": ev.be.name, "solver": _solver_key(solver),
             "t_max": repr(t_max), "dt": repr(dt),
             "saveat": repr((saveat.every, None if saveat.ts is None else saveat.ts.tolist(),
                             None if fn is None else getattr(fn, "__qualname__", repr(fn)))),
@@ -720,8 +748,10 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
     info.update(ev.info)
     if stepper is not None:
         info.update(stepper.describe())
-    if not saver.times:  # SaveAt(ts) without 0 and a run that stopped before ts[0]
-        saver.last = be.to_numpy(state["y"]).copy()
+    if not saver.times:
+        # SaveAt(ts) without 0 and a run that stopped before ts[0]: keep the last state
+        # computed (at its own time) rather than return an empty trajectory
+        saver(float(state["t"]), state["y"])
     return ParticleTrajectory(
         times=np.asarray(saver.times, dtype=float),
         states=np.stack(saver.states) if saveat.fn is None and saver.states else

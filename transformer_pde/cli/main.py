@@ -187,12 +187,33 @@ def _cmd_ranks(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from ..sweep.config import run_config  # noqa: PLC0415  (dask is imported only here)
+
+    store = Path(args.out) / "results.zarr"
+    try:
+        s = run_config(args.config, args.out, scheduler=args.scheduler,
+                       scheduler_file=args.scheduler_file, workers=args.workers,
+                       resume=args.resume, progress=not args.quiet)
+    except KeyboardInterrupt:
+        kept = (f"the cells finished so far are in {store}; rerun with --resume to complete it"
+                if store.exists() else "nothing was written")
+        sys.stderr.write(f"transformer-pde sweep: interrupted; {kept}\n")
+        return ExitCode.INTERRUPTED
+    sys.stdout.write(f"sweep {s['name']!r}: {s['done']} of {s['cells']} cells done, "
+                     f"{s['failed']} failed; results in {s['store']}, summary in "
+                     f"{Path(args.out) / 'summary.json'}\n")
+    for message, count in s["failures"].items():
+        sys.stdout.write(f"  {count} cell(s) failed: {message}\n")
+    return ExitCode.OK if s["done"] == s["cells"] else ExitCode.UNSUCCESSFUL
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     if args.scripts:
         scripts = commands.benchmark_scripts()
         if not scripts:
-            raise commands.UsageError("no benchmarks/*.py next to the package (they come with a "
-                              "source checkout)")
+            raise commands.UsageError("no benchmarks/*.py next to the package (they come "
+                                      "with a source checkout)")
         failed = [(p, rc) for p, rc in commands.run_benchmark_scripts(scripts, full=args.full)
                   if rc != 0]
         if failed:
@@ -323,6 +344,32 @@ def build_parser() -> argparse.ArgumentParser:
     _common(r, top=False)
     r.set_defaults(func=_cmd_ranks)
 
+    w = sub.add_parser("sweep", help="a parameter study on Dask, results in Zarr",
+                       description="Run the study of CONFIG.toml (tables [study], [study.axes], "
+                                   "[cell]) cell by cell on an embedded Dask cluster (one "
+                                   "worker process per core) or an existing one, writing "
+                                   "OUT/results.zarr as cells finish and OUT/summary.json. A "
+                                   "cell that raises is recorded as failed and the study goes "
+                                   "on; --resume computes only missing and failed cells.",
+                       epilog=_SUB_EPILOG)
+    w.add_argument("config", help="TOML study (see examples/configs/sweep_ranks.toml)")
+    w.add_argument("--out", default="transformer-pde-sweep",
+                   help="output directory (default transformer-pde-sweep); its results.zarr is "
+                        "only completed with --resume, never overwritten")
+    where = w.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="run on an existing Dask cluster (e.g. tcp://10.0.0.5:8786), or "
+                            "'serial' to run every cell in this process")
+    where.add_argument("--scheduler-file", metavar="FILE",
+                       help="the JSON file written by 'dask scheduler --scheduler-file'")
+    where.add_argument("--workers", type=_positive_int,
+                       help="worker processes of the embedded cluster (default: the cores)")
+    w.add_argument("--resume", action="store_true",
+                   help="complete OUT/results.zarr (same study only)")
+    w.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    _common(w, top=False)
+    w.set_defaults(func=_cmd_sweep)
+
     b = sub.add_parser("bench", help="small built-in timing",
                        description="Time the softmax particle field on the CPU backends and a "
                                    "batched Gaussian solve; --scripts runs the project's "
@@ -349,6 +396,22 @@ def _flat(text: Any) -> str:
 
 def _is_backend_missing(exc: BaseException) -> bool:
     return type(exc).__name__ == "BackendNotAvailable"
+
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
+
+
+def _raised_by_package(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by transformer-pde's own code (an argument check with its
+    message) rather than inside a library it calls (numpy, scipy: then it is a bug of
+    ours, reported as an internal error with its traceback)."""
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    return last is not None and str(Path(last.tb_frame.f_code.co_filename).resolve()).startswith(
+        _PACKAGE_DIR)
 
 
 def _write_traceback(exc: BaseException) -> str | None:
@@ -395,10 +458,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(ExitCode.OUTPUT, str(exc))
     except MemoryError as exc:
         return fail(ExitCode.ERROR, f"out of memory: {exc or 'an allocation failed'}")
-    except (TransformerPDEError, ValueError, OSError) as exc:
-        return fail(ExitCode.ERROR, f"error: {exc}")
     except Exception as exc:  # noqa: BLE001 -- the one place where every error is reported
-        if _is_backend_missing(exc):
+        if (isinstance(exc, (TransformerPDEError, OSError)) or _is_backend_missing(exc)
+                or (isinstance(exc, ValueError) and _raised_by_package(exc))):
             return fail(ExitCode.ERROR, f"error: {exc}")
         if args.debug:
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
