@@ -318,7 +318,10 @@ class BlockStepper:
     d : int
         Token dimension.
     mlp : MLP or None
-    layernorm : LayerNorm, pair ``(LN_attention, LN_mlp)`` of pre-norm LayerNorms, or None
+    layernorm : LayerNorm, pair ``(LN_attention, LN_mlp)`` of pre-norm or of post-norm LayerNorms, or None
+        A post-norm pair projects with ``LN_attention`` after the attention sub-flow and with
+        ``LN_mlp`` after the MLP sub-flow (a BERT layer ``x = LN1(x + Attn x)``,
+        ``x = LN2(x + MLP x)`` with Lie splitting, Euler and ``dt = 1``).
     constraint : {None, "sphere"}
     splitting : {"strang", "lie", "none"}
     """
@@ -343,12 +346,17 @@ class BlockStepper:
                     f"method={solver.name!r} is multistep and cannot integrate the sub-flows "
                     "of an operator splitting; use splitting='none' or a one-step method")
         ln_att = ln_mlp = post = None
+        post_mlp = None
         if isinstance(layernorm, tuple):
-            if len(layernorm) != 2 or not all(isinstance(x, LayerNorm) and x.mode == "pre"
-                                              for x in layernorm):
-                raise ValueError("layernorm as a tuple must be two pre-norm LayerNorms "
-                                 "(attention, mlp)")
-            ln_att, ln_mlp = layernorm
+            modes = {getattr(x, "mode", None) for x in layernorm}
+            if len(layernorm) != 2 or not all(isinstance(x, LayerNorm) for x in layernorm) \
+                    or len(modes) != 1:
+                raise ValueError("layernorm as a tuple must be two pre-norm or two post-norm "
+                                 "LayerNorms (attention, mlp)")
+            if modes == {"pre"}:
+                ln_att, ln_mlp = layernorm
+            else:  # BERT: LN1 after the attention sub-layer, LN2 after the MLP
+                post, post_mlp = layernorm
         elif isinstance(layernorm, LayerNorm):
             if layernorm.mode == "pre":
                 ln_att = ln_mlp = layernorm
@@ -359,6 +367,10 @@ class BlockStepper:
                             f"{type(layernorm).__name__}")
         if layernorm is not None and d < 2:
             raise ValueError("layernorm needs d >= 2 features")
+        if post_mlp is not None and (mlp is None or splitting == "none"):
+            raise ValueError("a pair of post-norm LayerNorms projects after the attention and "
+                             "after the MLP sub-flow: it needs mlp= and splitting='lie' or "
+                             "'strang'")
         if constraint == "sphere" and post is not None:
             raise ValueError("constraint='sphere' already normalises the tokens; do not "
                              "combine it with a post-norm LayerNorm projection")
@@ -366,6 +378,8 @@ class BlockStepper:
         self.d = d
         self.mlp = mlp
         self.ln_att, self.ln_mlp, self.post = ln_att, ln_mlp, post
+        # projection after the MLP sub-flow (the same LayerNorm unless a post pair was given)
+        self.post_mlp = post if post_mlp is None else post_mlp
         self.sphere = constraint == "sphere"
         self.splitting = splitting if mlp is not None else "none"
         self.name = f"{solver.name}+{self.splitting}" if mlp is not None else solver.name
@@ -374,7 +388,7 @@ class BlockStepper:
         self.multistep = bool(getattr(solver, "multistep", False))
         # per-layer tables of the MLP / LayerNorm: simulate restarts a multistep history
         # where they (or the attention's tables) jump
-        self.tables = [v for obj in (mlp, ln_att, ln_mlp, post) if obj is not None
+        self.tables = [v for obj in (mlp, ln_att, ln_mlp, post, post_mlp) if obj is not None
                         for v in vars(obj).values() if isinstance(v, Layers)]
         self._end = 0.0
 
@@ -430,11 +444,12 @@ class BlockStepper:
             return tangent_project(z, v) if self.sphere else v
         return fm
 
-    def _project(self, y: Any, tau: float) -> Any:
+    def _project(self, y: Any, tau: float, *, after_mlp: bool = False) -> Any:
         if self.sphere:
             return sphere_retract(y)
-        if self.post is not None:
-            return self.post(y, tau, left=self._left(tau))
+        post = self.post_mlp if after_mlp else self.post
+        if post is not None:
+            return post(y, tau, left=self._left(tau))
         return y
 
     def step(self, f: Callable, t: float, y: Any, h: float) -> Any:
@@ -446,11 +461,12 @@ class BlockStepper:
             return self._project(step(fa, t, y, h), t + h)
         if self.splitting == "none":
             fm = self._mlp(None)
-            return self._project(step(lambda tau, z: fa(tau, z) + fm(tau, z), t, y, h), t + h)
+            return self._project(step(lambda tau, z: fa(tau, z) + fm(tau, z), t, y, h), t + h,
+                                 after_mlp=True)
         if self.splitting == "lie":
             y = self._project(step(fa, t, y, h), t + h)
-            return self._project(step(self._mlp(t), t, y, h), t + h)
+            return self._project(step(self._mlp(t), t, y, h), t + h, after_mlp=True)
         half = 0.5 * h
         y = self._project(step(fa, t, y, half), t + half)
-        y = self._project(step(self._mlp(t + half), t, y, h), t + half)
+        y = self._project(step(self._mlp(t + half), t, y, h), t + half, after_mlp=True)
         return self._project(step(fa, t + half, y, half), t + h)

@@ -34,6 +34,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .attention import Attention
+from .errors import ArgumentError
 from .fields import check_weights, velocity
 from .sinkhorn import _Anderson, _fixed_point
 
@@ -683,6 +684,9 @@ def stability_bound(att: Attention, R0: float, times: Any, *, n_sub: int = 8
     if att.kind != "softmax" or att.masked:
         raise ValueError("stability_bound is derived for unmasked softmax attention only, got "
                          f"kind={att.kind!r}, masked={att.masked}")
+    if att.has_bias:
+        raise ArgumentError("stability_bound is derived for linear query/key/value maps; att has "
+                            "bias vectors (b_Q/b_K/b_V/b_O), for which the bound does not hold")
     R0 = float(R0)
     if not (np.isfinite(R0) and R0 >= 0):
         raise ValueError(f"R0 must be finite and >= 0, got {R0!r}")

@@ -196,7 +196,7 @@ class _Progress:
 def _tables(att: Attention, block: Any = None) -> list[Layers]:
     """Every piecewise-constant :class:`Layers` parameter of the run: the attention's and,
     with a full block, the MLP's and LayerNorms' (:attr:`BlockStepper.tables`)."""
-    tabs = [v for v in (att.Q, att.K, att.V, att.W_O) if isinstance(v, Layers)]
+    tabs = list(att.tables)
     return tabs + (list(block.tables) if block is not None else [])
 
 
