@@ -19,7 +19,7 @@ kernel :math:`\exp(-|Qx/\sqrt d - Ky|^2)` (``l2_beta = 1``, :math:`Q/\sqrt d`), 
 with :math:`\varepsilon = 1`; runs stop at :math:`\operatorname{tr}\Sigma = 10^3` like the
 paper's.  Unlike the paper (projected explicit Euler, :math:`h = 0.01`) the moment ODE is
 solved by the exact adaptive solvers of :mod:`transformer_pde.gaussian`
-(:func:`transformer_pde.cli.solve_paths`).
+(:func:`transformer_pde.paper.solve_paths`).
 
 Run: ``python examples/paper_blowup_slices.py`` (a few seconds on 2 cores).
 """
@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from transformer_pde import plot  # noqa: E402
-from transformer_pde.cli import (paper_attention, run_figure_script,  # noqa: E402
+from transformer_pde.paper import (paper_attention, run_figure_script,  # noqa: E402
                                  slice_covariances, solve_paths)
 
 Q = np.array([[1.0, 0.5], [-0.3, 1.0]])

@@ -25,7 +25,7 @@ Carrillo, Peyré 2025, Section 4, Gaussian initial data): covariance trajectorie
 The paper's parameter values are not restated in ``SPEC.md``; these parameters are chosen to
 exhibit each behaviour, with the paper's scalings passed explicitly (softmax score divided by
 :math:`\sqrt d`, by :math:`\sqrt k = 1` per head for multi-head; see
-:func:`transformer_pde.cli.paper_attention`).  The moment ODE is solved with the exact adaptive
+:func:`transformer_pde.paper.paper_attention`).  The moment ODE is solved with the exact adaptive
 solvers of :mod:`transformer_pde.gaussian` (the paper used projected explicit Euler,
 :math:`h = 0.01`).
 
@@ -42,7 +42,7 @@ import numpy as np  # noqa: E402
 from mpl_toolkits.mplot3d.art3d import Poly3DCollection  # noqa: E402
 
 from transformer_pde import plot  # noqa: E402
-from transformer_pde.cli import (paper_attention, run_figure_script,  # noqa: E402
+from transformer_pde.paper import (paper_attention, run_figure_script,  # noqa: E402
                                  slice_covariances, solve_paths)
 
 E1 = np.diag([1.0, 0.0])

@@ -4,7 +4,7 @@ Reproduces the paper's rank histograms (Castin, Ablin, Carrillo, Peyré 2025, Se
 Gaussian initial data): over many random draws of the parameters and of the initial
 covariance, the numerical rank of the limit of :math:`\Sigma(t)` -- of
 :math:`\Sigma/\operatorname{tr}\Sigma` for runs that blow up or diverge.  Each draw
-(:func:`transformer_pde.cli.rank_sweep`): :math:`Q, K` with i.i.d. :math:`N(0,1)` entries,
+(:func:`transformer_pde.paper.rank_sweep`): :math:`Q, K` with i.i.d. :math:`N(0,1)` entries,
 :math:`V = I` or i.i.d. :math:`N(0,1)`, :math:`\Sigma_0 = FF^\top/d` with :math:`F` standard
 normal, mean 0.
 
@@ -31,7 +31,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from transformer_pde.cli import rank_figure, rank_sweep, run_figure_script  # noqa: E402
+from transformer_pde.paper import rank_figure, rank_sweep, run_figure_script  # noqa: E402
 
 KINDS = ("softmax", "l2")
 VALUES = ("identity", "random")

@@ -25,8 +25,9 @@ __version__ = "0.1.0"
 
 # Submodules loaded on first attribute access (``tp.gaussian``, ``tp.plot``...), so that
 # ``import transformer_pde`` does not pull in POT, matplotlib or hypothesis.
-_LAZY_SUBMODULES = ("gaussian", "diagnostics", "plot", "cli", "testing", "integrators",
-                    "blocks", "sinkhorn", "fields", "particles", "attention", "backends", "pretrained")
+_LAZY_SUBMODULES = ("gaussian", "diagnostics", "plot", "cli", "paper", "testing", "integrators",
+                    "integrate", "pretrained",
+                    "blocks", "sinkhorn", "fields", "particles", "attention", "backends")
 
 
 def __getattr__(name: str) -> Any:

@@ -31,11 +31,13 @@ import logging
 import math
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
+
+from .paper import (STATUS_COLOURS, RankSweep, paper_attention, rank_figure, rank_sweep,
+                    run_figure_script, slice_covariances, solve_paths)
 
 __all__ = [
     "ConfigError",
@@ -510,185 +512,6 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0 if s["status"] == "ok" else 1
 
 
-# =========================================================================== paper helpers
-def paper_attention(kind: str, Q: Any, K: Any, V: Any, *, heads: int = 1, eps: float = 1.0) -> Any:
-    r"""An :class:`~transformer_pde.Attention` with the scalings of the paper's figures (SPEC).
-
-    * ``softmax``: score :math:`\langle Qx, Ky\rangle/\sqrt d`, i.e. :math:`A = K^\top Q/\sqrt d`;
-      with ``heads = H > 1`` each head is scaled by :math:`1/\sqrt k`, :math:`k = d/H`;
-    * ``l2``: kernel :math:`\exp(-|Qx/\sqrt d - Ky|^2)`: ``l2_beta = 1`` with :math:`Q/\sqrt d`;
-    * ``sinkhorn``: :math:`A = K^\top Q` unscaled, :math:`\varepsilon` = ``eps`` (1 in the paper).
-
-    Parameters
-    ----------
-    kind : {"softmax", "l2", "sinkhorn"}
-    Q, K, V : array (d, d)
-    heads : int
-        Number of heads (softmax only).
-    eps : float
-        Sinkhorn regularisation.
-    """
-    from .attention import Attention  # noqa: PLC0415
-
-    Q = np.asarray(Q, dtype=float)
-    d = Q.shape[1]
-    if kind == "softmax":
-        k = d // heads if heads > 1 else d
-        return Attention("softmax", Q / math.sqrt(k), K, V, heads=heads)
-    if heads != 1:
-        raise ValueError(f"heads must be 1 for kind={kind!r}, got {heads}")
-    if kind == "l2":
-        return Attention("l2", Q / math.sqrt(d), K, V, l2_beta=1.0)
-    if kind == "sinkhorn":
-        return Attention("sinkhorn", Q, K, V, eps=eps)
-    raise ValueError(f"kind must be 'softmax', 'l2' or 'sinkhorn', got {kind!r}")
-
-
-def slice_covariances(n: int, *, radius: float = 0.7, trace: float = 1.0, init: str = "circle",
-                      seed: int = 0) -> np.ndarray:
-    r"""``n`` initial 2×2 covariances with trace ``trace``.
-
-    ``init="circle"``: :math:`\Sigma/\operatorname{tr}\Sigma` on the circle of radius ``radius``
-    of the unit disc, :math:`\Sigma = \tfrac{v}{2}\begin{pmatrix}1 + r\cos\theta & r\sin\theta\\
-    r\sin\theta & 1 - r\cos\theta\end{pmatrix}`, :math:`\theta` evenly spaced;
-    ``init="random"``: :math:`FF^\top` with standard normal :math:`F`, rescaled to the trace.
-    """
-    if int(n) < 1:
-        raise ValueError(f"n must be >= 1, got {n!r}")
-    if not (0 <= radius < 1):
-        raise ValueError(f"radius must be in [0, 1), got {radius!r}")
-    if not (math.isfinite(trace) and trace > 0):
-        raise ValueError(f"trace must be finite and > 0, got {trace!r}")
-    if init == "circle":
-        th = np.linspace(0.0, 2.0 * np.pi, int(n), endpoint=False)
-        u, w = radius * np.cos(th), radius * np.sin(th)
-        S = np.stack([np.stack([1 + u, w], -1), np.stack([w, 1 - u], -1)], -2)
-        return 0.5 * trace * S
-    if init == "random":
-        F = np.random.default_rng(seed).normal(size=(int(n), 2, 2))
-        S = F @ np.swapaxes(F, -1, -2)
-        return trace * S / np.trace(S, axis1=1, axis2=2)[:, None, None]
-    raise ValueError(f"init must be 'circle' or 'random', got {init!r}")
-
-
-def solve_paths(att: Any, covs0: Any, *, t_max: float, n_eval: int = 400, means0: Any = None,
-                **options: Any) -> list:
-    r"""Gaussian runs from many initial covariances, each reported at ``n_eval`` evenly spaced
-    times up to its own end.
-
-    A first batched pass (:func:`~transformer_pde.gaussian.solve_batch`) finds where each run
-    stops (``t_max``, convergence, or :math:`\operatorname{tr}\Sigma` = ``blowup_threshold``
-    just before a blow-up); a second pass per run (:func:`~transformer_pde.gaussian.solve`)
-    reports it at ``linspace(0, t_end, n_eval)`` from the solver's dense output, so curves
-    stay smooth right up to a blow-up.  ``options`` go to both solvers (``rtol``, ``atol``,
-    ``blowup_threshold``, ``converge_tol``).
-
-    Returns
-    -------
-    list of GaussianTrajectory
-    """
-    from . import gaussian  # noqa: PLC0415
-
-    covs0 = np.asarray(covs0, dtype=float)
-    d = covs0.shape[-1]
-    means0 = np.zeros((len(covs0), d)) if means0 is None else np.asarray(means0, dtype=float)
-    ends = gaussian.solve_batch(att, means0, covs0, t_max=t_max, **options).t_final
-    return [gaussian.solve(att, m0, S0, t_max=t_max, t_eval=np.linspace(0.0, t_end, int(n_eval)),
-                           **options)
-            for m0, S0, t_end in zip(means0, covs0, ends)]
-
-
-#: colours of the Gaussian statuses in figures
-STATUS_COLOURS = {"converged": "tab:blue", "blowup": "tab:red", "diverging": "tab:orange",
-                  "running": "tab:gray"}
-
-
-@dataclass
-class RankSweep:
-    """Result of :func:`rank_sweep`: one numerical rank and status per random draw."""
-
-    kind: str
-    d: int
-    value: str
-    ranks: np.ndarray
-    status: np.ndarray
-    rtol: float
-    blowup_threshold: float
-    t_max: float
-
-    def summary(self) -> dict:
-        return {"kind": self.kind, "d": self.d, "value": self.value, "draws": int(self.ranks.size),
-                "rank_counts": np.bincount(self.ranks, minlength=self.d + 1).tolist(),
-                "status_counts": {s: int(np.sum(self.status == s)) for s in STATUS_COLOURS},
-                "rtol": self.rtol, "blowup_threshold": self.blowup_threshold, "t_max": self.t_max}
-
-
-def rank_sweep(kind: str, d: int, *, value: str = "identity", draws: int = 100, seed: int = 0,
-               t_max: float = 30.0, blowup_threshold: float = 1e3, rtol: float = 1e-3,
-               solver_rtol: float = 1e-6, solver_atol: float = 1e-9, max_steps: int = 2000
-               ) -> RankSweep:
-    r"""Numerical rank of the limit covariance over random draws (the paper's rank histograms).
-
-    Each draw takes :math:`Q, K` with i.i.d. :math:`N(0, 1)` entries, :math:`V = I` or
-    (``value="random"``) i.i.d. :math:`N(0, 1)`, and :math:`\Sigma_0 = FF^\top/d` with
-    :math:`F` standard normal; the attention uses the paper's scalings
-    (:func:`paper_attention`).  All draws are integrated together with
-    :func:`transformer_pde.gaussian.solve_batch` (exact moment ODE, adaptive), stopping at
-    :math:`\operatorname{tr}\Sigma` = ``blowup_threshold`` (the paper stopped at
-    :math:`10^3`) or ``t_max``.  The rank counted is
-    :func:`transformer_pde.diagnostics.numerical_rank` (relative tolerance ``rtol``) of
-    ``limit`` = :math:`\Sigma/\operatorname{tr}\Sigma` at the end (extrapolated to
-    :math:`T^*` for finite-time blow-ups); numerical rank is scale invariant, so this is also
-    the rank of a converged :math:`\Sigma`.  L2 (full-rank keys) and Sinkhorn cannot blow up
-    in finite time (:func:`transformer_pde.gaussian.blowup_law`): their runs end
-    ``"diverging"`` and ``limit`` is the final shape.
-    """
-    from . import gaussian  # noqa: PLC0415
-    from .diagnostics import numerical_rank  # noqa: PLC0415
-
-    if value not in ("identity", "random"):
-        raise ValueError(f"value must be 'identity' or 'random', got {value!r}")
-    if int(d) < 1 or int(draws) < 1:
-        raise ValueError(f"d and draws must be >= 1, got d={d!r}, draws={draws!r}")
-    rng = np.random.default_rng([int(seed), int(d), 0 if value == "identity" else 1])
-    atts = []
-    for _ in range(int(draws)):
-        Q, K = rng.normal(size=(d, d)), rng.normal(size=(d, d))
-        V = np.eye(d) if value == "identity" else rng.normal(size=(d, d))
-        atts.append(paper_attention(kind, Q, K, V))
-    F = rng.normal(size=(int(draws), d, d))
-    covs0 = F @ np.swapaxes(F, -1, -2) / d
-    res = gaussian.solve_batch(atts, np.zeros((int(draws), d)), covs0, t_max=t_max,
-                               blowup_threshold=blowup_threshold, rtol=solver_rtol,
-                               atol=solver_atol, max_steps=max_steps)
-    ranks = np.array([numerical_rank(L, rtol) for L in res.limit], dtype=int)
-    return RankSweep(kind, int(d), value, ranks, np.asarray(res.status), float(rtol),
-                     float(blowup_threshold), float(t_max))
-
-
-def rank_figure(sweeps: Sequence[RankSweep], title: str,
-                figsize: tuple[float, float] | None = None) -> Any:
-    """Rank histograms of :func:`rank_sweep` results: one panel per (kind, value) -- rows
-    kinds, columns values, in the order of ``sweeps`` -- with one group of bars per
-    dimension; returns the :class:`matplotlib.figure.Figure`."""
-    from matplotlib.figure import Figure  # noqa: PLC0415
-
-    from . import plot  # noqa: PLC0415
-
-    kinds = list(dict.fromkeys(s.kind for s in sweeps))
-    values = list(dict.fromkeys(s.value for s in sweeps))
-    d_max = max(s.d for s in sweeps)
-    fig = Figure(figsize=figsize or (4.2 * len(values), 3.2 * len(kinds)), layout="constrained")
-    axes = fig.subplots(len(kinds), len(values), squeeze=False)
-    for i, k in enumerate(kinds):
-        for j, v in enumerate(values):
-            group = {f"d = {s.d}": s.ranks for s in sweeps if s.kind == k and s.value == v}
-            plot.rank_histogram(group, d=d_max, ax=axes[i, j],
-                                title=f"{k}, V = {'I' if v == 'identity' else 'random'}")
-    fig.suptitle(title)
-    return fig
-
-
 # =========================================================================== gaussian
 _GAUSS_KEYS = ("mean", "cov", "t_max", "n_eval", "rtol", "atol", "blowup_threshold",
                "converge_tol")
@@ -1001,27 +824,6 @@ def _config_command(sub: Any, name: str, func: Callable, help_: str, description
     p.add_argument("--out", default=f"transformer-pde-{name}", help="output directory")
     p.set_defaults(func=func)
     return p
-
-
-def run_figure_script(doc: str, make: Callable[[argparse.Namespace], dict],
-                      argv: Sequence[str] | None = None,
-                      options: Callable[[argparse.ArgumentParser], None] | None = None
-                      ) -> list[Path]:
-    """Command line of the ``examples/`` figure scripts: parse ``--out`` (default: the
-    repository's ``figures/``) and any extra ``options``, call ``make(args)`` -> ``{name:
-    Figure}`` and save each figure as ``<out>/<name>.png``; returns the paths written."""
-    p = argparse.ArgumentParser(description=doc.strip().split("\n\n")[0])
-    p.add_argument("--out", default=str(Path.cwd() / "figures"),
-                   help="output directory (default: ./figures)")
-    if options is not None:
-        options(p)
-    args = p.parse_args(argv)
-    out = _outdir(args.out)
-    written = []
-    for name, fig in make(args).items():
-        written.append(_savefig(fig, out / f"{name}.png", dpi=100))
-        sys.stdout.write(f"{written[-1]}\n")
-    return written
 
 
 def _parser() -> argparse.ArgumentParser:

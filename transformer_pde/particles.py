@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from .attention import Attention, Layers
+from .attention import Attention
 from .fields import FieldEvaluator, SinkhornNotConverged, _check_points, velocity
 from .blocks import BlockStepper
+from .integrate.breakpoints import is_jump, layer_tables, next_jump
 from .integrators import PIController, SolverNotConverged, get_solver
 
 __all__ = ["ParticleTrajectory", "simulate", "load", "velocity", "STATUSES"]
@@ -193,28 +194,6 @@ class _Progress:
 
 
 # ------------------------------------------------------------------ simulate
-def _tables(att: Attention, block: Any = None) -> list[Layers]:
-    """Every piecewise-constant :class:`Layers` parameter of the run: the attention's and,
-    with a full block, the MLP's and LayerNorms' (:attr:`BlockStepper.tables`)."""
-    tabs = list(att.tables)
-    return tabs + (list(block.tables) if block is not None else [])
-
-
-def _next_boundary(tables: list[Layers], t: float) -> float:
-    """First time after ``t`` at which one of ``tables`` jumps (``inf`` if none)."""
-    out = math.inf
-    for v in tables:
-        nxt = v.index(t) + 1
-        if nxt < v.n_layers:
-            out = min(out, v.t0 + nxt * v.layer_time)
-    return out
-
-
-def _layer_boundary(tables: list[Layers], t: float) -> bool:
-    """Whether one of ``tables`` jumps at time ``t``."""
-    return any(v.index(t, left=True) != v.index(t) for v in tables)
-
-
 def _check_positive(name: str, value: Any) -> float:
     try:
         v = float(value)
@@ -315,7 +294,8 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
     if block is not None:
         X0n = block.initial(X0n)
         solver = block
-    tables = _tables(att, block)
+    # every piecewise-constant Layers table of the run (attention, MLP, LayerNorms)
+    tables = layer_tables(att, *(block.tables if block is not None else ()))
     n = X0n.shape[0]
     ev = FieldEvaluator(att, n, weights=weights, positions=positions, backend=backend,
                         dtype=dtype, sinkhorn_tol=sinkhorn_tol,
@@ -378,7 +358,7 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
                         status, message = bad, msg
                         break
                     y, t = y_new, t_new
-                    if getattr(solver, "multistep", False) and _layer_boundary(tables, t):
+                    if getattr(solver, "multistep", False) and is_jump(tables, t):
                         solver.reset()  # multistep history must not reach across a jump
                     if bad == "blowup" or step_idx % save_every == 0 or t >= t_max - tol_t:
                         save()
@@ -400,7 +380,7 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
                     while t < t_save - tol_t:
                         # land on layer boundaries: an embedded pair cannot step over
                         # a jump of the parameters at its tolerance
-                        h_try = min(h, t_save - t, _next_boundary(tables, t) - t)
+                        h_try = min(h, t_save - t, next_jump(tables, t) - t)
                         step_end[0] = t + h_try
                         y_new, err, f_new = solver.attempt(f, t, y, h_try, fy)
                         step_end[0] = np.inf
@@ -427,7 +407,7 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
                         # keep the controller's step when the save point clipped it
                         h = max(h_next, h) if h_try < h else h_next
                         y, t, fy = y_new, t_new, f_new
-                        if _layer_boundary(tables, t):
+                        if is_jump(tables, t):
                             # first-same-as-last would reuse the left limit of the old
                             # layer's parameters: evaluate the new layer's field instead
                             fy = f(t, y)

@@ -1,0 +1,99 @@
+r"""Rank histograms of the limit covariance over random draws."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from .paths import STATUS_COLOURS
+from .scalings import paper_attention
+
+__all__ = ["RankSweep", "rank_figure", "rank_sweep"]
+
+
+@dataclass
+class RankSweep:
+    """Result of :func:`rank_sweep`: one numerical rank and status per random draw."""
+
+    kind: str
+    d: int
+    value: str
+    ranks: np.ndarray
+    status: np.ndarray
+    rtol: float
+    blowup_threshold: float
+    t_max: float
+
+    def summary(self) -> dict:
+        return {"kind": self.kind, "d": self.d, "value": self.value, "draws": int(self.ranks.size),
+                "rank_counts": np.bincount(self.ranks, minlength=self.d + 1).tolist(),
+                "status_counts": {s: int(np.sum(self.status == s)) for s in STATUS_COLOURS},
+                "rtol": self.rtol, "blowup_threshold": self.blowup_threshold, "t_max": self.t_max}
+
+
+def rank_sweep(kind: str, d: int, *, value: str = "identity", draws: int = 100, seed: int = 0,
+               t_max: float = 30.0, blowup_threshold: float = 1e3, rtol: float = 1e-3,
+               solver_rtol: float = 1e-6, solver_atol: float = 1e-9, max_steps: int = 2000
+               ) -> RankSweep:
+    r"""Numerical rank of the limit covariance over random draws (the paper's rank histograms).
+
+    Each draw takes :math:`Q, K` with i.i.d. :math:`N(0, 1)` entries, :math:`V = I` or
+    (``value="random"``) i.i.d. :math:`N(0, 1)`, and :math:`\Sigma_0 = FF^\top/d` with
+    :math:`F` standard normal; the attention uses the paper's scalings
+    (:func:`paper_attention`).  All draws are integrated together with
+    :func:`transformer_pde.gaussian.solve_batch` (exact moment ODE, adaptive), stopping at
+    :math:`\operatorname{tr}\Sigma` = ``blowup_threshold`` (the paper stopped at
+    :math:`10^3`) or ``t_max``.  The rank counted is
+    :func:`transformer_pde.diagnostics.numerical_rank` (relative tolerance ``rtol``) of
+    ``limit`` = :math:`\Sigma/\operatorname{tr}\Sigma` at the end (extrapolated to
+    :math:`T^*` for finite-time blow-ups); numerical rank is scale invariant, so this is also
+    the rank of a converged :math:`\Sigma`.  L2 (full-rank keys) and Sinkhorn cannot blow up
+    in finite time (:func:`transformer_pde.gaussian.blowup_law`): their runs end
+    ``"diverging"`` and ``limit`` is the final shape.
+    """
+    from .. import gaussian  # noqa: PLC0415
+    from ..diagnostics import numerical_rank  # noqa: PLC0415
+
+    if value not in ("identity", "random"):
+        raise ValueError(f"value must be 'identity' or 'random', got {value!r}")
+    if int(d) < 1 or int(draws) < 1:
+        raise ValueError(f"d and draws must be >= 1, got d={d!r}, draws={draws!r}")
+    rng = np.random.default_rng([int(seed), int(d), 0 if value == "identity" else 1])
+    atts = []
+    for _ in range(int(draws)):
+        Q, K = rng.normal(size=(d, d)), rng.normal(size=(d, d))
+        V = np.eye(d) if value == "identity" else rng.normal(size=(d, d))
+        atts.append(paper_attention(kind, Q, K, V))
+    F = rng.normal(size=(int(draws), d, d))
+    covs0 = F @ np.swapaxes(F, -1, -2) / d
+    res = gaussian.solve_batch(atts, np.zeros((int(draws), d)), covs0, t_max=t_max,
+                               blowup_threshold=blowup_threshold, rtol=solver_rtol,
+                               atol=solver_atol, max_steps=max_steps)
+    ranks = np.array([numerical_rank(L, rtol) for L in res.limit], dtype=int)
+    return RankSweep(kind, int(d), value, ranks, np.asarray(res.status), float(rtol),
+                     float(blowup_threshold), float(t_max))
+
+
+def rank_figure(sweeps: Sequence[RankSweep], title: str,
+                figsize: tuple[float, float] | None = None) -> Any:
+    """Rank histograms of :func:`rank_sweep` results: one panel per (kind, value) -- rows
+    kinds, columns values, in the order of ``sweeps`` -- with one group of bars per
+    dimension; returns the :class:`matplotlib.figure.Figure`."""
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    from .. import plot  # noqa: PLC0415
+
+    kinds = list(dict.fromkeys(s.kind for s in sweeps))
+    values = list(dict.fromkeys(s.value for s in sweeps))
+    d_max = max(s.d for s in sweeps)
+    fig = Figure(figsize=figsize or (4.2 * len(values), 3.2 * len(kinds)), layout="constrained")
+    axes = fig.subplots(len(kinds), len(values), squeeze=False)
+    for i, k in enumerate(kinds):
+        for j, v in enumerate(values):
+            group = {f"d = {s.d}": s.ranks for s in sweeps if s.kind == k and s.value == v}
+            plot.rank_histogram(group, d=d_max, ax=axes[i, j],
+                                title=f"{k}, V = {'I' if v == 'identity' else 'random'}")
+    fig.suptitle(title)
+    return fig

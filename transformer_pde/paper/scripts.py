@@ -1,0 +1,33 @@
+r"""Command line shared by the figure scripts of ``examples/``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+__all__ = ["run_figure_script"]
+
+
+def run_figure_script(doc: str, make: Callable[[argparse.Namespace], dict],
+                      argv: Sequence[str] | None = None,
+                      options: Callable[[argparse.ArgumentParser], None] | None = None
+                      ) -> list[Path]:
+    """Command line of the ``examples/`` figure scripts: parse ``--out`` (default: the
+    repository's ``figures/``) and any extra ``options``, call ``make(args)`` -> ``{name:
+    Figure}`` and save each figure as ``<out>/<name>.png``; returns the paths written."""
+    p = argparse.ArgumentParser(description=doc.strip().split("\n\n")[0])
+    p.add_argument("--out", default=str(Path.cwd() / "figures"),
+                   help="output directory (default: ./figures)")
+    if options is not None:
+        options(p)
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, fig in make(args).items():
+        fig.savefig(out / f"{name}.png", dpi=100)
+        written.append(out / f"{name}.png")
+        sys.stdout.write(f"{written[-1]}\n")
+    return written
