@@ -208,13 +208,20 @@ def test_simulate_repeated_layer_long_time(model):
 def test_depth_statistics_on_a_collapsing_cloud():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(10, 5))
-    S = np.stack([X, 1e-9 * X + np.arange(5.0)])
+    two = np.repeat(np.array([[5.0, 0, 0, 0, 0], [0, 5.0, 0, 0, 0]]), 5, axis=0)
+    S = np.stack([X, two + 1e-6 * X, 1e-13 * X + np.arange(5.0)])
     st = pretrained.depth_statistics(S)
-    assert st["numerical_rank"][0] == 5 and st["n_clusters"][0] >= 1
-    assert st["mean_cosine"][1] > 0.999999
+    assert st["numerical_rank"][0] == 5 and st["n_clusters"][0] > 1
+    # two tight groups: two clusters, covariance of rank one (up to the 1e-6 noise)
+    assert st["n_clusters"][1] == 2 and st["effective_rank"][1] < 1.001
+    # a point up to rounding: one cluster of rank 0, cosine 1 (not N clusters of noise)
+    assert st["n_clusters"][2] == 1 and st["numerical_rank"][2] == 0
+    assert st["mean_cosine"][2] > 0.999999
     C = pretrained.cosine_similarity(X)
     np.testing.assert_allclose(np.diag(C), 1.0)
     assert np.all(np.abs(C) <= 1.0)
+    with pytest.raises(ArgumentError, match="states must have shape"):
+        pretrained.depth_statistics(X)
 
 
 # ------------------------------------------------------------------ errors

@@ -73,6 +73,7 @@ __all__ = [
     "SUPPORTED_MODEL_TYPES",
     "cosine_similarity",
     "depth_statistics",
+    "flow_report",
     "load",
     "mean_pooled",
 ]
@@ -427,7 +428,20 @@ class PretrainedEncoder:
         h = 1.0 / int(steps_per_layer)
         states = [X.copy()]
         status, message = "ok", f"ran {L} layers"
-        for step in range(int(L)):
+        one_step = int(steps_per_layer) == 1 and getattr(solver, "name", "") == "euler"
+        if one_step:
+            # one Euler step per layer is the network: one run of the library's block flow
+            if repeat_layer is None:
+                att, mlp, lns = self.attention, self.mlp, self.layernorm
+            else:
+                att, mlp, lns = self.layer(repeat_layer)
+            tr = _simulate_particles(att, X, t_max=float(L), dt=1.0, method="euler",
+                                     backend=backend, mlp=mlp, layernorm=lns, splitting="lie",
+                                     max_norm=1e12)
+            states = list(tr.states)
+            if not tr.success:
+                status, message = tr.status, tr.message
+        for step in range(0 if one_step else int(L)):
             ell = repeat_layer if repeat_layer is not None else step
             att, mlp, (ln1, ln2) = self.layer(ell)
             tr = _simulate_particles(att, X, t_max=1.0, dt=h, method=solver, backend=backend,
@@ -568,34 +582,258 @@ def cosine_similarity(X: Any) -> np.ndarray:
     return np.clip(U @ U.T, -1.0, 1.0)
 
 
-def depth_statistics(states: Any, *, cluster_tol: float = 0.05, rank_rtol: float = 1e-6
-                     ) -> dict[str, list]:
+def depth_statistics(states: Any, *, cluster_tol: float = 0.05, rank_rtol: float = 1e-6,
+                     collapse_rtol: float = 1e-8) -> dict[str, list]:
     r"""Per-depth statistics of token states (T, N, d) (hidden states or a trajectory).
 
-    For every saved depth: the number of single-linkage clusters of the tokens after
-    centring and projection to the unit sphere (directions: ``cluster_tol`` is the link
-    length relative to the cloud radius, see :func:`transformer_pde.diagnostics.clusters`),
-    the numerical and effective (entropy) ranks of the token covariance, the mean and
-    minimum off-diagonal cosine similarity of the raw tokens, and the mean token norm.
+    For every saved depth:
+
+    * ``n_clusters``: single-linkage clusters of the tokens with links shorter than
+      ``cluster_tol`` times the cloud radius :math:`r = \max_i |x_i - \bar x|`
+      (:func:`transformer_pde.diagnostics.clusters`);
+    * ``numerical_rank`` / ``effective_rank``: of the token covariance
+      (:func:`~transformer_pde.diagnostics.numerical_rank` with ``rank_rtol``, and the entropy
+      rank; at most :math:`N - 1`);
+    * ``mean_cosine`` / ``min_cosine``: off-diagonal cosine similarities of the raw tokens;
+    * ``mean_norm`` and ``radius`` :math:`r`.
+
+    A cloud with :math:`r \le` ``collapse_rtol`` times its mean token norm has collapsed to a
+    point up to rounding: it counts as one cluster of rank 0 (without this floor, rounding
+    noise would be counted as :math:`N` clusters of full rank).
     """
     from .diagnostics import clusters, effective_rank, numerical_rank  # noqa: PLC0415
 
     S = np.asarray(states, dtype=float)
-    if S.ndim != 3:
+    if S.ndim != 3 or S.shape[1] < 1:
         raise ArgumentError(f"states must have shape (T, N, d), got {S.shape}")
     n = S.shape[1]
     off = ~np.eye(n, dtype=bool)
     out: dict[str, list] = {"n_clusters": [], "numerical_rank": [], "effective_rank": [],
-                            "mean_cosine": [], "min_cosine": [], "mean_norm": []}
+                            "mean_cosine": [], "min_cosine": [], "mean_norm": [],
+                            "radius": []}
     for X in S:
         C = cosine_similarity(X)
         c = X - X.mean(axis=0)
-        U = c / np.maximum(np.linalg.norm(c, axis=1, keepdims=True), 1e-300)
-        cov = c.T @ c / n
-        out["n_clusters"].append(clusters(U, tol=cluster_tol).n_clusters)
-        out["numerical_rank"].append(numerical_rank(cov, rtol=rank_rtol))
-        out["effective_rank"].append(effective_rank(cov))
+        r = float(np.linalg.norm(c, axis=1).max())
+        norm = float(np.linalg.norm(X, axis=1).mean())
+        if r <= collapse_rtol * norm:
+            k, nr, er = 1, 0, 0.0
+        else:
+            cov = c.T @ c / n
+            k = clusters(X, tol=cluster_tol).n_clusters
+            nr = numerical_rank(cov, rtol=rank_rtol)
+            er = effective_rank(cov)
+        out["n_clusters"].append(int(k))
+        out["numerical_rank"].append(int(nr))
+        out["effective_rank"].append(float(er))
         out["mean_cosine"].append(float(C[off].mean()) if n > 1 else 1.0)
         out["min_cosine"].append(float(C[off].min()) if n > 1 else 1.0)
-        out["mean_norm"].append(float(np.linalg.norm(X, axis=1).mean()))
+        out["mean_norm"].append(norm)
+        out["radius"].append(r)
     return out
+
+
+# --------------------------------------------------------------------------- report
+def _sample_times(t_max: int) -> list[int]:
+    """Depths 0, 1, 2, 3, 5, 10, 20, 30, 50, 100, ... up to ``t_max`` (and ``t_max``)."""
+    out = [0]
+    for dec in (1, 10, 100, 1000, 10000):
+        for m in (1, 2, 3, 5):
+            if m * dec <= t_max:
+                out.append(m * dec)
+    if out[-1] != t_max:
+        out.append(t_max)
+    return sorted(set(out))
+
+
+def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
+                steps_per_layer: int = 8, method: str = "rk4", long_time: int = 300,
+                repeat_layers: Sequence[int] | None = None,
+                continuous_long_time: int = 50, continuous_layer: int | None = None,
+                continuous_steps: int = 4, prefix: str = "pretrained",
+                save_states: bool = True) -> dict[str, Any]:
+    r"""Token flow of ``text`` through ``model``: figures, statistics and a JSON summary.
+
+    Runs four flows from the embedding output of ``text``:
+
+    1. ``network``: the model itself (:meth:`PretrainedEncoder.hidden_states`);
+    2. ``continuous``: the continuous-depth network (``steps_per_layer`` steps of ``method``
+       per sub-layer, :meth:`PretrainedEncoder.simulate`);
+    3. ``repeated``: each layer in ``repeat_layers`` (default: all) iterated ``long_time``
+       times with its own weights (one Euler step per layer, ALBERT-style weight sharing);
+    4. ``continuous_repeated``: layer ``continuous_layer`` (default: the last) repeated for
+       ``continuous_long_time`` layers in continuous depth (``continuous_steps`` RK4 steps).
+
+    Writes into ``out_dir``: ``{prefix}_paths.png`` (token paths along depth in the plane of
+    the first two principal components of the states), ``{prefix}_statistics.png``
+    (clusters, effective covariance rank and mean cosine similarity against depth),
+    ``{prefix}_cosine.png`` (cosine-similarity matrices per layer and along the long
+    flows), ``{prefix}_summary.json`` and, with ``save_states``, ``{prefix}_states.npz``.
+
+    Returns
+    -------
+    dict
+        The JSON summary: tokens, settings, and per flow the depths and
+        :func:`depth_statistics`.
+    """
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    L = model.n_layers
+    layers = list(range(L)) if repeat_layers is None else [int(i) for i in repeat_layers]
+    for ell in layers:
+        model.layer(ell)
+    c_layer = L - 1 if continuous_layer is None else int(continuous_layer)
+    model.layer(c_layer)
+    for name, v in (("long_time", long_time), ("continuous_long_time", continuous_long_time)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ArgumentError(f"{name} must be an integer >= 1, got {v!r}")
+    toks = model.tokens(text)
+
+    flows: dict[str, dict[str, Any]] = {}
+    net = model.hidden_states(text)
+    flows["network"] = {"times": list(range(L + 1)), "states": net}
+    cont = model.simulate(text, steps_per_layer=steps_per_layer, method=method)
+    flows["continuous"] = {"times": list(range(L + 1)), "states": cont.states,
+                           "status": str(cont.status)}
+    rep_times = _sample_times(int(long_time))
+    for ell in layers:
+        tr = model.simulate(text, repeat_layer=ell, n_layers=int(long_time))
+        flows[f"repeated_layer_{ell}"] = {"times": rep_times, "states": tr.states[rep_times],
+                                          "status": str(tr.status),
+                                          "last_step_change": float(np.abs(
+                                              tr.states[-1] - tr.states[-2]).max())}
+    c_times = _sample_times(int(continuous_long_time))
+    tr = model.simulate(text, repeat_layer=c_layer, n_layers=int(continuous_long_time),
+                        steps_per_layer=continuous_steps, method="rk4")
+    flows[f"continuous_repeated_layer_{c_layer}"] = {
+        "times": c_times, "states": tr.states[c_times], "status": str(tr.status),
+        "last_step_change": float(np.abs(tr.states[-1] - tr.states[-2]).max())}
+    for f in flows.values():
+        f["statistics"] = depth_statistics(f["states"])
+
+    # ---------------------------------------------------------------- paths (PCA)
+    def pca_basis(S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        P = S.reshape(-1, S.shape[-1])
+        mu = P.mean(axis=0)
+        _, _, vt = np.linalg.svd(P - mu, full_matrices=False)
+        return mu, vt[:2]
+
+    cmap = plt.get_cmap("viridis")
+    n = len(toks)
+    colours = [cmap(i / max(n - 1, 1)) for i in range(n)]
+    panels = [("network", f"the network ({L} layers)"),
+              ("continuous", f"continuous depth ({method}, {steps_per_layer} steps/layer)"),
+              (f"repeated_layer_{layers[-1]}", f"layer {layers[-1]} repeated, t ≤ {long_time}"),
+              (f"continuous_repeated_layer_{c_layer}",
+               f"layer {c_layer} repeated, continuous, t ≤ {continuous_long_time}")]
+    fig, axes = plt.subplots(1, 4, figsize=(22, 5.5))
+    mu, B = pca_basis(net)
+    for ax, (key, title) in zip(axes, panels):
+        S = flows[key]["states"]
+        if key.startswith(("repeated", "continuous_repeated")):
+            mu_k, B_k = pca_basis(S)
+        else:
+            mu_k, B_k = mu, B
+        Y = (S - mu_k) @ B_k.T
+        for i in range(n):
+            ax.plot(Y[:, i, 0], Y[:, i, 1], "-", color=colours[i], lw=1.0, alpha=0.8)
+            ax.plot(Y[0, i, 0], Y[0, i, 1], "o", color=colours[i], ms=3)
+            ax.plot(Y[-1, i, 0], Y[-1, i, 1], "s", color=colours[i], ms=6, mec="k", mew=0.5)
+            if not key.startswith(("repeated", "continuous_repeated")):
+                ax.annotate(toks[i], Y[-1, i], fontsize=7, xytext=(3, 3),
+                            textcoords="offset points")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("PC 1")
+        ax.set_ylabel("PC 2")
+    fig.suptitle(f"token paths along depth (o start, ■ end): {text!r}", fontsize=11)
+    fig.tight_layout()
+    paths_png = out / f"{prefix}_paths.png"
+    fig.savefig(paths_png, dpi=110)
+    plt.close(fig)
+
+    # ---------------------------------------------------------------- statistics
+    for f in flows.values():
+        st = f["statistics"]
+        st["relative_radius"] = [r / m for r, m in zip(st["radius"], st["mean_norm"])]
+    keys = [("n_clusters", "clusters (5% of radius)"), ("effective_rank", "effective rank of Σ"),
+            ("mean_cosine", "mean cosine similarity"),
+            ("relative_radius", "radius / mean norm")]
+    fig, axes = plt.subplots(2, 4, figsize=(21, 8))
+    for j, (k, lab) in enumerate(keys):
+        ax = axes[0, j]
+        for key, style in (("network", "o-"), ("continuous", "s--")):
+            ax.plot(flows[key]["times"], flows[key]["statistics"][k], style, label=key)
+        ax.set_xlabel("layer")
+        ax.set_ylabel(lab)
+        ax.legend(fontsize=8)
+        ax = axes[1, j]
+        for ell in layers:
+            f = flows[f"repeated_layer_{ell}"]
+            ax.plot(np.asarray(f["times"]), f["statistics"][k], "o-", ms=3,
+                    label=f"layer {ell} repeated")
+        f = flows[f"continuous_repeated_layer_{c_layer}"]
+        ax.plot(np.asarray(f["times"]), f["statistics"][k], "k^--", ms=4,
+                label=f"layer {c_layer} repeated, continuous")
+        ax.set_xscale("symlog", linthresh=1.0)
+        if k == "relative_radius":
+            ax.set_yscale("log")
+        ax.set_xlabel("depth t (layers)")
+        ax.set_ylabel(lab)
+        if j == 0:
+            ax.legend(fontsize=7)
+    fig.suptitle(f"{n} tokens, d = {model.d}: the network (top) and repeated layers to long "
+                 "times (bottom)", fontsize=11)
+    fig.tight_layout()
+    stats_png = out / f"{prefix}_statistics.png"
+    fig.savefig(stats_png, dpi=110)
+    plt.close(fig)
+
+    # ---------------------------------------------------------------- cosine matrices
+    rows = [("network", "layer"), (f"repeated_layer_{layers[-1]}", f"layer {layers[-1]}×, t"),
+            (f"continuous_repeated_layer_{c_layer}", f"layer {c_layer} cont., t")]
+    ncol = max(L + 1, 7)
+    fig, axes = plt.subplots(len(rows), ncol, figsize=(2.3 * ncol, 2.5 * len(rows)))
+    im = None
+    for r, (key, lab) in enumerate(rows):
+        f = flows[key]
+        idx = np.unique(np.linspace(0, len(f["times"]) - 1, ncol).round().astype(int))
+        for c in range(ncol):
+            ax = axes[r, c]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if c >= len(idx):
+                ax.axis("off")
+                continue
+            im = ax.imshow(cosine_similarity(f["states"][idx[c]]), vmin=-1, vmax=1,
+                           cmap="RdBu_r")
+            ax.set_title(f"{lab} {f['times'][idx[c]]}", fontsize=8)
+    fig.colorbar(im, ax=axes, shrink=0.6, label="cosine similarity")
+    cos_png = out / f"{prefix}_cosine.png"
+    fig.savefig(cos_png, dpi=100)
+    plt.close(fig)
+
+    summary: dict[str, Any] = {
+        "text": text, "tokens": toks, "model_dir": str(model.model_dir),
+        "model": {"type": model.config.model_type, "layers": L, "d": model.d,
+                  "heads": model.config.heads},
+        "settings": {"steps_per_layer": steps_per_layer, "method": method,
+                     "long_time": int(long_time), "repeat_layers": layers,
+                     "continuous_layer": c_layer,
+                     "continuous_long_time": int(continuous_long_time),
+                     "continuous_steps": continuous_steps, "cluster_tol": 0.05,
+                     "rank_rtol": 1e-6},
+        "flows": {k: {kk: vv for kk, vv in f.items() if kk != "states"}
+                  for k, f in flows.items()},
+        "figures": [p.name for p in (paths_png, stats_png, cos_png)],
+    }
+    (out / f"{prefix}_summary.json").write_text(json.dumps(summary, indent=1))
+    if save_states:
+        np.savez_compressed(out / f"{prefix}_states.npz",
+                            **{k: f["states"] for k, f in flows.items()},
+                            **{f"{k}__times": np.asarray(f["times"]) for k, f in flows.items()})
+    return summary
