@@ -10,6 +10,7 @@ import pytest
 
 from transformer_pde.attention import Attention, Layers
 from transformer_pde import gaussian as g
+from transformer_pde.gaussian import kernels as gaussian_kernels
 
 
 def _rot(theta: float) -> np.ndarray:
@@ -580,7 +581,7 @@ def test_l2_singular_keys_blow_up(u2, extra):
 def test_parallel_kernel_matches_serial_kernel(monkeypatch):
     # members are independent and each writes only its own rows, so the prange kernel must
     # reproduce the serial one bit for bit (same per-member arithmetic); force it on a
-    # small batch (it is otherwise used from _PAR_MIN_MEMBERS members on)
+    # small batch (it is otherwise used from PAR_MIN_MEMBERS members on)
     pytest.importorskip("numba")
     rng = np.random.default_rng(8)
     d, B = 3, 6
@@ -589,7 +590,7 @@ def test_parallel_kernel_matches_serial_kernel(monkeypatch):
     covs = np.stack([_rand_spd(rng, d) for _ in range(B)])
     te = np.linspace(0, 1.5, 4)
     ser = g.solve_batch(atts, means, covs, t_max=2.0, t_eval=te)
-    monkeypatch.setattr(g, "_PAR_MIN_MEMBERS", 1)
+    monkeypatch.setattr(gaussian_kernels, "PAR_MIN_MEMBERS", 1)
     par = g.solve_batch(atts, means, covs, t_max=2.0, t_eval=te)
     assert list(par.status) == list(ser.status)
     np.testing.assert_array_equal(par.n_steps, ser.n_steps)

@@ -448,7 +448,7 @@ def bures_wasserstein(m1: Any, S1: Any, m2: Any, S2: Any) -> float:
     itself is ill-conditioned, keep an error up to
     :math:`\sqrt{\epsilon_{mach}\,\operatorname{tr}S}`).
     """
-    from .gaussian import _psd_factor  # noqa: PLC0415 (symmetric PSD square root)
+    from .gaussian.affine import psd_factor as _psd_factor  # noqa: PLC0415
 
     a = np.atleast_1d(np.asarray(m1, dtype=float))
     b = np.atleast_1d(np.asarray(m2, dtype=float))

@@ -298,15 +298,15 @@ def cone_slice(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any
 
 
 # --------------------------------------------------------------------------- particles
-def _particle_states(traj: Any) -> tuple[np.ndarray, np.ndarray]:
+def _particle_states(traj: Any, min_d: int = 2) -> tuple[np.ndarray, np.ndarray]:
     if hasattr(traj, "states"):
         states = np.asarray(traj.states, dtype=float)
         times = np.asarray(getattr(traj, "times", np.arange(len(states))), dtype=float)
     else:
         states = np.asarray(traj, dtype=float)
         times = np.arange(states.shape[0], dtype=float)
-    if states.ndim != 3 or states.shape[2] < 2:
-        raise ValueError("traj must hold states of shape (T, N, d) with d >= 2, "
+    if states.ndim != 3 or states.shape[2] < min_d:
+        raise ValueError(f"traj must hold states of shape (T, N, d) with d >= {min_d}, "
                          f"got {states.shape}")
     return times, states
 
@@ -321,7 +321,7 @@ def rescaled_states(traj: Any, rescale: Any) -> np.ndarray:
     """
     from scipy.linalg import expm  # noqa: PLC0415
 
-    times, states = _particle_states(traj)
+    times, states = _particle_states(traj, min_d=1)
     if rescale is None:
         return states
     if isinstance(rescale, str):

@@ -1,0 +1,57 @@
+"""Command-line interface ``transformer-pde``: a thin shell over the library.
+
+Commands (``transformer-pde COMMAND --help`` for each):
+
+``demo``
+    Clustering of a 2-D token cloud under softmax attention (:math:`Q = K = V = I`) on an
+    embedded default; writes a figure, a text and a JSON summary (number of clusters,
+    covariance rank) and the trajectory into ``./transformer-pde-demo/``.
+``simulate CONFIG.toml``
+    Particle simulation from a parameter file: trajectory NPZ, JSON summary, figure.
+    Ctrl-C keeps the states computed so far (status ``interrupted``, exit status 130).
+``gaussian CONFIG.toml``
+    Exact mean/covariance ODE of a Gaussian token measure: NPZ, JSON summary, figure.
+``cone CONFIG.toml``
+    Phase plot of many 2-D covariance trajectories in the PSD cone (or its
+    trace-normalised slice).
+``ranks [CONFIG.toml]``
+    Rank histogram sweep: numerical rank of the limit covariance over random draws.
+``bench``
+    Timing of the particle field / Gaussian solver (or the benchmark scripts, if present).
+
+The subpackage is split by concern: :mod:`~transformer_pde.cli.config` reads TOML files
+into library objects (keys and defaults from the library's own signatures; every error a
+:class:`~transformer_pde.errors.ConfigError` naming the key), :mod:`~transformer_pde.cli.output`
+checks and writes the output directory, :mod:`~transformer_pde.cli.commands` runs each
+command, :mod:`~transformer_pde.cli.main` parses the command line and turns every failure
+into one line and an exit status (:class:`ExitCode`).  Example files live in
+``examples/configs/``.
+"""
+
+from ..errors import ConfigError
+from .commands import (CLUSTER_TOL, RANK_RTOL, benchmark_scripts, run_bench, run_cone,
+                       run_demo, run_gaussian, run_ranks, run_simulate)
+from .config import build_attention, build_tokens, load_config
+from .main import ExitCode, build_parser, main
+from .output import OutputDir, OutputError
+
+__all__ = [
+    "CLUSTER_TOL",
+    "ConfigError",
+    "ExitCode",
+    "OutputDir",
+    "OutputError",
+    "RANK_RTOL",
+    "benchmark_scripts",
+    "build_attention",
+    "build_parser",
+    "build_tokens",
+    "load_config",
+    "main",
+    "run_bench",
+    "run_cone",
+    "run_demo",
+    "run_gaussian",
+    "run_ranks",
+    "run_simulate",
+]

@@ -1,0 +1,492 @@
+r"""The ``transformer-pde`` commands: each reads its options, calls the library and writes
+its files through an :class:`~transformer_pde.cli.output.OutputDir` (checked before the
+run; nothing is left behind when the run fails).
+
+Each ``run_*`` function is usable from Python and returns the command's summary
+dictionary (the content of its ``summary.json``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import ConfigError
+from .config import (Table, build_attention, build_block, build_run, build_tokens, check_memory,
+                     covariance, sections)
+from .output import OutputDir
+
+__all__ = [
+    "CLUSTER_TOL",
+    "RANK_RTOL",
+    "benchmark_scripts",
+    "run_bench",
+    "run_cone",
+    "run_demo",
+    "run_gaussian",
+    "run_ranks",
+    "run_simulate",
+]
+
+logger = logging.getLogger("transformer_pde.cli")
+
+#: single-linkage scale of the cluster counts: a fraction of the cloud radius (largest
+#: distance to the mean), as in :func:`transformer_pde.diagnostics.clusters`
+CLUSTER_TOL = 0.02
+#: relative tolerance of the covariance numerical rank reported by the CLI
+RANK_RTOL = 1e-6
+
+
+# =========================================================================== helpers
+def _cloud_rank(X: np.ndarray) -> int:
+    """Numerical rank (relative tolerance :data:`RANK_RTOL`) of the covariance of a cloud."""
+    from ..diagnostics import numerical_rank  # noqa: PLC0415
+
+    Y = X - X.mean(axis=0)
+    return numerical_rank(Y.T @ Y / X.shape[0], RANK_RTOL)
+
+
+def _clusters(X: np.ndarray, tol: float) -> tuple[int, np.ndarray]:
+    """Number of clusters and labels (single linkage at ``tol`` times the cloud radius)."""
+    from ..diagnostics import clusters  # noqa: PLC0415
+
+    res = clusters(X, tol=tol)
+    return res.n_clusters, res.labels
+
+
+def _depth_figure(times: np.ndarray, Z: np.ndarray, labels: np.ndarray, title: str) -> Any:
+    """Tokens of a 1-D run against depth (one line per token, coloured by final cluster)."""
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    fig = Figure(figsize=(6.5, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    colours = [f"C{k % 10}" for k in labels]
+    for i in range(Z.shape[1]):
+        ax.plot(times, Z[:, i, 0], color=colours[i], lw=0.8, alpha=0.8)
+    ax.set_xlabel("depth t")
+    ax.set_ylabel("token x (d = 1)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+# =========================================================================== demo
+def run_demo(out: str | Path = "transformer-pde-demo", *, n: int = 256, seed: int = 0,
+             t_max: float = 6.0, dt: float = 0.05, backend: str = "numpy",
+             gif: bool = False, cluster_tol: float = CLUSTER_TOL, force: bool = False) -> dict:
+    r"""Run the demo and write its files; returns the summary dictionary.
+
+    Tokens :math:`x_i(0) \sim N(0, I_2)`, :math:`N = 256`, softmax attention with
+    :math:`Q = K = V = I`, integrated with RK4 (:math:`h = 0.05`) to :math:`t = 6`.
+    With :math:`V = I` the tokens grow like :math:`e^{t}`; in the co-moving frame
+    :math:`z = e^{-t} x` they collapse onto a few clusters at vertices of a convex polygon
+    (Geshkovski, Letrouit, Polyanskiy, Rigollet 2023).  Clusters are counted by single
+    linkage at ``cluster_tol`` times the radius of the final cloud
+    (:func:`transformer_pde.diagnostics.clusters`).
+    """
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    from .. import plot  # noqa: PLC0415
+    from ..attention import Attention  # noqa: PLC0415
+    from ..particles import simulate  # noqa: PLC0415
+
+    with OutputDir(out, force=force) as outdir:
+        rng = np.random.default_rng(seed)
+        X0 = rng.normal(size=(n, 2))
+        att = Attention("softmax", np.eye(2), np.eye(2), np.eye(2))
+        t0 = time.perf_counter()
+        traj = simulate(att, X0, t_max=t_max, dt=dt, method="rk4", backend=backend)
+        elapsed = time.perf_counter() - t0
+        Z = plot.rescaled_states(traj, np.eye(2))
+        k_final, labels = _clusters(Z[-1], cluster_tol)
+        counts = [_clusters(z, cluster_tol)[0] for z in Z]
+        rank = _cloud_rank(Z[-1])
+        fig = Figure(figsize=(10.5, 4.6), layout="constrained")
+        ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.25, 1]})
+        plot.particles(Z, labels=labels, ax=ax1,
+                       title=f"softmax attention, Q=K=V=I: {k_final} clusters")
+        ax1.set_xlabel(r"$(e^{-t}x)_1$")
+        ax1.set_ylabel(r"$(e^{-t}x)_2$")
+        ax2.step(traj.times, counts, where="post", color="C0")
+        ax2.set_yscale("log")
+        ax2.set_xlabel("depth t")
+        ax2.set_ylabel(f"clusters (single linkage, {cluster_tol:g} x cloud radius)")
+        ax2.set_title("number of clusters along depth")
+        ax2.grid(alpha=0.3)
+        files = {"figure": outdir.savefig(fig, "demo.png").name,
+                 "trajectory": traj.save(outdir.path("trajectory.npz")).name}
+        if gif:
+            files["animation"] = plot.animate_particles(Z, outdir.path("demo.gif")).name
+        summary = {
+            "command": "demo", "n_tokens": n, "d": 2, "kind": "softmax", "Q=K=V": "identity",
+            "t_max": t_max, "dt": dt, "method": "rk4",
+            "backend": traj.info.get("backend", backend), "status": str(traj.status),
+            "seconds": round(elapsed, 3), "clusters_final": k_final,
+            "cluster_scale": cluster_tol, "cluster_sizes": np.bincount(labels).tolist(),
+            "covariance_rank": rank, "covariance_rank_rtol": RANK_RTOL,
+            "frame": "z = exp(-t) x (co-moving frame of V = I)", "files": files,
+        }
+        outdir.write_json("summary.json", summary)
+        text = (
+            "transformer-pde demo: clustering of 2-D tokens under softmax attention\n"
+            f"  tokens: N = {n} drawn from N(0, I_2) (seed {seed}); Q = K = V = I; RK4, "
+            f"dt = {dt}, t in [0, {t_max:g}]\n"
+            f"  run: {traj.status} in {elapsed:.2f} s ({summary['backend']} backend)\n"
+            f"  final number of clusters: {k_final} (single linkage at {cluster_tol:g} x cloud "
+            "radius, frame e^(-t) x)\n"
+            f"  cluster sizes: {summary['cluster_sizes']}\n"
+            f"  covariance numerical rank of the final tokens: {rank} of 2 "
+            f"(eigenvalues > {RANK_RTOL:g} x largest)\n"
+            f"  files: {', '.join(files.values())}, summary.json, summary.txt in "
+            f"{outdir.final}\n")
+        outdir.write_text("summary.txt", text)
+    summary["text"] = text
+    return summary
+
+
+# =========================================================================== simulate
+OUTPUT_KEYS = ("rescale", "cluster_scale", "figure", "gif")
+
+
+def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True,
+                 force: bool = False) -> dict:
+    """Particle simulation from a configuration (tables ``attention``, ``tokens``,
+    ``run``, ``output``); writes ``trajectory.npz``, ``summary.json`` and ``particles.png``.
+
+    With ``masked = true`` the tokens get positions ``linspace(0, 1, N)`` in input order
+    (token ``i`` attends to tokens ``j <= i``).  A run interrupted by Ctrl-C (status
+    ``interrupted``) writes the states computed so far, without figures.
+    """
+    from .. import plot  # noqa: PLC0415
+    from ..particles import simulate  # noqa: PLC0415
+
+    sections(cfg, ("attention", "tokens", "run", "block", "output", "title"))
+    att = build_attention(cfg.get("attention"))
+    X0 = build_tokens(cfg.get("tokens"), att.d, base=cfg.get("__dir__"))
+    kwargs = build_run(cfg.get("run"), att)
+    block = build_block(cfg.get("block"), att.d)
+    if block.get("constraint") or "mlp" in block or "layernorm" in block:
+        from ..integrators import SOLVERS  # noqa: PLC0415
+
+        if getattr(SOLVERS[kwargs["method"]](), "adaptive", False):
+            raise ConfigError(f"run.method: the [block] options need a fixed-step method, "
+                              f"got the adaptive {kwargs['method']!r}")
+    kwargs.update(block)
+    if kwargs.get("constraint") == "sphere":
+        radius = np.linalg.norm(X0, axis=1)
+        if np.max(np.abs(radius - 1.0)) > 1e-6:
+            raise ConfigError("tokens: block.constraint = 'sphere' needs tokens on the unit "
+                              "sphere (distribution = 'sphere', or a file of unit rows)")
+    outp = Table(cfg.get("output"), "output", OUTPUT_KEYS)
+    rescale_opt = outp.choice("rescale", "none", ("none", "value"))
+    if rescale_opt == "value" and (att.heads != 1 or att.time_dependent):
+        raise ConfigError("output.rescale: 'value' draws exp(-tV) x and needs a single-head "
+                          "attention with a constant V")
+    rel = outp.number("cluster_scale", CLUSTER_TOL, positive=True)
+    want_figure = outp.boolean("figure", True)
+    want_gif = outp.boolean("gif", False)
+    if want_gif and att.d < 2:
+        raise ConfigError(f"output.gif: the animation draws two coordinates and needs "
+                          f"attention.d >= 2, got d = {att.d}")
+    positions = np.linspace(0.0, 1.0, X0.shape[0]) if att.masked else None
+    save_every = kwargs.get("save_every", 1)
+    n_saved = math.floor(kwargs["t_max"] / (kwargs["dt"] * save_every)) + 2
+    check_memory("run.save_every", 8.0 * n_saved * X0.size,
+                 f"saving {n_saved} states of {X0.shape[0]} x {att.d} tokens (every "
+                 "run.save_every steps of run.dt; a larger save_every saves fewer)")
+    with OutputDir(out, force=force) as outdir:
+        logger.info("simulate: %d tokens in d = %d, t in [0, %g]; Ctrl-C stops the run and "
+                    "keeps the states computed so far", X0.shape[0], att.d, kwargs["t_max"])
+        t0 = time.perf_counter()
+        traj = simulate(att, X0, positions=positions, progress=progress, **kwargs)
+        elapsed = time.perf_counter() - t0
+        files = {"trajectory": traj.save(outdir.path("trajectory.npz")).name}
+        interrupted = str(traj.status) == "interrupted"
+        Z = plot.rescaled_states(traj, "value" if rescale_opt == "value" else None)
+        k, labels = _clusters(Z[-1], rel)
+        title = str(cfg.get("title", f"{att.kind} attention"))
+        if want_figure and not interrupted:
+            fig = (plot.particles(Z, labels=labels, title=title) if att.d >= 2
+                   else _depth_figure(traj.times, Z, labels, title))
+            files["figure"] = outdir.savefig(fig, "particles.png").name
+        if want_gif and not interrupted:
+            files["animation"] = plot.animate_particles(Z, outdir.path("particles.gif")).name
+        summary = {
+            "command": "simulate", "attention": repr(att), "n_tokens": int(X0.shape[0]),
+            "d": att.d, "status": str(traj.status), "message": traj.message,
+            "t_final": traj.t_final, "seconds": round(elapsed, 3), "info": traj.info,
+            "frame": rescale_opt, "clusters_final": k, "cluster_scale": rel,
+            "covariance_rank": _cloud_rank(Z[-1]), "covariance_rank_rtol": RANK_RTOL,
+            "max_abs_final": float(np.max(np.abs(traj.final))), "files": files,
+        }
+        outdir.write_json("summary.json", summary)
+    return summary
+
+
+# =========================================================================== gaussian
+GAUSSIAN_KEYS = ("mean", "cov", "t_max", "n_eval", "rtol", "atol", "blowup_threshold",
+                 "converge_tol")
+
+
+def _solver_options(sec: Table, t_max: float) -> dict:
+    return {"t_max": sec.number("t_max", t_max, positive=True),
+            "rtol": sec.number("rtol", 1e-10, positive=True),
+            "atol": sec.number("atol", 1e-12, positive=True),
+            "blowup_threshold": sec.number("blowup_threshold", 1e8, positive=True),
+            "converge_tol": sec.number("converge_tol", 1e-10, positive=True)}
+
+
+def run_gaussian(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
+    r"""Gaussian moment ODE from a configuration (tables ``attention`` and ``gaussian``).
+
+    Writes ``gaussian.npz`` (times, means, covs, limit), ``summary.json`` (status, blow-up
+    time, ranks of the limit) and ``gaussian.png`` (eigenvalues of :math:`\Sigma(t)`).
+    """
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    from .. import gaussian  # noqa: PLC0415
+    from ..diagnostics import effective_rank, numerical_rank  # noqa: PLC0415
+
+    sections(cfg, ("attention", "gaussian", "title"))
+    att = build_attention(cfg.get("attention"))
+    d = att.d
+    sec = Table(cfg.get("gaussian"), "gaussian", GAUSSIAN_KEYS)
+    mean = sec.vector("mean", d, [0.0] * d)
+    cov = covariance(sec.raw("cov", "identity"), sec.key("cov"), d)
+    opts = _solver_options(sec, 10.0)
+    n_eval = sec.integer("n_eval", 200, minimum=2)
+    with OutputDir(out, force=force) as outdir:
+        try:
+            traj = gaussian.solve(att, mean, cov,
+                                  t_eval=np.linspace(0.0, opts["t_max"], n_eval), **opts)
+        except ValueError as exc:
+            raise ConfigError(f"gaussian: {exc}") from None
+        np.savez(outdir.path("gaussian.npz"), times=traj.times, means=traj.means,
+                 covs=traj.covs, limit=traj.limit)
+        lam = np.linalg.eigvalsh(traj.covs)
+        fig = Figure(figsize=(6.0, 4.0), layout="constrained")
+        ax = fig.add_subplot()
+        for i in range(d):
+            ax.semilogy(traj.times, np.clip(lam[:, i], 1e-300, None),
+                        label=f"$\\lambda_{i + 1}$")
+        if np.isfinite(traj.blowup_time):
+            ax.axvline(traj.blowup_time, color="k", ls="--", lw=0.8, label="$T^*$")
+        ax.set_xlabel("t")
+        ax.set_ylabel(r"eigenvalues of $\Sigma(t)$")
+        ax.set_title(str(cfg.get("title", f"{att.kind}: {traj.status}")))
+        ax.legend(fontsize="small")
+        outdir.savefig(fig, "gaussian.png")
+        summary = {"command": "gaussian", "attention": repr(att), "status": str(traj.status),
+                   "message": traj.message, "blowup_time": traj.blowup_time,
+                   "t_final": traj.t_final, "trace_final": float(np.trace(traj.covs[-1])),
+                   "limit_numerical_rank": numerical_rank(traj.limit, RANK_RTOL),
+                   "limit_rank_rtol": RANK_RTOL,
+                   "limit_effective_rank": effective_rank(traj.limit),
+                   "mean_final": traj.means[-1], "nfev": traj.nfev,
+                   "files": {"data": "gaussian.npz", "figure": "gaussian.png"}}
+        outdir.write_json("summary.json", summary)
+    return summary
+
+
+# =========================================================================== cone
+CONE_KEYS = ("n", "init", "radius", "trace", "seed", "t_max", "n_eval", "view", "color_by",
+             "rank_one_line", "v_max", "rtol", "atol", "blowup_threshold", "converge_tol")
+
+
+def run_cone(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
+    """Phase plot of many 2-D covariance trajectories (tables ``attention`` and ``cone``).
+
+    Writes ``cone.npz`` (``covs0``; ``times_<i>``, ``covs_<i>`` per run, each up to its own
+    end; ``status``, ``blowup_time``, ``limit``), ``summary.json`` and ``cone.png``."""
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    from .. import plot  # noqa: PLC0415
+    from ..paper import STATUS_COLOURS, slice_covariances, solve_paths  # noqa: PLC0415
+
+    sections(cfg, ("attention", "cone", "title"))
+    att = build_attention(cfg.get("attention"))
+    if att.d != 2:
+        raise ConfigError(f"attention.d: the cone phase plot needs d = 2, got {att.d}")
+    sec = Table(cfg.get("cone"), "cone", CONE_KEYS)
+    n = sec.integer("n", 24, minimum=1)
+    radius = sec.number("radius", 0.7, nonneg=True)
+    if radius >= 1:
+        raise ConfigError(f"{sec.key('radius')}: expected a number in [0, 1), got {radius}")
+    covs0 = slice_covariances(n, radius=radius, trace=sec.number("trace", 1.0, positive=True),
+                              init=sec.choice("init", "circle", ("circle", "random")),
+                              seed=sec.integer("seed", 0))
+    opts = _solver_options(sec, 20.0)
+    n_eval = sec.integer("n_eval", 200, minimum=2)
+    view = sec.choice("view", "both", ("cone", "slice", "both"))
+    color_by = sec.choice("color_by", "start", ("start", "end", "status"))
+    line = sec.vector("rank_one_line", 2) if sec.has("rank_one_line") else None
+    v_max = sec.number("v_max", 0.0, positive=True) if sec.has("v_max") else None
+    t_max = opts.pop("t_max")
+    with OutputDir(out, force=force) as outdir:
+        try:
+            runs = solve_paths(att, covs0, t_max=t_max, n_eval=n_eval, **opts)
+        except ValueError as exc:
+            raise ConfigError(f"cone: {exc}") from None
+        status = [str(r.status) for r in runs]
+        colours = [STATUS_COLOURS[s] for s in status] if color_by == "status" else color_by
+        panels = ["cone", "slice"] if view == "both" else [view]
+        fig = Figure(figsize=(5.5 * len(panels), 5.0), layout="constrained")
+        for i, panel in enumerate(panels):
+            if panel == "cone":
+                ax = fig.add_subplot(1, len(panels), i + 1, projection="3d")
+                plot.cone(runs, color_by=colours, rank_one_line=line, v_max=v_max, ax=ax)
+            else:
+                ax = fig.add_subplot(1, len(panels), i + 1)
+                plot.cone_slice(runs, color_by=colours, rank_one_line=line, ax=ax)
+        fig.suptitle(str(cfg.get("title", repr(att))))
+        outdir.savefig(fig, "cone.png")
+        arrays = {"covs0": covs0, "status": np.asarray(status, dtype=str),
+                  "blowup_time": np.array([r.blowup_time for r in runs]),
+                  "limit": np.stack([r.limit for r in runs])}
+        for i, r in enumerate(runs):
+            arrays[f"times_{i}"], arrays[f"covs_{i}"] = r.times, r.covs
+        np.savez(outdir.path("cone.npz"), **arrays)
+        summary = {"command": "cone", "attention": repr(att), "n": n,
+                   "status_counts": {k: status.count(k) for k in STATUS_COLOURS},
+                   "blowup_times": arrays["blowup_time"],
+                   "t_final": [r.t_final for r in runs],
+                   "files": {"data": "cone.npz", "figure": "cone.png"}}
+        outdir.write_json("summary.json", summary)
+    return summary
+
+
+# =========================================================================== ranks
+RANK_KEYS = ("kinds", "dims", "values", "draws", "seed", "t_max", "blowup_threshold", "rtol")
+RANK_KINDS = ("softmax", "l2", "sinkhorn")
+RANK_VALUES = ("identity", "random")
+
+
+def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True,
+              force: bool = False) -> dict:
+    """Rank-histogram sweep (table ``ranks``); writes ``ranks.npz``, ``summary.json`` and
+    ``ranks.png`` (:func:`transformer_pde.paper.rank_figure`: one panel per (kind, value),
+    bars grouped by dimension)."""
+    from tqdm.auto import tqdm  # noqa: PLC0415
+
+    from ..paper import rank_figure, rank_sweep  # noqa: PLC0415
+
+    sections(cfg, ("ranks", "title"))
+    sec = Table(cfg.get("ranks"), "ranks", RANK_KEYS)
+    kinds = sec.list_of("kinds", ["softmax", "l2"], RANK_KINDS)
+    values = sec.list_of("values", ["identity", "random"], RANK_VALUES)
+    dims = sec.raw("dims", [3, 4, 5])
+    if (not isinstance(dims, list) or not dims
+            or any(isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= 64
+                   for x in dims)):
+        raise ConfigError(f"{sec.key('dims')}: expected a non-empty list of integers in "
+                          f"[1, 64], got {dims!r}")
+    opts = {"draws": sec.integer("draws", 100, minimum=1, maximum=10**6),
+            "seed": sec.integer("seed", 0), "t_max": sec.number("t_max", 30.0, positive=True),
+            "blowup_threshold": sec.number("blowup_threshold", 1e3, positive=True),
+            "rtol": sec.number("rtol", 1e-3, positive=True)}
+    if opts["rtol"] >= 1:
+        raise ConfigError(f"{sec.key('rtol')}: expected a number in (0, 1), got {opts['rtol']}")
+    jobs = [(k, v, d) for k in kinds for v in values for d in dims]
+    with OutputDir(out, force=force) as outdir:
+        sweeps = []
+        for k, v, d in tqdm(jobs, desc="ranks", disable=not progress or len(jobs) < 2,
+                            file=sys.stderr):
+            sweeps.append(rank_sweep(k, d, value=v, **opts))
+        fig = rank_figure(sweeps, str(cfg.get(
+            "title", f"numerical rank (rtol {opts['rtol']:g}) of the limit covariance, "
+                     f"{opts['draws']} draws")))
+        outdir.savefig(fig, "ranks.png")
+        np.savez(outdir.path("ranks.npz"),
+                 **{f"{s.kind}_{s.value}_d{s.d}": s.ranks for s in sweeps},
+                 **{f"{s.kind}_{s.value}_d{s.d}_status": s.status.astype(str) for s in sweeps})
+        summary = {"command": "ranks", "sweeps": [s.summary() for s in sweeps],
+                   "files": {"data": "ranks.npz", "figure": "ranks.png"}}
+        outdir.write_json("summary.json", summary)
+    return summary
+
+
+# =========================================================================== bench
+def run_bench(*, quick: bool = True, out: str | Path | None = None,
+              backends: Sequence[str] | None = None, force: bool = False) -> dict:
+    r"""Small built-in timing: particle field evaluations and a Gaussian batch solve.
+
+    Times (best of 3 repeats, after one warm-up call that also compiles numba kernels) one
+    evaluation of the softmax field :math:`\Gamma_{\mu_N}` at all :math:`N` tokens in
+    :math:`d = 16` on each available CPU backend, and one
+    :func:`~transformer_pde.gaussian.solve_batch` of 256 random 4-D softmax Gaussians with
+    :math:`V = I` (random :math:`Q, K`, most of which blow up in finite time).
+    The project's full benchmark scripts are in ``benchmarks/``.
+    """
+    from .. import gaussian  # noqa: PLC0415
+    from ..attention import Attention  # noqa: PLC0415
+    from ..backends import available_backends  # noqa: PLC0415
+    from ..fields import FieldEvaluator  # noqa: PLC0415
+
+    outdir = OutputDir(out, force=force) if out is not None else None
+    try:
+        rng = np.random.default_rng(0)
+        d = 16
+        sizes = (256, 1024) if quick else (256, 1024, 4096, 16384)
+        att = Attention("softmax", rng.normal(size=(d, d)) / d,
+                        rng.normal(size=(d, d)) / math.sqrt(d), np.eye(d))
+        rows = []
+        wanted = ("numpy", "numba") if backends is None else tuple(backends)
+        for be in [b for b in available_backends() if b in wanted]:
+            for n in sizes:
+                X = rng.normal(size=(n, d))
+                ev = FieldEvaluator(att, n, backend=be)
+                ev(0.0, ev.be.asarray(X, np.float64))  # warm-up (JIT compilation for numba)
+                best = math.inf
+                for _ in range(3):
+                    t0 = time.perf_counter()
+                    ev(0.0, ev.be.asarray(X, np.float64))
+                    best = min(best, time.perf_counter() - t0)
+                rows.append({"task": "softmax field", "backend": be, "N": n, "d": d,
+                             "seconds": best})
+        B, dg = 256, 4
+        atts = [Attention("softmax", rng.normal(size=(dg, dg)) / 2, rng.normal(size=(dg, dg)),
+                          np.eye(dg)) for _ in range(B)]
+        F = rng.normal(size=(B, dg, dg))
+        t0 = time.perf_counter()
+        res = gaussian.solve_batch(atts, np.zeros((B, dg)), F @ np.swapaxes(F, -1, -2) / dg,
+                                   t_max=10.0, blowup_threshold=1e3, rtol=1e-8, atol=1e-10)
+        rows.append({"task": "gaussian solve_batch", "backend": "numpy", "N": B, "d": dg,
+                     "seconds": time.perf_counter() - t0, "status_counts": res.counts()})
+        result = {"command": "bench", "quick": quick, "machine": platform.platform(),
+                  "python": platform.python_version(), "cpu_count": os.cpu_count(),
+                  "rows": rows}
+        if outdir is not None:
+            outdir.write_json("bench.json", result)
+            outdir.commit()
+    finally:
+        if outdir is not None:
+            outdir.discard()
+    return result
+
+
+def benchmark_scripts(root: str | Path | None = None) -> list[Path]:
+    """The project's benchmark scripts (``benchmarks/*.py`` of a source checkout: ``root``,
+    or the directory above the installed package)."""
+    base = Path(root) if root is not None else Path(__file__).resolve().parents[2]
+    return sorted(p for p in (base / "benchmarks").glob("*.py") if not p.name.startswith("_"))
+
+
+def run_benchmark_scripts(scripts: Sequence[Path], *, full: bool = False) -> list[tuple[Path, int]]:
+    """Run each benchmark script (``--quick`` unless ``full``); returns (script, status)
+    pairs."""
+    results = []
+    for script in scripts:
+        cmd = [sys.executable, str(script)] + ([] if full else ["--quick"])
+        sys.stdout.write(f"$ {' '.join(cmd)}\n")
+        sys.stdout.flush()
+        results.append((script, subprocess.run(cmd, check=False).returncode))
+    return results

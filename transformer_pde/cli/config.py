@@ -1,0 +1,596 @@
+r"""TOML configurations of the ``transformer-pde`` commands, read into library objects.
+
+A configuration is a TOML file (``tomllib``; ``tomli`` on Python 3.10) of tables, one per
+concern: ``[attention]`` builds an :class:`~transformer_pde.Attention`, ``[tokens]`` the
+initial tokens, ``[run]``, ``[field]`` and ``[block]`` the arguments of
+:func:`~transformer_pde.simulate`, ``[gaussian]``, ``[cone]``, ``[ranks]`` the other
+commands' options.  The keys and their defaults are those of the library's own objects
+(read from their signatures, so the configuration cannot drift from the API): a key a
+table does not know, a value of the wrong type or out of range is a
+:class:`~transformer_pde.errors.ConfigError` whose message starts with the key
+(``attention.Q: expected ...``).  Sizes are checked before anything is allocated.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from ..errors import ConfigError
+
+__all__ = [
+    "ConfigError",
+    "Table",
+    "build_attention",
+    "build_tokens",
+    "check_memory",
+    "load_config",
+    "parse_matrix",
+    "signature_defaults",
+]
+
+
+# =========================================================================== files
+def load_config(path: str | Path) -> dict:
+    """Read a TOML configuration file.
+
+    The file must exist, be UTF-8 text and valid TOML; otherwise a :class:`ConfigError`
+    names the file and the problem.  The returned dictionary remembers the file's
+    directory under the key ``"__dir__"`` (relative paths inside the file, such as
+    ``tokens.file``, are read from there).
+    """
+    try:
+        import tomllib  # noqa: PLC0415
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]  # noqa: PLC0415
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"configuration file {str(path)!r} does not exist")
+    if not path.is_file():
+        raise ConfigError(f"configuration file {str(path)!r} is not a file")
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} on line "
+                          f"{line}); TOML files must be UTF-8") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    data["__dir__"] = str(path.resolve().parent)
+    return data
+
+
+def sections(cfg: dict, allowed: Iterable[str]) -> None:
+    """Check that the configuration has only the tables (and top-level keys) ``allowed``."""
+    Table({k: v for k, v in cfg.items() if k != "__dir__"}, "config", allowed)
+
+
+# =========================================================================== tables
+class Table:
+    """Typed access to one table of the configuration; every error names the key.
+
+    Parameters
+    ----------
+    data : dict or None
+        The table (``None``: empty).
+    name : str
+        Its dotted name in messages (``"attention"``, ``"block.mlp"``).
+    allowed : iterable of str
+        Keys this table accepts; another key is an error listing them.
+    """
+
+    def __init__(self, data: Any, name: str, allowed: Iterable[str]):
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{name}: expected a table, got {data!r}")
+        self.data = data
+        self.name = name
+        self.allowed = tuple(allowed)
+        unknown = sorted(set(data) - set(self.allowed))
+        if unknown:
+            raise ConfigError(f"{self.key(unknown[0])}: unknown key; allowed keys are "
+                              f"{', '.join(sorted(self.allowed))}")
+
+    def key(self, k: str) -> str:
+        return f"{self.name}.{k}" if self.name != "config" else k
+
+    def has(self, k: str) -> bool:
+        return k in self.data
+
+    def raw(self, k: str, default: Any = None) -> Any:
+        return self.data.get(k, default)
+
+    def number(self, k: str, default: Any = None, *, positive: bool = False,
+               nonneg: bool = False) -> float:
+        v = self.data.get(k, default)
+        if v is None:
+            raise ConfigError(f"{self.key(k)}: required, expected a number")
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ConfigError(f"{self.key(k)}: expected a number, got {v!r}")
+        try:
+            v = float(v)
+        except OverflowError:
+            raise ConfigError(f"{self.key(k)}: expected a finite number, got {v!r}") from None
+        if not math.isfinite(v) or (positive and v <= 0) or (nonneg and v < 0):
+            cond = " > 0" if positive else " >= 0" if nonneg else ""
+            raise ConfigError(f"{self.key(k)}: expected a finite number{cond}, got {v!r}")
+        return v
+
+    def integer(self, k: str, default: Any = None, *, minimum: int = 0,
+                maximum: int | None = None) -> int:
+        v = self.data.get(k, default)
+        if v is None:
+            raise ConfigError(f"{self.key(k)}: required, expected an integer >= {minimum}")
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError(f"{self.key(k)}: expected an integer >= {minimum}, got {v!r}")
+        if v < minimum or (maximum is not None and v > maximum):
+            rng = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+            raise ConfigError(f"{self.key(k)}: expected an integer {rng}, got {v}")
+        return v
+
+    def boolean(self, k: str, default: bool) -> bool:
+        v = self.data.get(k, default)
+        if not isinstance(v, bool):
+            raise ConfigError(f"{self.key(k)}: expected true or false, got {v!r}")
+        return v
+
+    def string(self, k: str, default: str | None = None) -> str:
+        v = self.data.get(k, default)
+        if not isinstance(v, str):
+            raise ConfigError(f"{self.key(k)}: expected a string, got {v!r}")
+        return v
+
+    def choice(self, k: str, default: Any, options: Sequence[Any]) -> Any:
+        v = self.data.get(k, default)
+        if isinstance(v, bool) or v not in options:
+            raise ConfigError(f"{self.key(k)}: expected one of "
+                              f"{', '.join(map(repr, options))}, got {v!r}")
+        return v
+
+    def vector(self, k: str, n: int, default: Any = None) -> np.ndarray:
+        v = self.data.get(k, default)
+        arr = numeric_array(v, self.key(k), f"a list of {n} numbers")
+        if arr.shape != (n,):
+            raise ConfigError(f"{self.key(k)}: expected a list of {n} numbers, "
+                              f"got shape {arr.shape}")
+        return arr
+
+    def list_of(self, k: str, default: list, options: Sequence[Any]) -> list:
+        v = self.data.get(k, default)
+        if (not isinstance(v, list) or not v
+                or any(isinstance(x, bool) or x not in options for x in v)):
+            raise ConfigError(f"{self.key(k)}: expected a non-empty list of "
+                              f"{', '.join(map(repr, options))}, got {v!r}")
+        return v
+
+
+def numeric_array(v: Any, key: str, form: str) -> np.ndarray:
+    """A finite real float array from a TOML value (numbers and nested lists only)."""
+    def numbers_only(x: Any) -> bool:
+        if isinstance(x, list):
+            return all(numbers_only(y) for y in x)
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    if not numbers_only(v):
+        raise ConfigError(f"{key}: expected {form}, got {v!r}")
+    try:
+        arr = np.array(v, dtype=float)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{key}: expected {form}, got {v!r}") from None
+    if not np.all(np.isfinite(arr)):
+        raise ConfigError(f"{key}: expected {form} of finite numbers, got {v!r}")
+    return arr
+
+
+def signature_defaults(func: Callable, exclude: Iterable[str] = ()) -> dict[str, Any]:
+    """The keyword parameters of ``func`` (a function or a class) and their defaults:
+    the configuration keys of the table that builds it."""
+    params = inspect.signature(func).parameters
+    skip = set(exclude)
+    return {name: p.default for name, p in params.items()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in skip
+            and p.default is not inspect.Parameter.empty}
+
+
+# =========================================================================== memory
+def _memory_bytes() -> int:
+    """Physical memory of this machine (bytes); 1 TiB if it cannot be read."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):
+        return 1 << 40
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} EiB"
+
+
+def check_memory(key: str, nbytes: float, what: str) -> None:
+    """Refuse up front (naming ``key``) a configuration whose arrays cannot fit in memory."""
+    limit = _memory_bytes()
+    if nbytes > limit:
+        raise ConfigError(f"{key}: {what} would need {_human(nbytes)} of memory, more than "
+                          f"this machine's {_human(limit)}")
+
+
+# =========================================================================== matrices
+MATRIX_FORM = ("'identity', 'zeros', a number c (meaning c*I), a d x d list of lists, "
+               "or a table {random = 'normal' | 'orthogonal' | 'spd', scale = float, "
+               "seed = int} or {diag = [d numbers]}")
+
+
+def parse_matrix(v: Any, key: str, d: int, rng: np.random.Generator,
+                 rows: int | None = None) -> np.ndarray:
+    """A matrix with ``d`` columns from its configuration form (:data:`MATRIX_FORM`).
+
+    ``rows`` fixes the number of rows (default: ``d`` for the generated forms, any for a
+    list of rows); ``'identity'``, a number, ``diag``, ``orthogonal`` and ``spd`` need a
+    square matrix.
+    """
+    m = d if rows is None else rows
+    shape = f"{m} x {d}"
+
+    def square(form: str) -> None:
+        if m != d:
+            raise ConfigError(f"{key}: {form} needs a square matrix; this one is {shape}")
+
+    if isinstance(v, str):
+        if v == "identity":
+            square("'identity'")
+            return np.eye(d)
+        if v == "zeros":
+            return np.zeros((m, d))
+        raise ConfigError(f"{key}: expected {MATRIX_FORM}; got the string {v!r}")
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        square("a number c (c*I)")
+        if not math.isfinite(v):
+            raise ConfigError(f"{key}: expected a finite number, got {v!r}")
+        return float(v) * np.eye(d)
+    if isinstance(v, dict):
+        sec = Table(v, key, ("random", "scale", "seed", "diag"))
+        if sec.has("diag"):
+            if sec.has("random"):
+                raise ConfigError(f"{key}: give either 'diag' or 'random', not both")
+            square("'diag'")
+            return np.diag(sec.vector("diag", d))
+        kind = sec.choice("random", "normal", ("normal", "orthogonal", "spd"))
+        scale = sec.number("scale", 1.0)
+        g = np.random.default_rng(sec.integer("seed")) if sec.has("seed") else rng
+        if kind == "normal":
+            return scale * g.normal(size=(m, d)) / math.sqrt(d)
+        square(f"random = {kind!r}")
+        G = g.normal(size=(d, d))
+        if kind == "orthogonal":
+            Qm, R = np.linalg.qr(G)
+            return scale * Qm * np.sign(np.diag(R))
+        return scale * (G @ G.T / d + 1e-3 * np.eye(d))
+    arr = numeric_array(v, key, MATRIX_FORM)
+    if arr.ndim != 2 or arr.shape[1] != d or (rows is not None and arr.shape[0] != rows):
+        want = f"{rows} x {d}" if rows is not None else f"{d} columns"
+        raise ConfigError(f"{key}: expected a matrix of {want} ({MATRIX_FORM}); "
+                          f"got shape {arr.shape}")
+    return arr
+
+
+def covariance(v: Any, key: str, d: int) -> np.ndarray:
+    """A d×d symmetric positive semi-definite matrix (``"identity"`` or a list of rows).
+
+    Symmetry is checked to :math:`10^{-12}` of the largest entry and positive
+    semi-definiteness to :math:`-10^{-12}` times the largest eigenvalue (rounding of values
+    written in decimal); anything else is an error, never silently repaired.
+    """
+    if isinstance(v, str) and v == "identity":
+        return np.eye(d)
+    form = f"'identity' or a symmetric positive semi-definite {d} x {d} list of lists"
+    C = numeric_array(v, key, form)
+    if C.shape != (d, d):
+        raise ConfigError(f"{key}: expected {form}, got shape {C.shape}")
+    scale = float(np.max(np.abs(C))) if C.size else 0.0
+    if np.max(np.abs(C - C.T)) > 1e-12 * scale:
+        raise ConfigError(f"{key}: expected {form}; the matrix is not symmetric")
+    lam = np.linalg.eigvalsh(C)
+    if lam[0] < -1e-12 * max(lam[-1], 0.0) or (lam[-1] <= 0 and lam[0] < 0):
+        raise ConfigError(f"{key}: expected {form}; its smallest eigenvalue is {lam[0]:.3g}")
+    return C
+
+
+# =========================================================================== attention
+#: bytes per entry times the number of d×d matrices the attention may hold (Q, K, V, W_O,
+#: their products per head, and a copy each): a generous bound for the preflight check
+_ATTENTION_MATRICES = 16
+
+
+def _attention_parameters() -> dict[str, Any]:
+    from ..attention import Attention  # noqa: PLC0415
+
+    return signature_defaults(Attention, exclude=("kind", "Q", "K", "V", "W_O"))
+
+
+def build_attention(table: Any, *, section: str = "attention") -> Any:
+    r"""Build an :class:`~transformer_pde.Attention` from a configuration table.
+
+    Keys: ``kind`` (one of :data:`transformer_pde.attention.KINDS`, default
+    ``"softmax"``), ``d`` (required), ``Q``, ``K``, ``V`` (default ``"identity"``),
+    ``W_O`` (optional), ``seed`` (random matrices), ``score_scale`` (multiplies ``Q``:
+    ``"1/sqrt(d)"`` for the paper's :math:`A/\sqrt d`, ``"1/sqrt(k)"`` with
+    :math:`k = d/H`, or a number), and every keyword of :class:`~transformer_pde.Attention`
+    with its default (``heads``, ``masked``, ``beta``, ``eps``, ``l2_beta``, ...).
+    """
+    from ..attention import KINDS, Attention  # noqa: PLC0415
+
+    params = _attention_parameters()
+    sec = Table(table, section, ("kind", "d", "Q", "K", "V", "W_O", "seed", "score_scale",
+                                 *params))
+    kind = sec.choice("kind", "softmax", sorted(KINDS))
+    if not sec.has("d"):
+        raise ConfigError(f"{sec.key('d')}: required, expected an integer >= 1")
+    d = sec.integer("d", minimum=1)
+    check_memory(sec.key("d"), 8.0 * _ATTENTION_MATRICES * d * d,
+                 f"the {d} x {d} attention matrices")
+    kwargs: dict[str, Any] = {}
+    for name, default in params.items():
+        if not sec.has(name):
+            continue
+        if isinstance(default, bool):
+            kwargs[name] = sec.boolean(name, default)
+        elif isinstance(default, int):
+            kwargs[name] = sec.integer(name, default, minimum=1)
+        else:
+            kwargs[name] = sec.number(name, default)
+    heads = kwargs.get("heads", params.get("heads", 1))
+    if d % heads:
+        raise ConfigError(f"{sec.key('heads')}: must divide {section}.d = {d}, got {heads}")
+    rng = np.random.default_rng(sec.integer("seed", 0))
+    mats = {name: parse_matrix(sec.raw(name, "identity"), sec.key(name), d, rng)
+            for name in ("Q", "K", "V")}
+    if sec.has("W_O"):
+        kwargs["W_O"] = parse_matrix(sec.raw("W_O"), sec.key("W_O"), d, rng)
+    scale = sec.raw("score_scale", 1.0)
+    if isinstance(scale, str):
+        named = {"1/sqrt(d)": 1.0 / math.sqrt(d), "1/sqrt(k)": 1.0 / math.sqrt(d // heads),
+                 "1": 1.0}
+        if scale not in named:
+            raise ConfigError(f"{sec.key('score_scale')}: expected a number, '1/sqrt(d)' or "
+                              f"'1/sqrt(k)', got {scale!r}")
+        scale = named[scale]
+    else:
+        scale = sec.number("score_scale", 1.0, positive=True)
+    try:
+        return Attention(kind, mats["Q"] * scale, mats["K"], mats["V"], **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{section}: {exc}") from None
+
+
+# =========================================================================== tokens
+TOKEN_KEYS = ("n", "distribution", "mean", "std", "cov", "seed", "file")
+DISTRIBUTIONS = ("gaussian", "uniform-ball", "uniform-cube", "sphere")
+
+
+def _token_file(sec: Table, d: int, base: str | None) -> np.ndarray:
+    key = sec.key("file")
+    name = sec.raw("file")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{key}: expected the path of a .npy file, got {name!r}")
+    path = Path(name)
+    if not path.is_absolute() and base is not None:
+        path = Path(base) / path
+    try:
+        X = np.load(path, allow_pickle=False)
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    except (ValueError, EOFError) as exc:
+        raise ConfigError(f"{key}: {str(path)!r} is not a .npy array ({exc})") from None
+    if not isinstance(X, np.ndarray):  # an .npz archive
+        X.close()
+        raise ConfigError(f"{key}: {str(path)!r} is an .npz archive; expected a .npy array "
+                          f"of shape (N, {d})")
+    if np.iscomplexobj(X):
+        raise ConfigError(f"{key}: {str(path)!r} holds complex numbers; tokens must be real")
+    if X.dtype.kind not in "iuf":
+        raise ConfigError(f"{key}: {str(path)!r} holds values of type {X.dtype}, expected "
+                          f"numbers (an integer or float array of shape (N, {d}))")
+    if X.ndim != 2 or X.shape[1] != d:
+        raise ConfigError(f"{key}: {str(path)!r} has shape {X.shape}, expected (N, {d})")
+    if X.shape[0] == 0:
+        raise ConfigError(f"{key}: {str(path)!r} holds no tokens; expected at least one token")
+    X = np.asarray(X, dtype=float)
+    if not np.all(np.isfinite(X)):
+        raise ConfigError(f"{key}: {str(path)!r} has non-finite values (nan or inf); "
+                          "expected finite numbers")
+    return X
+
+
+def build_tokens(table: Any, d: int, *, section: str = "tokens",
+                 base: str | None = None) -> np.ndarray:
+    """Initial tokens (N, d) from a ``[tokens]`` table.
+
+    ``distribution`` is ``"gaussian"`` (``mean``, ``std`` or a symmetric positive
+    semi-definite ``cov``), ``"uniform-ball"`` (radius ``std``), ``"uniform-cube"``
+    ([-std, std]^d, shifted by ``mean``) or ``"sphere"`` (uniform on the unit sphere, for
+    ``block.constraint = "sphere"``); or ``file`` names a ``.npy`` array (N, d) of real
+    finite numbers (a relative path is read from ``base``, the configuration's directory).
+    """
+    sec = Table(table, section, TOKEN_KEYS)
+    if sec.has("file"):
+        other = sorted(set(sec.data) - {"file"})
+        if other:
+            raise ConfigError(f"{sec.key(other[0])}: does not apply with {sec.key('file')} "
+                              "(the tokens are read from the file)")
+        return _token_file(sec, d, base)
+    n = sec.integer("n", 128, minimum=1)
+    check_memory(sec.key("n"), 8.0 * 4 * n * d, f"{n} tokens in dimension {d}")
+    rng = np.random.default_rng(sec.integer("seed", 0))
+    mean = sec.vector("mean", d, [0.0] * d)
+    dist = sec.choice("distribution", "gaussian", DISTRIBUTIONS)
+    if dist == "gaussian":
+        if sec.has("cov"):
+            if sec.has("std"):
+                raise ConfigError(f"{sec.key('std')}: give either std or cov, not both")
+            C = covariance(sec.raw("cov"), sec.key("cov"), d)
+            return rng.multivariate_normal(mean, C, size=n, method="eigh")
+        return mean + sec.number("std", 1.0, positive=True) * rng.normal(size=(n, d))
+    if sec.has("cov"):
+        raise ConfigError(f"{sec.key('cov')}: only for distribution = 'gaussian'")
+    if dist == "sphere":
+        for k in ("mean", "std"):
+            if sec.has(k):
+                raise ConfigError(f"{sec.key(k)}: does not apply to distribution = 'sphere' "
+                                  "(uniform on the unit sphere)")
+        G = rng.normal(size=(n, d))
+        return G / np.linalg.norm(G, axis=1, keepdims=True)
+    std = sec.number("std", 1.0, positive=True)
+    if dist == "uniform-cube":
+        return mean + std * rng.uniform(-1, 1, size=(n, d))
+    G = rng.normal(size=(n, d))
+    G /= np.linalg.norm(G, axis=1, keepdims=True)
+    return mean + std * G * rng.uniform(size=(n, 1)) ** (1.0 / d)
+
+
+# =========================================================================== run, block
+def _keyword(sec: Table, name: str, default: Any) -> Any:
+    """A value typed after the library default ``default`` (bool, int, float or str)."""
+    if isinstance(default, bool):
+        return sec.boolean(name, default)
+    if isinstance(default, int):
+        return sec.integer(name, default, minimum=0)
+    if isinstance(default, float):
+        return sec.number(name, default)
+    if isinstance(default, str):
+        return sec.string(name, default)
+    raise ConfigError(f"{sec.key(name)}: cannot be set from a configuration file")
+
+
+def _library_call(key: str, func: Callable, *args: Any, **kwargs: Any) -> Any:
+    """``func(*args, **kwargs)``, its argument errors reported as :class:`ConfigError` under
+    ``key`` (the table whose values were passed)."""
+    try:
+        return func(*args, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{key}: {exc}") from None
+
+
+def build_mlp(table: Any, d: int, *, section: str = "block.mlp") -> Any:
+    r"""A :class:`~transformer_pde.blocks.MLP` from a ``[block.mlp]`` table.
+
+    Keys: ``hidden`` (width :math:`m`, default ``d``), ``W1`` (:math:`m\times d`), ``W2``
+    (:math:`d\times m`) in the matrix forms of :data:`MATRIX_FORM` (default
+    ``{random = "normal"}``), ``b1``, ``b2`` (lists of :math:`m` and :math:`d` numbers),
+    ``seed``, and the keywords of :class:`~transformer_pde.blocks.MLP` (``activation``).
+    """
+    from ..blocks import MLP  # noqa: PLC0415
+
+    params = {k: v for k, v in signature_defaults(MLP, exclude=("W1", "W2", "b1", "b2")).items()
+              if isinstance(v, (bool, int, float, str))}
+    sec = Table(table, section, ("hidden", "W1", "W2", "b1", "b2", "seed", *params))
+    m = sec.integer("hidden", d, minimum=1)
+    check_memory(sec.key("hidden"), 8.0 * 8 * m * d, f"the {m} x {d} MLP weights")
+    rng = np.random.default_rng(sec.integer("seed", 0))
+    W1 = parse_matrix(sec.raw("W1", {"random": "normal"}), sec.key("W1"), d, rng, rows=m)
+    W2 = parse_matrix(sec.raw("W2", {"random": "normal"}), sec.key("W2"), m, rng, rows=d)
+    b1 = sec.vector("b1", m) if sec.has("b1") else None
+    b2 = sec.vector("b2", d) if sec.has("b2") else None
+    kwargs = {k: _keyword(sec, k, v) for k, v in params.items() if sec.has(k)}
+    return _library_call(section, MLP, W1, W2, b1, b2, **kwargs)
+
+
+def build_layernorm(table: Any, *, section: str = "block.layernorm") -> Any:
+    """A :class:`~transformer_pde.blocks.LayerNorm` from a ``[block.layernorm]`` table (its
+    keywords and defaults: ``mode``, ``variance``, ``eps``)."""
+    from ..blocks import LayerNorm  # noqa: PLC0415
+
+    params = {k: v for k, v in signature_defaults(LayerNorm).items()
+              if isinstance(v, (bool, int, float, str))}
+    sec = Table(table, section, params)
+    kwargs = {k: _keyword(sec, k, v) for k, v in params.items() if sec.has(k)}
+    return _library_call(section, LayerNorm, **kwargs)
+
+
+def build_block(table: Any, d: int, *, section: str = "block") -> dict[str, Any]:
+    """The Transformer-block options of :func:`~transformer_pde.simulate` from a ``[block]``
+    table: ``constraint`` (``"none"`` or one of :data:`transformer_pde.blocks.CONSTRAINTS`),
+    ``splitting`` (:data:`transformer_pde.blocks.SPLITTINGS`; only with an MLP), and the
+    sub-tables ``[block.mlp]`` and ``[block.layernorm]``."""
+    from ..blocks import CONSTRAINTS, SPLITTINGS  # noqa: PLC0415
+
+    sec = Table(table, section, ("constraint", "splitting", "mlp", "layernorm"))
+    names = ["none", *(c for c in CONSTRAINTS if c is not None)]
+    constraint = sec.choice("constraint", "none", names)
+    out: dict[str, Any] = {"constraint": None if constraint == "none" else constraint}
+    if sec.has("mlp"):
+        out["mlp"] = build_mlp(sec.raw("mlp"), d, section=sec.key("mlp"))
+    if sec.has("layernorm"):
+        if d < 2:
+            raise ConfigError(f"{sec.key('layernorm')}: layer normalisation needs "
+                              f"attention.d >= 2, got d = {d}")
+        out["layernorm"] = build_layernorm(sec.raw("layernorm"), section=sec.key("layernorm"))
+    if sec.has("splitting"):
+        if "mlp" not in out:
+            raise ConfigError(f"{sec.key('splitting')}: only applies with an MLP "
+                              f"([{sec.key('mlp')}]): it splits the attention and MLP flows")
+        out["splitting"] = sec.choice("splitting", "strang", SPLITTINGS)
+    return out
+
+
+#: keys of ``[run]`` that only apply in some cases (checked by :func:`build_run`)
+_ADAPTIVE_KEYS = ("rtol", "atol")
+_SINKHORN_KEYS = ("sinkhorn_tol", "sinkhorn_max_iter")
+
+
+def build_run(table: Any, att: Any, *, section: str = "run") -> dict[str, Any]:
+    """The time-stepping and field options of :func:`~transformer_pde.simulate` from a
+    ``[run]`` table.
+
+    Keys: ``t_max`` (default 5), ``dt`` (default 0.05), ``method`` (every name of
+    :data:`transformer_pde.integrators.SOLVERS`), ``backend`` (every name of
+    :data:`transformer_pde.backends.BACKENDS` and ``"auto"``), ``dtype``, and the keywords
+    of :func:`~transformer_pde.simulate` with their defaults (``save_every``, ``max_norm``,
+    ``max_steps``; ``rtol``, ``atol`` for an adaptive method only; ``sinkhorn_tol``,
+    ``sinkhorn_max_iter`` for Sinkhorn attention only).  An option that does not apply is
+    an error naming it.
+    """
+    from ..backends import BACKENDS  # noqa: PLC0415
+    from ..integrators import SOLVERS  # noqa: PLC0415
+    from ..particles import simulate  # noqa: PLC0415
+
+    defaults = signature_defaults(simulate)
+    numeric = ("save_every", "max_norm", "max_steps", *_ADAPTIVE_KEYS, *_SINKHORN_KEYS)
+    sec = Table(table, section, ("t_max", "dt", "method", "backend", "dtype", *numeric))
+    method = sec.choice("method", defaults["method"], sorted(SOLVERS))
+    out: dict[str, Any] = {
+        "t_max": sec.number("t_max", 5.0, positive=True),
+        "dt": sec.number("dt", 0.05, positive=True),
+        "method": method,
+        "backend": sec.choice("backend", defaults["backend"], [*BACKENDS, "auto"]),
+        "dtype": sec.choice("dtype", "float64", ("float32", "float64")),
+    }
+    adaptive = bool(getattr(SOLVERS[method](), "adaptive", False))
+    for k in numeric:
+        if not sec.has(k):
+            continue
+        if k in _ADAPTIVE_KEYS and not adaptive:
+            raise ConfigError(f"{sec.key(k)}: only applies to an adaptive method (dopri5); "
+                              f"{section}.method is {method!r}")
+        if k in _SINKHORN_KEYS and att.kind != "sinkhorn":
+            raise ConfigError(f"{sec.key(k)}: only applies to sinkhorn attention; "
+                              f"attention.kind is {att.kind!r}")
+        if isinstance(defaults[k], int):
+            out[k] = sec.integer(k, defaults[k], minimum=1)
+        else:
+            out[k] = sec.number(k, defaults[k], positive=True)
+    return out

@@ -1,0 +1,399 @@
+"""``transformer-pde``: the argument parser, the exit statuses and the error handling.
+
+The command line never shows a Python traceback: every failure ends with one line on
+stderr, ``transformer-pde COMMAND: <what went wrong>``, and one of the exit statuses of
+:class:`ExitCode`.  An unexpected internal error (a bug) writes its traceback to a file
+and names the file (``--debug`` shows it instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import logging
+import math
+import sys
+import tempfile
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..errors import ConfigError, EarlyStopWarning, TransformerPDEError
+from . import commands
+from .config import load_config
+from .output import OutputError
+
+__all__ = ["ExitCode", "main"]
+
+
+class ExitCode(enum.IntEnum):
+    """Exit statuses of ``transformer-pde`` (also listed by ``transformer-pde --help``)."""
+
+    #: the command did what was asked (for runs: status ok, converged, blowup or diverging)
+    OK = 0
+    #: the run ended without an answer (status nonfinite, failed or max_steps); files written
+    UNSUCCESSFUL = 1
+    #: bad command line or configuration; nothing written
+    USAGE = 2
+    #: --out cannot be used (a file, under a file, no permission, not empty without --force)
+    OUTPUT = 3
+    #: the computation or the writing failed (library error, out of memory, disk full)
+    ERROR = 4
+    #: internal error (a bug): its traceback is written to a file named on stderr
+    INTERNAL = 5
+    #: interrupted (Ctrl-C); simulate writes the states computed so far
+    INTERRUPTED = 130
+
+
+_EXIT_HELP = {
+    ExitCode.OK: "success (a run reached its answer: status ok, converged, blowup or "
+                 "diverging)",
+    ExitCode.UNSUCCESSFUL: "the run ended without an answer (status nonfinite, failed or "
+                           "max_steps); its files are written",
+    ExitCode.USAGE: "bad command line or configuration (the message names the option or "
+                    "key); nothing written",
+    ExitCode.OUTPUT: "--out unusable: a file, under a file, no permission, or not empty "
+                     "(use --force); nothing written",
+    ExitCode.ERROR: "the computation or the writing failed (out of memory, disk full, "
+                    "missing backend); nothing written",
+    ExitCode.INTERNAL: "internal error (a bug): the traceback is written to the file named "
+                       "on stderr (--debug shows it)",
+    ExitCode.INTERRUPTED: "interrupted by Ctrl-C; simulate keeps the states computed so far "
+                          "(status interrupted)",
+}
+
+EPILOG = ("Run 'transformer-pde COMMAND --help' for the options of each command; example "
+          "configurations are in examples/configs/.\n\n"
+          "outputs: --out DIR must be new or empty; --force writes into a non-empty DIR, "
+          "replacing the files of the same names. A failed run leaves nothing behind.\n\n"
+          "exit status:\n"
+          + "\n".join(f"  {int(code):>3d}  {text}" for code, text in _EXIT_HELP.items()))
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (no usage dump) and exit status 2."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        self.exit(ExitCode.USAGE,
+                  f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+# --------------------------------------------------------------------------- types
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
+    return v
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return v
+
+
+def _backends() -> list[str]:
+    from ..backends import BACKENDS  # noqa: PLC0415
+
+    return [*BACKENDS, "auto"]
+
+
+# --------------------------------------------------------------------------- commands
+def _cmd_demo(args: argparse.Namespace) -> int:
+    s = commands.run_demo(args.out, n=args.n, seed=args.seed, t_max=args.t_max,
+                          backend=args.backend, gif=args.gif, force=args.force)
+    sys.stdout.write(s["text"])
+    return _status_exit(s["status"])
+
+
+def _status_exit(status: str) -> int:
+    from ..results import Status  # noqa: PLC0415
+
+    try:
+        st = Status.parse(status)
+    except ValueError:  # a status outside the shared vocabulary ("running": reached t_max)
+        return ExitCode.OK
+    if st is Status.INTERRUPTED:
+        return ExitCode.INTERRUPTED
+    return ExitCode.OK if st.success else ExitCode.UNSUCCESSFUL
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    if not args.quiet:  # simulate reports progress (a tqdm bar, or INFO lines)
+        logging.getLogger("transformer_pde.particles").setLevel(logging.INFO)
+    s = commands.run_simulate(load_config(args.config), args.out, progress=not args.quiet,
+                              force=args.force)
+    files = ", ".join(s["files"].values())
+    if s["status"] == "interrupted":
+        sys.stderr.write(f"transformer-pde simulate: interrupted at t = {s['t_final']:.6g}; "
+                         f"the states computed so far are in {Path(args.out) / 'trajectory.npz'} "
+                         "(status interrupted)\n")
+    else:
+        sys.stdout.write(f"simulate: {s['status']} ({s['message']}); {s['clusters_final']} "
+                         f"clusters, covariance rank {s['covariance_rank']}; files in "
+                         f"{args.out}: {files}, summary.json\n")
+    return _status_exit(s["status"])
+
+
+def _cmd_gaussian(args: argparse.Namespace) -> int:
+    s = commands.run_gaussian(load_config(args.config), args.out, force=args.force)
+    sys.stdout.write(f"gaussian: {s['status']} ({s['message']}); limit rank "
+                     f"{s['limit_numerical_rank']}; files in {args.out}: gaussian.npz, "
+                     "gaussian.png, summary.json\n")
+    return _status_exit(s["status"])
+
+
+def _cmd_cone(args: argparse.Namespace) -> int:
+    s = commands.run_cone(load_config(args.config), args.out, force=args.force)
+    counts = ", ".join(f"{k} {v}" for k, v in s["status_counts"].items() if v)
+    sys.stdout.write(f"cone: {s['n']} trajectories ({counts}); files in {args.out}: "
+                     "cone.png, cone.npz, summary.json\n")
+    return ExitCode.OK
+
+
+def _cmd_ranks(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config) if args.config else {}
+    table = dict(cfg.get("ranks", {}) or {})
+    for key in ("kinds", "dims", "values", "draws", "seed"):
+        if getattr(args, key) is not None:
+            table[key] = getattr(args, key)
+    s = commands.run_ranks({**cfg, "ranks": table}, args.out, progress=not args.quiet,
+                           force=args.force)
+    for sw in s["sweeps"]:
+        sys.stdout.write(f"{sw['kind']:>8s} V={sw['value']:<8s} d={sw['d']}: ranks "
+                         f"0..{sw['d']} -> {sw['rank_counts']}\n")
+    sys.stdout.write(f"files in {args.out}: ranks.png, ranks.npz, summary.json\n")
+    return ExitCode.OK
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.scripts:
+        scripts = commands.benchmark_scripts()
+        if not scripts:
+            raise _UsageError("no benchmarks/*.py next to the package (they come with a "
+                              "source checkout)")
+        failed = [(p, rc) for p, rc in commands.run_benchmark_scripts(scripts, full=args.full)
+                  if rc != 0]
+        if failed:
+            raise _RunError(", ".join(f"{p.name} exited with status {rc}" for p, rc in failed))
+        return ExitCode.OK
+    res = commands.run_bench(quick=not args.full, out=args.out, backends=args.backends,
+                             force=args.force)
+    sys.stdout.write(f"{'task':<22s} {'backend':<8s} {'N':>7s} {'d':>3s} {'seconds':>10s}\n")
+    for r in res["rows"]:
+        sys.stdout.write(f"{r['task']:<22s} {r['backend']:<8s} {r['N']:>7d} {r['d']:>3d} "
+                         f"{r['seconds']:>10.4f}\n")
+    if args.out:
+        sys.stdout.write(f"written {Path(args.out) / 'bench.json'}\n")
+    return ExitCode.OK
+
+
+class _UsageError(TransformerPDEError):
+    """A command cannot run as asked (exit status 2)."""
+
+
+class _RunError(TransformerPDEError):
+    """A command ran and failed (exit status 4)."""
+
+
+# --------------------------------------------------------------------------- parser
+def _common(p: argparse.ArgumentParser, *, top: bool) -> None:
+    """``-v`` and ``--debug``, accepted before and after the command."""
+    default = False if top else argparse.SUPPRESS
+    p.add_argument("-v", "--verbose", action="store_true", default=default,
+                   help="log INFO messages to stderr")
+    p.add_argument("--debug", action="store_true", default=default,
+                   help="show the Python traceback of an internal error (instead of writing "
+                        "it to a file)")
+
+
+def _out(p: argparse.ArgumentParser, default: str | None) -> None:
+    p.add_argument("--out", default=default,
+                   help="output directory, new or empty (default: "
+                        f"{'none' if default is None else './' + default})")
+    p.add_argument("--force", action="store_true",
+                   help="write into a non-empty --out, replacing the files of the same names")
+
+
+def _config_command(sub: Any, name: str, func: Callable, help_: str,
+                    description: str) -> argparse.ArgumentParser:
+    """A subcommand taking ``CONFIG.toml``, ``--out`` and ``--force``."""
+    p = sub.add_parser(name, help=help_, description=description, epilog=_SUB_EPILOG)
+    p.add_argument("config", help=f"TOML configuration (see examples/configs/{name}.toml)")
+    _out(p, f"transformer-pde-{name}")
+    _common(p, top=False)
+    p.set_defaults(func=func)
+    return p
+
+
+_SUB_EPILOG = "Exit statuses: see 'transformer-pde --help'."
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``transformer-pde`` argument parser."""
+    p = _Parser(
+        prog="transformer-pde",
+        description="Deep Transformers as a mean-field PDE: simulate token clouds, Gaussian "
+                    "moment ODEs, phase plots and rank statistics.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(p, top=True)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    d = sub.add_parser("demo", help="clustering of a 2-D token cloud (embedded default)",
+                       description="Simulate clustering of a 2-D token cloud under softmax "
+                                   "attention (Q = K = V = I) and write demo.png, summary.txt, "
+                                   "summary.json and trajectory.npz.", epilog=_SUB_EPILOG)
+    _out(d, "transformer-pde-demo")
+    d.add_argument("--n", type=_positive_int, default=256,
+                   help="number of tokens (default 256)")
+    d.add_argument("--seed", type=_nonneg_int, default=0,
+                   help="random seed of the tokens (default 0)")
+    d.add_argument("--t-max", type=_positive_float, default=6.0,
+                   help="final depth (default 6)")
+    d.add_argument("--backend", choices=_backends(), default="numpy",
+                   help="particle backend (default numpy)")
+    d.add_argument("--gif", action="store_true", help="also write an animation demo.gif")
+    _common(d, top=False)
+    d.set_defaults(func=_cmd_demo)
+
+    s = _config_command(sub, "simulate", _cmd_simulate, "particle simulation from a TOML file",
+                        "Simulate tokens from CONFIG.toml (tables [attention], [tokens], [run], "
+                        "[output]); write trajectory.npz, summary.json and particles.png. "
+                        "Ctrl-C stops the run, writes the states computed so far (status "
+                        "interrupted) and exits with status 130.")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+    _config_command(sub, "gaussian", _cmd_gaussian,
+                    "Gaussian mean/covariance ODE from a TOML file",
+                    "Solve the exact moment ODE of a Gaussian token measure from CONFIG.toml "
+                    "(tables [attention], [gaussian]); write gaussian.npz, gaussian.png and "
+                    "summary.json.")
+
+    _config_command(sub, "cone", _cmd_cone, "phase plot of 2-D covariances in the PSD cone",
+                    "Solve many 2-D Gaussian runs from CONFIG.toml (tables [attention] with "
+                    "d = 2, [cone]) and draw them in the PSD cone and its trace-normalised "
+                    "slice; write cone.png, cone.npz and summary.json.")
+
+    r = sub.add_parser("ranks", help="rank histogram sweep over random draws",
+                       description="Numerical rank of the limit covariance over random "
+                                   "parameters and initial covariances, per kind, value matrix "
+                                   "and dimension; write ranks.png, ranks.npz, summary.json. "
+                                   "Options override the [ranks] table of CONFIG.",
+                       epilog=_SUB_EPILOG)
+    r.add_argument("config", nargs="?", help="optional TOML file with a [ranks] table")
+    _out(r, "transformer-pde-ranks")
+    r.add_argument("--kinds", nargs="+", choices=commands.RANK_KINDS,
+                   help="attention kinds (default softmax l2)")
+    r.add_argument("--dims", nargs="+", type=_positive_int, help="dimensions (default 3 4 5)")
+    r.add_argument("--values", nargs="+", choices=commands.RANK_VALUES,
+                   help="value matrices V (default identity random)")
+    r.add_argument("--draws", type=_positive_int, help="random draws per case (default 100)")
+    r.add_argument("--seed", type=_nonneg_int, help="random seed (default 0)")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    _common(r, top=False)
+    r.set_defaults(func=_cmd_ranks)
+
+    b = sub.add_parser("bench", help="small built-in timing",
+                       description="Time the softmax particle field on the CPU backends and a "
+                                   "batched Gaussian solve; --scripts runs the project's "
+                                   "benchmark scripts in benchmarks/ instead.",
+                       epilog=_SUB_EPILOG)
+    b.add_argument("--full", action="store_true",
+                   help="larger token counts (slower); with --scripts, the full benchmarks")
+    b.add_argument("--scripts", action="store_true",
+                   help="run the project's benchmarks/*.py (with --quick unless --full); each "
+                        "prints its table and writes benchmarks/results/<name>.json")
+    _out(b, None)
+    b.add_argument("--backends", nargs="+", choices=("numpy", "numba"),
+                   help="CPU backends to time (default: those available of numpy, numba)")
+    _common(b, top=False)
+    b.set_defaults(func=_cmd_bench)
+    return p
+
+
+# --------------------------------------------------------------------------- errors
+def _flat(text: Any) -> str:
+    """A message on one line."""
+    return " ".join(str(text).split())
+
+
+def _is_backend_missing(exc: BaseException) -> bool:
+    return type(exc).__name__ == "BackendNotAvailable"
+
+
+def _write_traceback(exc: BaseException) -> str | None:
+    """Write the full traceback of ``exc`` to a temporary file; its path (or None)."""
+    try:
+        fd, path = tempfile.mkstemp(prefix="transformer-pde-traceback-", suffix=".txt")
+        with open(fd, "w", encoding="utf-8") as fh:
+            fh.write(f"transformer-pde {' '.join(sys.argv[1:])}\n\n")
+            fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        return path
+    except OSError:
+        return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``transformer-pde`` console script; returns the exit status
+    (:class:`ExitCode`)."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    prog = f"transformer-pde {args.command}"
+
+    def fail(code: ExitCode, message: str) -> int:
+        sys.stderr.write(f"{prog}: {_flat(message)}\n")
+        sys.stderr.flush()
+        return int(code)
+
+    def show_warning(message: Any, category: type, *rest: Any, **kw: Any) -> None:
+        sys.stderr.write(f"{prog}: warning: {category.__name__}: {_flat(message)}\n")
+
+    try:
+        with warnings.catch_warnings():
+            # a warning is one line; early stops are reported by the command's status line
+            warnings.showwarning = show_warning
+            warnings.simplefilter("ignore", EarlyStopWarning)
+            return int(args.func(args))
+    except KeyboardInterrupt:
+        return fail(ExitCode.INTERRUPTED, "interrupted; nothing was written")
+    except ConfigError as exc:
+        return fail(ExitCode.USAGE, f"configuration error: {exc}")
+    except _UsageError as exc:
+        return fail(ExitCode.USAGE, str(exc))
+    except OutputError as exc:
+        return fail(ExitCode.OUTPUT, str(exc))
+    except MemoryError as exc:
+        return fail(ExitCode.ERROR, f"out of memory: {exc or 'an allocation failed'}")
+    except (TransformerPDEError, ValueError, OSError) as exc:
+        return fail(ExitCode.ERROR, f"error: {exc}")
+    except Exception as exc:  # noqa: BLE001 -- the one place where every error is reported
+        if _is_backend_missing(exc):
+            return fail(ExitCode.ERROR, f"error: {exc}")
+        if args.debug:
+            traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+            return fail(ExitCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+        path = _write_traceback(exc)
+        where = (f"full traceback in {path}" if path is not None
+                 else "run again with --debug to see the traceback")
+        return fail(ExitCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}; {where} "
+                                       "(please report it)")

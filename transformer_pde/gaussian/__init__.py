@@ -1,0 +1,111 @@
+r"""Gaussian token measures: closed-form mean/covariance ODEs, blow-up detection, batched solves.
+
+For :math:`\mu = \mathcal N(\alpha, \Sigma)` the softmax, linear, L2 and Sinkhorn attention
+fields are affine, :math:`\Gamma_\mu(x) = Mx + b`, so the continuity equation keeps Gaussians
+Gaussian and reduces to
+
+.. math::
+
+    \alpha' = M\alpha + b, \qquad \Sigma' = M\Sigma + \Sigma M^\top
+
+(Castin, Ablin, Carrillo, Peyré, *A Unified Perspective on the Dynamics of Deep
+Transformers*, 2025, arXiv:2501.18322, Section 4; conventions: ``docs/conventions.md``).
+
+Integration
+-----------
+The covariance is carried as a factor, :math:`\Sigma = FF^\top` with :math:`F' = MF`, which solves
+the Lyapunov-type equation exactly, so :math:`\Sigma` is symmetric positive semi-definite by
+construction and :math:`\operatorname{rank}\Sigma` is constant along the flow (no clipping).
+To make finite-time blow-up cheap and accurate, the state is integrated in a reparametrised
+time :math:`s` with
+
+.. math::
+
+    \frac{ds}{dt} = w = 1 + \kappa\,\nu, \qquad \nu = \operatorname{tr}\Sigma
+    \; (+\,|\alpha|^2 \text{ for the linear kind}),
+
+:math:`\kappa = \sum_h \|W_O E_h V_h\|_2\,\|A_h\|_2` (a rate scale taken at ``t = 0``; for
+``l2`` :math:`A_h` is multiplied by :math:`2\beta'`), and in log-polar variables
+:math:`F = e^{\rho} G` with :math:`\|G\|_F = 1`, :math:`\alpha = \varphi\,\tilde\alpha`,
+:math:`\varphi = (1 + \kappa\operatorname{tr}\Sigma)^{1/2}`:
+
+.. math::
+
+    \frac{d\rho}{ds} = \frac{\langle G, MG\rangle}{w},\quad
+    \frac{dG}{ds} = \frac{MG - \langle G, MG\rangle G}{w},\quad
+    \frac{dt}{ds} = \frac1w,\quad
+    \frac{d\tilde\alpha}{ds} = \frac{\alpha' - \alpha\,\varphi'/\varphi}{\varphi w}.
+
+Near a Riccati-type singularity (:math:`\operatorname{tr}\Sigma \sim c/(T^*-t)`) :math:`\rho`
+is asymptotically linear in :math:`s` and :math:`G` converges, so an adaptive Runge--Kutta
+method crosses the blow-up region in a few steps, and :math:`t(s)\to T^*`.
+
+Statuses
+--------
+``"blowup"``
+    :math:`\nu` reached ``blowup_threshold``, the kind's growth law admits a finite-time
+    singularity (:func:`blowup_law`), and the growth looks like one: with
+    :math:`\tau = \nu/\nu'` (time-to-blow-up of the local power law) and
+    :math:`q = -d\tau/dt` (:math:`= 1/p` for :math:`\nu \propto (T^*-t)^{-p}`),
+    :math:`q > q_{\max}/2`, where :math:`q_{\max}` is the largest :math:`q` the law allows
+    (:math:`q = 0` for exponential growth), and :math:`q \le 1.5\,q_{\max}` (a singularity
+    of the law has :math:`q \to 1/p \le q_{\max}`; a larger :math:`q` is a transient of
+    oscillating growth); :math:`q` is a central difference of :math:`\tau` along the flow.
+    The blow-up time is :math:`T^* = t + \tau/q` (exact for a pure power law; the error for a
+    Riccati singularity is :math:`O(\tau^2)`, i.e. :math:`\sim 10^{-16}T^*` at
+    :math:`\nu = 10^8`).  ``limit`` is :math:`\Sigma/\operatorname{tr}\Sigma` extrapolated
+    linearly to :math:`T^*`.
+``"diverging"``
+    :math:`\nu` reached ``blowup_threshold`` and either the law excludes a finite-time
+    singularity (Sinkhorn; L2 whose key matrices all have rank ``d``: their :math:`M` stays
+    bounded as :math:`\Sigma` grows, so the growth is at most exponential) or
+    :math:`q` is outside :math:`(q_{\max}/2, 1.5\,q_{\max}]` (growth without a finite-time
+    singularity, e.g. :math:`\nu \propto e^{\lambda t}`).  At a low threshold a transient
+    :math:`q` can mislead either way (rotating, exponentially growing modes make :math:`q`
+    oscillate): use a threshold of :math:`10^8` or more to classify.  ``limit`` is the current
+    :math:`\Sigma/\operatorname{tr}\Sigma`.
+``"converged"``
+    :math:`\|\Sigma'\|_F \le \text{tol}\,(\|\Sigma\|_F + \text{atol})` and
+    :math:`\|\alpha'\| \le \text{tol}\,(\|\alpha\| + \|\Sigma\|_F^{1/2} + \text{atol})`
+    with ``tol = converge_tol`` (rates per unit ``t``).
+``"running"``
+    ``t_max`` reached (or the step budget spent) with none of the above.
+"""
+
+from __future__ import annotations
+
+from .affine import affine_field, moment_ode, sinkhorn_cross_covariance
+from .batch import GaussianBatch, solve_batch
+from .exact import (
+    blowup_time_identity_value,
+    blowup_time_softmax_1d,
+    exact_linear_1d,
+    exact_rank_one_softmax,
+    exact_softmax_1d,
+    exact_softmax_commuting,
+    exact_softmax_identity_value,
+    l2_variance_rate_1d,
+    sinkhorn_variance_rate_1d,
+)
+from .laws import blowup_law
+from .trajectory import GaussianTrajectory, solve
+
+__all__ = [
+    "GaussianBatch",
+    "GaussianTrajectory",
+    "affine_field",
+    "blowup_law",
+    "blowup_time_identity_value",
+    "blowup_time_softmax_1d",
+    "exact_linear_1d",
+    "exact_rank_one_softmax",
+    "exact_softmax_1d",
+    "exact_softmax_commuting",
+    "exact_softmax_identity_value",
+    "l2_variance_rate_1d",
+    "moment_ode",
+    "sinkhorn_cross_covariance",
+    "sinkhorn_variance_rate_1d",
+    "solve",
+    "solve_batch",
+]

@@ -1,0 +1,259 @@
+r"""One Gaussian initial condition: :func:`solve` and its result :class:`GaussianTrajectory`."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.integrate import solve_ivp
+
+from ..attention import Attention
+from .affine import check_attention, check_mean_cov, psd_factor
+from .system import MomentSystem, check_solver_args, classify, layer_breakpoints
+
+__all__ = ["GaussianTrajectory", "solve"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class GaussianTrajectory:
+    """Result of :func:`solve`.
+
+    Attributes
+    ----------
+    times : ndarray (T,)
+    means : ndarray (T, d)
+    covs : ndarray (T, d, d)
+        Symmetric PSD by construction (:math:`\\Sigma = FF^\\top`).
+    status : {"converged", "blowup", "diverging", "running"}
+    blowup_time : float
+        Estimated :math:`T^*` (``nan`` unless ``status == "blowup"``).
+    limit : ndarray (d, d)
+        :math:`\\Sigma/\\operatorname{tr}\\Sigma` at the end (extrapolated to :math:`T^*` on blow-up).
+    t_final : float
+        Time of the last state.
+    message : str
+    nfev : int
+        Right-hand-side evaluations.
+    final_mean, final_cov : ndarray
+        State at ``t_final`` (also when ``t_eval`` does not contain it).
+    """
+
+    times: np.ndarray
+    means: np.ndarray
+    covs: np.ndarray
+    status: str
+    blowup_time: float
+    limit: np.ndarray
+    t_final: float
+    message: str
+    nfev: int = 0
+    final_mean: np.ndarray | None = None
+    final_cov: np.ndarray | None = None
+
+
+def solve(att: Attention, mean0: Any, cov0: Any, *, t_max: float, rtol: float = 1e-10,
+          atol: float = 1e-12, blowup_threshold: float = 1e8, converge_tol: float = 1e-10,
+          t_eval: Any = None) -> GaussianTrajectory:
+    r"""Integrate the Gaussian moment ODEs from :math:`\mathcal N(\alpha_0, \Sigma_0)` up to ``t_max``.
+
+    Uses :func:`scipy.integrate.solve_ivp` (DOP853) on the reparametrised system of
+    :mod:`transformer_pde.gaussian` (:math:`\Sigma = FF^\top`, time :math:`s` with :math:`ds = (1 + \kappa\nu)dt`),
+    with terminal events ``size = blowup_threshold``, convergence and ``t = t_max``;
+    piecewise-constant :class:`Layers` parameters are integrated segment by segment.
+
+    Parameters
+    ----------
+    att : Attention
+        Unmasked ``softmax``, ``linear``, ``l2`` or ``sinkhorn`` attention (time-dependent allowed).
+    mean0 : array_like (d,)
+    cov0 : array_like (d, d)
+        Symmetric PSD (singular allowed; the rank is preserved).
+    t_max : float
+        Final time.
+    rtol, atol : float
+        Tolerances of the integrator (``atol`` also floors the convergence test).
+    blowup_threshold : float
+        Size :math:`\nu = \operatorname{tr}\Sigma` (:math:`+|\alpha|^2` for ``linear``) at which
+        the run is classified as blow-up or diverging.
+    converge_tol : float
+        Relative rate below which the run is ``"converged"``.
+    t_eval : array_like, optional
+        Times at which to report the state (dense output, inverted in ``s``); by default the
+        accepted steps.
+
+    Returns
+    -------
+    GaussianTrajectory
+    """
+    att = check_attention(att)
+    m0, c0 = check_mean_cov(mean0, cov0, att.d, "mean0", "cov0")
+    check_solver_args(t_max, rtol, atol, blowup_threshold, converge_tol)
+    return solve_from_factor(att, 0.0, m0, psd_factor(c0), t_max=float(t_max), rtol=rtol, atol=atol,
+                       blowup_threshold=blowup_threshold, converge_tol=converge_tol,
+                       t_eval=t_eval)
+
+
+_STIFF_STEPS = 1500  # explicit steps per segment before switching to the implicit Radau method
+_IMPLICIT_STEPS = 500  # Radau steps per segment before giving up ("running", with a message)
+
+
+def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray, *, t_max: float,
+                rtol: float, atol: float, blowup_threshold: float, converge_tol: float,
+                t_eval: Any, method: str = "DOP853") -> GaussianTrajectory:
+    r""":func:`solve` from time ``t0`` and factor ``F0`` (inputs already validated).
+
+    Integrates with ``method`` (DOP853) and switches to Radau once a segment has taken
+    ``_STIFF_STEPS`` explicit steps (stiffness: e.g. a collapsing eigen-direction of
+    :math:`\Sigma` decaying much faster than the rest evolves)."""
+    sysm = MomentSystem([att], 1)
+    idx = np.zeros(1, dtype=int)
+    Y0 = sysm.pack(np.array([t0]), m0[None], F0[None], idx)[0]
+    log_thr = math.log(blowup_threshold)
+    atol_vec = np.full(sysm.n, atol)
+    atol_vec[1] = rtol            # rho is a log: its error is a relative error of F
+    stops = [b for b in layer_breakpoints([att], t_max) if b > t0] + [float(t_max)]
+    if float(np.exp(sysm.log_size(Y0[None], idx))[0]) >= blowup_threshold:
+        raise ValueError(f"the initial size already exceeds blowup_threshold={blowup_threshold}")
+
+    seg_y: list[np.ndarray] = []
+    sols: list[tuple[Any, float, float]] = []
+    nfev = 0
+    reason = 0
+    s0 = 0.0
+    t_lo = t0
+    Y = Y0
+
+    def fun(_s, y):
+        return sysm.rhs(y[None], idx)[0]
+
+    def ev_size(_s, y):
+        return float(sysm.log_size(y[None], idx)[0]) - log_thr
+    ev_size.terminal = True
+    ev_size.direction = 1
+
+    def ev_conv(_s, y):
+        return math.log(max(float(sysm.conv_measure(y[None], idx, atol)[0]), 1e-300)) \
+            - math.log(converge_tol)
+    ev_conv.terminal = True
+    ev_conv.direction = -1
+
+    for stop in stops:
+        eta = 1e-7 * max(1.0, abs(stop))
+        sysm.lo[:] = t_lo + min(eta, 0.25 * (stop - t_lo))
+        sysm.hi[:] = stop - min(eta, 0.25 * (stop - t_lo))
+
+        def ev_time(_s, y, stop=stop):
+            return y[0] - stop
+        ev_time.terminal = True
+        ev_time.direction = 1
+
+        seg_done = False
+        while not seg_done:
+            if float(sysm.conv_measure(Y[None], idx, atol)[0]) <= converge_tol:
+                reason = 2          # already stationary: events only see sign changes
+                break
+            count = [0, math.inf]
+
+            def ev_budget(s_, y, count=count):
+                # a function of s only (root finding re-evaluates it): positive until the
+                # step budget is spent, then crosses zero just before the current step's end
+                count[0] += 1
+                if count[0] > (_STIFF_STEPS if method != "Radau" else _IMPLICIT_STEPS) \
+                        and count[1] == math.inf:
+                    count[1] = s_ - 1e-12 * max(1.0, abs(s_))
+                return count[1] - s_ if count[1] < math.inf else 1.0
+            ev_budget.terminal = True
+            events = [ev_size, ev_time, ev_conv, ev_budget]
+            t_start = float(Y[0])
+            # unbounded s-span: the events (size, t = stop, convergence) end each segment
+            sol = solve_ivp(fun, (s0, 1e300), Y, method=method, rtol=rtol, atol=atol_vec,
+                            events=events, dense_output=True)
+            nfev += sol.nfev
+            if sol.status == -1:
+                raise RuntimeError(f"solve_ivp failed: {sol.message}")
+            seg_done = True
+            if sol.t_events[0].size:
+                reason = 1
+                Y = sol.y_events[0][0]
+            elif sol.t_events[2].size:
+                reason = 2
+                Y = sol.y_events[2][0]
+            elif sol.t_events[1].size:
+                reason = 0
+                Y = sol.y_events[1][0].copy()
+                Y[0] = stop
+            elif sol.t_events[3].size and method != "Radau":
+                logger.info("solve: stiff at t=%.6g, switching to Radau", sol.y_events[3][0][0])
+                Y = sol.y_events[3][0]
+                method = "Radau"
+                seg_done = False
+            elif sol.t_events[3].size:
+                reason = 4       # step budget of the implicit method spent as well
+                Y = sol.y_events[3][0]
+            else:  # pragma: no cover - span is huge
+                reason = 0
+                Y = sol.y[:, -1]
+            s_end = float(sol.t_events[[i for i, e in enumerate(sol.t_events) if e.size][0]][0]) \
+                if any(e.size for e in sol.t_events) else float(sol.t[-1])
+            keep = sol.t < s_end
+            seg_y.append(np.vstack([sol.y.T[keep], Y[None]]))
+            sols.append((sol, t_start, float(Y[0])))
+            s0 = s_end
+        t_lo = stop
+        if reason != 0:
+            break
+
+    status, Tstar, limit, msgs = classify(sysm, Y[None], idx, converge_tol,
+                                         np.array([0 if reason == 4 else reason]))
+    if reason == 4:
+        msgs[0] = (f"stopped at t={Y[0]:.6g}: step budget ({_STIFF_STEPS} explicit + "
+                   f"{_IMPLICIT_STEPS} implicit steps per segment) spent")
+        logger.warning("Gaussian solve: %s", msgs[0])
+    if not seg_y:
+        seg_y = [Y[None]]
+    Yall = np.vstack(seg_y)
+    if t_eval is None:
+        t_all, means, covs = sysm.moments(Yall, np.zeros(len(Yall), int))
+    else:
+        te = np.sort(np.asarray(t_eval, float).ravel())
+        t_end = float(Y[0])
+        te = te[(te >= t0) & (te <= t_end)]
+        rows = []
+        done = np.zeros(te.size, bool)
+        for sol, lo_t, hi_t in sols:
+            sel = ~done & (te >= lo_t) & (te <= hi_t)
+            if np.any(sel):
+                rows.append(_invert_time(sol.sol, sel, te))
+                done |= sel
+        if not sols:
+            rows = [np.repeat(Y[None], int(np.sum(te == t0)), axis=0)]
+        Ye = np.vstack(rows) if rows else np.zeros((0, sysm.n))
+        _, means, covs = sysm.moments(Ye, np.zeros(len(Ye), int))
+        t_all = te[:len(Ye)]
+    _, fm, fc = sysm.moments(Y[None], idx)
+    return GaussianTrajectory(np.asarray(t_all), means, covs, status[0], float(Tstar[0]),
+                              limit[0], float(Y[0]), msgs[0], nfev, fm[0], fc[0])
+
+
+def _invert_time(dense, sel: np.ndarray, te: np.ndarray) -> np.ndarray:
+    """States at times ``te[sel]`` from a dense output in ``s`` (bisection; t(s) increasing)."""
+    targets = te[sel]
+    lo = np.full(targets.shape, dense.t_min)
+    hi = np.full(targets.shape, dense.t_max)
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        tm = dense(mid)[0]
+        below = tm < targets
+        lo = np.where(below, mid, lo)
+        hi = np.where(below, hi, mid)
+        if np.all(hi - lo <= 4e-16 * np.maximum(np.abs(hi), 1.0)):
+            break
+    Ys = np.atleast_2d(dense(0.5 * (lo + hi)).T)
+    Ys[:, 0] = targets
+    return Ys
+
