@@ -794,10 +794,17 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
     plt.close(fig)
 
     # ---------------------------------------------------------------- cosine matrices
-    rows = [("network", "layer"), (f"repeated_layer_{layers[-1]}", f"layer {layers[-1]}×, t"),
-            (f"continuous_repeated_layer_{c_layer}", f"layer {c_layer} cont., t")]
+    # the repeated layers ending with the fewest and with the most clusters
+    final = {ell: flows[f"repeated_layer_{ell}"]["statistics"]["n_clusters"][-1]
+             for ell in layers}
+    shown = sorted({min(layers, key=lambda e: (final[e], -e)),
+                    max(layers, key=lambda e: (final[e], -e))})
+    rows = [("network", "layer")]
+    rows += [(f"repeated_layer_{ell}", f"layer {ell}×, t") for ell in shown]
+    rows.append((f"continuous_repeated_layer_{c_layer}", f"layer {c_layer} cont., t"))
     ncol = max(L + 1, 7)
-    fig, axes = plt.subplots(len(rows), ncol, figsize=(2.3 * ncol, 2.5 * len(rows)))
+    fig, axes = plt.subplots(len(rows), ncol, figsize=(2.1 * ncol + 1.0, 2.3 * len(rows)),
+                             layout="constrained", squeeze=False)
     im = None
     for r, (key, lab) in enumerate(rows):
         f = flows[key]
@@ -813,6 +820,7 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
                            cmap="RdBu_r")
             ax.set_title(f"{lab} {f['times'][idx[c]]}", fontsize=8)
     fig.colorbar(im, ax=axes, shrink=0.6, label="cosine similarity")
+    fig.suptitle("cosine similarities between tokens (token order along the axes)", fontsize=11)
     cos_png = out / f"{prefix}_cosine.png"
     fig.savefig(cos_png, dpi=100)
     plt.close(fig)
