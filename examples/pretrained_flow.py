@@ -32,7 +32,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from transformer_pde import pretrained  # noqa: E402
+from transformer_pde import pretrained
 
 TEXT = "The cat sat on the mat while the dog slept on the rug."
 

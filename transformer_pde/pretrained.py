@@ -55,22 +55,29 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from .attention import Attention, Layers
 from .blocks import MLP, LayerNorm
-from .errors import ArgumentError, ArgumentTypeError, CheckpointError, CheckpointFileNotFound
+from .errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    CheckpointError,
+    CheckpointFileNotFound,
+)
 from .integrators import get_solver
-from .particles import ParticleTrajectory, simulate as _simulate_particles
+from .particles import ParticleTrajectory
+from .particles import simulate as _simulate_particles
 
 __all__ = [
+    "SUPPORTED_MODEL_TYPES",
     "EncoderConfig",
     "PretrainedEncoder",
-    "SUPPORTED_MODEL_TYPES",
     "cosine_similarity",
     "depth_statistics",
     "flow_report",
@@ -509,8 +516,8 @@ def load(model_dir: str | Path) -> PretrainedEncoder:
                                          f"checkpoint needs {', '.join(_REQUIRED)})")
     c = _read_config(root / "config.json")
     try:
-        from safetensors.numpy import load_file  # noqa: PLC0415
-        from tokenizers import Tokenizer  # noqa: PLC0415
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
     except ImportError as exc:  # pragma: no cover - both are test dependencies
         raise ImportError(f"transformer_pde.pretrained needs 'safetensors' and 'tokenizers': "
                           f"{exc}") from exc
@@ -601,7 +608,7 @@ def depth_statistics(states: Any, *, cluster_tol: float = 0.05, rank_rtol: float
     point up to rounding: it counts as one cluster of rank 0 (without this floor, rounding
     noise would be counted as :math:`N` clusters of full rank).
     """
-    from .diagnostics import clusters, effective_rank, numerical_rank  # noqa: PLC0415
+    from .diagnostics import clusters, effective_rank, numerical_rank
 
     S = np.asarray(states, dtype=float)
     if S.ndim != 3 or S.shape[1] < 1:
@@ -676,10 +683,10 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
         The JSON summary: tokens, settings, and per flow the depths and
         :func:`depth_statistics`.
     """
-    import matplotlib  # noqa: PLC0415
+    import matplotlib
 
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

