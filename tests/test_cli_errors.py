@@ -335,3 +335,46 @@ def test_debug_and_verbose_before_or_after_the_command(tmp_path, capsys):
     assert exc.value.code == EXIT.USAGE
     line = _one_line(capsys.readouterr().err)
     assert "required: config" in line and "transformer-pde gaussian --help" in line
+
+
+@pytest.mark.parametrize("command, text, key", [
+    ("gaussian", "[gaussian]\ncov = [[1.0, 0.0], [0.0, -1.0]]\n", "gaussian.cov"),
+    ("gaussian", "[gaussian]\ncov = [[1.0, 0.5], [0.0, 1.0]]\n", "gaussian.cov"),
+    ("gaussian", "[gaussian]\nn_eval = 100000000000000\n", "gaussian.n_eval"),
+    ("cone", "[cone]\nn = 100000000000000\n", "cone.n"),
+    ("cone", "[cone]\nradius = 1.0\n", "cone.radius"),
+])
+def test_gaussian_and_cone_inputs_refused_up_front(tmp_path, capsys, command, text, key):
+    cfg = _write(tmp_path / "c.toml", "[attention]\nd = 2\n" + text)
+    out = tmp_path / "o"
+    assert cli.main([command, cfg, "--out", str(out)]) == EXIT.USAGE
+    assert key in _one_line(capsys.readouterr().err)
+    assert not out.exists()
+
+
+def test_demo_too_deep_refused_up_front(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert cli.main(["demo", "--t-max", "1e300", "--out", str(out)]) == EXIT.USAGE
+    assert "--t-max" in _one_line(capsys.readouterr().err)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("argv, name", [
+    (["ranks", "--dims", "0"], "--dims"),
+    (["ranks", "--draws", "-2"], "--draws"),
+    (["ranks", "--kinds", "linear"], "--kinds"),
+    (["bench", "--backends", "bogus"], "--backends"),
+    ([], "COMMAND"),
+])
+def test_bad_command_lines(capsys, argv, name):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == EXIT.USAGE
+    assert name in _one_line(capsys.readouterr().err)
+
+
+def test_ranks_dimension_out_of_range(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert cli.main(["ranks", "--dims", "1000", "--out", str(out), "-q"]) == EXIT.USAGE
+    assert "ranks.dims" in _one_line(capsys.readouterr().err)
+    assert not out.exists()

@@ -191,7 +191,7 @@ def test_sinkhorn_cost_matches_pot(mx, my, reg):
     a, b = mx.w / mx.w.sum(), my.w / my.w.sum()
     M = ot.dist(X, Y)
     P = ot.sinkhorn(a, b, M, reg, method="sinkhorn_log", stopThr=1e-13, numItermax=100_000)
-    run = D._sinkhorn_cost(X, Y, a, b, reg, 20_000, 1e-9)
+    run = D.distances._sinkhorn_cost(X, Y, a, b, reg, 20_000, 1e-9)
     assert run.converged
     assert run.cost == pytest.approx(float((P * M).sum()), abs=1e-6)
 

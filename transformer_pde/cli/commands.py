@@ -99,6 +99,9 @@ def run_demo(out: str | Path = "transformer-pde-demo", *, n: int = 256, seed: in
     from ..attention import Attention  # noqa: PLC0415
     from ..particles import simulate  # noqa: PLC0415
 
+    n_saved = math.floor(t_max / dt) + 2
+    check_memory("--t-max", 8.0 * 2 * n_saved * n * 2,
+                 f"saving {n_saved} states of {n} x 2 tokens (t_max / dt = {t_max / dt:.3g})")
     with OutputDir(out, force=force) as outdir:
         rng = np.random.default_rng(seed)
         X0 = rng.normal(size=(n, 2))
@@ -264,6 +267,8 @@ def run_gaussian(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
     cov = covariance(sec.raw("cov", "identity"), sec.key("cov"), d)
     opts = _solver_options(sec, 10.0)
     n_eval = sec.integer("n_eval", 200, minimum=2)
+    check_memory(sec.key("n_eval"), 8.0 * 4 * n_eval * d * (d + 1),
+                 f"{n_eval} saved means and covariances")
     with OutputDir(out, force=force) as outdir:
         try:
             traj = gaussian.solve(att, mean, cov,
@@ -318,6 +323,8 @@ def run_cone(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
         raise ConfigError(f"attention.d: the cone phase plot needs d = 2, got {att.d}")
     sec = Table(cfg.get("cone"), "cone", CONE_KEYS)
     n = sec.integer("n", 24, minimum=1)
+    n_eval = sec.integer("n_eval", 200, minimum=2)
+    check_memory(sec.key("n"), 8.0 * 4 * 6 * n * n_eval, f"{n} runs of {n_eval} saved times")
     radius = sec.number("radius", 0.7, nonneg=True)
     if radius >= 1:
         raise ConfigError(f"{sec.key('radius')}: expected a number in [0, 1), got {radius}")
@@ -325,7 +332,6 @@ def run_cone(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
                               init=sec.choice("init", "circle", ("circle", "random")),
                               seed=sec.integer("seed", 0))
     opts = _solver_options(sec, 20.0)
-    n_eval = sec.integer("n_eval", 200, minimum=2)
     view = sec.choice("view", "both", ("cone", "slice", "both"))
     color_by = sec.choice("color_by", "start", ("start", "end", "status"))
     line = sec.vector("rank_one_line", 2) if sec.has("rank_one_line") else None

@@ -372,8 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the project's benchmarks/*.py (with --quick unless --full); each "
                         "prints its table and writes benchmarks/results/<name>.json")
     _out(b, None)
-    b.add_argument("--backends", nargs="+", choices=("numpy", "numba"),
-                   help="CPU backends to time (default: those available of numpy, numba)")
+    b.add_argument("--backends", nargs="+", choices=_backends()[:-1],
+                   help="backends to time (default: those available of numpy, numba)")
     _common(b, top=False)
     b.set_defaults(func=_cmd_bench)
     return p

@@ -1,0 +1,64 @@
+r"""Diagnostics of attention flows: distances, stability, rank collapse, blow-up, clusters.
+
+What users measure on a run of :func:`transformer_pde.simulate` (a
+:class:`~transformer_pde.ParticleTrajectory`) or of :func:`transformer_pde.gaussian.solve`
+(a Gaussian trajectory with ``times``, ``means``, ``covs``):
+
+* **Distances** -- :func:`wasserstein` between empirical measures (exact optimal transport
+  or sliced, through POT; or a debiased Sinkhorn divergence, log-domain and blocked, solved
+  here), :func:`bures_wasserstein`
+  between Gaussians (finite and correct for singular covariances) and
+  :func:`conditional_wasserstein` between masked states (plans that keep token positions).
+* **Stability** -- :func:`stability_profile` runs the flows of two initial measures and
+  returns :math:`W_2(\mu_t, \nu_t)/W_2(\mu_0, \nu_0)` with an a-priori bound of the form of
+  the paper's Theorem 3.1 (softmax, compact support; constants derived in
+  :func:`stability_bound`); :func:`gaussian_stability_profile` does the same for two
+  Gaussians with the Bures--Wasserstein distance.
+* **Rank** -- :func:`numerical_rank`, :func:`effective_rank`, :func:`stable_rank` of a
+  covariance, :func:`rank_profile` along a trajectory and :func:`rank_collapse`.
+* **Blow-up** -- :func:`classify` a run as converged / finite-time blow-up (with
+  :math:`T^*`) / diverging / undecided, with the fitted evidence.
+* **Clusters** -- :func:`clusters` (single linkage at a scale relative to the cloud) and
+  :func:`cluster_counts` along a trajectory.
+* **Kinetic energy** -- :func:`kinetic_energy`:
+  :math:`\int_0^T\!\int |\Gamma_{\mu_t}|^2 d\mu_t\,dt \ge W_2^2(\mu_0,\mu_T)/T` (Benamou--Brenier).
+
+Modules, by concern: :mod:`.distances`, :mod:`.stability`, :mod:`.ranks`, :mod:`.growth`,
+:mod:`.clustering`, :mod:`.energy`; every public name is re-exported here.
+"""
+
+from __future__ import annotations
+
+from .clustering import Clusters, cluster_counts, clusters
+from .distances import EXACT_MAX_PAIRS, bures_wasserstein, conditional_wasserstein, wasserstein
+from .energy import KineticEnergy, kinetic_energy
+from .growth import Classification, classify
+from .ranks import (RankCollapse, RankProfile, effective_rank, numerical_rank, rank_collapse,
+                    rank_profile, stable_rank)
+from .stability import (StabilityProfile, gaussian_stability_profile, stability_bound,
+                        stability_profile)
+
+__all__ = [
+    "Classification",
+    "Clusters",
+    "KineticEnergy",
+    "RankCollapse",
+    "RankProfile",
+    "StabilityProfile",
+    "EXACT_MAX_PAIRS",
+    "bures_wasserstein",
+    "classify",
+    "cluster_counts",
+    "clusters",
+    "conditional_wasserstein",
+    "effective_rank",
+    "gaussian_stability_profile",
+    "kinetic_energy",
+    "numerical_rank",
+    "rank_collapse",
+    "rank_profile",
+    "stability_bound",
+    "stability_profile",
+    "stable_rank",
+    "wasserstein",
+]

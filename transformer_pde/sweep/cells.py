@@ -1,0 +1,284 @@
+"""Built-in cell functions: the studies users repeat most.
+
+Each is a frozen dataclass (picklable, so Dask can ship it) whose fields are the options of
+the cell; a grid axis with the name of a field overrides that field cell by cell.  Each
+declares its outputs (``outputs(grid)``) and a JSON configuration (``config()``) that
+identifies the study in its store.  Statuses are stored as integer codes: the index in
+:class:`transformer_pde.results.Status` (the study's ``status_codes`` attribute lists them).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from ..errors import ArgumentError
+from ..results import Status
+from .grid import Grid
+from .study import Output
+
+__all__ = ["RankCell", "ConeCell", "ClusterCell", "StabilityCell", "status_code", "STATUS_CODES",
+           "CELLS"]
+
+#: ``status`` outputs hold ``STATUS_CODES.index(status)``
+STATUS_CODES: tuple[str, ...] = tuple(s.value for s in Status)
+
+
+def status_code(status: Any) -> int:
+    return STATUS_CODES.index(Status.parse(status).value)
+
+
+class _Cell:
+    """Shared plumbing: options from fields, overridden by grid axes of the same name."""
+
+    def options(self, params: dict) -> dict:
+        opts = asdict(self)
+        unknown = set(params) - set(opts)
+        if unknown:
+            raise ArgumentError(f"{type(self).__name__} has no option {sorted(unknown)[0]!r} "
+                                f"(grid axes must be among {sorted(opts)})")
+        opts.update(params)
+        return opts
+
+    def check_axes(self, grid: Grid) -> None:
+        names = {f.name for f in fields(self)}
+        for axis in grid.axes:
+            if axis not in names:
+                raise ArgumentError(f"grid axis {axis!r} is not an option of "
+                                    f"{type(self).__name__} (options: {sorted(names)})")
+
+    def config(self) -> dict:
+        return {"cell": type(self).__name__, **asdict(self)}
+
+
+def _matrix(name: str, value: Any, shape: tuple | None = None) -> np.ndarray:
+    a = np.asarray(value, dtype=float)
+    if shape is not None and a.shape != shape:
+        raise ArgumentError(f"{name} must have shape {shape}, got {a.shape}")
+    return a
+
+
+@dataclass(frozen=True)
+class RankCell(_Cell):
+    r"""One random trial of the rank study: the rank of the covariance a Gaussian token
+    distribution reaches under random attention.
+
+    ``trial="paper"`` is the paper's experiment: :math:`Q \in \mathbb R^{\lfloor d/2\rfloor
+    \times d}` with i.i.d. :math:`N(0,1)` entries, :math:`K = -Q`, :math:`V = I`
+    (``value="identity"``) or :math:`V = W^\top W` (``value="psd"``), :math:`\Sigma_0 = SS^\top`
+    with :math:`S` standard normal, the paper's scalings
+    (:func:`transformer_pde.paper.paper_attention`); a trial whose run does not converge
+    draws a new :math:`\Sigma_0` (at most ``max_redraws`` times), and the rank is the number
+    of eigenvalues of the final :math:`\Sigma` above ``threshold``.
+    ``trial="gaussian"``: square :math:`Q, K` with i.i.d. :math:`N(0,1)` entries, :math:`V = I`
+    or i.i.d. normal (``value="random"``), :math:`\Sigma_0 = FF^\top/d`; the rank is the
+    numerical rank (relative tolerance ``rtol``) of :math:`\Sigma/\operatorname{tr}\Sigma` at
+    the end (extrapolated to :math:`T^*` on blow-up).
+
+    Outputs: ``rank``, ``status`` (code), ``t_final``, ``redraws``.
+    """
+
+    kind: str = "softmax"
+    d: int = 3
+    value: str = "identity"
+    trial: str = "paper"
+    t_max: float = 30.0
+    blowup_threshold: float = 1e3
+    threshold: float = 0.1
+    rtol: float = 1e-3
+    max_redraws: int = 20
+
+    def outputs(self, grid: Grid) -> dict:
+        self.check_axes(grid)
+        return {"rank": Output((), "int64"), "status": Output((), "int8"),
+                "t_final": Output(), "redraws": Output((), "int64")}
+
+    def __call__(self, params: dict, rng: np.random.Generator) -> dict:
+        from .. import gaussian  # noqa: PLC0415
+        from ..diagnostics import numerical_rank  # noqa: PLC0415
+        from ..paper import paper_attention  # noqa: PLC0415
+
+        o = self.options(params)
+        d, kind, value, trial = int(o["d"]), str(o["kind"]), str(o["value"]), str(o["trial"])
+        if trial == "paper":
+            if value not in ("identity", "psd"):
+                raise ArgumentError(f"value must be 'identity' or 'psd' for the paper's trial, "
+                                    f"got {value!r}")
+            Q = rng.normal(size=(d // 2, d))
+            W = rng.normal(size=(d, d))
+            att = paper_attention(kind, Q, -Q, np.eye(d) if value == "identity" else W.T @ W)
+        elif trial == "gaussian":
+            if value not in ("identity", "random"):
+                raise ArgumentError(f"value must be 'identity' or 'random', got {value!r}")
+            Q, K = rng.normal(size=(d, d)), rng.normal(size=(d, d))
+            att = paper_attention(kind, Q, K,
+                                  np.eye(d) if value == "identity" else rng.normal(size=(d, d)))
+        else:
+            raise ArgumentError(f"trial must be 'paper' or 'gaussian', got {trial!r}")
+        for redraw in range(int(o["max_redraws"]) + 1):
+            S = rng.normal(size=(d, d))
+            cov0 = S @ S.T if trial == "paper" else S @ S.T / d
+            traj = gaussian.solve(att, np.zeros(d), cov0, t_max=float(o["t_max"]),
+                                  blowup_threshold=float(o["blowup_threshold"]), rtol=1e-9,
+                                  atol=1e-12)
+            if trial == "gaussian" or Status.parse(_status(traj)) == Status.CONVERGED:
+                break
+        if trial == "paper":
+            eig = np.linalg.eigvalsh(np.asarray(traj.covs[-1]))
+            rank = int(np.sum(eig > float(o["threshold"])))
+        else:
+            rank = int(numerical_rank(traj.limit, float(o["rtol"])))
+        return {"rank": rank, "status": status_code(_status(traj)),
+                "t_final": float(traj.t_final), "redraws": redraw}
+
+
+def _status(traj: Any) -> str:
+    """The trajectory's status in the shared vocabulary (a Gaussian run that reached its
+    final time undecided reports ``ok``)."""
+    s = str(traj.status)
+    return "ok" if s == "running" else s
+
+
+@dataclass(frozen=True)
+class ConeCell(_Cell):
+    r"""One initial covariance of a 2-D phase grid: Gaussian moment solve from
+    :math:`\Sigma_0 = [[(v+u)/2, w/2], [w/2, (v-u)/2]]` with :math:`v` = ``trace``.
+
+    Grid axes are usually ``u`` and ``w``; points outside the cone (:math:`u^2 + w^2 \ge v^2`)
+    fail with a message.  Outputs: ``status`` (code), ``blowup_time`` (NaN unless blow-up),
+    ``t_final`` and ``limit`` (:math:`\Sigma/\operatorname{tr}\Sigma` at the end, 2×2).
+    """
+
+    kind: str = "softmax"
+    Q: tuple = ((1.0, 0.0), (0.0, 1.0))
+    K: tuple = ((1.0, 0.0), (0.0, 1.0))
+    V: tuple = ((1.0, 0.0), (0.0, 1.0))
+    heads: int = 1
+    beta: float = 1.0
+    eps: float = 1.0
+    u: float = 0.0
+    w: float = 0.0
+    trace: float = 1.0
+    t_max: float = 20.0
+    blowup_threshold: float = 1e8
+    rtol: float = 1e-10
+
+    def outputs(self, grid: Grid) -> dict:
+        self.check_axes(grid)
+        return {"status": Output((), "int8"), "blowup_time": Output(), "t_final": Output(),
+                "limit": Output((2, 2), dims=("row", "col"))}
+
+    def __call__(self, params: dict, rng: np.random.Generator) -> dict:
+        from .. import gaussian  # noqa: PLC0415
+        from ..attention import Attention  # noqa: PLC0415
+
+        o = self.options(params)
+        u, w, v = float(o["u"]), float(o["w"]), float(o["trace"])
+        if u * u + w * w >= v * v:
+            raise ArgumentError(f"(u, w) = ({u}, {w}) is not strictly inside the cone of "
+                                f"trace {v}")
+        cov0 = np.array([[(v + u) / 2, w / 2], [w / 2, (v - u) / 2]])
+        extra = {"eps": o["eps"]} if o["kind"] == "sinkhorn" else {}
+        if o["kind"] != "l2":
+            extra["beta"] = o["beta"]
+        att = Attention(o["kind"], _matrix("Q", o["Q"]), _matrix("K", o["K"]),
+                        _matrix("V", o["V"], (2, 2)), heads=int(o["heads"]), **extra)
+        traj = gaussian.solve(att, np.zeros(2), cov0, t_max=float(o["t_max"]),
+                              blowup_threshold=float(o["blowup_threshold"]),
+                              rtol=float(o["rtol"]))
+        return {"status": status_code(_status(traj)), "blowup_time": float(traj.blowup_time),
+                "t_final": float(traj.t_final), "limit": np.asarray(traj.limit, dtype=float)}
+
+
+@dataclass(frozen=True)
+class ClusterCell(_Cell):
+    r"""Cluster count of ``n`` tokens on the unit sphere of :math:`\mathbb R^d` under
+    softmax self-attention :math:`Q = K = V = I` at inverse temperature ``beta``
+    (the clustering regime of tokens on the sphere), after time ``t_max``.
+
+    Tokens start i.i.d. uniform on the sphere (drawn from the cell's generator).  The run
+    uses RK4 with step ``dt`` on the sphere (tangent projection and retraction) and the
+    clusters are :func:`transformer_pde.diagnostics.clusters` of the final state.
+    Outputs: ``n_clusters``, ``largest`` (mass of the largest cluster), ``status`` (code),
+    ``t_final``.
+    """
+
+    beta: float = 1.0
+    d: int = 3
+    n: int = 64
+    t_max: float = 20.0
+    dt: float = 0.1
+    backend: str = "numba"
+
+    def outputs(self, grid: Grid) -> dict:
+        self.check_axes(grid)
+        return {"n_clusters": Output((), "int64"), "largest": Output(),
+                "status": Output((), "int8"), "t_final": Output()}
+
+    def __call__(self, params: dict, rng: np.random.Generator) -> dict:
+        from .. import diagnostics  # noqa: PLC0415
+        from .particle_runs import sphere_run  # noqa: PLC0415
+
+        o = self.options(params)
+        d, n = int(o["d"]), int(o["n"])
+        X0 = rng.normal(size=(n, d))
+        X0 /= np.linalg.norm(X0, axis=1, keepdims=True)
+        traj = sphere_run(float(o["beta"]), X0, t_max=float(o["t_max"]), dt=float(o["dt"]),
+                          backend=str(o["backend"]))
+        cl = diagnostics.clusters(traj.states[-1])
+        return {"n_clusters": int(cl.n_clusters), "largest": float(cl.masses.max()),
+                "status": status_code(traj.status), "t_final": float(traj.times[-1])}
+
+
+@dataclass(frozen=True)
+class StabilityCell(_Cell):
+    r"""Stability of the softmax flow to a perturbation of the initial tokens.
+
+    ``n`` tokens uniform in the ball of radius ``radius`` of :math:`\mathbb R^d`, a copy
+    moved by i.i.d. :math:`N(0, \delta^2)` (``delta``), both evolved by softmax attention with
+    random :math:`Q, K, V` (entries :math:`N(0, s^2/d)`, ``scale`` = s) up to ``t_max``.
+    Outputs: ``w2_0`` and ``w2_t`` (exact :math:`W_2` between the two token measures at 0
+    and ``t_max``), ``ratio`` = ``w2_t / w2_0`` and ``bound``, the a-priori bound of
+    :func:`transformer_pde.diagnostics.stability_bound` on that ratio (``ratio <= bound``).
+    """
+
+    delta: float = 1e-2
+    d: int = 2
+    n: int = 64
+    radius: float = 1.0
+    scale: float = 1.0
+    t_max: float = 1.0
+    dt: float = 0.05
+
+    def outputs(self, grid: Grid) -> dict:
+        self.check_axes(grid)
+        return {"w2_0": Output(), "w2_t": Output(), "ratio": Output(), "bound": Output()}
+
+    def __call__(self, params: dict, rng: np.random.Generator) -> dict:
+        from .. import diagnostics  # noqa: PLC0415
+        from .particle_runs import softmax_pair_run  # noqa: PLC0415
+
+        o = self.options(params)
+        d, n, R = int(o["d"]), int(o["n"]), float(o["radius"])
+        s = float(o["scale"]) / math.sqrt(d)
+        Q, K, V = (rng.normal(scale=s, size=(d, d)) for _ in range(3))
+        direction = rng.normal(size=(n, d))
+        direction /= np.linalg.norm(direction, axis=1, keepdims=True)
+        X0 = direction * R * rng.uniform(size=(n, 1)) ** (1.0 / d)
+        Y0 = X0 + float(o["delta"]) * rng.normal(size=(n, d))
+        att, XT, YT = softmax_pair_run(Q, K, V, X0, Y0, t_max=float(o["t_max"]),
+                                       dt=float(o["dt"]))
+        w0 = diagnostics.wasserstein(X0, Y0, method="exact")
+        wt = diagnostics.wasserstein(XT, YT, method="exact")
+        R0 = float(max(np.linalg.norm(X0, axis=1).max(), np.linalg.norm(Y0, axis=1).max()))
+        bound, _ = diagnostics.stability_bound(att, R0, np.array([0.0, float(o["t_max"])]))
+        return {"w2_0": float(w0), "w2_t": float(wt), "ratio": float(wt / w0),
+                "bound": float(np.asarray(bound)[-1])}
+
+
+#: built-in cell functions by the name used in study configuration files
+CELLS: dict[str, type] = {"ranks": RankCell, "cone": ConeCell, "clusters": ClusterCell,
+                          "stability": StabilityCell}

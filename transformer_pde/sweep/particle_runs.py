@@ -1,0 +1,36 @@
+"""The particle runs of the built-in cells, in one place (the only code of the sweep
+package that calls :func:`transformer_pde.simulate`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..attention import Attention
+from ..particles import simulate
+
+__all__ = ["sphere_run", "softmax_pair_run"]
+
+
+def sphere_run(beta: float, X0: np.ndarray, *, t_max: float, dt: float, backend: str) -> Any:
+    """Softmax self-attention Q = K = V = I at inverse temperature ``beta`` on the sphere;
+    only the initial and final states are kept."""
+    d = X0.shape[1]
+    att = Attention("softmax", np.eye(d), np.eye(d), np.eye(d), beta=beta)
+    return simulate(att, X0, t_max=t_max, dt=dt, method="rk4", constraint="sphere",
+                    backend=backend, save_every=max(1, int(round(t_max / dt))))
+
+
+def softmax_pair_run(Q: np.ndarray, K: np.ndarray, V: np.ndarray, X0: np.ndarray,
+                     Y0: np.ndarray, *, t_max: float, dt: float
+                     ) -> tuple[Attention, np.ndarray, np.ndarray]:
+    """Evolve two token clouds with the same softmax attention (RK4, NumPy backend:
+    the clouds are small); returns the attention and both final states."""
+    att = Attention("softmax", Q, K, V)
+    out = []
+    for X in (X0, Y0):
+        traj = simulate(att, X, t_max=t_max, dt=dt, method="rk4", backend="numpy",
+                        save_every=max(1, int(round(t_max / dt))))
+        out.append(traj.states[-1])
+    return att, out[0], out[1]

@@ -1,0 +1,272 @@
+"""Running a study: in this process, on an embedded Dask ``LocalCluster``, or on an
+existing Dask cluster.
+
+Scheduling is Dask's (``distributed``): tasks are batches of cells, results come back to
+this process as they finish (``as_completed``) and are written to the store one cell at a
+time.  If a worker dies, Dask reschedules its tasks on the others; because every cell's
+random stream is seeded from its place in the grid, the results are bit for bit those of
+a serial run whatever the scheduling.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ArgumentError, ArgumentTypeError, TransformerPDEError, TransformerPDEWarning
+from .store import ResultStore, StoreError
+from .cells import STATUS_CODES
+from .study import DONE, FAILED, Output, Study, run_cell, run_cells
+
+__all__ = ["run", "SchedulerError", "CellFailureWarning", "summary"]
+
+logger = logging.getLogger(__name__)
+
+
+class SchedulerError(TransformerPDEError):
+    """The Dask scheduler could not be reached or the cluster could not be started."""
+
+
+class CellFailureWarning(TransformerPDEWarning):
+    """Some cells of a study raised; they are recorded as failed (``cell_status == 2``)
+    with their messages in the ``failures`` attribute, and a resumed run retries them."""
+
+
+@dataclass
+class _Executor:
+    client: Any = None
+    cluster: Any = None
+
+    def close(self) -> None:
+        for obj in (self.client, self.cluster):
+            if obj is not None:
+                try:
+                    obj.close()
+                except Exception:  # noqa: BLE001 -- best effort on shutdown
+                    logger.debug("error while closing %r", obj, exc_info=True)
+
+
+def _connect(scheduler: Any, workers: int | None, scheduler_file: str | Path | None) -> _Executor:
+    try:
+        from distributed import Client, LocalCluster  # noqa: PLC0415
+    except ImportError as exc:  # pragma: no cover - declared dependency
+        raise SchedulerError(f"Dask distributed is not installed ({exc}); "
+                             f"pip install 'dask[distributed]'") from None
+    if scheduler is not None and not isinstance(scheduler, str):
+        return _Executor(client=scheduler)  # an existing distributed.Client
+    try:
+        if scheduler_file is not None:
+            if not Path(scheduler_file).is_file():
+                raise SchedulerError(f"scheduler file {scheduler_file} does not exist")
+            return _Executor(client=Client(scheduler_file=str(scheduler_file), timeout="5s",
+                                              set_as_default=False))
+        if scheduler is not None:
+            return _Executor(client=Client(scheduler, timeout="5s", set_as_default=False))
+        n = workers or os.cpu_count() or 1
+        # One single-threaded worker process per core; numba inside each is set to one thread.
+        try:
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                   dashboard_address=":0", silence_logs=logging.ERROR)
+        except RuntimeError as exc:
+            raise SchedulerError(
+                f"could not start a local Dask cluster of {n} worker processes ({exc}). "
+                f"Worker processes re-import the main script: in a script, call "
+                f"sweep.run under `if __name__ == \"__main__\":`") from None
+        return _Executor(client=Client(cluster, set_as_default=False), cluster=cluster)
+    except SchedulerError:
+        raise
+    except (OSError, TimeoutError) as exc:
+        where = scheduler_file if scheduler_file is not None else scheduler
+        raise SchedulerError(f"cannot reach the Dask scheduler at {where!r}: {exc}") from None
+
+
+def _infer_outputs(study: Study, pending: list[int]) -> tuple[dict, list]:
+    """Run cells in this process until one succeeds; its values fix the outputs."""
+    tried = []
+    for index in pending[:10]:
+        res = run_cell(study.cell, study.grid, index, None)
+        tried.append(res)
+        if res.status == DONE:
+            return {k: Output.infer(v) for k, v in res.values.items()}, tried
+    raise ArgumentError(
+        "cannot infer the outputs of the cell function: the first "
+        f"{len(tried)} cells failed (first error: {tried[0].message}); pass outputs=")
+
+
+def _batches(pending: list[int], n_workers: int, batch_size: int | None) -> list[list[int]]:
+    if batch_size is None:  # ~8 tasks per worker: balance without per-task overhead
+        batch_size = max(1, min(64, math.ceil(len(pending) / (8 * max(n_workers, 1)))))
+    return [pending[i:i + batch_size] for i in range(0, len(pending), batch_size)]
+
+
+def run(study: Study, store: str | Path | None = None, *, scheduler: Any = None,
+        workers: int | None = None, scheduler_file: str | Path | None = None,
+        resume: bool = False, batch_size: int | None = None, progress: bool = True,
+        config: dict | None = None) -> Any:
+    """Run every cell of ``study`` and return the results as an :class:`xarray.Dataset`.
+
+    Parameters
+    ----------
+    study : Study
+    store : path, optional
+        Zarr directory written cell by cell as results arrive (``results.zarr``).  An
+        existing store is only completed with ``resume=True``, and only by the same study.
+    scheduler : None, "serial", address str or distributed.Client
+        ``None``: an embedded ``LocalCluster`` (one single-threaded worker process per core,
+        or ``workers``) started and stopped with the call.  ``"serial"``: every cell in this
+        process, in order (debugging, and the reference the distributed runs equal).  An
+        address such as ``"tcp://10.0.0.5:8786"`` or a ``Client``: an existing cluster.
+    workers : int, optional
+        Worker processes of the embedded cluster (default: the number of cores).
+    scheduler_file : path, optional
+        The JSON file written by ``dask scheduler --scheduler-file``.
+    resume : bool
+        Complete an existing store: only missing and failed cells are computed.
+    batch_size : int, optional
+        Cells per Dask task (default: about 8 tasks per worker, at most 64 cells each).
+    progress : bool
+        Show a tqdm progress bar.
+    config : dict, optional
+        JSON-able configuration stored in the ``config`` attribute.
+
+    Returns
+    -------
+    xarray.Dataset
+        One variable per output, ``cell_status`` (0 missing, 1 done, 2 failed), the grid
+        axes and ``draw`` as coordinates; attributes ``config``, ``versions``, ``failures``.
+
+    Warns
+    -----
+    CellFailureWarning
+        When some cells failed (the study still completes the others).
+
+    Raises
+    ------
+    StoreError
+        The store exists without ``resume``, is corrupt or foreign, or was written by a
+        different study (for example the grid changed).
+    SchedulerError
+        The scheduler cannot be reached or the local cluster cannot be started.
+    """
+    if not isinstance(study, Study):
+        raise ArgumentTypeError(f"study must be a transformer_pde.sweep.Study, got "
+                                f"{type(study).__name__}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or workers < 1):
+        raise ArgumentError(f"workers must be a positive integer, got {workers!r}")
+    if batch_size is not None and (isinstance(batch_size, bool)
+                                   or not isinstance(batch_size, int) or batch_size < 1):
+        raise ArgumentError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if scheduler == "serial" and (workers is not None or scheduler_file is not None):
+        raise ArgumentError("workers and scheduler_file do not apply to scheduler='serial'")
+    if scheduler_file is not None and scheduler is not None:
+        raise ArgumentError("give scheduler or scheduler_file, not both")
+    if workers is not None and (scheduler is not None or scheduler_file is not None):
+        raise ArgumentError("workers applies to the embedded cluster only (scheduler=None); "
+                            "an existing cluster has its own workers")
+
+    early: list = []
+    if study.outputs is None:
+        if store is not None and Path(store).exists() and resume:
+            # the fingerprint includes the outputs: read them back from the store
+            study.outputs = _outputs_from_store(store)
+        else:
+            study.outputs, early = _infer_outputs(study, list(range(study.grid.n_cells)))
+    attrs = {"config": json.dumps(config or {}, sort_keys=True, default=str),
+             "status_codes": json.dumps(STATUS_CODES)}
+    # Connect before touching the store: an unreachable scheduler leaves nothing behind.
+    ex = None if scheduler == "serial" else _connect(scheduler, workers, scheduler_file)
+    bar = None
+    t0 = time.perf_counter()
+    try:
+        results = ResultStore(study, store, resume=resume, attrs=attrs)
+        for res in early:
+            results.record(res)
+        pending = results.pending()
+        bar = _bar(progress, study.grid.n_cells, study.grid.n_cells - len(pending), study.name)
+        if ex is None:
+            for index in pending:
+                _record(results, run_cell(study.cell, study.grid, index, study.outputs), bar)
+        elif pending:
+            _run_dask(ex, study, results, pending, batch_size, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+        if ex is not None:
+            ex.close()
+    ds = results.dataset()
+    n_failed = int(np.sum(ds["cell_status"].values == FAILED))
+    logger.info("study %r: %d cells computed in %.2f s, %d failed", study.name, len(pending),
+                time.perf_counter() - t0, n_failed)
+    if n_failed:
+        first = next(iter(results.failures.values()))
+        warnings.warn(f"{n_failed} of {study.grid.n_cells} cells failed (first: {first}); "
+                      f"see the 'failures' attribute; resume=True retries them",
+                      CellFailureWarning, stacklevel=2)
+    return ds
+
+
+def _outputs_from_store(store: str | Path) -> dict:
+    from .store import open_results  # noqa: PLC0415
+
+    ds = open_results(store)
+    try:
+        outs = json.loads(ds.attrs["fingerprint"])["outputs"]
+        return {k: Output(tuple(v["shape"]), v["dtype"], None if v["dims"] is None
+                          else tuple(v["dims"])) for k, v in outs.items()}
+    except (KeyError, TypeError, ValueError, json.JSONDecodeError):
+        raise StoreError(f"{store}: the stored fingerprint is unreadable; the store is "
+                         f"corrupt") from None
+
+
+def _bar(progress: bool, total: int, done: int, name: str) -> Any:
+    if not progress:
+        return None
+    from tqdm.auto import tqdm  # noqa: PLC0415
+
+    return tqdm(total=total, initial=done, desc=name, unit="cell")
+
+
+def _record(results: ResultStore, res: Any, bar: Any) -> None:
+    results.record(res)
+    if bar is not None:
+        bar.update(1)
+
+
+def _run_dask(ex: _Executor, study: Study, results: ResultStore, pending: list[int],
+              batch_size: int | None, bar: Any) -> None:
+    from distributed import as_completed  # noqa: PLC0415
+
+    n_workers = max(1, len(ex.client.scheduler_info().get("workers", {})))
+    with ex.client.as_current():  # current for this block only: no global default scheduler
+        fn, grid, outs = ex.client.scatter([study.cell, study.grid, study.outputs],
+                                           broadcast=True)
+        tag = f"{study.name}-{time.time_ns()}"
+        futures = [ex.client.submit(run_cells, fn, grid, batch, outs, pure=False,
+                                    key=f"{tag}-cells-{batch[0]}-{batch[-1]}")
+                   for batch in _batches(pending, n_workers, batch_size)]
+        for fut in as_completed(futures):
+            for res in fut.result():
+                _record(results, res, bar)
+            fut.release()
+
+
+def summary(ds: Any) -> dict:
+    """Counts of done / failed / missing cells and the failure messages grouped by text."""
+    status = ds["cell_status"].values
+    failures = json.loads(ds.attrs.get("failures", "{}"))
+    grouped: dict[str, int] = {}
+    for msg in failures.values():
+        grouped[msg] = grouped.get(msg, 0) + 1
+    return {"cells": int(status.size), "done": int(np.sum(status == DONE)),
+            "failed": int(np.sum(status == FAILED)), "missing": int(np.sum(status == 0)),
+            "failures": grouped}

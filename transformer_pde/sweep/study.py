@@ -1,0 +1,219 @@
+"""A study: a grid, a cell function and the outputs it returns.
+
+A cell function is any picklable callable ``fn(params, rng) -> mapping`` taking the cell's
+parameters (a dict, one value per grid axis) and its own seeded
+:class:`numpy.random.Generator`, and returning named scalars or small arrays of fixed shape.
+Module-level functions and instances of module-level classes are picklable; closures are
+shipped by value with cloudpickle when the study runs on Dask.
+
+The outputs are declared by an :class:`Output` per name (shape, dtype, names of the extra
+dimensions).  Built-in cell functions declare them through an ``outputs(grid)`` method;
+for other functions pass ``outputs=`` or let :func:`~transformer_pde.sweep.run` infer them
+from the first cell that succeeds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ..errors import ArgumentError, ArgumentTypeError
+from .grid import Cell, Grid
+
+__all__ = ["Output", "Study", "CellResult", "run_cell", "run_cells", "DONE", "FAILED", "MISSING"]
+
+#: values of the ``cell_status`` variable of a study's results
+MISSING, DONE, FAILED = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Output:
+    """Declared shape and dtype of one output of a cell function.
+
+    ``dims`` names the extra dimensions (defaults ``<name>_0``, ``<name>_1`` …).
+    Missing and failed cells hold the fill value: NaN for floats, the smallest integer for
+    integers, ``False`` for booleans; the ``cell_status`` variable says which cells are valid.
+    """
+
+    shape: tuple = ()
+    dtype: str = "float64"
+    dims: tuple | None = None
+
+    def __post_init__(self) -> None:
+        shape = tuple(int(s) for s in self.shape)
+        if any(s < 0 for s in shape):
+            raise ArgumentError(f"output shape must be non-negative, got {self.shape}")
+        dt = np.dtype(self.dtype)
+        if dt.kind not in "biuf":
+            raise ArgumentTypeError(f"output dtype must be boolean, integer or float, got {dt}")
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "dtype", dt.str)
+        if self.dims is not None and len(self.dims) != len(shape):
+            raise ArgumentError(f"output dims {self.dims!r} do not match shape {shape}")
+
+    def dim_names(self, name: str) -> tuple[str, ...]:
+        return tuple(self.dims) if self.dims is not None else tuple(
+            f"{name}_{i}" for i in range(len(self.shape)))
+
+    @property
+    def fill(self) -> Any:
+        dt = np.dtype(self.dtype)
+        return {"f": np.nan, "b": False}.get(dt.kind, np.iinfo(dt).min if dt.kind in "iu" else 0)
+
+    def to_dict(self) -> dict:
+        return {"shape": list(self.shape), "dtype": self.dtype,
+                "dims": None if self.dims is None else list(self.dims)}
+
+    @classmethod
+    def infer(cls, value: Any) -> "Output":
+        a = np.asarray(value)
+        if a.dtype.kind == "c":
+            raise ArgumentTypeError("cell outputs must be real, got a complex value")
+        if a.dtype.kind not in "biuf":
+            raise ArgumentTypeError(f"cell outputs must be numbers or numeric arrays, "
+                                    f"got {a.dtype}")
+        return cls(a.shape, "float64" if a.dtype.kind == "f" else a.dtype.str)
+
+
+def _describe(fn: Any) -> str:
+    if hasattr(fn, "config"):
+        return json.dumps(fn.config(), sort_keys=True, default=str)
+    mod = getattr(fn, "__module__", "?")
+    return f"{mod}:{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+
+
+@dataclass
+class Study:
+    """What to compute: a :class:`Grid`, a cell function and its outputs.
+
+    Parameters
+    ----------
+    grid : Grid
+    cell : callable ``(params, rng) -> mapping``
+        See the module docstring.
+    outputs : mapping of str to Output, optional
+        Declared outputs; taken from ``cell.outputs(grid)`` when the cell function has that
+        method, else inferred from the first cell that succeeds.
+    name : str
+        Recorded in the results' attributes.
+    """
+
+    grid: Grid
+    cell: Callable[[dict, np.random.Generator], Mapping[str, Any]]
+    outputs: Mapping[str, Output] | None = None
+    name: str = "study"
+    attrs: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.grid, Grid):
+            raise ArgumentTypeError(f"grid must be a transformer_pde.sweep.Grid, got "
+                                    f"{type(self.grid).__name__}")
+        if not callable(self.cell):
+            raise ArgumentTypeError(f"cell must be callable (params, rng) -> mapping, got "
+                                    f"{type(self.cell).__name__}")
+        if self.outputs is None and hasattr(self.cell, "outputs"):
+            self.outputs = self.cell.outputs(self.grid)
+        if self.outputs is not None:
+            outs = {}
+            for k, v in dict(self.outputs).items():
+                if not isinstance(k, str) or not k.isidentifier() or k == "cell_status":
+                    raise ArgumentError(f"output names must be identifiers other than "
+                                        f"'cell_status', got {k!r}")
+                if k in self.grid.dims:
+                    raise ArgumentError(f"output {k!r} has the name of a grid axis")
+                outs[k] = v if isinstance(v, Output) else Output(**v)
+            self.outputs = outs
+
+    def fingerprint(self) -> str:
+        """JSON identity of the study: grid, cell function (its configuration) and outputs.
+        A store written for one fingerprint is never resumed with another."""
+        outs = None if self.outputs is None else {k: v.to_dict() for k, v in self.outputs.items()}
+        return json.dumps({"grid": self.grid.to_dict(), "cell": _describe(self.cell),
+                           "outputs": outs}, sort_keys=True)
+
+
+@dataclass
+class CellResult:
+    """Outcome of one cell: ``status`` is DONE or FAILED; ``values`` or ``message``."""
+
+    index: int
+    status: int
+    values: dict | None = None
+    message: str = ""
+    seconds: float = 0.0
+
+
+def _check_values(values: Any, outputs: Mapping[str, Output] | None) -> dict:
+    if not isinstance(values, Mapping):
+        raise TypeError(f"the cell function must return a mapping of output name to value, "
+                        f"got {type(values).__name__}")
+    out = {}
+    for k, v in values.items():
+        a = np.asarray(v)
+        if a.dtype.kind not in "biuf":
+            raise TypeError(f"output {k!r}: expected a real number or numeric array, got "
+                            f"{a.dtype} ({v!r:.60})")
+        out[k] = a
+    if outputs is not None:
+        if set(out) != set(outputs):
+            raise ValueError(f"the cell function returned outputs {sorted(out)}, declared "
+                             f"{sorted(outputs)}")
+        for k, spec in outputs.items():
+            if out[k].shape != spec.shape:
+                raise ValueError(f"output {k!r} has shape {out[k].shape}, declared {spec.shape}")
+            if np.dtype(spec.dtype).kind in "iub" and out[k].dtype.kind == "f":
+                raise ValueError(f"output {k!r} is a float, declared {spec.dtype}")
+            out[k] = out[k].astype(spec.dtype)
+    return out
+
+
+def run_cell(fn: Callable, grid: Grid, index: int,
+             outputs: Mapping[str, Output] | None) -> CellResult:
+    """Run one cell; an exception inside the cell function becomes a FAILED result whose
+    message is the exception (its last traceback line), so the study goes on."""
+    import time  # noqa: PLC0415  (kept local: this runs inside workers)
+
+    cell: Cell = grid.cell(index)
+    t0 = time.perf_counter()
+    try:
+        values = _check_values(fn(dict(cell.params), cell.rng()), outputs)
+    except Exception as exc:  # noqa: BLE001 -- recorded, the study goes on
+        tb = traceback.extract_tb(exc.__traceback__)
+        where = f" (at {tb[-1].filename}:{tb[-1].lineno})" if tb else ""
+        return CellResult(index, FAILED, None, f"{type(exc).__name__}: {exc}{where}",
+                          time.perf_counter() - t0)
+    return CellResult(index, DONE, values, "", time.perf_counter() - t0)
+
+
+def _single_threaded_numba() -> None:
+    """Inside a Dask worker, run the package's Numba kernels on one thread: the cluster
+    already has one worker process per core, so more threads would oversubscribe."""
+    try:
+        from distributed import get_worker  # noqa: PLC0415
+
+        get_worker()
+    except (ImportError, ValueError):
+        return
+    try:
+        import numba  # noqa: PLC0415
+
+        if numba.get_num_threads() != 1:
+            numba.set_num_threads(1)
+    except ImportError:
+        pass
+
+
+def run_cells(fn: Callable, grid: Grid, indices: list[int],
+              outputs: Mapping[str, Output] | None) -> list[CellResult]:
+    """Run a batch of cells (one Dask task)."""
+    _single_threaded_numba()
+    return [run_cell(fn, grid, i, outputs) for i in indices]
+
+
+def finite_or_nan(x: float) -> float:
+    return float(x) if math.isfinite(float(x)) else float("nan")
