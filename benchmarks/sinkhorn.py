@@ -43,7 +43,7 @@ import numpy as np
 
 import transformer_pde as tp
 from transformer_pde.fields import FieldEvaluator
-from transformer_pde.integrators import RK4, Euler
+from transformer_pde.integrate import RK4, Euler
 from transformer_pde.sinkhorn import sinkhorn_potentials
 
 Q = np.array([[1.0, 0.5], [-0.3, 0.8]])

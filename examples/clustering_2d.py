@@ -57,12 +57,12 @@ def main(argv: list[str] | None = None) -> Path:
     I2 = np.eye(2)
     runs = {}
     t0 = time.perf_counter()
-    runs["unmasked"] = tp.simulate(tp.Attention("softmax", I2, I2, I2), X0,
-                                   t_max=args.t_max, dt=args.dt, method="rk4")
+    runs["unmasked"] = tp.simulate(tp.Attention("softmax", I2, I2, I2), X0, t_max=args.t_max,
+                                   dt=args.dt, solver="rk4")
     positions = np.linspace(0.0, 1.0, args.n)
     runs["masked"] = tp.simulate(tp.Attention("softmax", I2, I2, I2, masked=True), X0,
-                                 positions=positions, t_max=args.t_max, dt=args.dt,
-                                 method="rk4")
+                                 positions=positions, t_max=args.t_max,
+                                 dt=args.dt, solver="rk4")
     elapsed = time.perf_counter() - t0
 
     fig = Figure(figsize=(15, 4.8), layout="constrained")

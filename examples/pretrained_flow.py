@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     model = pretrained.load(model_dir)
     t0 = time.perf_counter()
     s = pretrained.flow_report(
-        model, args.text, args.out, steps_per_layer=2 if args.quick else 8, method="rk4",
+        model, args.text, args.out, steps_per_layer=2 if args.quick else 8, solver="rk4",
         long_time=10 if args.quick else 300, continuous_long_time=3 if args.quick else 50,
         continuous_steps=4, save_states=False)
     print(f"{len(s['tokens'])} tokens: {' '.join(s['tokens'])}  ({time.perf_counter() - t0:.0f} s)")

@@ -50,8 +50,9 @@ def run(betas, n, t_max, dt, save_dt, delta, seed):
     for beta in betas:
         att = tp.Attention("softmax", eye, eye, eye, beta=float(beta))
         t0 = time.perf_counter()
-        tr = tp.simulate(att, X0, t_max=t_max, dt=dt, method="rk4", constraint="sphere",
-                         save_every=max(1, round(save_dt / dt)))
+        tr = tp.simulate(att, X0, t_max=t_max, dt=dt, solver="rk4",
+                         block=tp.Block(constraint="sphere"),
+                         saveat=tp.SaveAt(every=max(1, round(save_dt / dt))))
         counts = np.array([count_clusters(X, delta) for X in tr.states])
         drift = float(np.abs(np.linalg.norm(tr.states, axis=2) - 1).max())
         results[beta] = (tr, counts, time.perf_counter() - t0, drift)

@@ -200,7 +200,7 @@ def test_bias_roundtrip_and_trajectory_file(tmp_path):
     np.testing.assert_array_equal(tp.velocity(again, X, t=1.5), tp.velocity(att, X, t=1.5))
     assert "biases=b_Q/b_K/b_V/b_O" in repr(att)
     np.testing.assert_array_equal(att.replace(beta=2.0).b_O, att.b_O)
-    tr = tp.simulate(att, X, t_max=2.0, dt=0.5, method="rk4")
+    tr = tp.simulate(att, X, t_max=2.0, dt=0.5, solver="rk4")
     path = tr.save(tmp_path / "t.npz")
     back = tp.load(path)
     np.testing.assert_array_equal(tp.velocity(back.attention, X, t=1.5),
@@ -233,8 +233,10 @@ def test_post_norm_pair_is_a_bert_layer():
                        b_V=bV, b_O=bO)
     ln1 = LayerNorm("post", eps=1e-12, scale=g1, shift=s1)
     ln2 = LayerNorm("post", eps=1e-12, scale=g2, shift=s2)
-    tr = tp.simulate(att, X0, t_max=3.0, dt=1.0, method="euler", mlp=MLP(W1, W2, b1, b2),
-                     layernorm=(ln1, ln2), splitting="lie")
+    tr = tp.simulate(att, X0, t_max=3.0, dt=1.0, solver="euler",
+                     block=tp.Block(mlp=MLP(W1, W2, b1, b2), layernorm=(ln1, ln2),
+                                    splitting="lie"))
+    assert tr.info["layernorm"] == "post"
 
     def ln(x, g, s):
         c = x - x.mean(1, keepdims=True)
@@ -248,8 +250,16 @@ def test_post_norm_pair_is_a_bert_layer():
         z = X @ W1.T + b1
         X = ln(X + (0.5 * z * (1 + erf(z / np.sqrt(2)))) @ W2.T + b2, g2, s2)
         np.testing.assert_allclose(tr.states[ell + 1], X, rtol=0, atol=1e-11)
-    with pytest.raises(ValueError, match="needs mlp="):
-        tp.simulate(att, X0, t_max=1.0, dt=1.0, method="euler", layernorm=(ln1, ln2))
-    with pytest.raises(ValueError, match="two pre-norm or two post-norm"):
-        tp.simulate(att, X0, t_max=1.0, dt=1.0, method="euler", mlp=MLP(W1, W2),
-                    layernorm=(ln1, LayerNorm("pre")))
+    with pytest.raises(ArgumentError, match="needs mlp="):
+        tp.Block(layernorm=(ln1, ln2))
+    with pytest.raises(ArgumentError, match="needs mlp="):
+        tp.Block(mlp=MLP(W1, W2), layernorm=(ln1, ln2), splitting="none")
+    with pytest.raises(ArgumentError, match="two pre-norm or two post-norm"):
+        tp.Block(mlp=MLP(W1, W2), layernorm=(ln1, LayerNorm("pre")))
+    with pytest.raises(ArgumentError, match="constraint of their own"):
+        tp.Block(mlp=MLP(W1, W2), layernorm=(ln1, ln2), constraint="sphere")
+    # Strang with the pair: LN1 after each attention half, LN2 after the MLP
+    st = tp.simulate(att, X0, t_max=1.0, dt=1.0, solver="euler",
+                     block=tp.Block(mlp=MLP(W1, W2, b1, b2), layernorm=(ln1, ln2),
+                                    splitting="strang"))
+    assert st.status == "ok"

@@ -59,7 +59,8 @@ def test_sphere_invariant_to_1e12(method):
     X0 = on_sphere(rng, 40, 3)
     att = tp.Attention("softmax", rng.normal(size=(3, 3)), rng.normal(size=(3, 3)),
                        rng.normal(size=(3, 3)), beta=2.0)
-    tr = tp.simulate(att, X0, t_max=3.0, dt=0.05, method=method, constraint="sphere")
+    tr = tp.simulate(att, X0, t_max=3.0, dt=0.05, solver=method,
+                     block=tp.Block(constraint="sphere"))
     assert tr.status == "ok"
     r = np.linalg.norm(tr.states, axis=2)
     # the invariant required by issue 9: every saved token on S^2 to 1e-12
@@ -75,8 +76,8 @@ def test_sphere_invariant_with_mlp_block():
     mlp = MLP(rng.normal(size=(8, 4)), rng.normal(size=(4, 8)), rng.normal(size=8),
               rng.normal(size=4), activation="relu")
     for splitting in ("lie", "strang", "none"):
-        tr = tp.simulate(att, X0, t_max=2.0, dt=0.1, method="heun", constraint="sphere",
-                         mlp=mlp, splitting=splitting)
+        tr = tp.simulate(att, X0, t_max=2.0, dt=0.1, solver="heun",
+                         block=tp.Block(constraint="sphere", mlp=mlp, splitting=splitting))
         assert np.abs(np.linalg.norm(tr.states, axis=2) - 1).max() <= 1e-12
 
 
@@ -90,7 +91,8 @@ def test_sphere_two_tokens_exact_angle():
     ref = solve_ivp(rhs, (0, T), [th0], method="DOP853", rtol=1e-13, atol=1e-14).y[0, -1]
     X0 = np.array([[1.0, 0.0], [np.cos(th0), np.sin(th0)]])
     att = tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2), beta=b)
-    tr = tp.simulate(att, X0, t_max=T, dt=0.01, method="rk4", constraint="sphere")
+    tr = tp.simulate(att, X0, t_max=T, dt=0.01, solver="rk4",
+                     block=tp.Block(constraint="sphere"))
     th = np.arccos(np.clip(tr.final[0] @ tr.final[1], -1, 1))
     # RK4 with h = 0.01: global error ~1e-10; 1e-8 leaves room
     assert abs(th - ref) < 1e-8
@@ -112,8 +114,8 @@ def test_sphere_matches_projected_ode_and_keeps_order():
     ref = solve_ivp(rhs, (0, T), X0.ravel(), method="DOP853", rtol=1e-13,
                     atol=1e-14).y[:, -1].reshape(X0.shape)
     dts = [0.1, 0.05, 0.025, 0.0125]
-    errs = [np.abs(tp.simulate(att, X0, t_max=T, dt=dt, method="heun",
-                               constraint="sphere").final - ref).max() for dt in dts]
+    errs = [np.abs(tp.simulate(att, X0, t_max=T, dt=dt, solver="heun",
+                               block=tp.Block(constraint="sphere")).final - ref).max() for dt in dts]
     assert errs[-1] < 1e-4
     # projection after each step keeps Heun's order 2 (tolerance +-0.3, issue 9)
     assert abs(slope(errs, dts) - 2) < 0.3, errs
@@ -122,9 +124,11 @@ def test_sphere_matches_projected_ode_and_keeps_order():
 def test_sphere_rejects_points_off_sphere():
     att = tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2))
     with pytest.raises(ValueError, match="X0 must lie on the unit sphere"):
-        tp.simulate(att, np.array([[1.0, 1.0]]), t_max=1.0, dt=0.1, constraint="sphere")
+        tp.simulate(att, np.array([[1.0, 1.0]]), t_max=1.0, dt=0.1,
+                    block=tp.Block(constraint="sphere"))
     with pytest.raises(ValueError, match="constraint"):
-        tp.simulate(att, np.array([[1.0, 0.0]]), t_max=1.0, dt=0.1, constraint="torus")
+        tp.simulate(att, np.array([[1.0, 0.0]]), t_max=1.0, dt=0.1,
+                    block=tp.Block(constraint="torus"))
 
 
 @settings(max_examples=30, deadline=None)
@@ -168,8 +172,8 @@ def test_strang_second_order_lie_first_order():
     orders = {}
     for splitting in ("lie", "strang"):
         # sub-flows by RK4, so the splitting error dominates
-        errs = [np.abs(tp.simulate(att, X0, t_max=T, dt=dt, method="rk4", mlp=mlp,
-                                   splitting=splitting).final - ref).max() for dt in dts]
+        errs = [np.abs(tp.simulate(att, X0, t_max=T, dt=dt, solver="rk4",
+                                   block=tp.Block(mlp=mlp, splitting=splitting)).final - ref).max() for dt in dts]
         assert errs[-1] > 1e-9   # well above the reference error
         orders[splitting] = slope(errs, dts)
     # +-0.3 on the fitted slopes, as required by issue 9
@@ -177,8 +181,8 @@ def test_strang_second_order_lie_first_order():
     assert abs(orders["strang"] - 2) < 0.3, orders
     # unsplit RK4 on the sum field converges to the same flow, with order 4
     dts = [0.1, 0.05, 0.025]
-    errs = [np.abs(tp.simulate(att, X0, t_max=T, dt=dt, method="rk4", mlp=mlp,
-                               splitting="none").final - ref).max() for dt in dts]
+    errs = [np.abs(tp.simulate(att, X0, t_max=T, dt=dt, solver="rk4",
+                               block=tp.Block(mlp=mlp, splitting="none")).final - ref).max() for dt in dts]
     assert abs(slope(errs, dts) - 4) < 0.3, errs
 
 
@@ -201,8 +205,8 @@ def test_strang_second_order_on_the_sphere():
                     atol=1e-14).y[:, -1].reshape(X0.shape)
     dts = [0.2, 0.1, 0.05, 0.025]
     for splitting, order in (("lie", 1), ("strang", 2)):
-        errs = [np.abs(tp.simulate(att, X0, t_max=1.0, dt=dt, method="rk4", mlp=mlp,
-                                   splitting=splitting, constraint="sphere").final - ref).max()
+        errs = [np.abs(tp.simulate(att, X0, t_max=1.0, dt=dt, solver="rk4",
+                                   block=tp.Block(mlp=mlp, splitting=splitting, constraint="sphere")).final - ref).max()
                 for dt in dts]
         assert abs(slope(errs, dts) - order) < 0.3, (splitting, errs)
 
@@ -221,8 +225,8 @@ def test_strang_second_order_time_dependent_weights():
     ref = solve_ivp(rhs, (0, 1.0), X0.ravel(), method="DOP853", rtol=1e-13,
                     atol=1e-14).y[:, -1].reshape(X0.shape)
     dts = [0.2, 0.1, 0.05, 0.025]
-    errs = [np.abs(tp.simulate(att, X0, t_max=1.0, dt=dt, method="rk4", mlp=mlp,
-                               splitting="strang").final - ref).max() for dt in dts]
+    errs = [np.abs(tp.simulate(att, X0, t_max=1.0, dt=dt, solver="rk4",
+                               block=tp.Block(mlp=mlp, splitting="strang")).final - ref).max() for dt in dts]
     assert abs(slope(errs, dts) - 2) < 0.3, errs
 
 
@@ -230,16 +234,17 @@ def test_zero_mlp_gives_attention_flow():
     Q, K, V, W1, b1, W2, b2, X0 = _block_problem()
     att = tp.Attention("softmax", Q, K, V)
     zero = MLP(np.zeros_like(W1), np.zeros_like(W2))
-    plain = tp.simulate(att, X0, t_max=1.0, dt=0.1, method="rk4")
+    plain = tp.simulate(att, X0, t_max=1.0, dt=0.1, solver="rk4")
     # Lie: A_h then the identity (x + h * 0 = x exactly): bit-for-bit the attention flow
-    lie = tp.simulate(att, X0, t_max=1.0, dt=0.1, method="rk4", mlp=zero, splitting="lie")
+    lie = tp.simulate(att, X0, t_max=1.0, dt=0.1, solver="rk4",
+                      block=tp.Block(mlp=zero, splitting="lie"))
     assert np.array_equal(lie.states, plain.states)
     # Strang with Euler: two Euler half steps = plain Euler with dt / 2 (saved every 2)
-    strang = tp.simulate(att, X0, t_max=1.0, dt=0.1, method="euler", mlp=zero)
-    half = tp.simulate(att, X0, t_max=1.0, dt=0.05, method="euler", save_every=2)
+    strang = tp.simulate(att, X0, t_max=1.0, dt=0.1, solver="euler", block=tp.Block(mlp=zero))
+    half = tp.simulate(att, X0, t_max=1.0, dt=0.05, solver="euler", saveat=tp.SaveAt(every=2))
     np.testing.assert_allclose(strang.states, half.states, rtol=0, atol=1e-14)
     # Strang with RK4 approximates the same flow (RK4 error at h = 0.05: ~1e-8)
-    s4 = tp.simulate(att, X0, t_max=1.0, dt=0.1, method="rk4", mlp=zero)
+    s4 = tp.simulate(att, X0, t_max=1.0, dt=0.1, solver="rk4", block=tp.Block(mlp=zero))
     assert np.abs(s4.final - plain.final).max() < 1e-6
 
 
@@ -259,8 +264,8 @@ def test_pre_norm_encoder_equals_layer_loop():
     ln1 = LayerNorm("pre", scale=tp.Layers(g1), shift=tp.Layers(s1))
     ln2 = LayerNorm("pre", scale=tp.Layers(g2))
     X0 = rng.normal(size=(n, d))
-    tr = tp.simulate(att, X0, t_max=L, dt=1.0, method="euler", mlp=mlp,
-                     layernorm=(ln1, ln2), splitting="lie")
+    tr = tp.simulate(att, X0, t_max=L, dt=1.0, solver="euler",
+                     block=tp.Block(mlp=mlp, layernorm=(ln1, ln2), splitting="lie"))
     X = X0.copy()
     for ell in range(L):
         U = ln_ref(X, g1[ell, 0], s1[ell, 0])
@@ -281,8 +286,8 @@ def test_post_norm_encoder_equals_layer_loop_and_stays_on_manifold():
     mlp = MLP(W1, W2, activation="relu")
     X0 = rng.normal(size=(n, d))
     att = tp.Attention("softmax", Q, K, V)
-    tr = tp.simulate(att, X0, t_max=4.0, dt=1.0, method="euler", mlp=mlp, layernorm=ln,
-                     splitting="lie")
+    tr = tp.simulate(att, X0, t_max=4.0, dt=1.0, solver="euler",
+                     block=tp.Block(mlp=mlp, layernorm=ln, splitting="lie"))
     X = X0.copy()
     for ell in range(4):
         X = ln_ref(X + softmax_heads(X, Q, K, V, 1), var=2.0)
@@ -349,40 +354,49 @@ def test_block_option_errors():
     X0 = np.array([[1.0, 0.0], [0.0, 1.0]])
     mlp = MLP(np.eye(2), np.eye(2))
     with pytest.raises(ValueError, match="fixed-step"):
-        tp.simulate(att, X0, t_max=1.0, dt=0.1, method="dopri5", mlp=mlp)
+        tp.simulate(att, X0, t_max=1.0, dt=0.1, solver="dopri5", block=tp.Block(mlp=mlp))
     with pytest.raises(ValueError, match="multistep"):
-        tp.simulate(att, X0, t_max=1.0, dt=0.1, method="ab2", mlp=mlp)
+        tp.simulate(att, X0, t_max=1.0, dt=0.1, solver="ab2", block=tp.Block(mlp=mlp))
     with pytest.raises(ValueError, match="splitting"):
-        tp.simulate(att, X0, t_max=1.0, dt=0.1, mlp=mlp, splitting="yoshida")
+        tp.simulate(att, X0, t_max=1.0, dt=0.1, block=tp.Block(mlp=mlp, splitting="yoshida"))
     with pytest.raises(ValueError, match="d=3"):
-        tp.simulate(att, X0, t_max=1.0, dt=0.1, mlp=MLP(np.eye(3), np.eye(3)))
+        tp.simulate(att, X0, t_max=1.0, dt=0.1, block=tp.Block(mlp=MLP(np.eye(3), np.eye(3))))
     with pytest.raises(ValueError, match="sphere"):
-        tp.simulate(att, X0, t_max=1.0, dt=0.1, constraint="sphere",
-                    layernorm=LayerNorm("post"))
+        tp.simulate(att, X0, t_max=1.0, dt=0.1,
+                    block=tp.Block(constraint="sphere", layernorm=LayerNorm("post")))
     with pytest.raises(TypeError, match="layernorm"):
-        tp.simulate(att, X0, t_max=1.0, dt=0.1, layernorm="pre")
+        tp.simulate(att, X0, t_max=1.0, dt=0.1, block=tp.Block(layernorm="pre"))
     with pytest.raises(TypeError, match="mlp"):
-        tp.simulate(att, X0, t_max=1.0, dt=0.1, mlp=lambda t, x: x)
+        tp.simulate(att, X0, t_max=1.0, dt=0.1, block=tp.Block(mlp=lambda t, x: x))
+    # options that do not apply are errors naming them
+    with pytest.raises(ValueError, match="splitting='lie' applies only with an mlp"):
+        tp.Block(splitting="lie")
+    with pytest.raises(ValueError, match="constraint must be 'sphere'"):
+        tp.Block(constraint="torus")
+    with pytest.raises(TypeError, match="constraint must be 'sphere' or an object"):
+        tp.Block(constraint=3)
+    with pytest.raises(ValueError, match="mode='post'"):
+        tp.PostLayerNorm(LayerNorm("pre"))
     with pytest.raises(ValueError, match="mode"):
         LayerNorm("middle")
     with pytest.raises(ValueError, match="variance"):
         LayerNorm(variance=0.0)
     # multistep without splitting is fine (projected AB3 on the sum field)
-    tr = tp.simulate(att, X0, t_max=0.5, dt=0.1, method="ab2", mlp=mlp, splitting="none")
+    tr = tp.simulate(att, X0, t_max=0.5, dt=0.1, solver="ab2",
+                     block=tp.Block(mlp=mlp, splitting="none"))
     assert tr.status == "ok" and tr.info["method"] == "ab2+none"
 
 
 def test_block_trajectory_roundtrip(tmp_path):
     rng = np.random.default_rng(9)
     att = tp.Attention("softmax", np.eye(3), np.eye(3), np.eye(3))
-    tr = tp.simulate(att, on_sphere(rng, 5, 3), t_max=0.3, dt=0.1, constraint="sphere",
-                     mlp=MLP(np.eye(3), np.eye(3)))
+    tr = tp.simulate(att, on_sphere(rng, 5, 3), t_max=0.3, dt=0.1,
+                     block=tp.Block(constraint="sphere", mlp=MLP(np.eye(3), np.eye(3))))
     back = tp.load(tr.save(tmp_path / "t.npz"))
     assert back.info["constraint"] == "sphere" and back.info["mlp"] == "gelu"
     np.testing.assert_array_equal(back.states, tr.states)
-    assert isinstance(BlockStepper.wrap(tp.integrators.get_solver("rk4"), 3,
-                                        constraint="sphere"), BlockStepper)
-    assert BlockStepper.wrap(tp.integrators.get_solver("rk4"), 3) is None
+    stepper = BlockStepper(tp.integrate.get_solver("rk4"), tp.Block(constraint="sphere"), 3)
+    assert isinstance(stepper.constraint, tp.Sphere) and stepper.tables == []
 
 
 def test_multistep_block_restarts_at_mlp_layer_boundaries():
@@ -403,7 +417,7 @@ def test_multistep_block_restarts_at_mlp_layer_boundaries():
                                     ).ravel(),
                       (a, b), y, method="DOP853", rtol=1e-13, atol=1e-14).y[:, -1]
     dts = [0.05, 0.025, 0.0125, 0.00625]
-    errs = [np.abs(tp.simulate(att, X0, t_max=1.05, dt=dt, method="ab3", mlp=mlp,
-                               splitting="none").final - y.reshape(X0.shape)).max()
+    errs = [np.abs(tp.simulate(att, X0, t_max=1.05, dt=dt, solver="ab3",
+                               block=tp.Block(mlp=mlp, splitting="none")).final - y.reshape(X0.shape)).max()
             for dt in dts]
     assert abs(slope(errs, dts) - 3) < 0.3, errs

@@ -11,7 +11,7 @@ import pytest
 
 from transformer_pde import cli, load
 from transformer_pde.backends import BACKENDS
-from transformer_pde.integrators import SOLVERS
+from transformer_pde.integrate.solvers import SOLVERS
 
 BASE = """
 [attention]

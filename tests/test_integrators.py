@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
 
 import transformer_pde as tp
-from transformer_pde.integrators import (SOLVERS, AdamsBashforth, ImplicitMidpoint,
-                                         SolverNotConverged, adams_bashforth_weights,
-                                         get_solver)
+from transformer_pde.integrate.solvers import (SOLVERS, AdamsBashforth, ImplicitMidpoint,
+                                              SolverNotConverged, adams_bashforth_weights,
+                                              get_solver)
 
 
 def _problem():
@@ -68,7 +68,8 @@ def test_observed_order(reference, method, order, dts):
     att, X0, ref = reference
     errs = []
     for dt in dts:
-        tr = tp.simulate(att, X0, t_max=T_END, dt=dt, method=method, save_every=10_000)
+        tr = tp.simulate(att, X0, t_max=T_END, dt=dt, solver=method,
+                         saveat=tp.SaveAt(every=10_000))
         assert tr.status == "ok"
         assert tr.t_final == pytest.approx(T_END)
         errs.append(np.abs(tr.final - ref).max())
@@ -84,7 +85,7 @@ def test_registry_and_attributes():
         assert s.order == order and not s.adaptive
         assert name in SOLVERS
     assert get_solver("ab3").multistep
-    with pytest.raises(ValueError, match="method"):
+    with pytest.raises(ValueError, match="solver must be one of"):
         get_solver("ab9")
     with pytest.raises(ValueError, match="k must"):
         AdamsBashforth(0)
@@ -154,7 +155,7 @@ def test_implicit_midpoint_failure_is_reported():
     with pytest.raises(SolverNotConverged, match="reduce dt"):
         ImplicitMidpoint().step(lambda t, y: -50.0 * y, 0.0, np.ones((1, 1)), 1.0)
     X0 = np.array([[1.0], [2.0]])
-    tr = tp.simulate(att, X0, t_max=2.0, dt=1.0, method="implicit_midpoint")
+    tr = tp.simulate(att, X0, t_max=2.0, dt=1.0, solver="implicit_midpoint")
     assert tr.status == "failed" and "implicit midpoint" in tr.message
     assert tr.states.shape[0] == 1   # only the initial state was computed
 
@@ -175,6 +176,6 @@ def test_multistep_restarts_at_layer_boundaries(method, order):
                       (a, b), y, method="DOP853", rtol=1e-13, atol=1e-14).y[:, -1]
     ref = y.reshape(X0.shape)
     dts = [0.1, 0.05, 0.025, 0.0125]
-    errs = [np.abs(tp.simulate(att, X0, t_max=T_END, dt=dt, method=method).final - ref).max()
+    errs = [np.abs(tp.simulate(att, X0, t_max=T_END, dt=dt, solver=method).final - ref).max()
             for dt in dts]
     assert abs(observed_order(errs, dts) - order) < 0.3, errs

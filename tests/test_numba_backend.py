@@ -297,7 +297,8 @@ def test_simulate_numba_equals_numpy(kind, masked, heads, rng):
                        rng.normal(size=(d, d)) / 2, heads=heads, masked=masked)
     X0 = rng.normal(size=(120, d))
     pos = rng.random(120) if masked else None
-    runs = [tp.simulate(att, X0, t_max=1.0, dt=0.1, method="rk4", backend=b, positions=pos)
+    runs = [tp.simulate(att, X0, t_max=1.0, dt=0.1, solver="rk4",
+                        field=tp.FieldOptions(backend=b), positions=pos)
             for b in ("numpy", "numba")]
     assert runs[0].status == runs[1].status == "ok"
     # 10 RK4 steps of a Lipschitz flow: per-step 1e-15 discrepancies stay far below 1e-11

@@ -52,7 +52,7 @@ def fitted_order(errors, dts):
 def test_euler_dt1_is_a_stack_of_residual_attention_layers(rng):
     X0 = rng.normal(size=(6, 3))
     Q, K, V = rng.normal(size=(3, 3, 3)) * 0.5
-    traj = tp.simulate(tp.Attention("softmax", Q, K, V), X0, t_max=4, dt=1, method="euler")
+    traj = tp.simulate(tp.Attention("softmax", Q, K, V), X0, t_max=4, dt=1, solver="euler")
     X = X0
     for layer in range(4):
         X = residual_softmax_layer(X, Q, K, V)
@@ -66,30 +66,30 @@ def test_euler_on_layers_table_equals_distinct_hand_written_layers(rng):
     X0 = rng.normal(size=(5, 2))
     Qs, Ks, Vs = (rng.normal(size=(L, 2, 2)) * 0.6 for _ in range(3))
     att = tp.Attention("softmax", Layers(Qs), Layers(Ks), Layers(Vs))
-    traj = tp.simulate(att, X0, t_max=L, dt=1, method="euler")
+    traj = tp.simulate(att, X0, t_max=L, dt=1, solver="euler")
     X = X0
     for layer in range(L):
         X = residual_softmax_layer(X, Qs[layer], Ks[layer], Vs[layer])
         np.testing.assert_allclose(traj.states[layer + 1], X, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("method,kw,tol", [
-    ("rk4", {}, 1e-13),                           # identical arithmetic, round-off only
-    ("dopri5", {"rtol": 1e-10, "atol": 1e-12}, 1e-8),  # two adaptive runs, each ~1e-10 accurate
+@pytest.mark.parametrize("method,tol", [
+    ("rk4", 1e-13),                                      # identical arithmetic, round-off only
+    (tp.Dopri5(rtol=1e-10, atol=1e-12), 1e-8),  # two adaptive runs, each ~1e-10 accurate
 ])
-def test_sub_layer_steps_never_mix_layers(method, kw, tol, rng):
+def test_sub_layer_steps_never_mix_layers(method, tol, rng):
     # a Layers table with layer_time 1 and steps of 1/4: every step stays inside one layer,
     # so the run equals chaining runs with each layer's constant parameters
     L = 3
     X0 = rng.normal(size=(4, 2))
     Qs, Ks, Vs = (rng.normal(size=(L, 2, 2)) * 0.6 for _ in range(3))
     att = tp.Attention("softmax", Layers(Qs), Layers(Ks), Layers(Vs))
-    traj = tp.simulate(att, X0, t_max=L, dt=0.25, method=method, **kw)
+    traj = tp.simulate(att, X0, t_max=L, dt=0.25, solver=method)
     X = X0
     chained_steps = 0
     for layer in range(L):
         const = tp.Attention("softmax", Qs[layer], Ks[layer], Vs[layer])
-        part = tp.simulate(const, X, t_max=1.0, dt=0.25, method=method, **kw)
+        part = tp.simulate(const, X, t_max=1.0, dt=0.25, solver=method)
         X, chained_steps = part.final, chained_steps + part.info["n_steps"]
         i = int(np.argmin(np.abs(traj.times - (layer + 1))))
         assert traj.times[i] == pytest.approx(layer + 1, abs=1e-12)
@@ -105,7 +105,7 @@ def test_dopri5_lands_on_layer_boundaries_between_save_points(rng):
     L = 3
     X0 = rng.normal(size=(4, 2))
     Qs, Ks, Vs = (rng.normal(size=(L, 2, 2)) * 0.6 for _ in range(3))
-    kw = {"method": "dopri5", "rtol": 1e-9, "atol": 1e-11}
+    kw = {"solver": tp.Dopri5(rtol=1e-9, atol=1e-11)}
     X, chained_steps = X0, 0
     for layer in range(L):
         part = tp.simulate(tp.Attention("softmax", Qs[layer], Ks[layer], Vs[layer]), X,
@@ -124,7 +124,7 @@ def test_dopri5_lands_on_layer_boundaries_between_save_points(rng):
 def test_callable_parameters_follow_exact_solution():
     # a(t) = (1 + t)/4 through a callable K: int_0^t a = (t + t^2/2)/4
     att = tp.Attention("linear", [[1.0]], lambda t: [[(1 + t) / 4]], [[1.0]])
-    traj = tp.simulate(att, X0_1D, t_max=1.0, dt=0.01, method="rk4")
+    traj = tp.simulate(att, X0_1D, t_max=1.0, dt=0.01, solver="rk4")
     for t, X in zip(traj.times, traj.states):
         want = linear_1d_exact(X0_1D, t, (t + t * t / 2) / 4)
         # RK4 with h = 0.01 on an O(1) smooth solution: global error ~1e-10
@@ -139,7 +139,7 @@ def test_callable_parameters_follow_exact_solution():
 def test_observed_order_on_exact_solution(method, order, dts):
     errors = []
     for dt in dts:
-        traj = tp.simulate(linear_1d(), X0_1D, t_max=1.0, dt=dt, method=method)
+        traj = tp.simulate(linear_1d(), X0_1D, t_max=1.0, dt=dt, solver=method)
         errors.append(np.abs(traj.final - linear_1d_exact(X0_1D, 1.0, 0.5)).max())
     slope = fitted_order(errors, dts)
     # asymptotic regime: the fitted slope of log(error) against log(dt) is the order
@@ -150,17 +150,17 @@ def test_rk4_order_on_2d_softmax_against_fine_reference(rng):
     X0 = rng.normal(size=(4, 2))
     Q, K, V = rng.normal(size=(3, 2, 2)) * 0.7
     att = tp.Attention("softmax", Q, K, V)
-    ref = tp.simulate(att, X0, t_max=1.0, dt=1 / 512, method="rk4").final  # error ~1e-13
+    ref = tp.simulate(att, X0, t_max=1.0, dt=1 / 512, solver="rk4").final  # error ~1e-13
     dts = [1 / 4, 1 / 8, 1 / 16, 1 / 32]
-    errors = [np.abs(tp.simulate(att, X0, t_max=1.0, dt=dt, method="rk4").final - ref).max()
+    errors = [np.abs(tp.simulate(att, X0, t_max=1.0, dt=dt, solver="rk4").final - ref).max()
               for dt in dts]
     assert abs(fitted_order(errors, dts) - 4) < 0.3, errors
 
 
 @pytest.mark.parametrize("rtol", [1e-5, 1e-7, 1e-9])
 def test_dopri5_meets_its_tolerance(rtol):
-    traj = tp.simulate(linear_1d(), X0_1D, t_max=1.0, dt=0.1, method="dopri5", rtol=rtol,
-                       atol=rtol * 1e-3)
+    traj = tp.simulate(linear_1d(), X0_1D, t_max=1.0, dt=0.1,
+                       solver=tp.Dopri5(rtol=rtol, atol=rtol * 1e-3))
     want = linear_1d_exact(X0_1D, 1.0, 0.5)
     err = np.abs(traj.final - want).max()
     # the controller bounds the local error per step by rtol |x|; over t in [0, 1] of this
@@ -197,18 +197,21 @@ def test_sinkhorn_mean_moves_exactly_with_v(rng):
 
 
 def test_partial_last_step_lands_on_t_max_and_save_every():
-    traj = tp.simulate(linear_1d(), X0_1D, t_max=1.0, dt=0.3, method="rk4")
+    traj = tp.simulate(linear_1d(), X0_1D, t_max=1.0, dt=0.3, solver="rk4")
     np.testing.assert_allclose(traj.times, [0, 0.3, 0.6, 0.9, 1.0], rtol=0, atol=1e-15)
     np.testing.assert_allclose(traj.final, linear_1d_exact(X0_1D, 1.0, 0.5), rtol=1e-4)
-    traj = tp.simulate(linear_1d(), X0_1D, t_max=1.0, dt=0.1, save_every=4, method="euler")
+    traj = tp.simulate(linear_1d(), X0_1D, t_max=1.0, dt=0.1, saveat=tp.SaveAt(every=4),
+                       solver="euler")
     np.testing.assert_allclose(traj.times, [0, 0.4, 0.8, 1.0], rtol=0, atol=1e-12)
 
 
 # --------------------------------------------------------------------------- blow-up
 def test_blowup_stops_cleanly():
     # one token, linear attention with a = 1/2: x' = x^3 / 2, x(t) = (1 - t)^{-1/2}, T* = 1
-    traj = tp.simulate(linear_1d(), np.array([[1.0]]), t_max=5.0, dt=0.01, max_norm=100.0)
-    assert traj.status == "blowup" and not traj.success
+    traj = tp.simulate(linear_1d(), np.array([[1.0]]), t_max=5.0, dt=0.01,
+                       limits=tp.Limits(max_norm=100.0))
+    # a detected blow-up answers the question: success, with an EarlyStopWarning
+    assert traj.status == "blowup" and traj.success
     assert np.all(np.isfinite(traj.states))
     # the offending state is the last one saved; all earlier ones are below max_norm
     assert np.all(np.abs(traj.states[:-1]) <= 100.0) and np.abs(traj.final).max() > 100.0
@@ -226,7 +229,8 @@ def test_exp_attention_overflow_stops_cleanly():
     # unnormalised exp attention, one token: x' = x e^{x^2}; T* = E1(1)/2 = 0.1097.  RK4
     # stages overflow before |x| reaches max_norm: either clean status is acceptable
     att = tp.Attention("exp", [[1.0]], [[1.0]], [[1.0]])
-    traj = tp.simulate(att, np.array([[1.0]]), t_max=5.0, dt=0.01, max_norm=1e3)
+    traj = tp.simulate(att, np.array([[1.0]]), t_max=5.0, dt=0.01,
+                       limits=tp.Limits(max_norm=1e3))
     assert traj.status in ("blowup", "nonfinite")
     assert np.all(np.isfinite(traj.states)) and 0.09 < traj.t_final < 0.12
     assert f"t={traj.t_final:.6g}" in traj.message
@@ -235,8 +239,8 @@ def test_exp_attention_overflow_stops_cleanly():
 def test_nonfinite_stops_cleanly_and_keeps_earlier_states():
     att = tp.Attention("exp", [[1.0]], [[1.0]], [[1.0]])
     # Euler h = 0.1 from x = 3: x_1 = 3 + 0.3 e^9 = 2434.0, then e^{2434^2} overflows
-    traj = tp.simulate(att, np.array([[3.0]]), t_max=1.0, dt=0.1, method="euler",
-                       max_norm=1e300)
+    traj = tp.simulate(att, np.array([[3.0]]), t_max=1.0, dt=0.1, solver="euler",
+                       limits=tp.Limits(max_norm=1e300))
     assert traj.status == "nonfinite"
     np.testing.assert_allclose(traj.times, [0.0, 0.1])
     np.testing.assert_allclose(traj.final, [[3 + 0.3 * np.exp(9.0)]], rtol=1e-13)
@@ -245,8 +249,8 @@ def test_nonfinite_stops_cleanly_and_keeps_earlier_states():
 
 def test_dopri5_blowup_stops_cleanly():
     att = tp.Attention("exp", [[1.0]], [[1.0]], [[1.0]])
-    traj = tp.simulate(att, np.array([[1.0]]), t_max=5.0, dt=0.01, method="dopri5",
-                       max_norm=1e3)
+    traj = tp.simulate(att, np.array([[1.0]]), t_max=5.0, dt=0.01, solver="dopri5",
+                       limits=tp.Limits(max_norm=1e3))
     assert traj.status in ("blowup", "nonfinite")
     assert np.all(np.isfinite(traj.states)) and traj.t_final < 0.12
     assert "t=" in traj.message
@@ -308,7 +312,8 @@ def test_save_load_sinkhorn_float32_blowup_and_callables(tmp_path, rng):
     assert back.states.dtype == np.float32
     _assert_same_trajectory(traj, back)
     # an interrupted run keeps status and message
-    traj = tp.simulate(linear_1d(), np.array([[1.0]]), t_max=2.0, dt=0.01, max_norm=10.0)
+    traj = tp.simulate(linear_1d(), np.array([[1.0]]), t_max=2.0, dt=0.01,
+                       limits=tp.Limits(max_norm=10.0))
     back = tp.load(traj.save(tmp_path / "b.npz"))
     assert back.status == "blowup"
     _assert_same_trajectory(traj, back)
@@ -333,7 +338,8 @@ def test_load_rejects_foreign_npz(tmp_path):
 def test_float32_simulation_stays_float32(method, kind, rng):
     X0 = rng.normal(size=(5, 2))
     att = tp.Attention(kind, np.eye(2) * 0.5, np.eye(2), np.eye(2) * 0.5)
-    kw = dict(t_max=1.0, dt=0.1, method=method, rtol=1e-4, atol=1e-6)
+    solver = tp.Dopri5(rtol=1e-4, atol=1e-6) if method == "dopri5" else method
+    kw = dict(t_max=1.0, dt=0.1, solver=solver)
     t32 = tp.simulate(att, X0.astype(np.float32), **kw)
     t64 = tp.simulate(att, X0, **kw)
     assert t32.states.dtype == np.float32
@@ -341,14 +347,15 @@ def test_float32_simulation_stays_float32(method, kind, rng):
     # single precision round-off accumulated over ~10-40 steps of an O(1) flow
     np.testing.assert_allclose(t32.final, t64.final, rtol=1e-4, atol=1e-4)
     # explicit dtype override
-    assert tp.simulate(att, X0, dtype=np.float32, **kw).states.dtype == np.float32
+    assert tp.simulate(att, X0, field=tp.FieldOptions(dtype=np.float32),
+                       **kw).states.dtype == np.float32
 
 
 @settings(max_examples=15)
 @given(problem=attention_problems(heads=None, masked=None, weighted=None))
 def test_one_euler_step_is_x_plus_dt_velocity(problem):
     att, m = problem
-    traj = tp.simulate(att, m.X, t_max=0.1, dt=0.1, method="euler", **m.kwargs)
+    traj = tp.simulate(att, m.X, t_max=0.1, dt=0.1, solver="euler", **m.kwargs)
     want = m.X + 0.1 * tp.velocity(att, m.X, **m.kwargs)
     np.testing.assert_allclose(traj.final, want, rtol=1e-12, atol=1e-12)
 
@@ -360,8 +367,8 @@ def test_rk4_and_dopri5_agree_on_random_problems(problem):
     # two integrators of different orders and step rules; with layer_time = 1 and
     # h = 1/20 both respect the layer boundaries; RK4's global error ~ h^4 ~ 1e-6 at most
     att, m = problem
-    a = tp.simulate(att, m.X, t_max=2.0, dt=0.05, method="rk4", **m.kwargs)
-    b = tp.simulate(att, m.X, t_max=2.0, dt=0.5, method="dopri5", rtol=1e-9, atol=1e-11,
+    a = tp.simulate(att, m.X, t_max=2.0, dt=0.05, solver="rk4", **m.kwargs)
+    b = tp.simulate(att, m.X, t_max=2.0, dt=0.5, solver=tp.Dopri5(rtol=1e-9, atol=1e-11),
                     **m.kwargs)
     assert a.status == b.status == "ok"
     np.testing.assert_allclose(a.final, b.final, rtol=1e-6, atol=1e-6)
@@ -372,16 +379,21 @@ def test_simulate_validation_errors():
     att = tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2))
     X = np.zeros((3, 2))
     cases = [
-        (dict(method="leapfrog"), ValueError, "method must be one of"),
+        (dict(solver="leapfrog"), ValueError, "solver must be one of"),
+        (dict(solver=None), TypeError, "solver must be a solver name"),
         (dict(t_max=0.0), ValueError, "t_max must be finite and > 0"),
         (dict(t_max=np.inf), ValueError, "t_max must be finite and > 0"),
         (dict(dt=-0.1), ValueError, "dt must be finite and > 0"),
         (dict(dt="x"), TypeError, "dt must be a real number"),
-        (dict(save_every=0), ValueError, "save_every must be an integer"),
-        (dict(save_every=1.5), ValueError, "save_every must be an integer"),
-        (dict(max_norm=0), ValueError, "max_norm must be finite and > 0"),
-        (dict(dtype=np.int64), ValueError, "dtype must be float32 or float64"),
-        (dict(backend="nope"), ValueError, "backend must be one of"),
+        (dict(saveat=3), TypeError, "saveat must be a transformer_pde.SaveAt"),
+        (dict(block="sphere"), TypeError, "block must be a transformer_pde.Block"),
+        (dict(field=dict(backend="numpy")), TypeError, "field must be a transformer_pde.Field"),
+        (dict(monitor=1), TypeError, "monitor must be"),
+        (dict(field=tp.FieldOptions(sinkhorn_tol=1e-6)), ValueError,
+         r"sinkhorn_tol=\.\.\.\) applies only to kind='sinkhorn'"),
+        (dict(solver=tp.Dopri5(), block=tp.Block(constraint="sphere")), ValueError,
+         "need a fixed-step solver"),
+        (dict(field=tp.FieldOptions(backend="nope")), ValueError, "backend must be one of"),
         (dict(X0=np.zeros((3, 3))), ValueError, "X0 must have shape"),
         (dict(X0=np.full((3, 2), np.nan)), ValueError, "X0 contains NaN"),
         (dict(weights=[1, 2]), ValueError, "weights must have shape"),
@@ -390,6 +402,27 @@ def test_simulate_validation_errors():
         args = {"X0": X, "t_max": 1.0, "dt": 0.1, **kw}
         with pytest.raises(exc, match=msg):
             tp.simulate(att, args.pop("X0"), **args)
+    # option objects check their values when built
+    with pytest.raises(ValueError, match="max_norm must be finite and > 0"):
+        tp.Limits(max_norm=0)
+    with pytest.raises(TypeError, match="max_steps must be an integer"):
+        tp.Limits(max_steps=None)
+    with pytest.raises(ValueError, match="dtype must be float32 or float64"):
+        tp.FieldOptions(dtype=np.int64)
+    with pytest.raises(TypeError, match="dtype must be float32 or float64"):
+        tp.FieldOptions(dtype="foo")
+    with pytest.raises(ValueError, match="SaveAt: every must be an integer"):
+        tp.SaveAt(every=0)
+    with pytest.raises(ValueError, match="SaveAt: every must be an integer"):
+        tp.SaveAt(every=1.5)
+    with pytest.raises(ValueError, match="give every or ts, not both"):
+        tp.SaveAt(every=2, ts=[0.5])
+    with pytest.raises(ValueError, match="strictly increasing"):
+        tp.SaveAt(ts=[0.5, 0.2])
+    with pytest.raises(TypeError, match="rtol must be a real number"):
+        tp.Dopri5(rtol="x")
+    with pytest.raises(ValueError, match="resume=True needs checkpoint"):
+        tp.Monitor(resume=True)
     with pytest.raises(ValueError, match="masked attention needs positions"):
         tp.simulate(att.replace(masked=True), X, t_max=1.0, dt=0.1)
     with pytest.raises(TypeError, match="att must be"):
@@ -397,7 +430,8 @@ def test_simulate_validation_errors():
     register_backend("_missing_sim", "transformer_pde_no_such_module:Backend")
     try:
         with pytest.raises(tp.BackendNotAvailable, match="_missing_sim"):
-            tp.simulate(att, X, t_max=1.0, dt=0.1, backend="_missing_sim")
+            tp.simulate(att, X, t_max=1.0, dt=0.1,
+                        field=tp.FieldOptions(backend="_missing_sim"))
     finally:
         BACKENDS.pop("_missing_sim", None)
 
@@ -405,7 +439,8 @@ def test_simulate_validation_errors():
 def test_progress_reporting_does_not_change_the_run(caplog):
     plain = tp.simulate(linear_1d(), X0_1D, t_max=1.0, dt=0.1)
     with caplog.at_level(logging.INFO, logger="transformer_pde"):
-        shown = tp.simulate(linear_1d(), X0_1D, t_max=1.0, dt=0.1, progress=True)
+        shown = tp.simulate(linear_1d(), X0_1D, t_max=1.0, dt=0.1,
+                            monitor=tp.Monitor(progress=True))
     np.testing.assert_array_equal(shown.states, plain.states)
     try:
         import tqdm  # noqa: F401

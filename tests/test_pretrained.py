@@ -179,8 +179,8 @@ def test_simulate_one_euler_step_per_layer_is_the_network(model):
 def test_simulate_refined_steps_converge_at_the_method_order(model):
     text = "Tokens flow."
 
-    def run(n, method):
-        return model.simulate(text, steps_per_layer=n, method=method, n_layers=1).final
+    def run(n, solver):
+        return model.simulate(text, steps_per_layer=n, solver=solver, n_layers=1).final
 
     ref = run(8, "rk4")
     e2, e4 = (np.abs(run(n, "rk4") - ref).max() for n in (2, 4))
@@ -198,10 +198,11 @@ def test_simulate_repeated_layer_long_time(model):
     assert tr.success and tr.states.shape == (13, 9, 384)
     assert tr.info["repeat_layer"] == 5
     # the repeated layer with one Euler step is the library flow with constant weights
-    from transformer_pde import simulate
+    from transformer_pde import Block, FieldOptions, simulate
     att, mlp, lns = model.layer(5)
-    direct = simulate(att, tr.states[0], t_max=12.0, dt=1.0, method="euler", mlp=mlp,
-                      layernorm=lns, splitting="lie")
+    direct = simulate(att, tr.states[0], t_max=12.0, dt=1.0, solver="euler",
+                      block=Block(mlp=mlp, layernorm=lns, splitting="lie"),
+                      field=FieldOptions(backend="numpy"))
     np.testing.assert_allclose(tr.states, direct.states, rtol=0, atol=1e-9)
     with pytest.raises(ArgumentError, match="repeat_layer"):
         model.simulate("x", n_layers=7)

@@ -316,7 +316,7 @@ def test_per_stage_warm_start_matches_cold_and_saves_iterations(rng):
     # a Lipschitz-1 flow keep the states within 1e-7), and fewer iterations than the
     # stage-less warm start (measured about 4 vs 5.5 per evaluation after step 3)
     from transformer_pde.fields import FieldEvaluator
-    from transformer_pde.integrators import RK4
+    from transformer_pde.integrate import RK4
     X = rng.normal(size=(150, 2))
     att = tp.Attention("sinkhorn", A_GEN, np.eye(2), 0.5 * np.eye(2))
     traj = tp.simulate(att, X, t_max=0.8, dt=0.1)
@@ -371,7 +371,7 @@ def test_non_convergence_is_never_silent(rng):
         sinkhorn_field(NP, X @ A_GEN.T, X, X, np.log(w), 1.0, state=state, max_iter=2,
                        label="head 3")
     assert state.predict(0.0, 50) == (None, None)    # no stale potentials kept
-    traj = tp.simulate(att, X, t_max=1.0, dt=0.1, sinkhorn_max_iter=2)
+    traj = tp.simulate(att, X, t_max=1.0, dt=0.1, field=tp.FieldOptions(sinkhorn_max_iter=2))
     assert traj.status == "failed" and "Sinkhorn did not converge" in traj.message
     assert len(traj.times) == 1                  # nothing computed from a bad field
 

@@ -127,9 +127,12 @@ def test_galerkin_is_linear_in_the_query():
 
 def test_needs_two_features_and_keeps_float32():
     X = np.random.default_rng(4).normal(size=(5, 2))
-    att = tp.Attention("galerkin", np.ones((1, 2)), np.ones((1, 2)), np.eye(2))
-    with pytest.raises(ValueError, match="k >= 2"):
-        tp.velocity(att, X)
+    # refused when the attention is built, not at its first evaluation (issue 13)
+    for kind in ("galerkin", "fourier"):
+        with pytest.raises(ValueError, match="k >= 2"):
+            tp.Attention(kind, np.ones((1, 2)), np.ones((1, 2)), np.eye(2))
+        with pytest.raises(ValueError, match="k >= 2"):   # two heads of one feature each
+            tp.Attention(kind, np.eye(2), np.eye(2), np.eye(2), heads=2)
     att = tp.Attention("fourier", np.eye(2), np.array([[1.0, 2.0], [0.0, 1.0]]), np.eye(2))
     out = tp.velocity(att, X.astype(np.float32))
     assert out.dtype == np.float32
@@ -140,7 +143,7 @@ def test_simulation_runs_and_is_recorded():
     rng = np.random.default_rng(5)
     att = tp.Attention("galerkin", *(0.5 * rng.normal(size=(4, 4)) for _ in range(3)),
                        heads=2)
-    tr = tp.simulate(att, rng.normal(size=(30, 4)), t_max=1.0, dt=0.1, method="heun")
+    tr = tp.simulate(att, rng.normal(size=(30, 4)), t_max=1.0, dt=0.1, solver="heun")
     assert tr.status == "ok" and np.all(np.isfinite(tr.states))
 
 

@@ -361,7 +361,8 @@ def test_cluster_cell_equals_a_direct_run_and_count():
     X0 = c.rng().normal(size=(16, 3))
     X0 /= np.linalg.norm(X0, axis=1, keepdims=True)
     att = tp.Attention("softmax", np.eye(3), np.eye(3), np.eye(3), beta=4.0)
-    traj = tp.simulate(att, X0, t_max=2.0, dt=0.25, method="rk4", constraint="sphere")
+    traj = tp.simulate(att, X0, t_max=2.0, dt=0.25, solver="rk4",
+                       block=tp.Block(constraint="sphere"))
     cl = diagnostics.clusters(traj.states[-1])
     assert ds["n_clusters"].values[1, 0] == cl.n_clusters
     assert ds["largest"].values[1, 0] == cl.masses.max()

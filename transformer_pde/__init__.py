@@ -16,16 +16,20 @@ from typing import Any
 
 from .attention import KINDS, Attention, AttentionParams, Head, Kind, Layers, register_kind
 from .backends import BackendNotAvailable, available_backends, get_backend
-from .blocks import MLP, LayerNorm
+from .blocks import MLP, Block, LayerNorm, PostLayerNorm, Sphere
 from .fields import FieldEvaluator, SinkhornNotConverged
-from .particles import ParticleTrajectory, load, simulate, velocity
+from .integrate.loop import Limits, Monitor, SaveAt
+from .integrate.solvers import (AdamsBashforth, Dop853, Dopri5, Euler, Heun, ImplicitMidpoint,
+                                RK4)
+from .particles import FieldOptions, ParticleTrajectory, load, simulate, velocity
+from .results import Status
 from .sinkhorn import sinkhorn_coupling, sinkhorn_summary
 
 __version__ = "0.1.0"
 
 # Submodules loaded on first attribute access (``tp.gaussian``, ``tp.plot``...), so that
 # ``import transformer_pde`` does not pull in POT, matplotlib or hypothesis.
-_LAZY_SUBMODULES = ("gaussian", "diagnostics", "plot", "cli", "paper", "testing", "integrators",
+_LAZY_SUBMODULES = ("gaussian", "diagnostics", "plot", "cli", "paper", "testing",
                     "integrate", "pretrained",
                     "blocks", "sinkhorn", "fields", "particles", "attention", "backends")
 
@@ -37,7 +41,22 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AdamsBashforth",
     "Attention",
+    "Block",
+    "Dop853",
+    "Dopri5",
+    "Euler",
+    "FieldOptions",
+    "Heun",
+    "ImplicitMidpoint",
+    "Limits",
+    "Monitor",
+    "PostLayerNorm",
+    "RK4",
+    "SaveAt",
+    "Sphere",
+    "Status",
     "AttentionParams",
     "BackendNotAvailable",
     "FieldEvaluator",

@@ -419,7 +419,12 @@ class Attention:
         set_(self, "time_dependent", dynamic)
         Q0 = self._matrix("Q", 0.0)
         set_(self, "d", Q0.shape[1])
-        self.at(0.0)  # validates shapes at t = 0
+        P0 = self.at(0.0)  # validates shapes at t = 0
+        if self.kind in ("galerkin", "fourier") and P0.heads[0].Q.shape[0] < 2:
+            raise ValueError(
+                f"kind={self.kind!r} normalises each token over the head's k features and "
+                f"needs k >= 2, got k={P0.heads[0].Q.shape[0]} (Q has shape {Q0.shape}"
+                f"{f', heads={self.heads}' if self.heads > 1 else ''})")
 
     # ------------------------------------------------------------------ evaluation
     def _matrix(self, name: str, t: float, left: bool = False) -> np.ndarray:

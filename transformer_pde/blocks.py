@@ -11,13 +11,14 @@ and layer normalisation enters either *inside* the fields (pre-norm:
 exact *projection* step after each sub-flow (post-norm, the view of Tai et al., "A
 mathematical explanation of Transformers").
 
-:class:`BlockStepper` wraps any fixed-step solver of :mod:`transformer_pde.integrators`
-and advances one step of size :math:`h` by operator splitting of the attention flow
+:class:`Block` gathers these options (``simulate(..., block=Block(mlp=..., layernorm=...,
+constraint=..., splitting=...))``); :class:`BlockStepper` wraps any fixed-step solver of
+:mod:`transformer_pde.integrate.solvers` and advances one step of size :math:`h` by operator splitting of the attention flow
 :math:`\mathcal A` and the MLP flow :math:`\mathcal M` (each sub-flow integrated by the
 wrapped solver, followed by the projections :math:`\mathcal P`):
 
 * ``"lie"`` (Lie–Trotter, order 1): :math:`\mathcal P\mathcal M_h\,\mathcal P\mathcal A_h`.
-  With ``method="euler"`` and ``dt=1`` one step is exactly one Transformer block
+  With ``solver="euler"`` and ``dt=1`` one step is exactly one Transformer block
   ``x += Attn(LN1 x); x += MLP(LN2 x)`` (pre-norm) or
   ``x = LN(x + Attn x); x = LN(x + MLP x)`` (post-norm).
 * ``"strang"`` (order 2): :math:`\mathcal P\mathcal A_{h/2}\,\mathcal P\mathcal M_h\,\mathcal P\mathcal A_{h/2}`.
@@ -27,7 +28,8 @@ Time-dependent weights follow the augmented-system convention: the attention flo
 carries the clock, so the MLP sub-flow is frozen at :math:`t_n` (Lie) or
 :math:`t_n + h/2` (Strang), which keeps Strang second order for time-dependent weights.
 
-``constraint="sphere"`` runs the normalised dynamics of Geshkovski, Letrouit,
+``Block(constraint="sphere")`` (:class:`Sphere`; a :class:`Constraint` is a tangent
+projection plus a retraction) runs the normalised dynamics of Geshkovski, Letrouit,
 Polyanskiy and Rigollet ("A mathematical perspective on Transformers"): tokens live on
 :math:`S^{d-1}` and every field is replaced by its tangential part
 
@@ -44,29 +46,31 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
 
 from .attention import Layers, _check_matrix
-from .integrators import _namespace as _xp
+from .errors import ArgumentError, ArgumentTypeError
+from .integrate.rk import array_namespace as _xp
 
 __all__ = [
+    "Block",
     "BlockStepper",
-    "CONSTRAINTS",
+    "Constraint",
     "LayerNorm",
     "MLP",
+    "PostLayerNorm",
     "SOFTMAX_FREE_LN_EPS",
     "SPLITTINGS",
+    "Sphere",
     "sphere_retract",
     "tangent_project",
     "token_layer_norm",
 ]
 
-#: operator-splitting schemes accepted by :func:`~transformer_pde.simulate`
+#: operator-splitting schemes of :class:`Block`
 SPLITTINGS = ("strang", "lie", "none")
-#: manifold constraints accepted by :func:`~transformer_pde.simulate`
-CONSTRAINTS = (None, "sphere")
 #: epsilon of the per-token layer normalisation of the ``galerkin`` / ``fourier`` kinds
 #: (PyTorch's ``nn.LayerNorm`` default, as in Cao 2021)
 SOFTMAX_FREE_LN_EPS = 1e-5
@@ -294,135 +298,305 @@ class MLP:
         return out
 
 
+# --------------------------------------------------------------------------- constraints
+@runtime_checkable
+class Constraint(Protocol):
+    r"""A manifold the tokens must stay on, as a projection method.
+
+    Every field is replaced by ``tangent(X, F)`` (its tangential part at the tokens ``X``)
+    and every (sub-)step ends with ``retract(X, t, left=...)`` (a map back onto the
+    manifold); ``initial(X0)`` checks (and may renormalise) the initial tokens.  With an
+    exact first integral of the tangential field, a solver of order :math:`p` followed by
+    the retraction keeps order :math:`p` (Hairer, Lubich, Wanner, *Geometric Numerical
+    Integration*, §IV.4).  :class:`Sphere` and :class:`PostLayerNorm` are the instances
+    shipped; ``name`` labels the run's ``info``.
+    """
+
+    name: str
+
+    def tangent(self, X: Any, F: Any) -> Any: ...
+
+    def retract(self, X: Any, t: float, *, left: bool = False) -> Any: ...
+
+    def initial(self, X0: np.ndarray) -> np.ndarray: ...
+
+
+class Sphere:
+    r"""Tokens on the unit sphere :math:`S^{d-1}` (Geshkovski et al.'s normalised dynamics).
+
+    ``tangent`` is :func:`tangent_project` (:math:`|x|` is then a first integral of the
+    projected field everywhere), ``retract`` is :func:`sphere_retract`; the initial
+    tokens must have norm 1 to 1e-6 and are renormalised exactly."""
+
+    name = "sphere"
+
+    def tangent(self, X: Any, F: Any) -> Any:
+        return tangent_project(X, F)
+
+    def retract(self, X: Any, t: float, *, left: bool = False) -> Any:
+        return sphere_retract(X)
+
+    def initial(self, X0: np.ndarray) -> np.ndarray:
+        r = np.sqrt((np.asarray(X0, dtype=float) ** 2).sum(axis=1))
+        bad = float(np.max(np.abs(r - 1.0)))
+        if bad > 1e-6:
+            raise ArgumentError(
+                "X0 must lie on the unit sphere for the Sphere constraint "
+                f"(max | |x_i| - 1 | = {bad:.3g} > 1e-6); normalise the rows first")
+        return X0 / r[:, None].astype(X0.dtype)
+
+    def __repr__(self) -> str:
+        return "Sphere()"
+
+
+class PostLayerNorm:
+    r"""Post-norm Transformer: the tokens are projected by a LayerNorm after each sub-flow.
+
+    ``retract`` is the LayerNorm (with :math:`\varepsilon = 0`, :math:`\gamma = 1`,
+    :math:`\delta = 0` the nearest-point projection onto its manifold, see
+    :class:`LayerNorm`).  ``tangent`` leaves the fields unchanged: one Euler step of size
+    1 per sub-layer is then exactly the post-norm block ``x = LN(x + Attn(x))`` (Tai et
+    al.'s projection step), which is the computation this constraint reproduces.
+
+    Parameters
+    ----------
+    layernorm : LayerNorm
+        Its ``mode`` must be ``"post"``.
+    mlp_layernorm : LayerNorm, optional
+        A second post-norm LayerNorm applied instead after the MLP sub-flow (BERT's
+        ``x = LN1(x + Attn x)``, ``x = LN2(x + MLP x)``: ``layernorm`` is LN1, this LN2);
+        default: ``layernorm`` after both sub-flows.
+    """
+
+    name = "post_layernorm"
+
+    def __init__(self, layernorm: "LayerNorm", mlp_layernorm: "LayerNorm | None" = None):
+        for ln in (layernorm, mlp_layernorm):
+            if ln is mlp_layernorm and ln is None:
+                continue
+            if not isinstance(ln, LayerNorm) or ln.mode != "post":
+                raise ArgumentError("PostLayerNorm needs LayerNorms with mode='post', got "
+                                    f"{ln!r}")
+        self.layernorm = layernorm
+        self.mlp_layernorm = layernorm if mlp_layernorm is None else mlp_layernorm
+
+    @property
+    def tables(self) -> list[Layers]:
+        lns = (self.layernorm,) if self.mlp_layernorm is self.layernorm else \
+            (self.layernorm, self.mlp_layernorm)
+        return [v for ln in lns for v in vars(ln).values() if isinstance(v, Layers)]
+
+    def tangent(self, X: Any, F: Any) -> Any:
+        return F
+
+    def retract(self, X: Any, t: float, *, left: bool = False) -> Any:
+        return self.layernorm(X, t, left=left)
+
+    def retract_mlp(self, X: Any, t: float, *, left: bool = False) -> Any:
+        """The projection after the MLP sub-flow (``mlp_layernorm``)."""
+        return self.mlp_layernorm(X, t, left=left)
+
+    def initial(self, X0: np.ndarray) -> np.ndarray:
+        if X0.shape[1] < 2:
+            raise ArgumentError("a LayerNorm needs d >= 2 features")
+        return X0
+
+    def __repr__(self) -> str:
+        if self.mlp_layernorm is self.layernorm:
+            return f"PostLayerNorm({self.layernorm!r})"
+        return f"PostLayerNorm({self.layernorm!r}, {self.mlp_layernorm!r})"
+
+
+# --------------------------------------------------------------------------- block
+@dataclass(frozen=True, eq=False)
+class Block:
+    r"""The composition of a Transformer block around the attention flow.
+
+    Parameters
+    ----------
+    mlp : MLP, optional
+        Token-wise MLP field added to attention (a full Transformer block).
+    layernorm : LayerNorm or pair of LayerNorms, optional
+        A pre-norm LayerNorm (``mode="pre"``, inside both fields) or a pair
+        ``(LN_attention, LN_mlp)``; a post-norm LayerNorm (``mode="post"``) is the
+        constraint :class:`PostLayerNorm` (give it here or as ``constraint``); a pair of
+        post-norm LayerNorms ``(LN1, LN2)`` projects with LN1 after the attention and LN2
+        after the MLP sub-flow (a BERT layer with Lie splitting, Euler and ``dt = 1``; needs
+        an ``mlp`` and ``splitting`` "lie" or "strang").
+    constraint : Constraint or "sphere", optional
+        Manifold the tokens stay on (:class:`Sphere`, :class:`PostLayerNorm`, or any
+        object following :class:`Constraint`).
+    splitting : {"strang", "lie", "none"}, optional
+        How the attention and MLP flows are combined (see the module docstring); default
+        ``"strang"``.  Only with ``mlp``.
+
+    Every option needs a fixed-step solver.  Options that do not apply are errors: a
+    splitting without an MLP, a post-norm LayerNorm together with another constraint.
+    """
+
+    mlp: MLP | None = None
+    layernorm: Any = None
+    constraint: Any = None
+    splitting: str | None = None
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        if self.mlp is not None and not isinstance(self.mlp, MLP):
+            raise ArgumentTypeError(
+                f"mlp must be a transformer_pde.blocks.MLP, got {type(self.mlp).__name__}")
+        if self.splitting is not None:
+            if self.mlp is None:
+                raise ArgumentError(
+                    f"splitting={self.splitting!r} applies only with an mlp: the attention "
+                    "flow alone is not split")
+            if self.splitting not in SPLITTINGS:
+                raise ArgumentError(
+                    f"splitting must be one of {list(SPLITTINGS)}, got {self.splitting!r}")
+        constraint = self.constraint
+        if isinstance(constraint, str):
+            if constraint != "sphere":
+                raise ArgumentError(f"constraint must be 'sphere' or a Constraint object, "
+                                    f"got {constraint!r}")
+            constraint = Sphere()
+        elif constraint is not None and not all(
+                callable(getattr(constraint, m, None)) for m in ("tangent", "retract", "initial")):
+            raise ArgumentTypeError(
+                "constraint must be 'sphere' or an object with tangent(X, F), "
+                f"retract(X, t, left=...) and initial(X0), got {type(constraint).__name__}")
+        ln = self.layernorm
+        if isinstance(ln, tuple):
+            modes = {getattr(x, "mode", None) for x in ln}
+            if len(ln) != 2 or not all(isinstance(x, LayerNorm) for x in ln) or len(modes) != 1:
+                raise ArgumentError("layernorm as a tuple must be two pre-norm or two post-norm "
+                                    "LayerNorms (attention, mlp)")
+            if modes == {"post"}:
+                if self.mlp is None or self.splitting == "none":
+                    raise ArgumentError(
+                        "a pair of post-norm LayerNorms projects after the attention and after "
+                        "the MLP sub-flow: it needs mlp= and splitting='lie' or 'strang'")
+                if constraint is not None:
+                    raise ArgumentError(
+                        "post-norm LayerNorms are a constraint of their own; do not combine "
+                        f"them with constraint={constraint!r}")
+                constraint = PostLayerNorm(ln[0], ln[1])
+        elif isinstance(ln, LayerNorm):
+            if ln.mode == "post":
+                if constraint is not None:
+                    raise ArgumentError(
+                        f"a post-norm LayerNorm is a constraint of its own; do not combine it "
+                        f"with constraint={constraint!r} (the {constraint.name} already "
+                        "normalises the tokens)")
+                constraint = PostLayerNorm(ln)
+        elif ln is not None:
+            raise ArgumentTypeError("layernorm must be a LayerNorm, a pair of them, or None, "
+                                    f"got {type(ln).__name__}")
+        set_(self, "constraint", constraint)
+
+    @property
+    def pre_norms(self) -> tuple[LayerNorm | None, LayerNorm | None]:
+        """The pre-norm LayerNorms ``(of the attention field, of the MLP field)``."""
+        ln = self.layernorm
+        if isinstance(ln, tuple):
+            return ln if ln[0].mode == "pre" else (None, None)
+        if isinstance(ln, LayerNorm) and ln.mode == "pre":
+            return ln, ln
+        return None, None
+
+    @property
+    def tables(self) -> list[Layers]:
+        """Every piecewise-constant :class:`~transformer_pde.Layers` table of the block."""
+        ln_att, ln_mlp = self.pre_norms
+        objs = [o for o in (self.mlp, ln_att, ln_mlp) if o is not None]
+        out = [v for obj in objs for v in vars(obj).values() if isinstance(v, Layers)]
+        return out + list(getattr(self.constraint, "tables", []))
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-friendly summary for ``ParticleTrajectory.info``."""
+        ln_att, _ = self.pre_norms
+        ln = "pre" if ln_att is not None else \
+            "post" if isinstance(self.constraint, PostLayerNorm) else None
+        return {"constraint": getattr(self.constraint, "name", None),
+                "splitting": (self.splitting or "strang") if self.mlp is not None else "none",
+                "mlp": None if self.mlp is None else self.mlp.activation, "layernorm": ln}
+
+
 # --------------------------------------------------------------------------- stepper
-def _check_options(splitting: str, constraint: str | None) -> None:
-    if splitting not in SPLITTINGS:
-        raise ValueError(f"splitting must be one of {list(SPLITTINGS)}, got {splitting!r}")
-    if constraint not in CONSTRAINTS:
-        raise ValueError(f"constraint must be one of {list(CONSTRAINTS)}, got {constraint!r}")
-
-
 class BlockStepper:
     r"""Solver wrapper that advances a Transformer block flow by operator splitting.
 
-    Follows the solver protocol of :mod:`transformer_pde.integrators` (``step``,
-    ``reset``, ``name``, ``order``) and is built by :func:`~transformer_pde.simulate` from its
-    ``mlp=``, ``layernorm=``, ``constraint=`` and ``splitting=`` arguments (see the module
-    docstring for the schemes).  ``f(t, X)`` passed to :meth:`step` is the attention field.
+    Follows the fixed-step solver protocol of :mod:`transformer_pde.integrate.solvers`
+    (``step``, ``reset``, ``name``, ``order``) and is built by
+    :func:`~transformer_pde.simulate` from its ``block=`` (see the module docstring for
+    the schemes).  ``f(t, X)`` passed to :meth:`step` is the attention field.
 
     Parameters
     ----------
     solver : fixed-step solver
         Integrates every sub-flow.  Multistep solvers are refused with a splitting (their
         history would mix states moved by the other sub-flow).
+    block : Block
     d : int
         Token dimension.
-    mlp : MLP or None
-    layernorm : LayerNorm, pair ``(LN_attention, LN_mlp)`` of pre-norm or of post-norm LayerNorms, or None
-        A post-norm pair projects with ``LN_attention`` after the attention sub-flow and with
-        ``LN_mlp`` after the MLP sub-flow (a BERT layer ``x = LN1(x + Attn x)``,
-        ``x = LN2(x + MLP x)`` with Lie splitting, Euler and ``dt = 1``).
-    constraint : {None, "sphere"}
-    splitting : {"strang", "lie", "none"}
     """
 
     adaptive = False
 
-    def __init__(self, solver: Any, d: int, *, mlp: MLP | None = None,
-                 layernorm: Any = None, constraint: str | None = None,
-                 splitting: str = "strang"):
-        _check_options(splitting, constraint)
+    def __init__(self, solver: Any, block: Block, d: int):
+        if not isinstance(block, Block):
+            raise ArgumentTypeError(
+                f"block must be a transformer_pde.Block, got {type(block).__name__}")
         if getattr(solver, "adaptive", False) or not hasattr(solver, "step"):
-            raise ValueError(
-                f"method={getattr(solver, 'name', solver)!r}: mlp / layernorm / constraint "
-                "need a fixed-step method (e.g. 'euler', 'heun', 'rk4', 'implicit_midpoint')")
+            raise ArgumentError(
+                f"solver={getattr(solver, 'name', solver)!r}: block options (mlp, layernorm, "
+                "constraint) need a fixed-step solver (e.g. 'euler', 'heun', 'rk4', "
+                "'implicit_midpoint')")
+        mlp = block.mlp
+        splitting = (block.splitting or "strang") if mlp is not None else "none"
         if mlp is not None:
-            if not isinstance(mlp, MLP):
-                raise TypeError(f"mlp must be a transformer_pde.blocks.MLP, got {type(mlp).__name__}")
             if mlp.d != d:
-                raise ValueError(f"mlp acts on d={mlp.d} features but the tokens have d={d}")
+                raise ArgumentError(f"mlp acts on d={mlp.d} features but the tokens have d={d}")
             if splitting != "none" and getattr(solver, "multistep", False):
-                raise ValueError(
-                    f"method={solver.name!r} is multistep and cannot integrate the sub-flows "
-                    "of an operator splitting; use splitting='none' or a one-step method")
-        ln_att = ln_mlp = post = None
-        post_mlp = None
-        if isinstance(layernorm, tuple):
-            modes = {getattr(x, "mode", None) for x in layernorm}
-            if len(layernorm) != 2 or not all(isinstance(x, LayerNorm) for x in layernorm) \
-                    or len(modes) != 1:
-                raise ValueError("layernorm as a tuple must be two pre-norm or two post-norm "
-                                 "LayerNorms (attention, mlp)")
-            if modes == {"pre"}:
-                ln_att, ln_mlp = layernorm
-            else:  # BERT: LN1 after the attention sub-layer, LN2 after the MLP
-                post, post_mlp = layernorm
-        elif isinstance(layernorm, LayerNorm):
-            if layernorm.mode == "pre":
-                ln_att = ln_mlp = layernorm
-            else:
-                post = layernorm
-        elif layernorm is not None:
-            raise TypeError("layernorm must be a LayerNorm, a pair of them, or None, got "
-                            f"{type(layernorm).__name__}")
-        if layernorm is not None and d < 2:
-            raise ValueError("layernorm needs d >= 2 features")
-        if post_mlp is not None and (mlp is None or splitting == "none"):
-            raise ValueError("a pair of post-norm LayerNorms projects after the attention and "
-                             "after the MLP sub-flow: it needs mlp= and splitting='lie' or "
-                             "'strang'")
-        if constraint == "sphere" and post is not None:
-            raise ValueError("constraint='sphere' already normalises the tokens; do not "
-                             "combine it with a post-norm LayerNorm projection")
+                raise ArgumentError(
+                    f"solver={solver.name!r} is multistep and cannot integrate the sub-flows "
+                    "of an operator splitting; use Block(splitting='none') or a one-step "
+                    "solver")
+        if block.layernorm is not None and d < 2:
+            raise ArgumentError("layernorm needs d >= 2 features")
+        self.block = block
         self.inner = solver
         self.d = d
         self.mlp = mlp
-        self.ln_att, self.ln_mlp, self.post = ln_att, ln_mlp, post
-        # projection after the MLP sub-flow (the same LayerNorm unless a post pair was given)
-        self.post_mlp = post if post_mlp is None else post_mlp
-        self.sphere = constraint == "sphere"
-        self.splitting = splitting if mlp is not None else "none"
+        self.ln_att, self.ln_mlp = block.pre_norms
+        self.constraint = block.constraint
+        self.splitting = splitting
         self.name = f"{solver.name}+{self.splitting}" if mlp is not None else solver.name
         cap = {"lie": 1, "strang": 2, "none": solver.order}[self.splitting]
         self.order = min(solver.order, cap)
         self.multistep = bool(getattr(solver, "multistep", False))
-        # per-layer tables of the MLP / LayerNorm: simulate restarts a multistep history
+        # per-layer tables of the MLP / LayerNorms: simulate restarts a multistep history
         # where they (or the attention's tables) jump
-        self.tables = [v for obj in (mlp, ln_att, ln_mlp, post, post_mlp) if obj is not None
-                        for v in vars(obj).values() if isinstance(v, Layers)]
+        self.tables = block.tables
         self._end = 0.0
-
-    @classmethod
-    def wrap(cls, solver: Any, d: int, *, mlp: Any = None, layernorm: Any = None,
-             constraint: str | None = None, splitting: str = "strang") -> "BlockStepper | None":
-        """A stepper when any block option is set, else ``None`` (options still validated)."""
-        _check_options(splitting, constraint)
-        if mlp is None and layernorm is None and constraint is None:
-            return None
-        return cls(solver, d, mlp=mlp, layernorm=layernorm, constraint=constraint,
-                   splitting=splitting)
 
     def describe(self) -> dict[str, Any]:
         """JSON-friendly summary for ``ParticleTrajectory.info``."""
-        ln = ("pre" if self.ln_att is not None else "post" if self.post is not None else None)
-        return {"constraint": "sphere" if self.sphere else None, "splitting": self.splitting,
-                "mlp": None if self.mlp is None else self.mlp.activation, "layernorm": ln,
-                "inner_method": self.inner.name}
+        return {**self.block.describe(), "inner_method": self.inner.name}
 
     def initial(self, X0: np.ndarray) -> np.ndarray:
         """Check (and for the sphere, exactly renormalise) the initial tokens."""
-        if self.sphere:
-            r = np.sqrt((np.asarray(X0, dtype=float) ** 2).sum(axis=1))
-            bad = float(np.max(np.abs(r - 1.0)))
-            if bad > 1e-6:
-                raise ValueError(
-                    "X0 must lie on the unit sphere for constraint='sphere' "
-                    f"(max | |x_i| - 1 | = {bad:.3g} > 1e-6); normalise the rows first")
-            return X0 / r[:, None].astype(X0.dtype)
+        if self.constraint is not None:
+            return self.constraint.initial(X0)
         return X0
 
     def reset(self) -> None:
         self.inner.reset()
+
+    def get_state(self) -> dict:
+        return self.inner.get_state() if hasattr(self.inner, "get_state") else {}
+
+    def set_state(self, state: dict) -> None:
+        if hasattr(self.inner, "set_state"):
+            self.inner.set_state(state)
 
     # ------------------------------------------------------------------ pieces
     def _left(self, tau: float) -> bool:
@@ -432,7 +606,7 @@ class BlockStepper:
         def fa(tau, z):
             u = z if self.ln_att is None else self.ln_att(z, tau, left=self._left(tau))
             v = f(tau, u)
-            return tangent_project(z, v) if self.sphere else v
+            return self.constraint.tangent(z, v) if self.constraint is not None else v
         return fa
 
     def _mlp(self, frozen: float | None) -> Callable:
@@ -441,16 +615,16 @@ class BlockStepper:
             left = self._left(s)
             u = z if self.ln_mlp is None else self.ln_mlp(z, s, left=left)
             v = self.mlp(s, u, left=left)
-            return tangent_project(z, v) if self.sphere else v
+            return self.constraint.tangent(z, v) if self.constraint is not None else v
         return fm
 
     def _project(self, y: Any, tau: float, *, after_mlp: bool = False) -> Any:
-        if self.sphere:
-            return sphere_retract(y)
-        post = self.post_mlp if after_mlp else self.post
-        if post is not None:
-            return post(y, tau, left=self._left(tau))
-        return y
+        c = self.constraint
+        if c is None:
+            return y
+        if after_mlp and hasattr(c, "retract_mlp"):  # a post-norm pair: LN2 after the MLP
+            return c.retract_mlp(y, tau, left=self._left(tau))
+        return c.retract(y, tau, left=self._left(tau))
 
     def step(self, f: Callable, t: float, y: Any, h: float) -> Any:
         """Advance the block flow from ``t`` to ``t + h`` (``f``: attention field)."""

@@ -28,6 +28,7 @@ __all__ = [
     "BackendNotAvailable",
     "SinkhornNotConverged",
     "SolverNotConverged",
+    "TrajectoryFileError",
     "TransformerPDEWarning",
     "ConvergenceWarning",
     "EarlyStopWarning",
@@ -69,6 +70,12 @@ class SinkhornNotConverged(TransformerPDEError, RuntimeError):
 
 class SolverNotConverged(TransformerPDEError, RuntimeError):
     """An implicit time step's nonlinear solve did not converge."""
+
+
+class TrajectoryFileError(TransformerPDEError, ValueError):
+    """A trajectory or checkpoint file cannot be read (empty, truncated, not an archive of
+    the package, bad metadata, missing arrays, inconsistent shapes); the message names the
+    file and what is wrong."""
 
 
 class TransformerPDEWarning(UserWarning):

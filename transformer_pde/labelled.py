@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ArgumentError, TransformerPDEError
+from .errors import ArgumentError, TrajectoryFileError
 
 __all__ = ["attention_to_json", "attention_from_json", "particle_dataset",
            "particle_from_dataset", "gaussian_dataset", "save_dataset", "open_dataset",
@@ -27,10 +27,6 @@ __all__ = ["attention_to_json", "attention_from_json", "particle_dataset",
 
 #: file suffixes written and read through xarray (NPZ is handled by the trajectory itself)
 LABELLED_SUFFIXES = (".nc", ".zarr")
-
-
-class TrajectoryFileError(TransformerPDEError, ValueError):
-    """A trajectory file cannot be read: it names the file and what is wrong."""
 
 
 def _encode(value: Any) -> Any:

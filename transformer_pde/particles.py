@@ -4,16 +4,25 @@ For tokens :math:`X_i(t)` with weights :math:`w_i`, :func:`simulate` integrates
 
 .. math:: \dot X_i = \Gamma_{\mu_t}(X_i), \qquad \mu_t = \sum_j w_j \delta_{X_j(t)},
 
-where :math:`\Gamma` is the attention velocity field (:func:`velocity`).  Depth is time:
-one explicit Euler step of size 1 is one residual attention layer.  The result is a
-:class:`ParticleTrajectory` that can be saved to and loaded from NPZ.
+where :math:`\Gamma` is the attention velocity field (:func:`velocity`; conventions in
+``docs/conventions.md``).  Depth is time: one explicit Euler step of size 1 is one
+residual attention layer.  The options of a run are grouped by concern: the solver
+object (:mod:`transformer_pde.integrate`), what to save (:class:`SaveAt`), the block
+composition (:class:`~transformer_pde.blocks.Block`), the field evaluation
+(:class:`FieldOptions`), when to stop (:class:`Limits`) and reporting / checkpoints
+(:class:`Monitor`).  The result is a :class:`ParticleTrajectory` that can be saved to
+and loaded from NPZ.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import json
 import logging
 import math
+import os
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,88 +30,196 @@ from typing import Any
 import numpy as np
 
 from .attention import Attention
-from .fields import FieldEvaluator, SinkhornNotConverged, _check_points, velocity
-from .blocks import BlockStepper
-from .integrate.breakpoints import is_jump, layer_tables, next_jump
-from .integrators import PIController, SolverNotConverged, get_solver
+from .blocks import Block, BlockStepper
+from .errors import ArgumentError, ArgumentTypeError, TrajectoryFileError
+from .fields import FieldEvaluator, _check_points, velocity
+from .integrate.breakpoints import layer_tables
+from .integrate.loop import Limits, Monitor, SaveAt, TimeLoop
+from .integrate.loop import Progress
+from .integrate.solvers import get_solver
+from .results import Status, warn_stop
 
-__all__ = ["ParticleTrajectory", "simulate", "load", "velocity", "STATUSES"]
+__all__ = ["FieldOptions", "Limits", "Monitor", "ParticleTrajectory", "SaveAt",
+           "TrajectoryFileError", "load", "simulate", "velocity"]
 
 logger = logging.getLogger(__name__)
 
-#: possible values of :attr:`ParticleTrajectory.status`
-STATUSES = ("ok", "blowup", "nonfinite", "failed")
+
+# ------------------------------------------------------------------ options
+@dataclass(frozen=True, eq=False)
+class FieldOptions:
+    """How the attention field is evaluated.
+
+    Parameters
+    ----------
+    backend : {"auto", "numpy", "numba", "cupy"} or backend object, default "auto"
+        Where fields are computed; the state stays on that backend between steps and only
+        saved states are copied to the host.  ``"auto"`` picks the fastest installed
+        backend for the number of tokens (NumPy below 64 tokens).
+    dtype : {float32, float64}, optional
+        Working precision; default that of ``X0`` (float32 stays float32, anything else
+        runs in float64).
+    sinkhorn_tol, sinkhorn_max_iter : float, int, optional
+        Inner Sinkhorn solve controls (defaults 1e-9 and 2000; warm-started from the
+        previous evaluation).  Only for ``kind="sinkhorn"``: an error otherwise.
+    """
+
+    backend: Any = "auto"
+    dtype: Any = None
+    sinkhorn_tol: float | None = None
+    sinkhorn_max_iter: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.backend is None:
+            raise ArgumentTypeError("backend must be a backend name or object, got None")
+        if self.dtype is not None:
+            try:
+                dt = np.dtype(self.dtype)
+            except TypeError:
+                raise ArgumentTypeError(f"dtype must be float32 or float64, got {self.dtype!r}") from None
+            if dt not in (np.float32, np.float64):
+                raise ArgumentError(f"dtype must be float32 or float64, got {dt}")
+            object.__setattr__(self, "dtype", dt)
+        if self.sinkhorn_tol is not None:
+            v = self.sinkhorn_tol
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+                raise ArgumentTypeError(f"sinkhorn_tol must be a real number, got {v!r}")
+            if not (math.isfinite(v) and v > 0):
+                raise ArgumentError(f"sinkhorn_tol must be finite and > 0, got {v!r}")
+        if self.sinkhorn_max_iter is not None:
+            v = self.sinkhorn_max_iter
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise ArgumentTypeError(f"sinkhorn_max_iter must be an integer, got {v!r}")
+            if v < 1:
+                raise ArgumentError(f"sinkhorn_max_iter must be >= 1, got {v!r}")
+
+    def check(self, att: Attention) -> None:
+        """Refuse options that do not apply to ``att``."""
+        if att.kind != "sinkhorn":
+            for name in ("sinkhorn_tol", "sinkhorn_max_iter"):
+                if getattr(self, name) is not None:
+                    raise ArgumentError(f"FieldOptions({name}=...) applies only to "
+                                        f"kind='sinkhorn', not to kind={att.kind!r}")
+
+    def evaluator_kwargs(self) -> dict[str, Any]:
+        return {"backend": self.backend,
+                "sinkhorn_tol": 1e-9 if self.sinkhorn_tol is None else float(self.sinkhorn_tol),
+                "sinkhorn_max_iter": 2000 if self.sinkhorn_max_iter is None
+                else int(self.sinkhorn_max_iter)}
+
+
+# ------------------------------------------------------------------ result
+def weighted_moments(states: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r"""Means :math:`m = \sum_i w_i x_i` (T, d) and covariances
+    :math:`\Sigma = \sum_i w_i (x_i - m)(x_i - m)^\top` (T, d, d) of ``states`` (T, N, d)."""
+    X = np.asarray(states, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    m = np.einsum("n,tnd->td", w, X)
+    C = X - m[:, None, :]
+    S = np.einsum("n,tnd,tne->tde", w, C, C)
+    return m, 0.5 * (S + np.swapaxes(S, 1, 2))
 
 
 @dataclass
 class ParticleTrajectory:
-    """Saved states of a particle simulation.
+    """Saved states of a particle simulation (follows :class:`transformer_pde.results.Result`).
 
     Attributes
     ----------
     times : ndarray (T,)
         Saved times.
-    states : ndarray (T, N, d)
-        Token positions at the saved times (host memory, the simulation's dtype).
+    states : ndarray (T, N, d) or None
+        Token positions at the saved times (host memory, the simulation's dtype);
+        ``None`` when a statistic was saved instead (``SaveAt(fn=...)``).
     weights : ndarray (N,)
         Normalised token weights.
     positions : ndarray (N,) or None
         Token positions in [0, 1] (masked attention); they never move.
-    status : {"ok", "blowup", "nonfinite", "failed"}
+    status : Status
         ``ok``: reached ``t_max``; ``blowup``: max |x| exceeded ``max_norm`` (the
         offending state is the last one saved); ``nonfinite``: a step produced NaN/inf
-        (not saved); ``failed``: an inner solve (Sinkhorn) did not converge.
+        (not saved); ``failed``: an inner solve (Sinkhorn, implicit step) or a user
+        callable failed; ``max_steps``: the step budget ran out; ``interrupted``:
+        Ctrl-C (``KeyboardInterrupt``) during the run.  Every state saved before the stop
+        is kept.
     message : str
-        Human-readable account of how the run ended (when and why).
+        How the run ended (when and why).
     attention : Attention or None
         The specification that was simulated (``None`` after loading one made of
         callables, which cannot be stored).
     info : dict
         Method, backend, step counts, Sinkhorn iterations per evaluation, ...
+    values : ndarray (T, ...) or None
+        ``SaveAt(fn=...)``'s value at each saved time.
+    last : ndarray (N, d)
+        The last saved state (``states[-1]`` when states are kept).
+    saved_means, saved_covs : ndarray (T, d), (T, d, d) or None
+        The weighted moments at the saved times, kept when the states are not
+        (``SaveAt(fn=...)``); use :meth:`moments`.
     """
 
     times: np.ndarray
-    states: np.ndarray
+    states: np.ndarray | None
     weights: np.ndarray
     positions: np.ndarray | None
-    status: str
+    status: Status
     message: str
     attention: Attention | None = None
     info: dict = field(default_factory=dict)
+    values: np.ndarray | None = None
+    last: np.ndarray | None = None
+    saved_means: np.ndarray | None = field(default=None, repr=False)
+    saved_covs: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.status = Status.parse(self.status)
+        if self.last is None and self.states is not None:
+            self.last = self.states[-1]
 
     @property
     def success(self) -> bool:
-        """True when the run reached ``t_max``."""
-        return self.status == "ok"
+        """``status.success``: the run answered the question (``ok`` or a detected blow-up)."""
+        return self.status.success
 
     @property
     def final(self) -> np.ndarray:
         """Last saved state (N, d)."""
-        return self.states[-1]
+        return self.last
 
     @property
     def t_final(self) -> float:
         return float(self.times[-1])
 
+    def moments(self) -> tuple[np.ndarray, np.ndarray]:
+        r"""``(means (T, d), covs (T, d, d))`` of the token measure at the saved times,
+        weighted by the token weights (population covariance, weights summing to 1)."""
+        if self.states is not None:
+            return weighted_moments(self.states, self.weights)
+        return self.saved_means, self.saved_covs
+
     def __len__(self) -> int:
         return len(self.times)
 
     def __repr__(self) -> str:
-        T, N, d = self.states.shape
-        return (f"ParticleTrajectory(saved={T}, N={N}, d={d}, t=[{self.times[0]:g}, "
-                f"{self.times[-1]:g}], status={self.status!r})")
+        N, d = self.last.shape
+        return (f"ParticleTrajectory(saved={len(self.times)}, N={N}, d={d}, "
+                f"t=[{self.times[0]:g}, {self.times[-1]:g}], status='{self.status}')")
 
     # ------------------------------------------------------------------ I/O
     def save(self, path: str | Path) -> Path:
         """Write the trajectory to ``path`` (NPZ).  :func:`load` restores it exactly."""
         path = Path(path)
-        arrays: dict[str, Any] = {
-            "times": self.times, "states": self.states, "weights": self.weights,
-        }
+        arrays: dict[str, Any] = {"times": self.times, "weights": self.weights}
+        if self.states is not None:
+            arrays["states"] = self.states
+        else:
+            arrays.update(last=self.last, means=self.saved_means, covs=self.saved_covs)
+            if self.values is not None:
+                arrays["values"] = self.values
         if self.positions is not None:
             arrays["positions"] = self.positions
-        meta: dict[str, Any] = {"format": "transformer-pde-trajectory", "version": 1,
-                                "status": self.status, "message": self.message,
+        meta: dict[str, Any] = {"format": "transformer-pde-trajectory", "version": 2,
+                                "status": str(self.status), "message": self.message,
                                 "info": self.info, "attention": None}
         if self.attention is not None:
             spec = self.attention.to_dict()
@@ -132,86 +249,327 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"cannot store {type(o).__name__} in trajectory metadata")
 
 
+def _open_npz(path: Path, what: str) -> Any:
+    """``np.load`` of an NPZ archive, every failure turned into :class:`TrajectoryFileError`."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    if path.is_dir():
+        raise TrajectoryFileError(f"{path} is a directory, not a {what} file")
+    if path.stat().st_size == 0:
+        raise TrajectoryFileError(f"{path} is empty (0 bytes), not a {what} file")
+    if not zipfile.is_zipfile(path):
+        with open(path, "rb") as fh:
+            magic = fh.read(6)
+        kind = "a plain .npy array" if magic == b"\x93NUMPY" else "not an NPZ archive"
+        raise TrajectoryFileError(f"{path} is {kind}, not a {what} file (written by "
+                                  "ParticleTrajectory.save)")
+    try:
+        return np.load(path, allow_pickle=False)
+    except Exception as exc:  # zipfile.BadZipFile, OSError, ValueError, EOFError
+        raise TrajectoryFileError(f"{path} is not a readable {what} file "
+                                  f"(truncated or corrupt archive: {exc})") from None
+
+
+def _entry(z: Any, path: Path, key: str) -> np.ndarray:
+    try:
+        return z[key]
+    except KeyError:
+        raise TrajectoryFileError(f"{path}: missing array {key!r}") from None
+    except Exception as exc:  # corrupt member: BadZipFile, zlib.error, ValueError, EOFError
+        raise TrajectoryFileError(f"{path}: array {key!r} is unreadable (truncated or "
+                                  f"corrupt file: {type(exc).__name__}: {exc})") from None
+
+
 def load(path: str | Path) -> ParticleTrajectory:
-    """Read a :class:`ParticleTrajectory` written by :meth:`ParticleTrajectory.save`."""
-    with np.load(Path(path), allow_pickle=False) as z:
-        if "meta" not in z:
-            raise ValueError(f"{path} is not a transformer-pde trajectory (no 'meta' entry)")
-        meta = json.loads(str(z["meta"]))
+    """Read a :class:`ParticleTrajectory` written by :meth:`ParticleTrajectory.save`.
+
+    Raises
+    ------
+    TrajectoryFileError
+        (a :class:`~transformer_pde.errors.TransformerPDEError` and ``ValueError``) the
+        file is empty, truncated, not an NPZ archive, a plain ``.npy``, has no or bad
+        metadata, misses arrays or has inconsistent shapes; the message names the file.
+    FileNotFoundError
+        No such file.
+    """
+    path = Path(path)
+    with _open_npz(path, "transformer-pde trajectory") as z:
+        if "meta" not in z.files:
+            raise TrajectoryFileError(f"{path} is not a transformer-pde trajectory (no 'meta' "
+                                      "entry)")
+        try:
+            meta = json.loads(str(_entry(z, path, "meta")))
+        except json.JSONDecodeError as exc:
+            raise TrajectoryFileError(f"{path}: metadata is not valid JSON ({exc})") from None
+        if not isinstance(meta, dict) or meta.get("format") != "transformer-pde-trajectory":
+            raise TrajectoryFileError(f"{path} is not a transformer-pde trajectory (metadata "
+                                      "format is not 'transformer-pde-trajectory')")
+        try:
+            status = Status.parse(meta["status"])
+            message = str(meta["message"])
+        except (KeyError, ValueError) as exc:
+            raise TrajectoryFileError(f"{path}: bad metadata ({exc})") from None
+        info = meta.get("info", {})
+        if not isinstance(info, dict):
+            raise TrajectoryFileError(f"{path}: bad metadata ('info' is not a mapping)")
+        times = _entry(z, path, "times")
+        weights = _entry(z, path, "weights")
+        positions = _entry(z, path, "positions") if "positions" in z.files else None
+        states = _entry(z, path, "states") if "states" in z.files else None
+        last = means = covs = values = None
+        if states is None:
+            if "last" not in z.files:
+                raise TrajectoryFileError(f"{path}: missing array 'states'")
+            last = _entry(z, path, "last")
+            means = _entry(z, path, "means")
+            covs = _entry(z, path, "covs")
+            values = _entry(z, path, "values") if "values" in z.files else None
+        _check_shapes(path, times, states, weights, positions, last, means, covs, values)
         att = None
         att_meta = meta.get("attention")
         if att_meta is not None and att_meta.get("serialisable", True):
-            spec = {}
-            for key, value in att_meta.items():
-                if isinstance(value, dict) and "array" in value:
-                    spec[key] = z[value["array"]]
-                elif isinstance(value, dict) and "layers" in value:
-                    spec[key] = {"layers": z[value["layers"]], "layer_time": value["layer_time"],
-                                 "t0": value["t0"]}
-                else:
-                    spec[key] = value
-            att = Attention.from_dict(spec)
-        return ParticleTrajectory(
-            times=z["times"], states=z["states"], weights=z["weights"],
-            positions=z["positions"] if "positions" in z else None,
-            status=meta["status"], message=meta["message"], attention=att,
-            info=meta.get("info", {}))
-
-
-# ------------------------------------------------------------------ progress
-class _Progress:
-    """tqdm bar when available and requested, else periodic log lines."""
-
-    def __init__(self, total: float, enabled: bool, desc: str):
-        self.total = total
-        self.bar = None
-        self.enabled = enabled
-        self.last_logged = -1
-        self.done = 0.0
-        if enabled:
             try:
-                from tqdm.auto import tqdm  # noqa: PLC0415
-                self.bar = tqdm(total=total, desc=desc, unit="t",
-                                bar_format="{l_bar}{bar}| {n:.3g}/{total:.3g} [{elapsed}<{remaining}]")
-            except ImportError:
-                self.bar = None
+                spec = {}
+                for key, value in att_meta.items():
+                    if isinstance(value, dict) and "array" in value:
+                        spec[key] = _entry(z, path, value["array"])
+                    elif isinstance(value, dict) and "layers" in value:
+                        spec[key] = {"layers": _entry(z, path, value["layers"]),
+                                     "layer_time": value["layer_time"], "t0": value["t0"]}
+                    else:
+                        spec[key] = value
+                att = Attention.from_dict(spec)
+            except TrajectoryFileError:
+                raise
+            except Exception as exc:
+                raise TrajectoryFileError(f"{path}: the stored attention is invalid "
+                                          f"({type(exc).__name__}: {exc})") from None
+        return ParticleTrajectory(times=times, states=states, weights=weights,
+                                  positions=positions, status=status, message=message,
+                                  attention=att, info=info, values=values, last=last,
+                                  saved_means=means, saved_covs=covs)
 
-    def update(self, t: float) -> None:
-        if not self.enabled:
-            return
-        if self.bar is not None:
-            self.bar.update(t - self.done)
+
+def _check_shapes(path, times, states, weights, positions, last, means, covs, values) -> None:
+    def bad(msg: str) -> TrajectoryFileError:
+        return TrajectoryFileError(f"{path}: inconsistent arrays: {msg}")
+    for name, a in (("times", times), ("weights", weights), ("states", states),
+                    ("positions", positions), ("last", last), ("means", means), ("covs", covs)):
+        if a is not None and not np.issubdtype(a.dtype, np.floating):
+            raise bad(f"{name} has dtype {a.dtype}, expected floating point")
+    if times.ndim != 1 or times.size == 0:
+        raise bad(f"times must be a non-empty 1-D array, got shape {times.shape}")
+    if weights.ndim != 1:
+        raise bad(f"weights must be 1-D, got shape {weights.shape}")
+    n = weights.shape[0]
+    if states is not None:
+        if states.ndim != 3 or states.shape[0] != times.shape[0] or states.shape[1] != n:
+            raise bad(f"states {states.shape} must be (T, N, d) with T = {times.shape[0]} "
+                      f"saved times and N = {n} weights")
+    else:
+        if last.ndim != 2 or last.shape[0] != n:
+            raise bad(f"last {last.shape} must be (N, d) with N = {n}")
+        T, d = times.shape[0], last.shape[1]
+        if means.shape != (T, d) or covs.shape != (T, d, d):
+            raise bad(f"means {means.shape} / covs {covs.shape} must be {(T, d)} / {(T, d, d)}")
+        if values is not None and values.shape[:1] != (T,):
+            raise bad(f"values {values.shape} must have T = {T} rows")
+    if positions is not None and positions.shape != (n,):
+        raise bad(f"positions {positions.shape} must be ({n},)")
+
+
+# ------------------------------------------------------------------ saving
+class _Saver:
+    """Copies saved states to the host (or keeps ``SaveAt.fn``'s value and the moments)."""
+
+    def __init__(self, be: Any, fn: Any, weights: np.ndarray):
+        self.be, self.fn, self.weights = be, fn, weights
+        self.times: list[float] = []
+        self.states: list[np.ndarray] = []
+        self.values: list[np.ndarray] = []
+        self.means: list[np.ndarray] = []
+        self.covs: list[np.ndarray] = []
+        self.last: np.ndarray | None = None
+        self.shape: tuple | None = None
+
+    def __call__(self, t: float, y: Any) -> None:
+        x = self.be.to_numpy(y).copy()
+        if self.fn is not None:
+            v = np.asarray(self.fn(t, x, self.weights))
+            if self.shape is None:
+                self.shape = v.shape
+            elif v.shape != self.shape:
+                raise ValueError(f"SaveAt(fn=...) returned shape {v.shape} at t={t:.6g}, but "
+                                 f"{self.shape} before")
+            m, c = weighted_moments(x[None], self.weights)
+            self.values.append(v)
+            self.means.append(m[0])
+            self.covs.append(c[0])
         else:
-            pct = int(100 * t / self.total) if self.total > 0 else 100
-            if pct // 10 > self.last_logged:
-                self.last_logged = pct // 10
-                logger.info("simulate: t = %.4g / %.4g (%d%%)", t, self.total, pct)
-        self.done = t
+            self.states.append(x)
+        self.times.append(t)
+        self.last = x
 
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+    def get_state(self) -> dict:
+        return {"times": list(self.times), "states": list(self.states),
+                "values": list(self.values), "means": list(self.means),
+                "covs": list(self.covs), "last": self.last, "shape": self.shape}
+
+    def set_state(self, s: dict) -> None:
+        self.times = [float(t) for t in s["times"]]
+        self.states, self.values = list(s["states"]), list(s["values"])
+        self.means, self.covs = list(s["means"]), list(s["covs"])
+        self.last = s["last"]
+        self.shape = None if s["shape"] is None else tuple(s["shape"])
+
+
+# ------------------------------------------------------------------ checkpoints
+def _encode(obj: Any, arrays: dict[str, np.ndarray]) -> Any:
+    """JSON description of ``obj`` with its arrays moved into ``arrays`` (exact)."""
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return {"v": obj}
+    if isinstance(obj, float):
+        return {"f": repr(obj)}
+    if isinstance(obj, np.generic):
+        return {"np": obj.dtype.str, "a": _encode(np.asarray(obj), arrays)}
+    if isinstance(obj, np.ndarray) or hasattr(obj, "__cuda_array_interface__"):
+        key = f"a{len(arrays)}"
+        on_gpu = not isinstance(obj, np.ndarray)
+        arrays[key] = obj.get() if on_gpu else obj
+        return {"arr": key, "gpu": on_gpu}
+    if isinstance(obj, (list, tuple)):
+        return {"list" if isinstance(obj, list) else "tuple": [_encode(x, arrays) for x in obj]}
+    if isinstance(obj, dict):
+        return {"dict": [[_encode(k, arrays), _encode(v, arrays)] for k, v in obj.items()]}
+    cls = type(obj)
+    if cls.__module__.startswith("transformer_pde.") and hasattr(obj, "__dict__"):
+        return {"obj": f"{cls.__module__}:{cls.__qualname__}",
+                "state": _encode(vars(obj), arrays)}
+    raise TypeError(f"cannot checkpoint an object of type {cls.__module__}.{cls.__qualname__}")
+
+
+def _decode(desc: Any, arrays: Any, asarray: Any) -> Any:
+    if "v" in desc:
+        return desc["v"]
+    if "f" in desc:
+        return float(desc["f"])
+    if "np" in desc:
+        return np.asarray(_decode(desc["a"], arrays, asarray)).astype(desc["np"])[()]
+    if "arr" in desc:
+        a = arrays[desc["arr"]]
+        return asarray(a) if desc["gpu"] else a
+    if "list" in desc:
+        return [_decode(x, arrays, asarray) for x in desc["list"]]
+    if "tuple" in desc:
+        return tuple(_decode(x, arrays, asarray) for x in desc["tuple"])
+    if "dict" in desc:
+        return {_decode(k, arrays, asarray): _decode(v, arrays, asarray)
+                for k, v in desc["dict"]}
+    if "obj" in desc:
+        mod, _, qual = desc["obj"].partition(":")
+        if not mod.startswith("transformer_pde."):
+            raise ValueError(f"refusing to rebuild {desc['obj']!r}")
+        cls: Any = importlib.import_module(mod)
+        for part in qual.split("."):
+            cls = getattr(cls, part)
+        out = cls.__new__(cls)
+        out.__dict__.update(_decode(desc["state"], arrays, asarray))
+        return out
+    raise ValueError(f"unknown checkpoint entry {desc!r}")
+
+
+def _digest(*arrays: Any) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        if a is None:
+            h.update(b"none")
+        else:
+            a = np.ascontiguousarray(a)
+            h.update(str((a.dtype.str, a.shape)).encode())
+            h.update(a.tobytes())
+    return h.hexdigest()[:32]
+
+
+def _fingerprint(att: Attention, X0: np.ndarray, ev: FieldEvaluator, solver: Any, t_max: float,
+                 dt: float, saveat: SaveAt, block: Block | None) -> dict[str, Any]:
+    spec = att.to_dict()
+    att_arrays = [v if isinstance(v, np.ndarray) else v.get("layers") if isinstance(v, dict)
+                  else None for v in spec.values()]
+    att_scalars = {k: v for k, v in spec.items() if not isinstance(v, (np.ndarray, dict))}
+    fn = saveat.fn
+    return {"attention": json.dumps(att_scalars, sort_keys=True, default=str),
+            "attention_arrays": _digest(*att_arrays),
+            "tokens": _digest(X0, ev.weights, ev.positions),
+            "dtype": str(ev.dtype), "backend": ev.be.name, "solver": repr(solver),
+            "t_max": repr(t_max), "dt": repr(dt),
+            "saveat": repr((saveat.every, None if saveat.ts is None else saveat.ts.tolist(),
+                            None if fn is None else getattr(fn, "__qualname__", repr(fn)))),
+            "block": json.dumps(None if block is None else block.describe(), sort_keys=True)}
+
+
+def _write_checkpoint(path: Path, fingerprint: dict, loop_state: dict, solver: Any,
+                      ev: FieldEvaluator, saver: _Saver) -> None:
+    arrays: dict[str, np.ndarray] = {}
+    meta = {"format": "transformer-pde-checkpoint", "version": 1, "fingerprint": fingerprint,
+            "loop": _encode(loop_state, arrays),
+            "solver": _encode(solver.get_state() if hasattr(solver, "get_state") else {}, arrays),
+            "field_state": _encode(dict(ev.state), arrays),
+            "field_info": _encode(dict(ev.info), arrays),
+            "saver": _encode(saver.get_state(), arrays)}
+    arrays["meta"] = np.array(json.dumps(meta))
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        np.savez(fh, **arrays)
+    os.replace(tmp, path)
+
+
+def _read_checkpoint(path: Path, fingerprint: dict, asarray: Any) -> dict:
+    with _open_npz(path, "transformer-pde checkpoint") as z:
+        try:
+            meta = json.loads(str(_entry(z, path, "meta")))
+        except json.JSONDecodeError as exc:
+            raise TrajectoryFileError(f"{path}: checkpoint metadata is not JSON ({exc})") from None
+        if not isinstance(meta, dict) or meta.get("format") != "transformer-pde-checkpoint":
+            raise TrajectoryFileError(f"{path} is not a transformer-pde checkpoint")
+        old = meta.get("fingerprint", {})
+        diff = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k))
+        if diff:
+            raise ArgumentError(
+                f"checkpoint {path} comes from a different run: {', '.join(diff)} differ; "
+                "resume with the same attention, tokens, solver, t_max, dt, saveat, block "
+                "and field options, or start afresh (resume=False)")
+        arrays = {k: _entry(z, path, k) for k in z.files if k != "meta"}
+        try:
+            return {k: _decode(meta[k], arrays, asarray)
+                    for k in ("loop", "solver", "field_state", "field_info", "saver")}
+        except (KeyError, ValueError, TypeError, AttributeError, ImportError) as exc:
+            raise TrajectoryFileError(f"{path}: corrupt checkpoint ({exc})") from None
 
 
 # ------------------------------------------------------------------ simulate
 def _check_positive(name: str, value: Any) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a real number, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ArgumentTypeError(f"{name} must be a real number, got {value!r}")
+    v = float(value)
     if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+        raise ArgumentError(f"{name} must be finite and > 0, got {value!r}")
     return v
 
 
-def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = "rk4",
-             backend: Any = "numpy", weights: Any = None, positions: Any = None,
-             save_every: int = 1, max_norm: float = 1e8, progress: bool = False,
-             rtol: float = 1e-6, atol: float = 1e-9, dtype: Any = None,
-             sinkhorn_tol: float = 1e-9, sinkhorn_max_iter: int = 2000,
-             max_steps: int = 10_000_000, constraint: str | None = None,
-             mlp: Any = None, layernorm: Any = None,
-             splitting: str = "strang") -> ParticleTrajectory:
+def _option(name: str, value: Any, cls: type, default: Any) -> Any:
+    if value is None:
+        return default
+    if not isinstance(value, cls):
+        raise ArgumentTypeError(f"{name} must be a transformer_pde.{cls.__name__} or None, got "
+                                f"{type(value).__name__}")
+    return value
+
+
+def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = "rk4",
+             saveat: SaveAt | None = None, weights: Any = None, positions: Any = None,
+             block: Block | None = None, field: FieldOptions | None = None,
+             limits: Limits | None = None, monitor: Monitor | None = None
+             ) -> ParticleTrajectory:
     r"""Integrate the particle attention flow :math:`\dot X_i = \Gamma_{\mu_t}(X_i)` on :math:`[0, t_{max}]`.
 
     Parameters
@@ -223,47 +581,51 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
     t_max : float
         Final time (> 0).
     dt : float
-        Step size for ``euler``/``rk4``; the saving interval unit and the first trial
-        step for ``dopri5``.  A last partial step lands exactly on ``t_max``.
-    method : {"euler", "heun", "ab2", "ab3", "implicit_midpoint", "rk4", "dopri5"} or solver object
-        ``euler`` with ``dt = 1`` is exactly a stack of residual attention layers;
-        ``dopri5`` is adaptive (controlled by ``rtol``/``atol``).
-    backend : {"numpy", "numba", "cupy", "auto"}
-        Where fields are computed; the state stays on that backend between steps and
-        only saved states are copied to the host.
+        Step size of a fixed-step solver (a last partial step lands exactly on ``t_max``);
+        the save-grid unit and the first trial step of an adaptive one.
+    solver : str or solver object, default "rk4"
+        ``"euler"``, ``"heun"``, ``"rk4"``, ``"ab2"``, ``"ab3"``, ``"implicit_midpoint"``,
+        ``"dopri5"``, ``"dop853"`` (default options), or an object carrying its options
+        such as ``Dopri5(rtol=1e-8, atol=1e-10)`` or ``ImplicitMidpoint(tol=1e-12)``
+        (:mod:`transformer_pde.integrate`).  ``"euler"`` with ``dt = 1`` is exactly a stack
+        of residual attention layers.
+    saveat : SaveAt, optional
+        What to keep: ``SaveAt(every=k)`` (default every step), ``SaveAt(ts=times)`` or
+        ``SaveAt(fn=statistic)`` (keep a statistic instead of the (T, N, d) states).
     weights, positions : array (N,), optional
-        Token masses and positions (positions required for masked attention).
-    save_every : int
-        Save every ``save_every``-th step (times ``k * dt * save_every``) and the end.
-    max_norm : float
-        Stop with status ``blowup`` once some :math:`|X_i|_\infty` exceeds this.
-    progress : bool
-        Show a progress bar (tqdm if installed, else ``logging`` INFO lines).
-    rtol, atol : float
-        Tolerances of ``dopri5``.
-    dtype : numpy dtype, optional
-        Override the working precision (float32 or float64).
-    sinkhorn_tol, sinkhorn_max_iter
-        Inner Sinkhorn solve controls (warm-started from the previous evaluation).
-    max_steps : int
-        Safety cap on the number of (attempted) steps.
-    constraint : {None, "sphere"}
-        ``"sphere"``: tokens stay on the unit sphere (``X0`` rows must have norm 1 to 1e-6);
-        fields are projected on the tangent space and each step ends with the retraction
-        :math:`x/|x|` (see :mod:`transformer_pde.blocks`).
-    mlp : transformer_pde.blocks.MLP, optional
-        Token-wise MLP field added to attention (a full Transformer block).
-    layernorm : transformer_pde.blocks.LayerNorm or pair of them, optional
-        Pre-norm (inside the fields) or post-norm (projection after each sub-flow).
-    splitting : {"strang", "lie", "none"}
-        How attention and MLP flows are combined (only used with ``mlp``).  The block
-        options need a fixed-step ``method``.
+        Token masses (normalised) and positions in [0, 1] (required for masked attention).
+    block : Block, optional
+        Full Transformer block: MLP, LayerNorm, constraint (sphere, post-norm), splitting;
+        needs a fixed-step solver.
+    field : FieldOptions, optional
+        Backend (default ``"auto"``), dtype, Sinkhorn tolerances.
+    limits : Limits, optional
+        ``max_norm`` (blow-up event), ``max_steps``, ``max_memory``; runs that would exceed
+        the last two are refused before they start.
+    monitor : Monitor, optional
+        Progress bar / periodic log lines, checkpoints every so many seconds and resuming
+        from them.
 
     Returns
     -------
     ParticleTrajectory
-        ``status`` says whether the run reached ``t_max``; every state saved before a
-        blow-up, a non-finite step or a failed inner solve is kept.
+        ``status`` says how the run ended; every state saved before a blow-up, a non-finite
+        step, a failure (inner solve, user callable) or an interruption is kept.  An early
+        stop also issues an :class:`~transformer_pde.errors.EarlyStopWarning`.
+
+    Notes
+    -----
+    **Ctrl-C.**  A ``KeyboardInterrupt`` during the run ends it: ``simulate`` returns the
+    trajectory saved so far with status ``interrupted`` (and warns) instead of raising.
+    With ``Monitor(checkpoint=path)`` the run can later be continued with
+    ``Monitor(checkpoint=path, resume=True)`` from the last checkpoint; the resumed run
+    equals an uninterrupted one bit for bit.
+
+    Raises
+    ------
+    ArgumentError, ArgumentTypeError
+        Invalid arguments, options that do not apply, or a run refused up front (too many
+        steps for ``max_steps``, saved states larger than ``max_memory``).
 
     Examples
     --------
@@ -271,171 +633,120 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, method: Any = 
     >>> att = tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2))
     >>> X0 = np.random.default_rng(0).normal(size=(50, 2))
     >>> traj = tp.simulate(att, X0, t_max=1.0, dt=0.1)
-    >>> traj.states.shape, traj.status
+    >>> traj.states.shape, str(traj.status)
     ((11, 50, 2), 'ok')
     """
     if not isinstance(att, Attention):
-        raise TypeError(f"att must be a transformer_pde.Attention, got {type(att).__name__}")
+        raise ArgumentTypeError(f"att must be a transformer_pde.Attention, got {type(att).__name__}")
     X0n = _check_points("X0", np.asarray(X0) if not hasattr(X0, "get") else X0.get(), att.d)
     t_max = _check_positive("t_max", t_max)
     dt = _check_positive("dt", dt)
-    max_norm = _check_positive("max_norm", max_norm)
-    if isinstance(save_every, bool) or not isinstance(save_every, (int, np.integer)) \
-            or save_every < 1:
-        raise ValueError(f"save_every must be an integer >= 1, got {save_every!r}")
+    saveat = _option("saveat", saveat, SaveAt, SaveAt())
+    block = _option("block", block, Block, None)
+    fopts = _option("field", field, FieldOptions, FieldOptions())
+    limits = _option("limits", limits, Limits, Limits())
+    monitor = _option("monitor", monitor, Monitor, Monitor())
+    fopts.check(att)
+    if saveat.ts is not None and saveat.ts[-1] > t_max:
+        raise ArgumentError(f"SaveAt(ts=...) asks for t={saveat.ts[-1]:g} > t_max={t_max:g}")
+    dtype = fopts.dtype
     if dtype is None:
-        dtype = X0n.dtype if X0n.dtype in (np.float32, np.float64) else np.float64
-    dtype = np.dtype(dtype)
-    if dtype not in (np.float32, np.float64):
-        raise ValueError(f"dtype must be float32 or float64, got {dtype}")
-    solver = get_solver(method, rtol=rtol, atol=atol)
-    block = BlockStepper.wrap(solver, att.d, mlp=mlp, layernorm=layernorm,
-                              constraint=constraint, splitting=splitting)
+        dtype = X0n.dtype if X0n.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+    solver = get_solver(solver)
+    stepper = None
     if block is not None:
-        X0n = block.initial(X0n)
-        solver = block
-    # every piecewise-constant Layers table of the run (attention, MLP, LayerNorms)
-    tables = layer_tables(att, *(block.tables if block is not None else ()))
+        stepper = BlockStepper(solver, block, att.d)
+        X0n = stepper.initial(X0n)
+        solver = stepper
+    tables = layer_tables(att, stepper.tables if stepper is not None else None)
     n = X0n.shape[0]
-    ev = FieldEvaluator(att, n, weights=weights, positions=positions, backend=backend,
-                        dtype=dtype, sinkhorn_tol=sinkhorn_tol,
-                        sinkhorn_max_iter=sinkhorn_max_iter)
+    ev = FieldEvaluator(att, n, weights=weights, positions=positions, dtype=dtype,
+                        **fopts.evaluator_kwargs())
     be = ev.be
-    y = be.asarray(X0n, dtype)
-    step_end = [0.0]
-    stage = [None]   # index of the next evaluation within a fixed-step step (None: adaptive)
+    saver = _Saver(be, saveat.fn, ev.weights)
 
-    def f(tau: float, z: Any) -> Any:
-        # Stages evaluated at the right end of the current step use the left limit of
-        # piecewise-constant parameters, so a step inside layer l never sees layer l + 1.
-        # The stage index lets Sinkhorn warm-start stage i from stage i of earlier steps.
-        ev.stage = stage[0]
-        if stage[0] is not None:
-            stage[0] += 1
-        return ev(tau, z, left=tau >= step_end[0])
+    def rhs(tau: float, z: Any, left: bool, stage: int | None) -> Any:
+        # the stage index lets Sinkhorn warm-start stage i from stage i of earlier steps
+        ev.stage = stage
+        return ev(tau, z, left=left)
 
+    loop = TimeLoop(solver, rhs, t_max=t_max, dt=dt, saveat=saveat, limits=limits,
+                    tables=tables, xp=be.xp, save=saver)
+    _preflight(loop, limits, saveat, n, att.d, dtype, dt)
+    fingerprint = None
+    ckpt = monitor.checkpoint
+    resumed = None
+    if ckpt is not None:
+        fingerprint = _fingerprint(att, X0n, ev, solver, t_max, dt, saveat, block)
+        if monitor.resume and ckpt.exists():
+            resumed = _read_checkpoint(ckpt, fingerprint, lambda a: be.asarray(a, a.dtype))
     solver.reset()
-
-    times = [0.0]
-    states = [np.array(X0n, dtype=dtype)]
-    status, message = "ok", ""
-    n_steps = n_rejected = 0
-    t = 0.0
-    save_dt = dt * save_every
-    bar = _Progress(t_max, progress, f"simulate[{att.kind}]")
-    tol_t = 1e-12 * max(1.0, t_max)
-
-    def save():
-        # copy the current state (t, y) to the host
-        times.append(t)
-        states.append(be.to_numpy(y).copy())
-
-    def check(y_new, t_new):
-        if not bool(be.xp.all(be.xp.isfinite(y_new))):
-            return "nonfinite", (f"non-finite token coordinates in the step from t={t:.6g} to "
-                                 f"t={t_new:.6g}; the last finite state (t={times[-1]:.6g}) "
-                                 "is kept")
-        mx = float(be.xp.max(be.xp.abs(y_new)))
-        if mx > max_norm:
-            return "blowup", (f"max |x| = {mx:.3g} exceeded max_norm={max_norm:g} at "
-                              f"t={t_new:.6g}")
-        return None, ""
-
-    try:
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            if not getattr(solver, "adaptive", False):
-                step_idx = 0
-                while t < t_max - tol_t:
-                    h = min(dt, t_max - t)
-                    step_end[0] = t + h
-                    stage[0] = 0
-                    y_new = solver.step(f, t, y, h)
-                    step_idx += 1
-                    n_steps += 1
-                    t_new = t_max if t_max - (t + h) <= tol_t else t + h
-                    bad, msg = check(y_new, t_new)
-                    if bad == "nonfinite":
-                        status, message = bad, msg
-                        break
-                    y, t = y_new, t_new
-                    if getattr(solver, "multistep", False) and is_jump(tables, t):
-                        solver.reset()  # multistep history must not reach across a jump
-                    if bad == "blowup" or step_idx % save_every == 0 or t >= t_max - tol_t:
-                        save()
-                    bar.update(t)
-                    if bad == "blowup":
-                        status, message = bad, msg
-                        break
-                    if n_steps >= max_steps:
-                        status, message = "failed", f"max_steps={max_steps} reached at t={t:.6g}"
-                        break
-            else:
-                ctrl = PIController(solver.order)
-                h = dt
-                step_end[0] = np.inf
-                fy = f(t, y)
-                k = 1
-                while t < t_max - tol_t and status == "ok":
-                    t_save = min(k * save_dt, t_max)
-                    while t < t_save - tol_t:
-                        # land on layer boundaries: an embedded pair cannot step over
-                        # a jump of the parameters at its tolerance
-                        h_try = min(h, t_save - t, next_jump(tables, t) - t)
-                        step_end[0] = t + h_try
-                        y_new, err, f_new = solver.attempt(f, t, y, h_try, fy)
-                        step_end[0] = np.inf
-                        n_steps += 1
-                        if n_steps >= max_steps:
-                            status, message = "failed", f"max_steps={max_steps} reached at t={t:.6g}"
-                            break
-                        if not (err <= 1.0):
-                            n_rejected += 1
-                            h = h_try * ctrl.factor(err, False)
-                            if h < 1e-14 * max(1.0, abs(t)):
-                                status, message = "nonfinite", (
-                                    f"step size underflow at t={t:.6g} (error {err:.3g}); the "
-                                    "flow is likely blowing up")
-                                break
-                            continue
-                        t_new = t_save if t_save - (t + h_try) <= tol_t else t + h_try
-                        bad, msg = check(y_new, t_new)
-                        if bad == "nonfinite":
-                            n_rejected += 1
-                            h = h_try * 0.2
-                            continue
-                        h_next = h_try * ctrl.factor(err, True)
-                        # keep the controller's step when the save point clipped it
-                        h = max(h_next, h) if h_try < h else h_next
-                        y, t, fy = y_new, t_new, f_new
-                        if is_jump(tables, t):
-                            # first-same-as-last would reuse the left limit of the old
-                            # layer's parameters: evaluate the new layer's field instead
-                            fy = f(t, y)
-                        bar.update(t)
-                        if bad == "blowup":
-                            status, message = bad, msg
-                            save()
-                            break
-                    if status != "ok":
-                        break
-                    save()
-                    k += 1
-    except (SinkhornNotConverged, SolverNotConverged) as exc:
-        status, message = "failed", str(exc)
-    finally:
-        bar.close()
-    if status == "ok":
-        message = f"reached t_max={t_max:g} in {n_steps} steps"
+    if resumed is not None:
+        state = resumed["loop"]
+        solver.set_state(resumed["solver"])
+        ev.state.clear()
+        ev.state.update(resumed["field_state"])
+        ev.info.clear()
+        ev.info.update(resumed["field_info"])
+        saver.set_state(resumed["saver"])
+        loop.last_saved = saver.times[-1]
+        logger.info("simulate: resuming from %s at t=%.6g", ckpt, state["t"])
     else:
-        logger.warning("simulate stopped: %s", message)
-    info: dict[str, Any] = {"method": getattr(solver, "name", str(method)),
+        y0 = be.asarray(X0n, dtype)
+        state = loop.initial_state(y0)
+        if saveat.ts is None or saveat.ts[0] == 0.0:
+            try:
+                saver(0.0, y0)
+            except Exception as exc:
+                raise ArgumentError(f"SaveAt(fn=...) failed on the initial state: "
+                                    f"{type(exc).__name__}: {exc}") from exc
+    if ckpt is not None:
+        loop.checkpoint_fn = lambda st: _write_checkpoint(ckpt, fingerprint, st, solver, ev, saver)
+        loop.checkpoint_every = monitor.checkpoint_every
+    loop.progress = Progress(t_max, monitor.progress, monitor.report_every,
+                             f"simulate[{att.kind}]", t0=state["t"])
+    try:
+        status, message, state = loop.run(state)
+    finally:
+        loop.progress.close()
+    if ckpt is not None and status == Status.OK:
+        _write_checkpoint(ckpt, fingerprint, state, solver, ev, saver)
+    warn_stop(status, message)
+    info: dict[str, Any] = {"method": getattr(solver, "name", str(solver)),
                             "backend": be.name, "dt": dt, "t_max": t_max,
-                            "n_steps": n_steps, "n_rejected": n_rejected,
-                            "dtype": str(dtype), "save_every": int(save_every)}
+                            "n_steps": state["n_steps"], "n_rejected": state["n_rejected"],
+                            "dtype": str(np.dtype(dtype)), "save_every": saveat.every}
     info.update(ev.info)
-    if block is not None:
-        info.update(block.describe())
+    if stepper is not None:
+        info.update(stepper.describe())
+    if not saver.times:  # SaveAt(ts) without 0 and a run that stopped before ts[0]
+        saver.last = be.to_numpy(state["y"]).copy()
     return ParticleTrajectory(
-        times=np.asarray(times, dtype=float), states=np.stack(states),
+        times=np.asarray(saver.times, dtype=float),
+        states=np.stack(saver.states) if saveat.fn is None and saver.states else
+        (np.empty((0, n, att.d), dtype=dtype) if saveat.fn is None else None),
         weights=ev.weights, positions=ev.positions, status=status, message=message,
-        attention=att, info=info)
+        attention=att, info=info,
+        values=np.stack(saver.values) if saver.values else None, last=saver.last,
+        saved_means=np.stack(saver.means) if saver.means else None,
+        saved_covs=np.stack(saver.covs) if saver.covs else None)
+
+
+def _preflight(loop: TimeLoop, limits: Limits, saveat: SaveAt, n: int, d: int, dtype: Any,
+               dt: float) -> None:
+    """Refuse runs that cannot finish: too many steps, or saves that do not fit in memory."""
+    steps = loop.planned_steps()
+    if steps is not None and steps > limits.max_steps:
+        raise ArgumentError(
+            f"t_max={loop.t_max:g} with dt={dt:g} needs {steps} steps, more than "
+            f"max_steps={limits.max_steps}; increase dt or Limits(max_steps=...)")
+    if saveat.fn is None:
+        saves = loop.planned_saves()
+        need = float(saves) * n * d * np.dtype(dtype).itemsize
+        cap = limits.memory_limit()
+        if need > cap:
+            raise ArgumentError(
+                f"the {saves} saved states of {n} x {d} tokens would need "
+                f"{need / 2 ** 30:.3g} GiB, more than max_memory={cap / 2 ** 30:.3g} GiB; "
+                "save fewer with SaveAt(every=k) or SaveAt(ts=...), keep a statistic with "
+                "SaveAt(fn=...), or raise Limits(max_memory=...)")

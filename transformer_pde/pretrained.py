@@ -63,16 +63,18 @@ from typing import Any
 import numpy as np
 
 from .attention import Attention, Layers
-from .blocks import MLP, LayerNorm
+from .blocks import MLP, Block, LayerNorm
 from .errors import (
     ArgumentError,
     ArgumentTypeError,
     CheckpointError,
     CheckpointFileNotFound,
 )
-from .integrators import get_solver
-from .particles import ParticleTrajectory
+from .integrate.loop import Limits
+from .integrate.solvers import get_solver
+from .particles import FieldOptions, ParticleTrajectory
 from .particles import simulate as _simulate_particles
+from .results import Status
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
@@ -363,8 +365,9 @@ class PretrainedEncoder:
     def hidden_states(self, text: str, *, backend: Any = "numpy") -> np.ndarray:
         r"""Every layer's output for ``text``, computed by the library's flow.
 
-        Runs :func:`~transformer_pde.simulate` on the per-layer tables with ``method="euler"``,
-        ``dt=1``, ``splitting="lie"`` and the post-norm pairs, from :meth:`embed`.
+        Runs :func:`~transformer_pde.simulate` on the per-layer tables with ``solver="euler"``,
+        ``dt=1`` and ``Block(mlp, layernorm=(LN1, LN2), splitting="lie")`` (the post-norm
+        pairs), from :meth:`embed`.
 
         Returns
         -------
@@ -374,20 +377,22 @@ class PretrainedEncoder:
         """
         X0 = self.embed(text)
         tr = _simulate_particles(self.attention, X0, t_max=float(self.n_layers), dt=1.0,
-                                 method="euler", backend=backend, mlp=self.mlp,
-                                 layernorm=self.layernorm, splitting="lie")
-        if not tr.success:
+                                 solver="euler", field=FieldOptions(backend=backend),
+                                 block=Block(mlp=self.mlp, layernorm=self.layernorm,
+                                             splitting="lie"),
+                                 limits=Limits(max_norm=1e12))
+        if tr.status is not Status.OK:
             raise ArgumentError(f"the layer stack did not run to the end: {tr.message}")
         return np.asarray(tr.states)
 
     def simulate(self, text: str | np.ndarray, *, steps_per_layer: int = 1,
-                 method: str = "euler", repeat_layer: int | None = None,
+                 solver: Any = "euler", repeat_layer: int | None = None,
                  n_layers: int | None = None, backend: Any = "numpy") -> ParticleTrajectory:
         r"""Continuous-depth flow of the network (see the module docstring).
 
         Each layer :math:`\ell` is :math:`x \mapsto \mathrm{LN}^{(2)}_\ell\circ\Phi^{m_\ell}_1\circ
         \mathrm{LN}^{(1)}_\ell\circ\Phi^{\Gamma_\ell}_1(x)` with the time-1 flows approximated by
-        ``steps_per_layer`` steps of ``method`` (the attention flow by
+        ``steps_per_layer`` steps of ``solver`` (the attention flow by
         :func:`~transformer_pde.simulate`, the token-wise MLP flow by the same solver).
 
         Parameters
@@ -395,10 +400,11 @@ class PretrainedEncoder:
         text : str or array (N, d)
             Text (its :meth:`embed` is the initial measure) or initial tokens.
         steps_per_layer : int, default 1
-            Steps per sub-layer flow.  ``1`` with ``method="euler"`` is the network itself
+            Steps per sub-layer flow.  ``1`` with ``solver="euler"`` is the network itself
             (equal to :meth:`hidden_states`).
-        method : {"euler", "heun", "rk4", ...}, default "euler"
-            Fixed-step method of :mod:`transformer_pde.integrators`.
+        solver : {"euler", "heun", "rk4", "implicit_midpoint"} or solver object, default "euler"
+            Fixed-step one-step solver of :mod:`transformer_pde.integrate.solvers` (name or
+            object).
         repeat_layer : int, optional
             Use layer ``repeat_layer``'s weights at every depth (ALBERT-style weight sharing),
             for ``n_layers`` layers: an autonomous flow that can be run to long times.
@@ -417,9 +423,10 @@ class PretrainedEncoder:
         if isinstance(steps_per_layer, bool) or not isinstance(steps_per_layer, (int, np.integer)) \
                 or steps_per_layer < 1:
             raise ArgumentError(f"steps_per_layer must be an integer >= 1, got {steps_per_layer!r}")
-        solver = get_solver(method)
-        if getattr(solver, "adaptive", False) or getattr(solver, "multistep", False):
-            raise ArgumentError(f"method={method!r}: use a one-step fixed-step method "
+        stepper = get_solver(solver, "solver")
+        if getattr(stepper, "adaptive", False) or getattr(stepper, "multistep", False) \
+                or not hasattr(stepper, "step"):
+            raise ArgumentError(f"solver={solver!r}: use a one-step fixed-step solver "
                                 "('euler', 'heun', 'rk4', 'implicit_midpoint')")
         if repeat_layer is not None:
             self.layer(repeat_layer)  # validates the index
@@ -435,39 +442,41 @@ class PretrainedEncoder:
         h = 1.0 / int(steps_per_layer)
         states = [X.copy()]
         status, message = "ok", f"ran {L} layers"
-        one_step = int(steps_per_layer) == 1 and getattr(solver, "name", "") == "euler"
+        one_step = int(steps_per_layer) == 1 and getattr(stepper, "name", "") == "euler"
         if one_step:
             # one Euler step per layer is the network: one run of the library's block flow
             if repeat_layer is None:
                 att, mlp, lns = self.attention, self.mlp, self.layernorm
             else:
                 att, mlp, lns = self.layer(repeat_layer)
-            tr = _simulate_particles(att, X, t_max=float(L), dt=1.0, method="euler",
-                                     backend=backend, mlp=mlp, layernorm=lns, splitting="lie",
-                                     max_norm=1e12)
+            tr = _simulate_particles(att, X, t_max=float(L), dt=1.0, solver="euler",
+                                     field=FieldOptions(backend=backend),
+                                     block=Block(mlp=mlp, layernorm=lns, splitting="lie"),
+                                     limits=Limits(max_norm=1e12))
             states = list(tr.states)
-            if not tr.success:
+            if tr.status is not Status.OK:
                 status, message = tr.status, tr.message
         for step in range(0 if one_step else int(L)):
             ell = repeat_layer if repeat_layer is not None else step
             att, mlp, (ln1, ln2) = self.layer(ell)
-            tr = _simulate_particles(att, X, t_max=1.0, dt=h, method=solver, backend=backend,
-                                     max_norm=1e12)
-            if not tr.success:
+            tr = _simulate_particles(att, X, t_max=1.0, dt=h, solver=stepper,
+                                     field=FieldOptions(backend=backend),
+                                     limits=Limits(max_norm=1e12))
+            if tr.status is not Status.OK:
                 status, message = tr.status, f"layer {step} attention flow: {tr.message}"
                 break
             X = np.asarray(ln1(tr.final))
-            solver.reset()
+            stepper.reset()
             t = 0.0
             for _ in range(int(steps_per_layer)):
-                X = solver.step(mlp, t, X, h)
+                X = stepper.step(mlp, t, X, h)
                 t += h
             if not np.all(np.isfinite(X)):
                 status, message = "nonfinite", f"layer {step} MLP flow produced NaN/inf"
                 break
             X = np.asarray(ln2(X))
             states.append(X.copy())
-        info = {"steps_per_layer": int(steps_per_layer), "method": getattr(solver, "name", method),
+        info = {"steps_per_layer": int(steps_per_layer), "solver": getattr(stepper, "name", str(solver)),
                 "repeat_layer": repeat_layer, "n_layers": int(L),
                 "model": self.config.model_type, "model_dir": str(self.model_dir),
                 "flow": "per-layer: LN2 . Phi^MLP_1 . LN1 . Phi^Attention_1"}
@@ -654,7 +663,7 @@ def _sample_times(t_max: int) -> list[int]:
 
 
 def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
-                steps_per_layer: int = 8, method: str = "rk4", long_time: int = 300,
+                steps_per_layer: int = 8, solver: str = "rk4", long_time: int = 300,
                 repeat_layers: Sequence[int] | None = None,
                 continuous_long_time: int = 50, continuous_layer: int | None = None,
                 continuous_steps: int = 4, prefix: str = "pretrained",
@@ -664,7 +673,7 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
     Runs four flows from the embedding output of ``text``:
 
     1. ``network``: the model itself (:meth:`PretrainedEncoder.hidden_states`);
-    2. ``continuous``: the continuous-depth network (``steps_per_layer`` steps of ``method``
+    2. ``continuous``: the continuous-depth network (``steps_per_layer`` steps of ``solver``
        per sub-layer, :meth:`PretrainedEncoder.simulate`);
     3. ``repeated``: each layer in ``repeat_layers`` (default: all) iterated ``long_time``
        times with its own weights (one Euler step per layer, ALBERT-style weight sharing);
@@ -704,7 +713,7 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
     flows: dict[str, dict[str, Any]] = {}
     net = model.hidden_states(text)
     flows["network"] = {"times": list(range(L + 1)), "states": net}
-    cont = model.simulate(text, steps_per_layer=steps_per_layer, method=method)
+    cont = model.simulate(text, steps_per_layer=steps_per_layer, solver=solver)
     flows["continuous"] = {"times": list(range(L + 1)), "states": cont.states,
                            "status": str(cont.status)}
     rep_times = _sample_times(int(long_time))
@@ -716,7 +725,7 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
                                               tr.states[-1] - tr.states[-2]).max())}
     c_times = _sample_times(int(continuous_long_time))
     tr = model.simulate(text, repeat_layer=c_layer, n_layers=int(continuous_long_time),
-                        steps_per_layer=continuous_steps, method="rk4")
+                        steps_per_layer=continuous_steps, solver="rk4")
     flows[f"continuous_repeated_layer_{c_layer}"] = {
         "times": c_times, "states": tr.states[c_times], "status": str(tr.status),
         "last_step_change": float(np.abs(tr.states[-1] - tr.states[-2]).max())}
@@ -734,7 +743,7 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
     n = len(toks)
     colours = [cmap(i / max(n - 1, 1)) for i in range(n)]
     panels = [("network", f"the network ({L} layers)"),
-              ("continuous", f"continuous depth ({method}, {steps_per_layer} steps/layer)"),
+              ("continuous", f"continuous depth ({solver}, {steps_per_layer} steps/layer)"),
               (f"repeated_layer_{layers[-1]}", f"layer {layers[-1]} repeated, t ≤ {long_time}"),
               (f"continuous_repeated_layer_{c_layer}",
                f"layer {c_layer} repeated, continuous, t ≤ {continuous_long_time}")]
@@ -836,7 +845,7 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
         "text": text, "tokens": toks, "model_dir": str(model.model_dir),
         "model": {"type": model.config.model_type, "layers": L, "d": model.d,
                   "heads": model.config.heads},
-        "settings": {"steps_per_layer": steps_per_layer, "method": method,
+        "settings": {"steps_per_layer": steps_per_layer, "solver": solver,
                      "long_time": int(long_time), "repeat_layers": layers,
                      "continuous_layer": c_layer,
                      "continuous_long_time": int(continuous_long_time),

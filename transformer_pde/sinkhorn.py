@@ -64,6 +64,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from .errors import SinkhornNotConverged
+
 __all__ = [
     "SinkhornNotConverged",
     "SinkhornResult",
@@ -85,10 +87,6 @@ def is_symmetric(A: np.ndarray) -> bool:
     max|A|)``), so that the self-coupling has ``f = g`` and the symmetric solver applies."""
     A = np.asarray(A)
     return bool(np.allclose(A, A.T, rtol=0, atol=1e-14 * max(1.0, np.abs(A).max())))
-
-
-class SinkhornNotConverged(RuntimeError):
-    """Sinkhorn iterations did not reach the requested marginal tolerance."""
 
 
 @dataclass

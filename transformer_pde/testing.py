@@ -302,6 +302,8 @@ def _divisors(d: int) -> list[int]:
 def _attention(draw, kinds, d, heads, masked, scale, time_dependent, temperatures, w_o,
                min_k):
     kind = draw(st.sampled_from(kinds))
+    if kind in ("galerkin", "fourier"):
+        min_k = max(min_k, 2)   # per-token layer norm over the head's k features: k >= 2
     dd = draw(d)
     assume(dd >= min_k)
     if heads is None:

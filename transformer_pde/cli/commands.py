@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .config import (Table, build_attention, build_block, build_run, build_tokens, check_memory,
-                     covariance, sections)
+                     covariance, sections, simulate_options)
 from .output import OutputDir
 
 __all__ = [
@@ -97,7 +97,7 @@ def run_demo(out: str | Path = "transformer-pde-demo", *, n: int = 256, seed: in
 
     from .. import plot  # noqa: PLC0415
     from ..attention import Attention  # noqa: PLC0415
-    from ..particles import simulate  # noqa: PLC0415
+    from ..particles import FieldOptions, simulate  # noqa: PLC0415
 
     n_saved = math.floor(t_max / dt) + 2
     check_memory("--t-max", 8.0 * 2 * n_saved * n * 2,
@@ -107,7 +107,8 @@ def run_demo(out: str | Path = "transformer-pde-demo", *, n: int = 256, seed: in
         X0 = rng.normal(size=(n, 2))
         att = Attention("softmax", np.eye(2), np.eye(2), np.eye(2))
         t0 = time.perf_counter()
-        traj = simulate(att, X0, t_max=t_max, dt=dt, method="rk4", backend=backend)
+        traj = simulate(att, X0, t_max=t_max, dt=dt, solver="rk4",
+                        field=FieldOptions(backend=backend))
         elapsed = time.perf_counter() - t0
         Z = plot.rescaled_states(traj, np.eye(2))
         k_final, labels = _clusters(Z[-1], cluster_tol)
@@ -178,13 +179,12 @@ def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True,
     kwargs = build_run(cfg.get("run"), att)
     block = build_block(cfg.get("block"), att.d)
     if block.get("constraint") or "mlp" in block or "layernorm" in block:
-        from ..integrators import SOLVERS  # noqa: PLC0415
+        from ..integrate.solvers import SOLVERS  # noqa: PLC0415
 
         if getattr(SOLVERS[kwargs["method"]](), "adaptive", False):
             raise ConfigError(f"run.method: the [block] options need a fixed-step method, "
                               f"got the adaptive {kwargs['method']!r}")
-    kwargs.update(block)
-    if kwargs.get("constraint") == "sphere":
+    if block.get("constraint") == "sphere":
         radius = np.linalg.norm(X0, axis=1)
         if np.max(np.abs(radius - 1.0)) > 1e-6:
             raise ConfigError("tokens: block.constraint = 'sphere' needs tokens on the unit "
@@ -210,7 +210,8 @@ def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True,
         logger.info("simulate: %d tokens in d = %d, t in [0, %g]; Ctrl-C stops the run and "
                     "keeps the states computed so far", X0.shape[0], att.d, kwargs["t_max"])
         t0 = time.perf_counter()
-        traj = simulate(att, X0, positions=positions, progress=progress, **kwargs)
+        traj = simulate(att, X0, positions=positions,
+                        **simulate_options(kwargs, block, progress=progress))
         elapsed = time.perf_counter() - t0
         files = {"trajectory": traj.save(outdir.path("trajectory.npz")).name}
         interrupted = str(traj.status) == "interrupted"

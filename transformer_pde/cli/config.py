@@ -29,6 +29,7 @@ __all__ = [
     "build_attention",
     "build_tokens",
     "check_memory",
+    "simulate_options",
     "load_config",
     "parse_matrix",
     "signature_defaults",
@@ -523,13 +524,13 @@ def build_layernorm(table: Any, *, section: str = "block.layernorm") -> Any:
 
 def build_block(table: Any, d: int, *, section: str = "block") -> dict[str, Any]:
     """The Transformer-block options of :func:`~transformer_pde.simulate` from a ``[block]``
-    table: ``constraint`` (``"none"`` or one of :data:`transformer_pde.blocks.CONSTRAINTS`),
-    ``splitting`` (:data:`transformer_pde.blocks.SPLITTINGS`; only with an MLP), and the
-    sub-tables ``[block.mlp]`` and ``[block.layernorm]``."""
-    from ..blocks import CONSTRAINTS, SPLITTINGS  # noqa: PLC0415
+    table (the keyword arguments of :class:`transformer_pde.Block`): ``constraint``
+    (``"none"`` or ``"sphere"``), ``splitting`` (:data:`transformer_pde.blocks.SPLITTINGS`;
+    only with an MLP), and the sub-tables ``[block.mlp]`` and ``[block.layernorm]``."""
+    from ..blocks import SPLITTINGS  # noqa: PLC0415
 
     sec = Table(table, section, ("constraint", "splitting", "mlp", "layernorm"))
-    names = ["none", *(c for c in CONSTRAINTS if c is not None)]
+    names = ["none", "sphere"]
     constraint = sec.choice("constraint", "none", names)
     out: dict[str, Any] = {"constraint": None if constraint == "none" else constraint}
     if sec.has("mlp"):
@@ -547,6 +548,30 @@ def build_block(table: Any, d: int, *, section: str = "block") -> dict[str, Any]
     return out
 
 
+def simulate_options(run: dict[str, Any], block: dict[str, Any], *,
+                     progress: bool = False) -> dict[str, Any]:
+    """Keyword arguments of :func:`~transformer_pde.simulate` (solver object, ``saveat``,
+    ``field``, ``limits``, ``block``, ``monitor``) from :func:`build_run` and
+    :func:`build_block`."""
+    from ..blocks import Block  # noqa: PLC0415
+    from ..integrate.loop import Limits, Monitor, SaveAt  # noqa: PLC0415
+    from ..integrate.solvers import SOLVERS  # noqa: PLC0415
+    from ..particles import FieldOptions  # noqa: PLC0415
+
+    tol = {k: run[k] for k in _ADAPTIVE_KEYS if k in run}
+    solver = SOLVERS[run["method"]](**tol) if tol else run["method"]
+    has_block = bool(block.get("constraint")) or any(k in block for k in ("mlp", "layernorm"))
+    return {
+        "t_max": run["t_max"], "dt": run["dt"], "solver": solver,
+        "saveat": SaveAt(every=run.get("save_every", 1)),
+        "field": FieldOptions(backend=run["backend"], dtype=run["dtype"],
+                              **{k: run[k] for k in _SINKHORN_KEYS if k in run}),
+        "limits": Limits(**{k: run[k] for k in ("max_norm", "max_steps") if k in run}),
+        "block": Block(**block) if has_block else None,
+        "monitor": Monitor(progress=progress),
+    }
+
+
 #: keys of ``[run]`` that only apply in some cases (checked by :func:`build_run`)
 _ADAPTIVE_KEYS = ("rtol", "atol")
 _SINKHORN_KEYS = ("sinkhorn_tol", "sinkhorn_max_iter")
@@ -557,18 +582,26 @@ def build_run(table: Any, att: Any, *, section: str = "run") -> dict[str, Any]:
     ``[run]`` table.
 
     Keys: ``t_max`` (default 5), ``dt`` (default 0.05), ``method`` (every name of
-    :data:`transformer_pde.integrators.SOLVERS`), ``backend`` (every name of
-    :data:`transformer_pde.backends.BACKENDS` and ``"auto"``), ``dtype``, and the keywords
-    of :func:`~transformer_pde.simulate` with their defaults (``save_every``, ``max_norm``,
-    ``max_steps``; ``rtol``, ``atol`` for an adaptive method only; ``sinkhorn_tol``,
-    ``sinkhorn_max_iter`` for Sinkhorn attention only).  An option that does not apply is
-    an error naming it.
+    :data:`transformer_pde.integrate.SOLVERS`), ``backend`` (every name of
+    :data:`transformer_pde.backends.BACKENDS` and ``"auto"``), ``dtype``, and the options of
+    :func:`~transformer_pde.simulate`'s objects with their defaults (``save_every`` of
+    :class:`~transformer_pde.SaveAt`, ``max_norm``, ``max_steps`` of
+    :class:`~transformer_pde.Limits`; ``rtol``, ``atol`` for an adaptive method only;
+    ``sinkhorn_tol``, ``sinkhorn_max_iter`` for Sinkhorn attention only).  An option that
+    does not apply is an error naming it.  :func:`simulate_options` turns the result into
+    :func:`~transformer_pde.simulate`'s keyword arguments.
     """
     from ..backends import BACKENDS  # noqa: PLC0415
-    from ..integrators import SOLVERS  # noqa: PLC0415
-    from ..particles import simulate  # noqa: PLC0415
+    from ..integrate.loop import Limits  # noqa: PLC0415
+    from ..integrate.solvers import SOLVERS, Dopri5  # noqa: PLC0415
+    from ..particles import FieldOptions, simulate  # noqa: PLC0415
 
-    defaults = signature_defaults(simulate)
+    field_defaults = FieldOptions().evaluator_kwargs()
+    defaults = {**signature_defaults(simulate), **signature_defaults(Limits),
+                **signature_defaults(Dopri5), "backend": FieldOptions().backend,
+                "method": signature_defaults(simulate)["solver"], "save_every": 1,
+                "sinkhorn_tol": field_defaults["sinkhorn_tol"],
+                "sinkhorn_max_iter": field_defaults["sinkhorn_max_iter"]}
     numeric = ("save_every", "max_norm", "max_steps", *_ADAPTIVE_KEYS, *_SINKHORN_KEYS)
     sec = Table(table, section, ("t_max", "dt", "method", "backend", "dtype", *numeric))
     method = sec.choice("method", defaults["method"], sorted(SOLVERS))

@@ -62,7 +62,7 @@ def run_pretrained(text: str, out: str | Path = "transformer-pde-pretrained", *,
     with OutputDir(out, force=force) as outdir:
         assert outdir.staging is not None
         summary = pretrained.flow_report(
-            model, text, outdir.staging, steps_per_layer=steps_per_layer, method="rk4",
+            model, text, outdir.staging, steps_per_layer=steps_per_layer, solver="rk4",
             long_time=long_time, repeat_layers=repeat_layers,
             continuous_long_time=continuous_long_time)
     return summary

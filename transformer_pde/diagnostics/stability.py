@@ -195,7 +195,7 @@ def stability_bound(att: Attention, R0: float, times: Any, *, n_sub: int = 8
 
 def stability_profile(att: Attention, X0: Any, Y0: Any, *, t_max: float, dt: float = 0.05,
                       weights_x: Any = None, weights_y: Any = None, positions: Any = None,
-                      method: Any = "rk4", w2_method: str = "exact", n_sub: int = 8,
+                      solver: Any = "rk4", w2_method: str = "exact", n_sub: int = 8,
                       **simulate_kwargs: Any) -> StabilityProfile:
     r"""Run the particle flows of :math:`\mu_0` (tokens ``X0``) and :math:`\nu_0` (``Y0``) and
     compare :math:`W_2(\mu_t,\nu_t)/W_2(\mu_0,\nu_0)` with the a-priori bound.
@@ -213,8 +213,8 @@ def stability_profile(att: Attention, X0: Any, Y0: Any, *, t_max: float, dt: flo
     att : Attention
     X0, Y0 : array (N, d), (M, d)
         Initial tokens of the two measures (different from each other).
-    t_max, dt, method
-        Passed to :func:`~transformer_pde.simulate` (``save_every`` too, via kwargs).
+    t_max, dt, solver
+        Passed to :func:`~transformer_pde.simulate` (``saveat`` too, via kwargs).
     weights_x, weights_y : array, optional
         Token masses.
     positions : array (N,), optional
@@ -224,7 +224,7 @@ def stability_profile(att: Attention, X0: Any, Y0: Any, *, t_max: float, dt: flo
     n_sub : int
         Quadrature pieces per saved interval for the bound.
     **simulate_kwargs
-        Further arguments of :func:`~transformer_pde.simulate` (``backend``, ...).
+        Further arguments of :func:`~transformer_pde.simulate` (``field``, ``saveat``, ...).
 
     Returns
     -------
@@ -241,7 +241,7 @@ def stability_profile(att: Attention, X0: Any, Y0: Any, *, t_max: float, dt: flo
     w2_0 = token_distance(Xa, Ya, wx, wy, positions, w2_method)
     if w2_0 == 0.0:
         raise ValueError("X0 and Y0 define the same measure (W2 = 0): the ratio is undefined")
-    common = dict(t_max=t_max, dt=dt, method=method, positions=positions, **simulate_kwargs)
+    common = dict(t_max=t_max, dt=dt, solver=solver, positions=positions, **simulate_kwargs)
     tx = simulate(att, Xa, weights=wx, **common)
     ty = simulate(att, Ya, weights=wy, **common)
     n = min(len(tx.times), len(ty.times))
@@ -257,7 +257,7 @@ def stability_profile(att: Attention, X0: Any, Y0: Any, *, t_max: float, dt: flo
                         np.linalg.norm(ty.states[:n], axis=2).max(axis=1))
     bound = radius_bound = None
     info: dict[str, Any] = {"w2_method": "conditional" if positions is not None else w2_method,
-                            "dt": dt, "method": str(method)}
+                            "dt": dt, "method": str(getattr(solver, "name", solver))}
     if att.kind == "softmax" and not att.masked:
         bound, radius_bound = stability_bound(att, float(radius[0]), times, n_sub=n_sub)
         info["R0"] = float(radius[0])

@@ -42,6 +42,13 @@ method crosses the blow-up region in a few steps, and :math:`t(s)\to T^*`.
 
 Statuses
 --------
+One vocabulary, :class:`transformer_pde.results.Status`.  A path stops where
+:math:`\nu` reaches ``blowup_threshold`` (the last state lies on it, to :math:`10^{-12}`
+relative); the run is then continued without output to
+:math:`\nu = \max(\text{blowup\_threshold}, 10^{10})`, where the blow-up test, :math:`T^*`
+and ``limit`` are measured, so they do not depend on the threshold used to cut the path
+(only kinds whose growth law allows a blow-up are continued).
+
 ``"blowup"``
     :math:`\nu` reached ``blowup_threshold``, the kind's growth law admits a finite-time
     singularity (:func:`blowup_law`), and the growth looks like one: with
@@ -52,24 +59,30 @@ Statuses
     of the law has :math:`q \to 1/p \le q_{\max}`; a larger :math:`q` is a transient of
     oscillating growth); :math:`q` is a central difference of :math:`\tau` along the flow.
     The blow-up time is :math:`T^* = t + \tau/q` (exact for a pure power law; the error for a
-    Riccati singularity is :math:`O(\tau^2)`, i.e. :math:`\sim 10^{-16}T^*` at
-    :math:`\nu = 10^8`).  ``limit`` is :math:`\Sigma/\operatorname{tr}\Sigma` extrapolated
+    Riccati singularity is :math:`O(\tau^2)`).  ``limit`` is :math:`\Sigma/\operatorname{tr}\Sigma` extrapolated
     linearly to :math:`T^*`.
 ``"diverging"``
     :math:`\nu` reached ``blowup_threshold`` and either the law excludes a finite-time
     singularity (Sinkhorn; L2 whose key matrices all have rank ``d``: their :math:`M` stays
     bounded as :math:`\Sigma` grows, so the growth is at most exponential) or
     :math:`q` is outside :math:`(q_{\max}/2, 1.5\,q_{\max}]` (growth without a finite-time
-    singularity, e.g. :math:`\nu \propto e^{\lambda t}`).  At a low threshold a transient
-    :math:`q` can mislead either way (rotating, exponentially growing modes make :math:`q`
-    oscillate): use a threshold of :math:`10^8` or more to classify.  ``limit`` is the current
-    :math:`\Sigma/\operatorname{tr}\Sigma`.
+    singularity, e.g. :math:`\nu \propto e^{\lambda t}`).  ``limit`` is the current
+    :math:`\Sigma/\operatorname{tr}\Sigma` (where it was measured).
 ``"converged"``
-    :math:`\|\Sigma'\|_F \le \text{tol}\,(\|\Sigma\|_F + \text{atol})` and
-    :math:`\|\alpha'\| \le \text{tol}\,(\|\alpha\| + \|\Sigma\|_F^{1/2} + \text{atol})`
-    with ``tol = converge_tol`` (rates per unit ``t``).
-``"running"``
-    ``t_max`` reached (or the step budget spent) with none of the above.
+    By the solvers' ``convergence`` criterion (:func:`solve`): by default a relative rate
+    below ``converge_tol``, or an algebraic approach to a stationary state
+    (:math:`\Sigma \to 0` or to a line like :math:`1/t`); optionally the paper's absolute
+    criteria :math:`\|\Sigma'\|_F <` ``converge_tol`` or :math:`\operatorname{tr}\Sigma <`
+    ``converge_tol``.
+``"ok"``
+    ``t_max`` reached with none of the above (undecided).
+``"max_steps"``
+    The step budget ran out before ``t_max`` (an :class:`~transformer_pde.errors.EarlyStopWarning`
+    says so).
+
+Early stops (``blowup``, ``max_steps``) are reported through
+:class:`~transformer_pde.errors.EarlyStopWarning` (once per :func:`solve_batch` call);
+``warnings.simplefilter("ignore", EarlyStopWarning)`` silences them.
 """
 
 from __future__ import annotations

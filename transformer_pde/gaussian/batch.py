@@ -4,41 +4,60 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..attention import Attention
+from ..errors import ArgumentError, EarlyStopWarning
+from ..integrate.tableaux import DOPRI5
+from ..results import Status
 from . import kernels
 from .affine import check_attention, check_mean_cov, psd_factor
-from .system import MomentSystem, check_solver_args, classify, layer_breakpoints
-from .trajectory import solve_from_factor
+from .system import (
+    CLASSIFY_SIZE,
+    CONVERGENCE_MODES,
+    MomentSystem,
+    check_solver_args,
+    classify,
+    conv_rates,
+    converged_codes,
+    layer_breakpoints,
+)
+from .trajectory import GaussianTrajectory, solve_from_factor
 
 __all__ = ["GaussianBatch", "solve_batch"]
 
 logger = logging.getLogger(__name__)
 
-STATUSES = ("converged", "blowup", "diverging", "running")
-
 _STIFF_STEPS_BATCH = 4000  # step attempts per member of solve_batch before the Radau hand-off
+_LAND = 1e-12              # landing tolerance on t (relative) and on log(size)
 
 
 @dataclass
 class GaussianBatch:
-    """Result of :func:`solve_batch` (``B`` members).
+    r"""Result of :func:`solve_batch` (``B`` members).
 
     Attributes
     ----------
     status : ndarray (B,) of str
+        Values of :class:`~transformer_pde.results.Status` (``"ok"``, ``"converged"``,
+        ``"blowup"``, ``"diverging"``, ``"max_steps"``), so ``res.status == "blowup"``
+        selects members.
     blowup_time : ndarray (B,)  (``nan`` unless blow-up)
     t_final : ndarray (B,)
+        Time of the final state (on the blow-up threshold for blow-ups).
     means, covs : ndarray (B, d), (B, d, d)
-        Final states (at the blow-up threshold for blow-ups).
+        Final states (on the blow-up threshold, :math:`\nu = ` ``blowup_threshold`` to
+        1e-12 relative, for members that reached it).
     limit : ndarray (B, d, d)
-        :math:`\\Sigma/\\operatorname{tr}\\Sigma`, extrapolated to :math:`T^*` on blow-up.
+        :math:`\Sigma/\operatorname{tr}\Sigma`, extrapolated to :math:`T^*` on blow-up.
     n_steps : ndarray (B,)
-        Accepted explicit steps per member (members handed to Radau add ``nfev // 8``).
+        Accepted explicit steps per member up to the final state (members handed to Radau
+        add ``nfev // 8``).
     t_eval : ndarray (T,) or None
     traj_means, traj_covs : ndarray (B, T, d), (B, T, d, d) or None
         States at ``t_eval`` (NaN after a member terminated).
@@ -61,38 +80,199 @@ class GaussianBatch:
     def __len__(self) -> int:
         return self.status.shape[0]
 
+    @property
+    def success(self) -> np.ndarray:
+        """Per member: :attr:`Status.success <transformer_pde.results.Status.success>`."""
+        return np.array([Status(s).success for s in self.status], dtype=bool)
+
+    @property
+    def times(self) -> np.ndarray:
+        """The common output times ``t_eval`` (empty without ``t_eval``)."""
+        return np.zeros(0) if self.t_eval is None else self.t_eval
+
+    @property
+    def message(self) -> str:
+        """One sentence: the number of members per status."""
+        c = {k: v for k, v in self.counts().items() if v}
+        return f"{len(self)} members: " + ", ".join(f"{v} {k}" for k, v in c.items())
+
+    def moments(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(means, covs)`` at ``t_eval``, shapes ``(B, T, d)`` and ``(B, T, d, d)`` (NaN
+        after a member stopped); raises if the batch was solved without ``t_eval``."""
+        if self.t_eval is None:
+            raise ArgumentError("moments() needs states at common times: call solve_batch "
+                                "with t_eval (the final states are .means and .covs)")
+        return self.traj_means, self.traj_covs
+
     def counts(self) -> dict[str, int]:
-        """Number of members per status."""
-        return {s: int(np.sum(self.status == s)) for s in STATUSES}
+        """Number of members per status (every :class:`~transformer_pde.results.Status`)."""
+        return {s.value: int(np.sum(self.status == s.value)) for s in Status}
+
+    def __getitem__(self, i: int) -> GaussianTrajectory:
+        """Member ``i`` as a :class:`GaussianTrajectory` (its states at ``t_eval`` up to its
+        stop, then its final state)."""
+        i = int(i)
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"member {i} out of range for a batch of {len(self)}")
+        i %= len(self)
+        if self.t_eval is not None:
+            keep = np.isfinite(self.traj_covs[i, :, 0, 0])
+            times, ms, cs = self.t_eval[keep], self.traj_means[i, keep], self.traj_covs[i, keep]
+        else:
+            times = np.zeros(0)
+            ms = np.zeros((0,) + self.means.shape[1:])
+            cs = np.zeros((0,) + self.covs.shape[1:])
+        if not times.size or times[-1] < self.t_final[i]:
+            times = np.append(times, self.t_final[i])
+            ms = np.concatenate([ms, self.means[i][None]])
+            cs = np.concatenate([cs, self.covs[i][None]])
+        return GaussianTrajectory(times, ms, cs, Status(self.status[i]),
+                                  float(self.blowup_time[i]), self.limit[i],
+                                  float(self.t_final[i]), self.messages[i], 0,
+                                  self.means[i], self.covs[i])
 
 
+def _numpy_advance(sysm: MomentSystem, Y: np.ndarray, ids: np.ndarray, h: np.ndarray,
+                   stops: np.ndarray, kstop: np.ndarray, eval_pos: np.ndarray,
+                   trY: np.ndarray | None, rtol: float, atol_vec: np.ndarray, atol: float,
+                   log_thr: float, convergence: str, converge_tol: float, budget: int,
+                   n_steps: np.ndarray, reason: np.ndarray) -> None:
+    """The NumPy integrator: advance members ``ids`` (rows of ``Y``, updated in place) with
+    Dormand--Prince 5(4) and per-member step control until the last of ``stops`` (reason 0),
+    the size threshold ``exp(log_thr)``, landed on to 1e-12 relative (1), convergence
+    (2, 5, 6) or ``budget`` attempts (3).  ``kstop`` is each member's next stop."""
+    B = Y.shape[0]
+    tab = DOPRI5
+    ns = tab.n_stages
+    t_prev_stop = np.where(kstop > 0, stops[np.maximum(kstop - 1, 0)], 0.0)
+    t_prev_stop = np.minimum(t_prev_stop, Y[:, 0])
+    alg = np.full((B, 4), np.inf)
+    n_att = np.zeros(B, dtype=int)
 
-# Dormand-Prince 5(4) tableau (FSAL); local extrapolation with the 5th-order solution.
-_DP_A = [
-    [],
-    [1 / 5],
-    [3 / 40, 9 / 40],
-    [44 / 45, -56 / 15, 32 / 9],
-    [19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729],
-    [9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656],
-]
-_DP_B = np.array([35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84])
-_DP_E = np.array([71 / 57600, 0.0, -71 / 16695, 71 / 1920, -17253 / 339200, 22 / 525, -1 / 40])
+    def set_window(ia):
+        st = stops[kstop[ia]]
+        lo = t_prev_stop[ia]
+        fin = np.isfinite(st)
+        st_ = np.where(fin, st, lo + 1.0)
+        eta = np.minimum(1e-7 * np.maximum(1.0, np.abs(st_)), 0.25 * (st_ - lo))
+        sysm.lo[ia] = lo + eta
+        sysm.hi[ia] = np.where(fin, st_ - eta, np.inf)
 
+    active = np.zeros(B, dtype=bool)
+    active[ids] = True
+    set_window(ids)
+    f = np.zeros_like(Y)
+    f[ids] = sysm.rhs(Y[ids], ids)
+    lsz = np.zeros(B)
+    lsz[ids] = sysm.log_size(Y[ids], ids)
+    while np.any(active):
+        ia = np.nonzero(active)[0]
+        yA, fA, hA = Y[ia], f[ia], h[ia]
+        st = stops[kstop[ia]]
+        gap = st - yA[:, 0]
+        h_aim = gap / fA[:, 0]                  # dt/ds = fA[:,0]
+        aiming = h_aim <= hA
+        hA = np.where(aiming, h_aim, hA)
+        K = [fA]
+        for i in range(1, ns):
+            acc = np.zeros_like(yA)
+            for j in range(i):
+                a = tab.A[i, j]
+                if a != 0.0:
+                    acc += a * K[j]
+            K.append(sysm.rhs(yA + hA[:, None] * acc, ia))
+        acc = np.zeros_like(yA)
+        for j in range(ns):
+            if tab.b[j] != 0.0:
+                acc += tab.b[j] * K[j]
+        ynew = yA + hA[:, None] * acc
+        fnew = sysm.rhs(ynew, ia)
+        K.append(fnew)
+        err = np.zeros_like(yA)
+        for j in range(ns + 1):
+            if tab.e[j] != 0.0:
+                err += tab.e[j] * K[j]
+        err *= hA[:, None]
+        sc = atol_vec + rtol * np.maximum(np.abs(yA), np.abs(ynew))
+        en = np.sqrt(np.mean((err / sc) ** 2, axis=1))
+        en = np.where(np.all(np.isfinite(ynew), axis=1), en, np.inf)
+        ok = en <= 1.0
+        tn = ynew[:, 0]
+        with np.errstate(invalid="ignore"):
+            tol_t = _LAND * np.maximum(1.0, np.abs(st))
+            over = ok & (tn > st + tol_t)
+            landed = ok & ~over & aiming & (np.abs(tn - st) <= tol_t)
+        lnew = np.where(ok, sysm.log_size(np.where(ok[:, None], ynew, yA), ia), -np.inf)
+        # the size threshold is a stop as well: a step past it is retried with a secant step
+        # in s on log(size) (nearly linear in s near a blow-up)
+        over_sz = ok & (lnew > log_thr + _LAND)
+        accept = ok & ~over & ~over_sz
+        fac = np.where(en == 0, 5.0, np.clip(0.9 * np.where(en > 0, en, 1.0) ** -0.2, 0.2, 5.0))
+        fac = np.where(ok, fac, np.minimum(fac, 0.9))
+        h_new = hA * fac
+        # overshoot of a stop: secant correction in s
+        h_new = np.where(over, hA * gap / np.maximum(tn - yA[:, 0], 1e-300), h_new)
+        l0 = lsz[ia]
+        h_sz = hA * (log_thr - l0) / np.maximum(lnew - l0, 1e-300)
+        h_new = np.where(over_sz, np.where(over, np.minimum(h_new, h_sz), h_sz), h_new)
+        # after an aimed, accepted step keep the previous (larger) proposal
+        h_new = np.where(accept & aiming, np.maximum(h[ia], h_new), h_new)
+        n_att[ia] += 1
+        n_steps[ia] += accept
+        acc_i = ia[accept]
+        Y[acc_i] = ynew[accept]
+        f[acc_i] = fnew[accept]
+        lsz[acc_i] = lnew[accept]
+        h[ia] = h_new
+        # landings
+        for j in np.nonzero(landed & accept)[0]:
+            i = ia[j]
+            Y[i, 0] = stops[kstop[i]]
+            if trY is not None and eval_pos[kstop[i]] >= 0:
+                trY[i, eval_pos[kstop[i]]] = Y[i]
+            t_prev_stop[i] = stops[kstop[i]]
+            if kstop[i] == stops.size - 1:
+                reason[i] = 0
+                active[i] = False
+            else:
+                kstop[i] += 1
+                set_window(np.array([i]))
+                f[i] = sysm.rhs(Y[i:i + 1], np.array([i]))[0]
+        # events on accepted, still-active members
+        chk = acc_i[active[acc_i]]
+        if chk.size:
+            big = lsz[chk] >= log_thr - _LAND
+            reason[chk[big]] = 1
+            active[chk[big]] = False
+            rest = chk[~big]
+            if rest.size:
+                hist = alg[rest]            # a copy: the updated history is written back
+                code = converged_codes(convergence, conv_rates(sysm, Y[rest], rest, atol),
+                                       converge_tol, Y[rest, 0], hist)
+                alg[rest] = hist
+                conv = code > 0
+                reason[rest[conv]] = code[conv]
+                active[rest[conv]] = False
+        stiff = active & (n_att >= budget)
+        if np.any(stiff):
+            reason[stiff] = 3
+            active[stiff] = False
 
 
 def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *, t_max: float,
                 rtol: float = 1e-10, atol: float = 1e-12, blowup_threshold: float = 1e8,
-                converge_tol: float = 1e-10, t_eval: Any = None, max_steps: int = 100_000,
-                use_numba: bool = True) -> GaussianBatch:
+                converge_tol: float = 1e-10, convergence: str = "auto", t_eval: Any = None,
+                max_steps: int = 100_000, use_numba: bool = True) -> GaussianBatch:
     r"""Integrate many Gaussian initial conditions (and optionally parameter sets) together.
 
     All members are advanced simultaneously by one vectorised adaptive Dormand--Prince 5(4)
     integrator (DOP853 on the numba path, see ``use_numba``) on the reparametrised system of
-    :mod:`transformer_pde.gaussian`, **with a step size, error control and event handling per member** (NumPy arrays of shape ``(B, ...)``; members
-    that terminate leave the active set).  Members land exactly (to :math:`10^{-12}` relative)
-    on ``t_eval`` points, :class:`Layers` breakpoints and ``t_max`` by secant-adjusted steps in
-    :math:`s`.  Statuses and :math:`T^*` follow :func:`solve` (same classification), and the
+    :mod:`transformer_pde.gaussian`, **with a step size, error control and event handling per
+    member** (NumPy arrays of shape ``(B, ...)``; members that terminate leave the active
+    set).  Members land exactly (to :math:`10^{-12}` relative) on ``t_eval`` points,
+    :class:`~transformer_pde.Layers` breakpoints, ``t_max`` and the size threshold by
+    secant-adjusted steps in :math:`s`.  Statuses, :math:`T^*` and limits follow
+    :func:`solve` (same classification, measured past the threshold as there), and the
     results agree with :func:`solve` member by member to about ``1e3 * rtol``.
 
     Parameters
@@ -101,14 +281,15 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
         One specification for all members, or one per member (same kind, ``d`` and heads).
     means0 : array_like (B, d)
     covs0 : array_like (B, d, d)
-    t_max, rtol, atol, blowup_threshold, converge_tol
+    t_max, rtol, atol, blowup_threshold, converge_tol, convergence
         As in :func:`solve`.
     t_eval : array_like (T,), optional
         Common output times; ``traj_means`` / ``traj_covs`` hold NaN after a member terminated.
     max_steps : int
         Step attempts per member of the explicit method, capped at 4000; a member that needs
         more (typically a stiff one: a collapsing direction of :math:`\Sigma` decaying much
-        faster than the rest evolves) is continued alone with the implicit Radau method (see :func:`solve`).
+        faster than the rest evolves) is continued alone with the implicit Radau method
+        (see :func:`solve`).
     use_numba : bool
         For ``softmax`` / ``linear`` with constant parameters, run the same per-member
         algorithm compiled with numba, with the 8th-order DOP853 pair instead of
@@ -121,41 +302,49 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
     Returns
     -------
     GaussianBatch
+
+    Warns
+    -----
+    EarlyStopWarning
+        Once per call, when members stopped before ``t_max`` for a reason other than
+        convergence (blow-up, budget), with the counts.
     """
     if isinstance(att, Attention):
         atts = [check_attention(att)]
     else:
         atts = [check_attention(a) for a in att]
         if not atts:
-            raise ValueError("att must be an Attention or a non-empty sequence of them")
+            raise ArgumentError("att must be an Attention or a non-empty sequence of them")
         a0 = atts[0]
         for i, a in enumerate(atts):
             if (a.kind, a.d, a.heads, a.W_O is None) != (a0.kind, a0.d, a0.heads, a0.W_O is None):
-                raise ValueError(f"att[{i}] differs from att[0] in kind, d, heads or W_O presence")
+                raise ArgumentError(f"att[{i}] differs from att[0] in kind, d, heads or W_O "
+                                    "presence")
     d = atts[0].d
     m0, c0 = check_mean_cov(means0, covs0, d, "means0", "covs0", batch=True)
     B = m0.shape[0]
     if len(atts) > 1 and len(atts) != B:
-        raise ValueError(f"att has {len(atts)} members but means0 has {B}")
-    check_solver_args(t_max, rtol, atol, blowup_threshold, converge_tol)
+        raise ArgumentError(f"att has {len(atts)} members but means0 has {B}")
+    check_solver_args(t_max, rtol, atol, blowup_threshold, converge_tol, convergence)
     sysm = MomentSystem(atts, B)
     all_idx = np.arange(B)
     Y = sysm.pack(np.zeros(B), m0, psd_factor(c0), all_idx)
     log_thr = math.log(blowup_threshold)
+    log_thr_c = math.log(max(blowup_threshold, CLASSIFY_SIZE))
     if np.any(sysm.log_size(Y, all_idx) >= log_thr):
         i = int(np.argmax(sysm.log_size(Y, all_idx)))
-        raise ValueError(f"member {i}: the initial size already exceeds blowup_threshold")
+        raise ArgumentError(f"member {i}: the initial size already exceeds blowup_threshold")
     n = sysm.n
     atol_vec = np.full(n, atol)
     atol_vec[1] = rtol
+    budget = min(int(max_steps), _STIFF_STEPS_BATCH)
 
     te = None if t_eval is None else np.unique(np.asarray(t_eval, float).ravel())
     if te is not None:
         te = te[(te >= 0) & (te <= t_max)]
+    bps = layer_breakpoints(atts, 0.0, t_max)
     stops = np.unique(np.concatenate([
-        np.asarray(layer_breakpoints(atts, t_max), float),
-        np.array([float(t_max)]),
-        te[te > 0] if te is not None else np.zeros(0)]))
+        bps, np.array([float(t_max)]), te[te > 0] if te is not None else np.zeros(0)]))
     traj_m = traj_c = None
     if te is not None:
         traj_m = np.full((B, te.size, d), np.nan)
@@ -168,120 +357,49 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
     # full states landed on at t_eval (row eval_pos[k] for stop k), NaN until reached; both
     # integrators fill it, the moments are taken once after them
     trY = np.full((B, 1 if te is None else max(te.size, 1), n), np.nan)
+    mode = CONVERGENCE_MODES[convergence]
 
-    kstop = np.zeros(B, dtype=int)
-    t_prev_stop = np.zeros(B)
-
-    def set_window(ia):
-        st = stops[kstop[ia]]
-        lo = t_prev_stop[ia]
-        eta = np.minimum(1e-7 * np.maximum(1.0, np.abs(st)), 0.25 * (st - lo))
-        sysm.lo[ia] = lo + eta
-        sysm.hi[ia] = st - eta
-
-    set_window(all_idx)
-    fast = (use_numba and kernels.AVAILABLE and not sysm.dynamic
-            and sysm.kind in ("softmax", "linear"))
+    fast = use_numba and kernels.AVAILABLE and not sysm.dynamic and sysm.kind in ("softmax",
+                                                                                   "linear")
     if fast:
-        # the compiled kernel does the initial convergence check and step choice per member
-        reason, n_steps = kernels.run_compiled(sysm, atts, Y, stops, eval_pos, rtol, atol_vec,
-                                               atol, log_thr, converge_tol,
-                                               min(max_steps, _STIFF_STEPS_BATCH), trY)
-        active = np.zeros(B, dtype=bool)
+        # the compiled kernel does the initial convergence check, the step choice and the
+        # continuation past the threshold per member
+        reason, n_steps, Yc, _ = kernels.run_compiled(
+            sysm, atts, Y, stops, eval_pos, rtol, atol_vec, atol, log_thr, log_thr_c, mode,
+            converge_tol, budget, trY)
     else:
-        f = sysm.rhs(Y, all_idx)
-        conv0 = sysm.conv_measure(Y, all_idx, atol) <= converge_tol
-        reason = np.where(conv0, 2, -1)
-        active = ~conv0
+        reason = np.full(B, -1)
+        code = converged_codes(convergence, conv_rates(sysm, Y, all_idx, atol), converge_tol,
+                               Y[:, 0], np.full((B, 4), np.inf))
+        reason[code > 0] = code[code > 0]
         # initial step (Hairer-Wanner heuristic, vectorised)
+        f = sysm.rhs(Y, all_idx)
         scale = atol_vec + rtol * np.abs(Y)
         d0 = np.sqrt(np.mean((Y / scale) ** 2, axis=1))
         d1 = np.sqrt(np.mean((f / scale) ** 2, axis=1))
         h = np.where((d0 < 1e-5) | (d1 < 1e-5), 1e-6, 0.01 * d0 / np.maximum(d1, 1e-300))
         h = np.minimum(h, 0.1)
         n_steps = np.zeros(B, dtype=int)
-        n_att = np.zeros(B, dtype=int)
-    land_tol = 1e-12
-
-    # the NumPy integrator (no member is active after the numba path)
-    while np.any(active):
-        ia = np.nonzero(active)[0]
-        yA, fA, hA = Y[ia], f[ia], h[ia]
-        st = stops[kstop[ia]]
-        gap = st - yA[:, 0]
-        h_aim = gap / fA[:, 0]                  # dt/ds = fA[:,0]
-        aiming = h_aim <= hA
-        hA = np.where(aiming, h_aim, hA)
-        K = [fA]
-        for i in range(1, 6):
-            acc = np.zeros_like(yA)
-            for j, a in enumerate(_DP_A[i]):
-                if a != 0.0:
-                    acc += a * K[j]
-            K.append(sysm.rhs(yA + hA[:, None] * acc, ia))
-        acc = np.zeros_like(yA)
-        for j in range(6):
-            if _DP_B[j] != 0.0:
-                acc += _DP_B[j] * K[j]
-        ynew = yA + hA[:, None] * acc
-        fnew = sysm.rhs(ynew, ia)
-        K.append(fnew)
-        err = np.zeros_like(yA)
-        for j in range(7):
-            if _DP_E[j] != 0.0:
-                err += _DP_E[j] * K[j]
-        err *= hA[:, None]
-        sc = atol_vec + rtol * np.maximum(np.abs(yA), np.abs(ynew))
-        en = np.sqrt(np.mean((err / sc) ** 2, axis=1))
-        en = np.where(np.all(np.isfinite(ynew), axis=1), en, np.inf)
-        ok = en <= 1.0
-        tn = ynew[:, 0]
-        over = ok & (tn > st + land_tol * np.maximum(1.0, np.abs(st)))
-        landed = ok & ~over & aiming & (np.abs(tn - st) <= land_tol * np.maximum(1.0, np.abs(st)))
-        accept = ok & ~over
-        fac = np.where(en == 0, 5.0, np.clip(0.9 * np.where(en > 0, en, 1.0) ** -0.2, 0.2, 5.0))
-        fac = np.where(ok, fac, np.minimum(fac, 0.9))
-        h_new = hA * fac
-        # overshoot of a stop: secant correction in s
-        h_new = np.where(over, hA * gap / np.maximum(tn - yA[:, 0], 1e-300), h_new)
-        # after an aimed, accepted step keep the previous (larger) proposal
-        h_new = np.where(accept & aiming, np.maximum(h[ia], h_new), h_new)
-        n_att[ia] += 1
-        n_steps[ia] += accept
-        acc_i = ia[accept]
-        Y[acc_i] = ynew[accept]
-        f[acc_i] = fnew[accept]
-        h[ia] = h_new
-        # landings
-        for j in np.nonzero(landed)[0]:
-            i = ia[j]
-            Y[i, 0] = stops[kstop[i]]
-            tt = float(stops[kstop[i]])
-            if eval_pos[kstop[i]] >= 0:
-                trY[i, eval_pos[kstop[i]]] = Y[i]
-            t_prev_stop[i] = tt
-            if kstop[i] == stops.size - 1:
-                reason[i] = 0
-                active[i] = False
-            else:
-                kstop[i] += 1
-                set_window(np.array([i]))
-                f[i] = sysm.rhs(Y[i:i + 1], np.array([i]))[0]
-        # events on accepted, still-active members
-        chk = acc_i[active[acc_i]]
-        if chk.size:
-            big = sysm.log_size(Y[chk], chk) >= log_thr
-            reason[chk[big]] = 1
-            active[chk[big]] = False
-            rest = chk[~big]
-            if rest.size:
-                conv = sysm.conv_measure(Y[rest], rest, atol) <= converge_tol
-                reason[rest[conv]] = 2
-                active[rest[conv]] = False
-        stiff = active & (n_att >= min(max_steps, _STIFF_STEPS_BATCH))
-        if np.any(stiff):
-            reason[stiff] = 3
-            active[stiff] = False
+        kstop = np.zeros(B, dtype=int)
+        run = np.nonzero(reason < 0)[0]
+        if run.size:
+            _numpy_advance(sysm, Y, run, h, stops, kstop, eval_pos, trY, rtol, atol_vec, atol,
+                           log_thr, convergence, converge_tol, budget, n_steps, reason)
+        # continue the members on the threshold (no output) to measure T* and the limit
+        Yc = Y.copy()
+        t_now = Y[:, 0]
+        qmax = np.zeros(B)
+        big = np.nonzero(reason == 1)[0]
+        if big.size:
+            qmax[big] = sysm.q_max(t_now[big], big)
+        cont = big[qmax[big] > 0] if log_thr_c > log_thr else big[:0]
+        if cont.size:
+            stops_c = np.concatenate([layer_breakpoints(atts, 0.0, math.inf), [math.inf]])
+            kc = np.searchsorted(stops_c, t_now, side="right")
+            rc = np.full(B, -1)
+            _numpy_advance(sysm, Yc, cont, h.copy(), stops_c, kc, np.full(stops_c.size, -1),
+                           None, rtol, atol_vec, atol, log_thr_c, convergence, converge_tol,
+                           budget, np.zeros(B, dtype=int), rc)
 
     if te is not None:
         bi, ti = np.nonzero(np.isfinite(trY[:, :, 0]))
@@ -291,7 +409,7 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
             traj_c[bi, ti] = SS
 
     status, Tstar, limit, msgs = classify(sysm, Y, all_idx, converge_tol,
-                                         np.where(reason == 3, 0, reason))
+                                          np.where(reason == 3, 0, reason), Yc, convergence)
     t_fin, means, covs = sysm.moments(Y, all_idx)
     # members that became stiff: continue one by one with the implicit Radau method
     for i in np.nonzero(reason == 3)[0]:
@@ -299,9 +417,12 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
         a_i = atts[i] if len(atts) > 1 else atts[0]
         F_i = np.exp(Y[i, 1]) * Y[i, 2:2 + d * d].reshape(d, d)
         rem = None if te is None else te[te > t_fin[i]]
-        tr = solve_from_factor(a_i, float(t_fin[i]), means[i], F_i, t_max=float(t_max), rtol=rtol,
-                         atol=atol, blowup_threshold=blowup_threshold,
-                         converge_tol=converge_tol, t_eval=rem, method="Radau")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", EarlyStopWarning)   # one warning per batch below
+            tr = solve_from_factor(a_i, float(t_fin[i]), means[i], F_i, t_max=float(t_max),
+                                   rtol=rtol, atol=atol, blowup_threshold=blowup_threshold,
+                                   converge_tol=converge_tol, convergence=convergence,
+                                   t_eval=rem, method="Radau")
         status[i], Tstar[i], limit[i], msgs[i] = tr.status, tr.blowup_time, tr.limit, tr.message
         t_fin[i] = tr.t_final
         if te is not None and len(tr.times):
@@ -310,6 +431,13 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
             traj_c[i, pos] = tr.covs
         means[i], covs[i] = tr.final_mean, tr.final_cov
         n_steps[i] += tr.nfev // 8
-    return GaussianBatch(np.array(status), Tstar, t_fin, means, covs, limit, n_steps, te,
-                         traj_m, traj_c, msgs)
-
+    res = GaussianBatch(np.array([s.value for s in status]), Tstar, t_fin, means, covs, limit,
+                        n_steps, te, traj_m, traj_c, msgs)
+    early = [s for s in status if s.stopped_early]
+    if early:
+        counts = {k: v for k, v in res.counts().items() if v and Status(k).stopped_early}
+        first = next(i for i, s in enumerate(status) if s.stopped_early)
+        warnings.warn(f"solve_batch: {len(early)} of {B} members stopped before t_max="
+                      f"{float(t_max):g} ({', '.join(f'{v} {k}' for k, v in counts.items())}); "
+                      f"member {first}: {msgs[first]}", EarlyStopWarning, stacklevel=2)
+    return res

@@ -13,6 +13,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..attention import Attention
+from ..integrate.tableaux import DOP853
+from .system import ALG_K_MIN, ALG_STEADY
 
 __all__: list[str] = []
 
@@ -22,21 +24,14 @@ except ImportError:  # pragma: no cover
     _nb = None
 
 
-def _dop853_tableau() -> tuple[np.ndarray, ...]:
-    """Coefficients of scipy's DOP853 (a private scipy module: without it, no fast path)."""
-    try:
-        from scipy.integrate._ivp import dop853_coefficients as c  # noqa: PLC0415
-    except ImportError:  # pragma: no cover
-        return ()
-    s = c.N_STAGES
-    return (np.ascontiguousarray(c.A[:s, :s], float), np.ascontiguousarray(c.B, float),
-            np.ascontiguousarray(c.E5, float), np.ascontiguousarray(c.E3, float))
-
-
-_DOP853 = _dop853_tableau() if _nb is not None else ()
-
 #: True when numba and the DOP853 coefficients are available (the compiled path can run).
-AVAILABLE = _nb is not None and len(_DOP853) == 4
+AVAILABLE = _nb is not None
+
+# landing tolerance on log(size) at the blow-up threshold (relative size error)
+_LAND_LOG = 1e-12
+# algebraic convergence (the NumPy path's transformer_pde.gaussian.system.converged_codes)
+_ALG_K_MIN = ALG_K_MIN
+_ALG_STEADY = ALG_STEADY
 
 
 # The per-member loop for softmax / linear with constant parameters: the NumPy path's algorithm
@@ -121,12 +116,16 @@ def _nb_rhs(y, out, d, linear, Vf, Ah, kap, S, S2, M, T, MG, al, bvec, dmean):
     return nu
 
 
-def _nb_conv(d, S, M, al, dmean, atol):
-    """Convergence measure of :meth:`MomentSystem.conv_measure` from the scratch of the last
-    :func:`_nb_rhs` call (evaluated once per accepted step, not per stage)."""
+def _nb_conv(d, S, M, al, dmean, atol, cv):
+    """Convergence measures from the scratch of the last :func:`_nb_rhs` call (evaluated once
+    per accepted step, not per stage): returns the relative rate of
+    :meth:`MomentSystem.conv_measure`; ``cv`` receives ``[R, |Sigma'|_F, tr Sigma]`` with
+    ``R = |Sigma'|_F + |(alpha alpha^T)'|_F`` (the rate tested for algebraic convergence)."""
     nS = 0.0
     ndS = 0.0
+    trS = 0.0
     for i in range(d):
+        trS += S[i, i]
         for j in range(d):
             nS += S[i, j] * S[i, j]
             acc = 0.0
@@ -137,53 +136,69 @@ def _nb_conv(d, S, M, al, dmean, atol):
     rS = np.sqrt(ndS) / (nS + atol)
     dm = 0.0
     a2 = 0.0
+    dmm = 0.0
     for i in range(d):
         dm += dmean[i] * dmean[i]
         a2 += al[i] * al[i]
+        for j in range(d):
+            x = dmean[i] * al[j] + al[i] * dmean[j]
+            dmm += x * x
     rm = np.sqrt(dm) / (np.sqrt(a2) + np.sqrt(nS) + atol)
+    cv[0] = np.sqrt(ndS) + np.sqrt(dmm)
+    cv[1] = np.sqrt(ndS)
+    cv[2] = trS
     return rS if rS > rm else rm
 
 
-def _nb_member(m, Y, d, linear, Vfm, Ahm, km, rtol, atol_vec, atol, stops, eval_pos, thr,
-               conv_tol, budget, traj, reason, n_steps, cA, cB, cE5, cE3):
-    """DOP853 (Hairer--Norsett--Wanner: 12 stages, FSAL, 5th- and 3rd-order error estimates
-    combined as in ``scipy.integrate.DOP853``) for member ``m``; all state is local, so
-    members can run in parallel."""
-    n = Y.shape[1]
-    S = np.empty((d, d))
-    S2 = np.empty((d, d))
-    M = np.empty((d, d))
-    T = np.empty((d, d))
-    MG = np.empty((d, d))
-    al = np.empty(d)
-    bv = np.empty(d)
-    dm = np.empty(d)
+def _nb_converged(mode, rel, cv, conv_tol, t, alg):
+    """0 (not converged), 2 (relative criterion), 5 (algebraic approach) or 6 (absolute /
+    trace criterion) for convergence ``mode`` 0 relative, 1 auto, 2 absolute, 3 trace.
+    ``alg`` = [log t, log R, k anchor, t anchor] carries the algebraic detector's history
+    (see :func:`transformer_pde.gaussian.system.converged_codes`)."""
+    if mode == 2:
+        return 6 if cv[1] <= conv_tol else 0
+    if mode == 3:
+        return 6 if cv[2] <= conv_tol else 0
+    if rel <= conv_tol:
+        return 2
+    if mode == 1 and t > 0.0 and cv[0] > 0.0:
+        lt = np.log(t)
+        if np.isfinite(alg[0]) and not lt > alg[0]:
+            return 0           # only later times update the history
+        lr = np.log(cv[0])
+        hit = False
+        if np.isfinite(alg[0]):
+            k = -(lr - alg[1]) / (lt - alg[0])
+            if k >= _ALG_K_MIN:
+                if np.isfinite(alg[2]) and abs(k - alg[2]) <= _ALG_STEADY * alg[2]:
+                    hit = t >= 2.0 * alg[3]
+                else:
+                    alg[2] = k
+                    alg[3] = t
+            else:
+                alg[2] = np.inf
+        alg[0] = lt
+        alg[1] = lr
+        if hit:
+            return 5
+    return 0
+
+
+def _nb_advance(y, K, d, linear, Vfm, Ahm, km, rtol, atol_vec, atol, stops, eval_pos, lthr,
+                conv_mode, conv_tol, budget, traj_m, h, cA, cB, cE5, cE3, scr, cv, alg, out):
+    """Advance one member from ``y`` (``K[0]`` = its field) until the last stop (0), the size
+    threshold ``exp(lthr)``, landed on to 1e-12 relative (1), convergence (2, 5, 6) or the
+    budget of ``budget`` step attempts (3).  Returns the code; ``out`` = [h, accepted steps,
+    attempts]."""
+    S, S2, M, T, MG, al, bv, dm, ytmp, ynew = scr
+    n = y.shape[0]
     ns = cB.shape[0]
-    K = np.empty((ns + 1, n))
-    ytmp = np.empty(n)
-    ynew = np.empty(n)
     nst = stops.shape[0]
-    y = Y[m].copy()
-    _nb_rhs(y, K[0], d, linear, Vfm, Ahm, km, S, S2, M, T, MG, al, bv, dm)
-    if _nb_conv(d, S, M, al, dm, atol) <= conv_tol:
-        reason[m] = 2
-        return
-    # initial step (Hairer--Wanner heuristic)
-    d0 = 0.0
-    d1 = 0.0
-    for i in range(n):
-        sc = atol_vec[i] + rtol * abs(y[i])
-        d0 += (y[i] / sc) ** 2
-        d1 += (K[0, i] / sc) ** 2
-    d0 = np.sqrt(d0 / n)
-    d1 = np.sqrt(d1 / n)
-    h = 1e-6 if (d0 < 1e-5 or d1 < 1e-5) else 0.01 * d0 / d1
-    if h > 0.1:
-        h = 0.1
     k = 0
     natt = 0
     nacc = 0
     res = -1
+    lsz = np.log(_nb_rhs(y, K[0], d, linear, Vfm, Ahm, km, S, S2, M, T, MG, al, bv, dm))
     while True:
         st = stops[k]
         gap = st - y[0]
@@ -227,8 +242,12 @@ def _nb_member(m, Y, d, linear, Vfm, Ahm, km, rtol, atol_vec, atol, stops, eval_
         tn = ynew[0]
         tol_l = 1e-12 * max(1.0, abs(st))
         over = ok and (tn > st + tol_l)
+        lnew = np.log(nu) if nu > 0.0 else -np.inf
+        # the size threshold is a stop as well: a step past it is retried with a secant
+        # step in s on log(size) (log size is nearly linear in s near a blow-up)
+        over_sz = ok and (lnew > lthr + _LAND_LOG)
         landed = ok and (not over) and aiming and abs(tn - st) <= tol_l
-        accept = ok and not over
+        accept = ok and not over and not over_sz
         if en == 0.0:
             fac = 5.0
         elif np.isfinite(en):
@@ -240,6 +259,9 @@ def _nb_member(m, Y, d, linear, Vfm, Ahm, km, rtol, atol_vec, atol, stops, eval_
         h_new = hh * fac
         if over:
             h_new = hh * gap / max(tn - y[0], 1e-300)
+        if over_sz:
+            h_sz = hh * (lthr - lsz) / max(lnew - lsz, 1e-300)
+            h_new = h_sz if (not over or h_sz < h_new) else h_new
         if accept and aiming:
             h_new = max(h, h_new)
         natt += 1
@@ -247,52 +269,113 @@ def _nb_member(m, Y, d, linear, Vfm, Ahm, km, rtol, atol_vec, atol, stops, eval_
         if accept:
             nacc += 1
             y[:] = ynew
+            lsz = lnew
             K[0, :] = K[ns, :]
             if landed:
                 y[0] = st
                 if eval_pos[k] >= 0:
-                    traj[m, eval_pos[k], :] = y
+                    traj_m[eval_pos[k], :] = y
                 if k == nst - 1:
                     res = 0
                     break
                 k += 1
-            if nu >= thr:
+            if lnew >= lthr - _LAND_LOG:
                 res = 1
                 break
             # S, M, alpha, alpha' in the scratch are those of ynew (the last RHS call)
-            if _nb_conv(d, S, M, al, dm, atol) <= conv_tol:
-                res = 2
+            rel = _nb_conv(d, S, M, al, dm, atol, cv)
+            c = _nb_converged(conv_mode, rel, cv, conv_tol, y[0], alg)
+            if c > 0:
+                res = c
                 break
         if natt >= budget:
             res = 3
             break
+    out[0] = h
+    out[1] = nacc
+    out[2] = natt
+    return res
+
+
+def _nb_member(m, Y, Yc, d, linear, Vfm, Ahm, km, rtol, atol_vec, atol, stops, eval_pos, lthr,
+               lthr_c, conv_mode, conv_tol, budget, traj, reason, creason, n_steps,
+               cA, cB, cE5, cE3):
+    """DOP853 (Hairer--Norsett--Wanner: 12 stages, FSAL, 5th- and 3rd-order error estimates
+    combined as in ``scipy.integrate.DOP853``) for member ``m``; all state is local, so
+    members can run in parallel.  A member that lands on the size threshold ``exp(lthr)`` is
+    continued (without output) to ``exp(lthr_c)`` into ``Yc[m]`` (code in ``creason[m]``),
+    where blow-up time and limit shape are measured."""
+    n = Y.shape[1]
+    scr = (np.empty((d, d)), np.empty((d, d)), np.empty((d, d)), np.empty((d, d)),
+           np.empty((d, d)), np.empty(d), np.empty(d), np.empty(d), np.empty(n), np.empty(n))
+    S, S2, M, T, MG, al, bv, dm, ytmp, ynew = scr
+    ns = cB.shape[0]
+    K = np.empty((ns + 1, n))
+    cv = np.empty(3)
+    alg = np.full(4, np.inf)
+    out = np.empty(3)
+    y = Y[m].copy()
+    _nb_rhs(y, K[0], d, linear, Vfm, Ahm, km, S, S2, M, T, MG, al, bv, dm)
+    rel = _nb_conv(d, S, M, al, dm, atol, cv)
+    c0 = _nb_converged(conv_mode, rel, cv, conv_tol, 0.0, alg)
+    if c0 > 0:
+        reason[m] = c0
+        Yc[m, :] = y
+        return
+    # initial step (Hairer--Wanner heuristic)
+    d0 = 0.0
+    d1 = 0.0
+    for i in range(n):
+        sc = atol_vec[i] + rtol * abs(y[i])
+        d0 += (y[i] / sc) ** 2
+        d1 += (K[0, i] / sc) ** 2
+    d0 = np.sqrt(d0 / n)
+    d1 = np.sqrt(d1 / n)
+    h = 1e-6 if (d0 < 1e-5 or d1 < 1e-5) else 0.01 * d0 / d1
+    if h > 0.1:
+        h = 0.1
+    res = _nb_advance(y, K, d, linear, Vfm, Ahm, km, rtol, atol_vec, atol, stops, eval_pos,
+                      lthr, conv_mode, conv_tol, budget, traj[m], h, cA, cB, cE5, cE3, scr,
+                      cv, alg, out)
     Y[m, :] = y
     reason[m] = res
-    n_steps[m] = nacc
+    n_steps[m] = np.int64(out[1])
+    if res == 1 and lthr_c > lthr:
+        # continue past the drawing threshold (no stops, no output) for T* and the limit
+        inf_stop = np.full(1, np.inf)
+        no_eval = np.full(1, -1, dtype=np.int64)
+        alg[:] = np.inf
+        left = budget - np.int64(out[2])
+        creason[m] = _nb_advance(y, K, d, linear, Vfm, Ahm, km, rtol, atol_vec, atol,
+                                 inf_stop, no_eval, lthr_c, conv_mode, conv_tol,
+                                 left if left > 1 else 1, traj[m], out[0], cA, cB, cE5, cE3,
+                                 scr, cv, alg, out)
+    Yc[m, :] = y
 
 
-def _nb_run(Y, d, linear, Vf, Ah, kap, rtol, atol_vec, atol, stops, eval_pos, log_thr,
-            conv_tol, budget, traj, reason, n_steps, cA, cB, cE5, cE3):
+def _nb_run(Y, Yc, d, linear, Vf, Ah, kap, rtol, atol_vec, atol, stops, eval_pos, lthr, lthr_c,
+            conv_mode, conv_tol, budget, traj, reason, creason, n_steps, cA, cB, cE5, cE3):
     """All members, one after the other (small batches: no thread start-up, quick compile)."""
     P = Vf.shape[0]
-    thr = np.exp(log_thr)
     for m in range(Y.shape[0]):
         p = m if P > 1 else 0     # P is 1 (shared parameters) or B
-        _nb_member(m, Y, d, linear, Vf[p], Ah[p], kap[p], rtol, atol_vec, atol, stops,
-                   eval_pos, thr, conv_tol, budget, traj, reason, n_steps, cA, cB, cE5, cE3)
+        _nb_member(m, Y, Yc, d, linear, Vf[p], Ah[p], kap[p], rtol, atol_vec, atol, stops,
+                   eval_pos, lthr, lthr_c, conv_mode, conv_tol, budget, traj, reason, creason,
+                   n_steps, cA, cB, cE5, cE3)
 
 
-def _nb_run_par(Y, d, linear, Vf, Ah, kap, rtol, atol_vec, atol, stops, eval_pos, log_thr,
-                conv_tol, budget, traj, reason, n_steps, cA, cB, cE5, cE3):
+def _nb_run_par(Y, Yc, d, linear, Vf, Ah, kap, rtol, atol_vec, atol, stops, eval_pos, lthr,
+                lthr_c, conv_mode, conv_tol, budget, traj, reason, creason, n_steps,
+                cA, cB, cE5, cE3):
     """All members in parallel (``prange``): each member's state is local to
     :func:`_nb_member` and it writes only its own rows of the outputs."""
     P = Vf.shape[0]
-    thr = np.exp(log_thr)
     for m in _prange(Y.shape[0]):
         mi = np.int64(m)          # (a prange index may be unsigned: keep integer arithmetic)
         p = mi if P > 1 else np.int64(0)
-        _nb_member(mi, Y, d, linear, Vf[p], Ah[p], kap[p], rtol, atol_vec, atol, stops,
-                   eval_pos, thr, conv_tol, budget, traj, reason, n_steps, cA, cB, cE5, cE3)
+        _nb_member(mi, Y, Yc, d, linear, Vf[p], Ah[p], kap[p], rtol, atol_vec, atol, stops,
+                   eval_pos, lthr, lthr_c, conv_mode, conv_tol, budget, traj, reason, creason,
+                   n_steps, cA, cB, cE5, cE3)
 
 
 _prange = range
@@ -301,6 +384,8 @@ if _nb is not None:
     _prange = _nb.prange
     _nb_rhs = _nb.njit(cache=True, inline="always")(_nb_rhs)
     _nb_conv = _nb.njit(cache=True)(_nb_conv)
+    _nb_converged = _nb.njit(cache=True)(_nb_converged)
+    _nb_advance = _nb.njit(cache=True)(_nb_advance)
     _nb_member = _nb.njit(cache=True)(_nb_member)
     _nb_run = _nb.njit(cache=True)(_nb_run)
     _nb_run_par = _nb.njit(cache=True, parallel=True)(_nb_run_par)
@@ -308,11 +393,15 @@ if _nb is not None:
 
 def run_compiled(sysm: Any, atts: Sequence[Attention], Y: np.ndarray, stops: np.ndarray,
                  eval_pos: np.ndarray, rtol: float, atol_vec: np.ndarray, atol: float,
-                 log_thr: float, conv_tol: float, budget: int, traj: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray]:
+                 log_thr: float, log_thr_c: float, conv_mode: int, conv_tol: float,
+                 budget: int, traj: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Advance every member of ``Y`` (rows of the s-time state, updated in place) with the
-    compiled loop; returns ``(reason, n_steps)`` per member (reason 0 = last stop reached,
-    1 = size threshold, 2 = converged, 3 = step budget spent).  ``sysm`` is the batch's
+    compiled loop; returns ``(reason, n_steps, Yc, creason)`` per member: reason 0 = last
+    stop reached, 1 = landed on the size threshold, 2 / 5 / 6 = converged (relative,
+    algebraic, absolute or trace criterion), 3 = step budget spent; ``Yc`` is the state
+    continued past the threshold to ``exp(log_thr_c)`` (``creason`` its code, -1 if not
+    continued).  ``sysm`` is the batch's
     :class:`~transformer_pde.gaussian.system.MomentSystem` (kind, d, rate scales)."""
     d = sysm.d
     Vf, Ah = [], []
@@ -323,12 +412,16 @@ def run_compiled(sysm: Any, atts: Sequence[Attention], Y: np.ndarray, stops: np.
         Ah.append(np.stack([p.beta * hd.A for hd in p.heads]))
     B = Y.shape[0]
     reason = np.full(B, -1, dtype=np.int64)
+    creason = np.full(B, -1, dtype=np.int64)
     n_steps = np.zeros(B, dtype=np.int64)
+    Yc = np.empty_like(Y)
     par = B >= PAR_MIN_MEMBERS and _nb.get_num_threads() > 1
     run = _nb_run_par if par else _nb_run
+    tab = DOP853
     with _nb.parallel_chunksize(8):   # dynamic scheduling: members differ in cost
-        run(Y, d, sysm.kind == "linear", np.ascontiguousarray(np.stack(Vf)),
+        run(Y, Yc, d, sysm.kind == "linear", np.ascontiguousarray(np.stack(Vf)),
             np.ascontiguousarray(np.stack(Ah)), np.ascontiguousarray(sysm.kappa, float),
             float(rtol), atol_vec, float(atol), stops, eval_pos, float(log_thr),
-            float(conv_tol), int(budget), traj, reason, n_steps, *_DOP853)
-    return reason, n_steps
+            float(log_thr_c), int(conv_mode), float(conv_tol), int(budget), traj, reason,
+            creason, n_steps, tab.A, tab.b, tab.e, tab.e_aux)
+    return reason, n_steps, Yc, creason

@@ -15,7 +15,10 @@ from typing import Sequence
 
 import numpy as np
 
-from ..attention import Attention, Layers
+from ..attention import Attention
+from ..errors import ArgumentError
+from ..integrate.breakpoints import jump_times, layer_tables
+from ..results import Status
 from .affine import ParamBatch, affine_batch, stack_params, sym
 from .laws import law_q_max, rate_scale
 
@@ -164,10 +167,19 @@ class MomentSystem:
 
 
 def classify(sysm: MomentSystem, Y: np.ndarray, idx: np.ndarray, converge_tol: float,
-            reason: np.ndarray) -> tuple[list, np.ndarray, np.ndarray, list]:
-    """Classify terminal states. ``reason``: 0 = t stop/budget, 1 = size threshold, 2 = converged."""
+             reason: np.ndarray, Yc: np.ndarray | None = None,
+             convergence: str = "auto") -> tuple[list, np.ndarray, np.ndarray, list]:
+    """Classify terminal states (see :mod:`transformer_pde.gaussian`, *Statuses*).
+
+    ``reason`` per member: 0 = ``t_max`` reached, 1 = size threshold, 2 = converged
+    (relative criterion), 3 = step budget spent, 5 = converged (algebraic approach), 6 =
+    converged (absolute or trace criterion).  ``Yc``: for members with reason 1, the state
+    continued past the drawing threshold (:data:`CLASSIFY_SIZE`), where the blow-up test,
+    :math:`T^*` and the limit shape are measured (defaults to ``Y``).  Returns
+    ``(statuses, T*, limits, messages)``; statuses are :class:`~transformer_pde.results.Status`.
+    """
     B = Y.shape[0]
-    status = ["running"] * B
+    status = [Status.OK] * B
     Tstar = np.full(B, np.nan)
     t, mean, S = sysm.moments(Y, idx)
     tr = np.trace(S, axis1=1, axis2=2)
@@ -175,8 +187,10 @@ def classify(sysm: MomentSystem, Y: np.ndarray, idx: np.ndarray, converge_tol: f
     msgs = [""] * B
     big = np.nonzero(reason == 1)[0]
     if big.size:
-        tau, q, info = sysm.tau_q(Y[big], idx[big])
-        qmax = sysm.q_max(t[big], idx[big])
+        Yb = Y[big] if Yc is None else Yc[big]
+        tc = Yb[:, 0]
+        tau, q, info = sysm.tau_q(Yb, idx[big])
+        qmax = sysm.q_max(tc, idx[big])
         # a singularity of the law has q -> 1/p <= q_max: a larger q is a transient of
         # oscillating growth (seen for l2 with singular K), not a blow-up
         isb = (np.isfinite(q) & (qmax > 0) & (q > 0.5 * qmax) & (q <= 1.5 * qmax)
@@ -191,56 +205,134 @@ def classify(sysm: MomentSystem, Y: np.ndarray, idx: np.ndarray, converge_tol: f
         trj_ = np.where(pos, trj, 1.0)
         # extrapolate the direction to T*: d(S/trS)/dt = (S' - Shat trS')/trS
         dhat = (dS - Sm / trj_[:, None, None] * trd[:, None, None]) / trj_[:, None, None]
-        lim_b = sym(Sm / trj_[:, None, None] + np.nan_to_num(rem)[:, None, None] * dhat)
+        shape_now = Sm / trj_[:, None, None]
+        lim_b = sym(shape_now + np.nan_to_num(rem)[:, None, None] * dhat)
         sel = big[isb]
-        Tstar[sel] = t[sel] + rem[isb]
+        Tstar[sel] = tc[isb] + rem[isb]
+        limit[big[pos]] = shape_now[pos]
         lsel = isb & pos
         limit[big[lsel]] = lim_b[lsel]
         # messages from Python floats (formatting NumPy scalars is several times slower)
         nu_l, q_l, qm_l = info["nu"].tolist(), q.tolist(), qmax.tolist()
-        t_l, T_l = t.tolist(), Tstar.tolist()
+        t_l, T_l, tc_l = t.tolist(), Tstar.tolist(), tc.tolist()
         for j, i in enumerate(big.tolist()):
+            at = (f"size {nu_l[j]:.3g} at t={tc_l[j]:.10g}" if Yc is None else
+                  f"threshold reached at t={t_l[i]:.10g}; measured at size {nu_l[j]:.3g}, "
+                  f"t={tc_l[j]:.12g}")
             if isb[j]:
-                status[i] = "blowup"
-                msgs[i] = (f"finite-time blow-up: size {nu_l[j]:.3g} at t={t_l[i]:.10g}, "
-                           f"q={q_l[j]:.4g} (power law exponent {1 / q_l[j]:.4g}), "
-                           f"T*={T_l[i]:.12g}")
+                status[i] = Status.BLOWUP
+                msgs[i] = (f"finite-time blow-up: {at}, q={q_l[j]:.4g} (power law exponent "
+                           f"{1 / q_l[j]:.4g}), T*={T_l[i]:.12g}")
             else:
-                status[i] = "diverging"
+                status[i] = Status.DIVERGING
                 why = (f"the {sysm.kind} law has bounded M (no finite-time blow-up)"
                        if qm_l[j] <= 0 else f"q={q_l[j]:.3g} <= {0.5 * qm_l[j]:g}"
                        if not q_l[j] > 0.5 * qm_l[j] else
                        f"q={q_l[j]:.3g} > {1.5 * qm_l[j]:g}: faster than the law allows "
                        f"(oscillating growth)")
-                msgs[i] = (f"diverging without finite-time blow-up: size {nu_l[j]:.3g} "
-                           f"at t={t_l[i]:.6g}, {why}")
+                msgs[i] = f"diverging without finite-time blow-up: {at}, {why}"
+    crit = {"absolute": f"|Sigma'|_F <= {converge_tol:g}",
+            "trace": f"tr Sigma <= {converge_tol:g}"}.get(convergence, "")
     for i in np.nonzero(reason == 2)[0]:
-        status[i] = "converged"
+        status[i] = Status.CONVERGED
         msgs[i] = f"converged at t={t[i]:.6g} (relative rates <= {converge_tol:g})"
+    for i in np.nonzero(reason == 5)[0]:
+        status[i] = Status.CONVERGED
+        msgs[i] = (f"converged at t={t[i]:.6g}: algebraic approach to a stationary state "
+                   f"(the rate decays like t^-k with k >= {ALG_K_MIN:g}, k steady to "
+                   f"{ALG_STEADY:g} while t doubled)")
+    for i in np.nonzero(reason == 6)[0]:
+        status[i] = Status.CONVERGED
+        msgs[i] = f"converged at t={t[i]:.6g} ({crit})"
+    for i in np.nonzero(reason == 3)[0]:
+        status[i] = Status.MAX_STEPS
+        msgs[i] = f"stopped at t={t[i]:.6g}: step budget spent"
     for i in np.nonzero(reason == 0)[0]:
-        msgs[i] = msgs[i] or f"reached t={t[i]:.6g} undecided"
+        msgs[i] = f"reached t={t[i]:.6g} undecided (no blow-up, divergence or convergence)"
     return status, Tstar, limit, msgs
 
 
-def layer_breakpoints(atts: Sequence[Attention], t_max: float) -> list[float]:
-    bps: set[float] = set()
-    for a in atts:
-        for name in ("Q", "K", "V", "W_O"):
-            v = getattr(a, name)
-            if isinstance(v, Layers):
-                for l in range(1, v.n_layers):
-                    tb = v.t0 + l * v.layer_time
-                    if 0.0 < tb < t_max:
-                        bps.add(float(tb))
-    return sorted(bps)
+#: Size (tr Sigma, + |alpha|^2 for ``linear``) up to which a run that reached its
+#: ``blowup_threshold`` is continued (without output) to measure the blow-up exponent,
+#: :math:`T^*` and the limit shape, so that they do not depend on the drawing threshold.
+CLASSIFY_SIZE = 1e10
+#: Algebraic convergence: the rate :math:`R \propto t^{-k}` with :math:`k \ge` ``ALG_K_MIN``
+#: (integrable: the state has a limit) and ``k`` steady to ``ALG_STEADY`` (relative) while
+#: ``t`` doubles.
+ALG_K_MIN = 1.05
+ALG_STEADY = 1e-3
+#: Convergence criteria of the solvers and their codes in the compiled kernel.
+CONVERGENCE_MODES = {"relative": 0, "auto": 1, "absolute": 2, "trace": 3}
+
+
+def conv_rates(sysm: MomentSystem, Y: np.ndarray, idx: np.ndarray, atol: float
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    r"""``(rel, R, |Sigma'|_F, tr Sigma)`` per member: the relative rate of
+    :meth:`MomentSystem.conv_measure`, :math:`R = \|\Sigma'\|_F + \|(\alpha\alpha^\top)'\|_F`
+    (the rate tested for algebraic convergence), the absolute covariance rate and the trace."""
+    _, info = sysm.rhs(Y, idx, full=True)
+    S, M, mean, dmean = info["S"], info["M"], info["mean"], info["dmean"]
+    dS = M @ S
+    dS = dS + np.swapaxes(dS, 1, 2)
+    nS = np.sqrt(np.sum(S * S, axis=(1, 2)))
+    ndS = np.sqrt(np.sum(dS * dS, axis=(1, 2)))
+    rS = ndS / (nS + atol)
+    rm = np.linalg.norm(dmean, axis=1) / (np.linalg.norm(mean, axis=1) + np.sqrt(nS) + atol)
+    dmm = dmean[:, :, None] * mean[:, None, :]
+    dmm = dmm + np.swapaxes(dmm, 1, 2)
+    R = ndS + np.sqrt(np.sum(dmm * dmm, axis=(1, 2)))
+    return np.maximum(rS, rm), R, ndS, np.trace(S, axis1=1, axis2=2)
+
+
+def converged_codes(mode: str, rates: tuple, converge_tol: float, t: np.ndarray,
+                    alg: np.ndarray) -> np.ndarray:
+    """Convergence code per member (0: not converged, 2 relative, 5 algebraic, 6 absolute
+    or trace) for criterion ``mode`` from :func:`conv_rates`; ``alg`` (n, 4) = [log t,
+    log R, k anchor, t anchor] is the algebraic detector's history, updated in place (only
+    for times later than the last one seen)."""
+    rel, R, ndS, trS = rates
+    if mode == "absolute":
+        return np.where(ndS <= converge_tol, 6, 0)
+    if mode == "trace":
+        return np.where(trS <= converge_tol, 6, 0)
+    code = np.where(rel <= converge_tol, 2, 0)
+    if mode != "auto":
+        return code
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lt = np.where(t > 0, np.log(np.where(t > 0, t, 1.0)), -np.inf)
+        lr = np.where(R > 0, np.log(np.where(R > 0, R, 1.0)), -np.inf)
+        fresh = ~np.isfinite(alg[:, 0])
+        later = fresh | (lt > alg[:, 0])
+        ok = later & np.isfinite(lt) & np.isfinite(lr)
+        have = ok & ~fresh
+        k = np.where(have, -(lr - alg[:, 1]) / np.where(have, lt - alg[:, 0], 1.0), -np.inf)
+        steep = have & (k >= ALG_K_MIN)
+        steady = steep & np.isfinite(alg[:, 2]) & (np.abs(k - alg[:, 2]) <= ALG_STEADY * alg[:, 2])
+        hit = steady & (t >= 2.0 * alg[:, 3])
+        reanchor = steep & ~steady
+        alg[reanchor, 2] = k[reanchor]
+        alg[reanchor, 3] = t[reanchor]
+        drop = have & ~steep
+        alg[drop, 2] = np.inf
+        alg[ok, 0] = lt[ok]
+        alg[ok, 1] = lr[ok]
+    return np.where(code > 0, code, np.where(hit, 5, 0))
+
+
+def layer_breakpoints(atts: Sequence[Attention], t_start: float, t_end: float) -> np.ndarray:
+    """Jump times of the piecewise-constant parameters of ``atts`` in ``(t_start, t_end)``
+    (:func:`transformer_pde.integrate.breakpoints.jump_times`)."""
+    return jump_times(layer_tables(list(atts)), t_start, t_end)
 
 
 def check_solver_args(t_max: float, rtol: float, atol: float, blowup_threshold: float,
-                       converge_tol: float) -> None:
+                      converge_tol: float, convergence: str = "auto") -> None:
     for n, v in (("t_max", t_max), ("rtol", rtol), ("atol", atol),
                  ("blowup_threshold", blowup_threshold), ("converge_tol", converge_tol)):
         if not (isinstance(v, (int, float, np.floating, np.integer)) and np.isfinite(v) and v > 0):
-            raise ValueError(f"{n} must be a finite number > 0, got {v!r}")
+            raise ArgumentError(f"{n} must be a finite number > 0, got {v!r}")
     if rtol < 1e-14:
-        raise ValueError(f"rtol must be >= 1e-14, got {rtol}")
-
+        raise ArgumentError(f"rtol must be >= 1e-14, got {rtol}")
+    if convergence not in CONVERGENCE_MODES:
+        raise ArgumentError(f"convergence must be one of {sorted(CONVERGENCE_MODES)}, "
+                            f"got {convergence!r}")

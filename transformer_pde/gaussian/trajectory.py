@@ -11,8 +11,18 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from ..attention import Attention
+from ..errors import ArgumentError
+from ..integrate.breakpoints import jump_times, layer_tables
+from ..results import Status, warn_stop
 from .affine import check_attention, check_mean_cov, psd_factor
-from .system import MomentSystem, check_solver_args, classify, layer_breakpoints
+from .system import (
+    CLASSIFY_SIZE,
+    MomentSystem,
+    check_solver_args,
+    classify,
+    conv_rates,
+    converged_codes,
+)
 
 __all__ = ["GaussianTrajectory", "solve"]
 
@@ -21,21 +31,24 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class GaussianTrajectory:
-    """Result of :func:`solve`.
+    r"""Result of :func:`solve` (and one member of a :class:`GaussianBatch`).
 
     Attributes
     ----------
     times : ndarray (T,)
     means : ndarray (T, d)
     covs : ndarray (T, d, d)
-        Symmetric PSD by construction (:math:`\\Sigma = FF^\\top`).
-    status : {"converged", "blowup", "diverging", "running"}
+        Symmetric PSD by construction (:math:`\Sigma = FF^\top`).
+    status : Status
+        ``"ok"`` (reached ``t_max`` undecided), ``"converged"``, ``"blowup"``,
+        ``"diverging"`` or ``"max_steps"`` (:class:`~transformer_pde.results.Status`).
     blowup_time : float
         Estimated :math:`T^*` (``nan`` unless ``status == "blowup"``).
     limit : ndarray (d, d)
-        :math:`\\Sigma/\\operatorname{tr}\\Sigma` at the end (extrapolated to :math:`T^*` on blow-up).
+        :math:`\Sigma/\operatorname{tr}\Sigma` at the end (extrapolated to :math:`T^*` on
+        blow-up).
     t_final : float
-        Time of the last state.
+        Time of the last state (on the blow-up threshold for blow-ups).
     message : str
     nfev : int
         Right-hand-side evaluations.
@@ -46,7 +59,7 @@ class GaussianTrajectory:
     times: np.ndarray
     means: np.ndarray
     covs: np.ndarray
-    status: str
+    status: Status
     blowup_time: float
     limit: np.ndarray
     t_final: float
@@ -55,16 +68,29 @@ class GaussianTrajectory:
     final_mean: np.ndarray | None = None
     final_cov: np.ndarray | None = None
 
+    @property
+    def success(self) -> bool:
+        """:attr:`Status.success <transformer_pde.results.Status.success>` of ``status``."""
+        return Status(self.status).success
+
+    def moments(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(means, covs)`` at ``times``, shapes ``(T, d)`` and ``(T, d, d)``."""
+        return self.means, self.covs
+
 
 def solve(att: Attention, mean0: Any, cov0: Any, *, t_max: float, rtol: float = 1e-10,
           atol: float = 1e-12, blowup_threshold: float = 1e8, converge_tol: float = 1e-10,
-          t_eval: Any = None) -> GaussianTrajectory:
+          convergence: str = "auto", t_eval: Any = None) -> GaussianTrajectory:
     r"""Integrate the Gaussian moment ODEs from :math:`\mathcal N(\alpha_0, \Sigma_0)` up to ``t_max``.
 
     Uses :func:`scipy.integrate.solve_ivp` (DOP853) on the reparametrised system of
-    :mod:`transformer_pde.gaussian` (:math:`\Sigma = FF^\top`, time :math:`s` with :math:`ds = (1 + \kappa\nu)dt`),
-    with terminal events ``size = blowup_threshold``, convergence and ``t = t_max``;
-    piecewise-constant :class:`Layers` parameters are integrated segment by segment.
+    :mod:`transformer_pde.gaussian` (:math:`\Sigma = FF^\top`, time :math:`s` with
+    :math:`ds = (1 + \kappa\nu)dt`), with terminal events ``size = blowup_threshold``,
+    convergence and ``t = t_max``; piecewise-constant :class:`~transformer_pde.Layers`
+    parameters are integrated segment by segment.  A run that reaches the threshold is
+    continued (without output) to size ``max(blowup_threshold, 1e10)``, where blow-up or
+    divergence is decided and :math:`T^*` and ``limit`` are measured: they do not depend on
+    the threshold (the path is cut at it).
 
     Parameters
     ----------
@@ -78,10 +104,26 @@ def solve(att: Attention, mean0: Any, cov0: Any, *, t_max: float, rtol: float = 
     rtol, atol : float
         Tolerances of the integrator (``atol`` also floors the convergence test).
     blowup_threshold : float
-        Size :math:`\nu = \operatorname{tr}\Sigma` (:math:`+|\alpha|^2` for ``linear``) at which
-        the run is classified as blow-up or diverging.
+        Size :math:`\nu = \operatorname{tr}\Sigma` (:math:`+|\alpha|^2` for ``linear``) at
+        which the path stops (the last state lies on it).
     converge_tol : float
-        Relative rate below which the run is ``"converged"``.
+        Tolerance of the convergence criterion.
+    convergence : {"auto", "relative", "absolute", "trace"}
+        When the run is ``"converged"`` (rates per unit ``t``):
+
+        * ``"relative"``: :math:`\|\Sigma'\|_F \le \text{tol}\,(\|\Sigma\|_F + \text{atol})`
+          and :math:`\|\alpha'\| \le \text{tol}\,(\|\alpha\| + \|\Sigma\|_F^{1/2} + \text{atol})`;
+        * ``"auto"`` (default): the relative criterion, or an algebraic approach to a
+          stationary state (:math:`\Sigma \to 0` or to a line like :math:`1/t`, which the
+          relative criterion never accepts): the rate
+          :math:`R = \|\Sigma'\|_F + \|(\alpha\alpha^\top)'\|_F` decays like
+          :math:`t^{-k}` with :math:`k \ge 1.05` (integrable, so the state has a limit) and
+          the measured :math:`k` stays within :math:`10^{-3}` (relative) while :math:`t`
+          doubles;
+        * ``"absolute"``: :math:`\|\Sigma'\|_F <` ``converge_tol`` (the paper's criterion for
+          converging runs, e.g. ``converge_tol=1e-4``; the mean is not tested);
+        * ``"trace"``: :math:`\operatorname{tr}\Sigma <` ``converge_tol`` (the paper's
+          ``tol_low``).
     t_eval : array_like, optional
         Times at which to report the state (dense output, inverted in ``s``); by default the
         accepted steps.
@@ -89,36 +131,101 @@ def solve(att: Attention, mean0: Any, cov0: Any, *, t_max: float, rtol: float = 
     Returns
     -------
     GaussianTrajectory
+
+    Warns
+    -----
+    EarlyStopWarning
+        When the run stops before ``t_max`` for a reason other than convergence: blow-up, or
+        its step budget spent (status ``"max_steps"``).
     """
     att = check_attention(att)
     m0, c0 = check_mean_cov(mean0, cov0, att.d, "mean0", "cov0")
-    check_solver_args(t_max, rtol, atol, blowup_threshold, converge_tol)
-    return solve_from_factor(att, 0.0, m0, psd_factor(c0), t_max=float(t_max), rtol=rtol, atol=atol,
-                       blowup_threshold=blowup_threshold, converge_tol=converge_tol,
-                       t_eval=t_eval)
+    check_solver_args(t_max, rtol, atol, blowup_threshold, converge_tol, convergence)
+    tr = solve_from_factor(att, 0.0, m0, psd_factor(c0), t_max=float(t_max), rtol=rtol,
+                           atol=atol, blowup_threshold=blowup_threshold,
+                           converge_tol=converge_tol, convergence=convergence, t_eval=t_eval)
+    warn_stop(tr.status, tr.message)
+    return tr
 
 
-_STIFF_STEPS = 1500  # explicit steps per segment before switching to the implicit Radau method
-_IMPLICIT_STEPS = 500  # Radau steps per segment before giving up ("running", with a message)
+STIFF_STEPS = 1500  # explicit steps per segment before switching to the implicit Radau method
+IMPLICIT_STEPS = 500  # Radau steps per segment before giving up (status "max_steps")
 
 
-def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray, *, t_max: float,
-                rtol: float, atol: float, blowup_threshold: float, converge_tol: float,
-                t_eval: Any, method: str = "DOP853") -> GaussianTrajectory:
-    r""":func:`solve` from time ``t0`` and factor ``F0`` (inputs already validated).
+def _continue_past(sysm: MomentSystem, att: Attention, Y: np.ndarray, log_thr_c: float,
+                   rtol: float, atol_vec: np.ndarray, method: str) -> np.ndarray:
+    """State continued from ``Y`` (on the drawing threshold) to size ``exp(log_thr_c)``, the
+    step budget or convergence, without output (for the blow-up test, T* and the limit)."""
+    idx = np.zeros(1, dtype=int)
+    tables = layer_tables(att)
+    t0 = float(Y[0])
+    stops = [*jump_times(tables, t0, math.inf).tolist(), math.inf]
+
+    def fun(_s, y):
+        return sysm.rhs(y[None], idx)[0]
+
+    def ev_size(_s, y):
+        return float(sysm.log_size(y[None], idx)[0]) - log_thr_c
+    ev_size.terminal = True
+    ev_size.direction = 1
+    s0 = 0.0
+    t_lo = t0
+    for stop in stops:
+        if math.isfinite(stop):
+            eta = 1e-7 * max(1.0, abs(stop))
+            sysm.lo[:] = t_lo + min(eta, 0.25 * (stop - t_lo))
+            sysm.hi[:] = stop - min(eta, 0.25 * (stop - t_lo))
+        else:
+            sysm.lo[:] = t_lo + 1e-7 * max(1.0, abs(t_lo))
+            sysm.hi[:] = math.inf
+
+        def ev_time(_s, y, stop=stop):
+            return y[0] - stop
+        ev_time.terminal = True
+        ev_time.direction = 1
+        count = [0]
+
+        def ev_budget(s_, y, count=count):
+            count[0] += 1
+            return 1.0 if count[0] <= STIFF_STEPS else -1.0
+        ev_budget.terminal = True
+        sol = solve_ivp(fun, (s0, 1e300), Y, method=method, rtol=rtol, atol=atol_vec,
+                        events=[ev_size, ev_time, ev_budget])
+        if sol.status == -1:
+            break
+        if sol.t_events[0].size:
+            return sol.y_events[0][0]
+        if sol.t_events[1].size:
+            Y = sol.y_events[1][0].copy()
+            Y[0] = stop
+            s0 = float(sol.t_events[1][0])
+            t_lo = stop
+            continue
+        Y = sol.y[:, -1]
+        break
+    return Y
+
+
+def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray, *,
+                      t_max: float, rtol: float, atol: float, blowup_threshold: float,
+                      converge_tol: float, t_eval: Any, convergence: str = "auto",
+                      method: str = "DOP853") -> GaussianTrajectory:
+    r""":func:`solve` from time ``t0`` and factor ``F0`` (inputs already validated; no warning).
 
     Integrates with ``method`` (DOP853) and switches to Radau once a segment has taken
-    ``_STIFF_STEPS`` explicit steps (stiffness: e.g. a collapsing eigen-direction of
+    ``STIFF_STEPS`` explicit steps (stiffness: e.g. a collapsing eigen-direction of
     :math:`\Sigma` decaying much faster than the rest evolves)."""
     sysm = MomentSystem([att], 1)
     idx = np.zeros(1, dtype=int)
     Y0 = sysm.pack(np.array([t0]), m0[None], F0[None], idx)[0]
     log_thr = math.log(blowup_threshold)
+    log_thr_c = math.log(max(blowup_threshold, CLASSIFY_SIZE))
     atol_vec = np.full(sysm.n, atol)
     atol_vec[1] = rtol            # rho is a log: its error is a relative error of F
-    stops = [b for b in layer_breakpoints([att], t_max) if b > t0] + [float(t_max)]
+    stops = [*jump_times(layer_tables(att), t0, t_max).tolist(), float(t_max)]
     if float(np.exp(sysm.log_size(Y0[None], idx))[0]) >= blowup_threshold:
-        raise ValueError(f"the initial size already exceeds blowup_threshold={blowup_threshold}")
+        raise ArgumentError(f"the initial size already exceeds blowup_threshold="
+                            f"{blowup_threshold}")
 
     seg_y: list[np.ndarray] = []
     sols: list[tuple[Any, float, float]] = []
@@ -127,6 +234,8 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
     s0 = 0.0
     t_lo = t0
     Y = Y0
+    alg = np.full((1, 4), np.inf)
+    alg_hit = [math.inf]          # s at which the algebraic-convergence event fires
 
     def fun(_s, y):
         return sysm.rhs(y[None], idx)[0]
@@ -136,11 +245,31 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
     ev_size.terminal = True
     ev_size.direction = 1
 
-    def ev_conv(_s, y):
-        return math.log(max(float(sysm.conv_measure(y[None], idx, atol)[0]), 1e-300)) \
-            - math.log(converge_tol)
+    def conv_code(y):
+        return int(converged_codes(convergence, conv_rates(sysm, y[None], idx, atol),
+                                   converge_tol, y[None, 0], alg)[0])
+
+    if convergence in ("absolute", "trace"):
+        j = 2 if convergence == "absolute" else 3
+
+        def ev_conv(_s, y):
+            r = conv_rates(sysm, y[None], idx, atol)[j][0]
+            return math.log(max(float(r), 1e-300)) - math.log(converge_tol)
+    else:
+        def ev_conv(_s, y):
+            return math.log(max(float(sysm.conv_measure(y[None], idx, atol)[0]), 1e-300)) \
+                - math.log(converge_tol)
     ev_conv.terminal = True
     ev_conv.direction = -1
+
+    def ev_alg(s_, y):
+        # algebraic convergence ("auto"), stateful: called once per accepted step (and in
+        # root finding only after another event fired); once the test passes at a step end,
+        # a function of s only that crosses zero just before that step's end
+        if convergence == "auto" and alg_hit[0] == math.inf and conv_code(y) == 5:
+            alg_hit[0] = s_ - 1e-12 * max(1.0, abs(s_))
+        return alg_hit[0] - s_ if alg_hit[0] < math.inf else 1.0
+    ev_alg.terminal = True
 
     for stop in stops:
         eta = 1e-7 * max(1.0, abs(stop))
@@ -154,21 +283,22 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
 
         seg_done = False
         while not seg_done:
-            if float(sysm.conv_measure(Y[None], idx, atol)[0]) <= converge_tol:
-                reason = 2          # already stationary: events only see sign changes
+            c0 = conv_code(Y)
+            if c0:
+                reason = c0          # already stationary: events only see sign changes
                 break
             count = [0, math.inf]
+            budget = STIFF_STEPS if method != "Radau" else IMPLICIT_STEPS
 
-            def ev_budget(s_, y, count=count):
+            def ev_budget(s_, y, count=count, budget=budget):
                 # a function of s only (root finding re-evaluates it): positive until the
                 # step budget is spent, then crosses zero just before the current step's end
                 count[0] += 1
-                if count[0] > (_STIFF_STEPS if method != "Radau" else _IMPLICIT_STEPS) \
-                        and count[1] == math.inf:
+                if count[0] > budget and count[1] == math.inf:
                     count[1] = s_ - 1e-12 * max(1.0, abs(s_))
                 return count[1] - s_ if count[1] < math.inf else 1.0
             ev_budget.terminal = True
-            events = [ev_size, ev_time, ev_conv, ev_budget]
+            events = [ev_size, ev_time, ev_conv, ev_budget, ev_alg]
             t_start = float(Y[0])
             # unbounded s-span: the events (size, t = stop, convergence) end each segment
             sol = solve_ivp(fun, (s0, 1e300), Y, method=method, rtol=rtol, atol=atol_vec,
@@ -181,8 +311,11 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
                 reason = 1
                 Y = sol.y_events[0][0]
             elif sol.t_events[2].size:
-                reason = 2
+                reason = 6 if convergence in ("absolute", "trace") else 2
                 Y = sol.y_events[2][0]
+            elif sol.t_events[4].size:
+                reason = 5
+                Y = sol.y_events[4][0]
             elif sol.t_events[1].size:
                 reason = 0
                 Y = sol.y_events[1][0].copy()
@@ -193,12 +326,12 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
                 method = "Radau"
                 seg_done = False
             elif sol.t_events[3].size:
-                reason = 4       # step budget of the implicit method spent as well
+                reason = 3       # step budget of the implicit method spent as well
                 Y = sol.y_events[3][0]
             else:  # pragma: no cover - span is huge
                 reason = 0
                 Y = sol.y[:, -1]
-            s_end = float(sol.t_events[[i for i, e in enumerate(sol.t_events) if e.size][0]][0]) \
+            s_end = float(sol.t_events[next(i for i, e in enumerate(sol.t_events) if e.size)][0]) \
                 if any(e.size for e in sol.t_events) else float(sol.t[-1])
             keep = sol.t < s_end
             seg_y.append(np.vstack([sol.y.T[keep], Y[None]]))
@@ -208,12 +341,15 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
         if reason != 0:
             break
 
+    Yc = None
+    if reason == 1 and log_thr_c > log_thr and float(sysm.q_max(Y[None, 0], idx)[0]) > 0:
+        Yc = _continue_past(sysm, att, Y.copy(), log_thr_c, rtol, atol_vec, method)[None]
     status, Tstar, limit, msgs = classify(sysm, Y[None], idx, converge_tol,
-                                         np.array([0 if reason == 4 else reason]))
-    if reason == 4:
-        msgs[0] = (f"stopped at t={Y[0]:.6g}: step budget ({_STIFF_STEPS} explicit + "
-                   f"{_IMPLICIT_STEPS} implicit steps per segment) spent")
-        logger.warning("Gaussian solve: %s", msgs[0])
+                                          np.array([reason]), Yc, convergence)
+    if reason == 3:
+        msgs[0] = (f"stopped at t={Y[0]:.6g} before t_max={t_max:g}: step budget "
+                   f"({STIFF_STEPS} explicit + {IMPLICIT_STEPS} implicit steps per segment) "
+                   "spent")
     if not seg_y:
         seg_y = [Y[None]]
     Yall = np.vstack(seg_y)

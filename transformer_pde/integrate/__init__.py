@@ -2,14 +2,32 @@ r"""Time integration: Butcher tableaux, Runge–Kutta steppers, step-size contro
 
 * :mod:`~transformer_pde.integrate.tableaux` — explicit Runge–Kutta methods as data
   (:class:`ButcherTableau`: Euler, Heun, RK4, Dopri5, DOP853).
+* :mod:`~transformer_pde.integrate.rk` — one explicit Runge–Kutta stepper over backend
+  arrays, driven by a tableau (fixed steps and embedded trial steps).
+* :mod:`~transformer_pde.integrate.solvers` — solver objects carrying their options
+  (``Dopri5(rtol=..., atol=...)``), Adams–Bashforth, implicit midpoint.
+* :mod:`~transformer_pde.integrate.controller` — PI step-size control, initial step,
+  clipping to stops and jumps.
 * :mod:`~transformer_pde.integrate.breakpoints` — jump times of piecewise-constant
   parameters (layer boundaries), which steps must not cross.
+* :mod:`~transformer_pde.integrate.loop` — the time loop with its options
+  (:class:`SaveAt`, :class:`Limits`, :class:`Monitor`).
 """
 
 from __future__ import annotations
 
 from .breakpoints import is_jump, jump_times, layer_tables, next_jump
+from .controller import PIController, clip_step, initial_step
+from .loop import Limits, Monitor, SaveAt, TimeLoop
+from .rk import array_namespace, error_norm, rk_attempt, rk_step
+from .solvers import (SOLVERS, AdamsBashforth, Dop853, Dopri5, EmbeddedRungeKutta, Euler,
+                      ExplicitRungeKutta, Heun, ImplicitMidpoint, RK4, adams_bashforth_weights,
+                      get_solver)
 from .tableaux import CLASSICAL_RK4, DOP853, DOPRI5, EULER, HEUN, TABLEAUX, ButcherTableau
 
-__all__ = ["CLASSICAL_RK4", "DOP853", "DOPRI5", "EULER", "HEUN", "TABLEAUX", "ButcherTableau",
-           "is_jump", "jump_times", "layer_tables", "next_jump"]
+__all__ = ["CLASSICAL_RK4", "DOP853", "DOPRI5", "EULER", "HEUN", "RK4", "SOLVERS", "TABLEAUX",
+           "AdamsBashforth", "ButcherTableau", "Dop853", "Dopri5", "EmbeddedRungeKutta",
+           "Euler", "ExplicitRungeKutta", "Heun", "ImplicitMidpoint", "Limits", "Monitor",
+           "PIController", "SaveAt", "TimeLoop", "adams_bashforth_weights", "array_namespace",
+           "clip_step", "error_norm", "get_solver", "initial_step", "is_jump", "jump_times",
+           "layer_tables", "next_jump", "rk_attempt", "rk_step"]

@@ -64,4 +64,4 @@ def solve_paths(att: Any, covs0: Any, *, t_max: float, n_eval: int = 400, means0
 
 #: colours of the Gaussian statuses in figures
 STATUS_COLOURS = {"converged": "tab:blue", "blowup": "tab:red", "diverging": "tab:orange",
-                  "running": "tab:gray"}
+                  "ok": "tab:gray", "max_steps": "tab:purple"}

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from ..attention import Attention
-from ..particles import simulate
+from ..blocks import Block
+from ..particles import FieldOptions, SaveAt, simulate
 
 __all__ = ["sphere_run", "softmax_pair_run"]
 
@@ -18,8 +19,10 @@ def sphere_run(beta: float, X0: np.ndarray, *, t_max: float, dt: float, backend:
     only the initial and final states are kept."""
     d = X0.shape[1]
     att = Attention("softmax", np.eye(d), np.eye(d), np.eye(d), beta=beta)
-    return simulate(att, X0, t_max=t_max, dt=dt, method="rk4", constraint="sphere",
-                    backend=backend, save_every=max(1, int(round(t_max / dt))))
+    return simulate(att, X0, t_max=t_max, dt=dt, solver="rk4",
+                    block=Block(constraint="sphere"),
+                    field=FieldOptions(backend=backend),
+                    saveat=SaveAt(every=max(1, int(round(t_max / dt)))))
 
 
 def softmax_pair_run(Q: np.ndarray, K: np.ndarray, V: np.ndarray, X0: np.ndarray,
@@ -30,7 +33,8 @@ def softmax_pair_run(Q: np.ndarray, K: np.ndarray, V: np.ndarray, X0: np.ndarray
     att = Attention("softmax", Q, K, V)
     out = []
     for X in (X0, Y0):
-        traj = simulate(att, X, t_max=t_max, dt=dt, method="rk4", backend="numpy",
-                        save_every=max(1, int(round(t_max / dt))))
+        traj = simulate(att, X, t_max=t_max, dt=dt, solver="rk4",
+                        field=FieldOptions(backend="numpy"),
+                        saveat=SaveAt(every=max(1, int(round(t_max / dt)))))
         out.append(traj.states[-1])
     return att, out[0], out[1]

@@ -1,0 +1,111 @@
+r"""One explicit Runge–Kutta stepper, driven by a :class:`~.tableaux.ButcherTableau`.
+
+The state ``y`` is any backend array (NumPy, CuPy: the arithmetic is written with
+operators only, the namespace is taken from the array), ``f(t, y)`` the field.
+
+:func:`rk_step` takes a step of a fixed-step method; :func:`rk_attempt` a trial step of
+an embedded pair, returning the new state, the scaled error norm (accept when
+:math:`\le 1`) and the field at the new point (first-same-as-last).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .tableaux import ButcherTableau
+
+__all__ = ["array_namespace", "error_norm", "rk_attempt", "rk_step"]
+
+Field = Callable[[float, Any], Any]
+
+
+def array_namespace(a: Any) -> Any:
+    """The array module of ``a``: ``cupy`` for CuPy arrays, else ``numpy``."""
+    if type(a).__module__.split(".")[0] == "cupy":
+        import cupy  # noqa: PLC0415 - only when a CuPy array is given
+        return cupy
+    return np
+
+
+def _stages(tab: ButcherTableau, f: Field, t: float, y: Any, h: float, k0: Any) -> list:
+    """The stage derivatives :math:`k_1..k_s` (``k0``: :math:`k_1` when already known)."""
+    ks = [f(t, y) if k0 is None else k0]
+    A, c = tab.A, tab.c
+    for i in range(1, tab.n_stages):
+        yi = y
+        for j in range(i):
+            a = A[i, j]
+            if a != 0.0:
+                yi = yi + (h * float(a)) * ks[j]
+        ks.append(f(t + float(c[i]) * h, yi))
+    return ks
+
+
+def _combine(tab: ButcherTableau, y: Any, h: float, ks: list) -> Any:
+    if tab.b_den:
+        acc = None
+        for bj, k in zip(tab.b_num, ks):
+            if bj == 0.0:
+                continue
+            term = k if bj == 1.0 else float(bj) * k
+            acc = term if acc is None else acc + term
+        return y + (h / tab.b_den) * acc
+    out = y
+    for bj, k in zip(tab.b, ks):
+        if bj != 0.0:
+            out = out + (h * float(bj)) * k
+    return out
+
+
+def rk_step(tab: ButcherTableau, f: Field, t: float, y: Any, h: float) -> Any:
+    r""":math:`y_{n+1} = y_n + h\sum_i b_i k_i` (one step of the tableau's method).
+
+    With ``tab.b_den = D`` the update is formed as :math:`y_n + (h/D)\sum_i (D b_i) k_i`."""
+    return _combine(tab, y, h, _stages(tab, f, t, y, h, None))
+
+
+def error_norm(tab: ButcherTableau, ks: list, h: float, y: Any, y_new: Any,
+               rtol: float, atol: float) -> float:
+    r"""Scaled norm of the local error estimate of an embedded pair.
+
+    With :math:`s_j = \mathrm{atol} + \mathrm{rtol}\max(|y_j|, |y^{new}_j|)` and
+    :math:`E = h\sum_i e_i k_i`: the RMS norm of :math:`E/s`; with a second estimate
+    ``e_aux`` (DOP853) :math:`\|E_5/s\|^2 / \sqrt{n(\|E_5/s\|^2 + 0.01\|E_3/s\|^2)}`."""
+    xp = array_namespace(y)
+    scale = atol + rtol * xp.maximum(xp.abs(y), xp.abs(y_new))
+    if tab.e_aux is None:
+        err_vec = 0.0
+        for e, k in zip(tab.e, ks):
+            if e != 0.0:
+                err_vec = err_vec + (h * float(e)) * k
+        return float(xp.sqrt(xp.mean((err_vec / scale) ** 2)))
+    e5 = 0.0
+    e3 = 0.0
+    for e, ea, k in zip(tab.e, tab.e_aux, ks):
+        if e != 0.0:
+            e5 = e5 + float(e) * k
+        if ea != 0.0:
+            e3 = e3 + float(ea) * k
+    n5 = float(xp.sum((e5 / scale) ** 2))
+    n3 = float(xp.sum((e3 / scale) ** 2))
+    if n5 == 0.0 and n3 == 0.0:
+        return 0.0
+    return abs(h) * n5 / float(np.sqrt((n5 + 0.01 * n3) * scale.size))
+
+
+def rk_attempt(tab: ButcherTableau, f: Field, t: float, y: Any, h: float, fy: Any,
+               rtol: float, atol: float) -> tuple[Any, float, Any]:
+    """Trial step of an embedded FSAL pair from ``(t, y)`` with ``fy = f(t, y)``.
+
+    Returns ``(y_new, err, f_new)``: ``err`` from :func:`error_norm`, ``f_new`` the field
+    at ``(t + h, y_new)`` (the next step's first stage)."""
+    if not tab.adaptive:
+        raise ValueError(f"{tab.name} has no error estimate (not an embedded pair)")
+    ks = _stages(tab, f, t, y, h, fy)
+    y_new = _combine(tab, y, h, ks)
+    f_new = f(t + h, y_new)
+    ks.append(f_new)
+    return y_new, error_norm(tab, ks, h, y, y_new, rtol, atol), f_new

@@ -1,0 +1,373 @@
+r"""Solver objects for :math:`\dot y = F(t, y)`: each carries its own options.
+
+A solver has ``name``, ``order``, ``adaptive`` and ``multistep``, a ``reset()`` (called at
+the start of a run and where the history must not reach across a jump), and either
+
+* ``step(f, t, y, h) -> y_next`` (fixed-step methods), or
+* ``attempt(f, t, y, h, fy) -> (y_next, err, f_next)`` (embedded pairs, ``adaptive``):
+  ``err`` is the scaled error norm (accept when ``<= 1``) and ``f_next`` the field at the
+  new point (first-same-as-last); ``controller()`` returns a fresh
+  :class:`~.controller.PIController` with exponents from the pair's error order.
+
+The explicit Runge–Kutta methods are all the one stepper of :mod:`~.rk` driven by a
+:class:`~.tableaux.ButcherTableau`.  Plain names select a solver with default options
+(:data:`SOLVERS`, :func:`get_solver`): ``simulate(..., solver="dopri5")`` is
+``simulate(..., solver=Dopri5())``; options go on the object, ``Dopri5(rtol=1e-8)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import ArgumentError, ArgumentTypeError, SolverNotConverged
+from .controller import PIController
+from .rk import array_namespace, rk_attempt, rk_step
+from .tableaux import CLASSICAL_RK4, DOP853, DOPRI5, EULER, HEUN, ButcherTableau
+
+__all__ = ["SOLVERS", "AdamsBashforth", "Dop853", "Dopri5", "EmbeddedRungeKutta", "Euler",
+           "ExplicitRungeKutta", "Heun", "ImplicitMidpoint", "RK4", "SolverNotConverged",
+           "adams_bashforth_weights", "get_solver"]
+
+Field = Callable[[float, Any], Any]
+
+
+def _real(name: str, value: Any, *, positive: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ArgumentTypeError(f"{name} must be a real number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or (v <= 0 if positive else v < 0):
+        rule = "> 0" if positive else ">= 0"
+        raise ArgumentError(f"{name} must be finite and {rule}, got {value!r}")
+    return v
+
+
+def _int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ArgumentTypeError(f"{name} must be an integer, got {value!r}")
+    if value < lo or (hi is not None and value > hi):
+        rng = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
+        raise ArgumentError(f"{name} must be an integer {rng}, got {value!r}")
+    return int(value)
+
+
+class ExplicitRungeKutta:
+    """Fixed-step explicit Runge–Kutta method given by a Butcher tableau."""
+
+    adaptive = False
+    multistep = False
+
+    def __init__(self, tableau: ButcherTableau):
+        if not isinstance(tableau, ButcherTableau):
+            raise ArgumentTypeError(
+                f"tableau must be a ButcherTableau, got {type(tableau).__name__}")
+        self.tableau = tableau
+        self.name = tableau.name
+        self.order = tableau.order
+
+    def reset(self) -> None:
+        """No history to forget."""
+
+    def step(self, f: Field, t: float, y: Any, h: float) -> Any:
+        """One step of size ``h`` from ``(t, y)``."""
+        return rk_step(self.tableau, f, t, y, h)
+
+    def get_state(self) -> dict:
+        """What a checkpoint must keep (nothing for one-step methods)."""
+        return {}
+
+    def set_state(self, state: dict) -> None:
+        """Restore :meth:`get_state`."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class Euler(ExplicitRungeKutta):
+    r"""Explicit Euler, order 1: :math:`y_{n+1} = y_n + h F(t_n, y_n)`.
+
+    With ``h = 1`` one step is exactly one residual attention layer
+    :math:`x \leftarrow x + \mathrm{Attn}(x)`."""
+
+    def __init__(self) -> None:
+        super().__init__(EULER)
+
+
+class Heun(ExplicitRungeKutta):
+    r"""Heun's method (explicit trapezoidal rule, RK2), order 2.
+
+    .. math:: k_1 = F(t_n, y_n),\quad k_2 = F(t_n + h, y_n + h k_1),\quad
+              y_{n+1} = y_n + \tfrac{h}{2}(k_1 + k_2).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(HEUN)
+
+
+class RK4(ExplicitRungeKutta):
+    """Classical fourth-order Runge–Kutta."""
+
+    def __init__(self) -> None:
+        super().__init__(CLASSICAL_RK4)
+
+
+class EmbeddedRungeKutta:
+    r"""Adaptive embedded Runge–Kutta pair given by a Butcher tableau with error weights.
+
+    The error estimate is scaled componentwise by
+    :math:`\mathrm{atol} + \mathrm{rtol}\max(|y_n|, |y_{n+1}|)` (see
+    :func:`~.rk.error_norm`); steps are accepted when the scaled norm is :math:`\le 1` and
+    sized by a :class:`~.controller.PIController`.
+
+    Parameters
+    ----------
+    tableau : ButcherTableau
+        An embedded FSAL pair (``tableau.adaptive``).
+    rtol : float, default 1e-6
+        Relative tolerance (> 0).
+    atol : float, default 1e-9
+        Absolute tolerance (>= 0).
+    """
+
+    adaptive = True
+    multistep = False
+
+    def __init__(self, tableau: ButcherTableau, rtol: float = 1e-6, atol: float = 1e-9):
+        if not isinstance(tableau, ButcherTableau) or not tableau.adaptive or not tableau.fsal:
+            raise ArgumentError("tableau must be an embedded first-same-as-last pair")
+        self.tableau = tableau
+        self.name = tableau.name
+        self.order = tableau.order
+        self.rtol = _real("rtol", rtol)
+        self.atol = _real("atol", atol, positive=False)
+
+    def reset(self) -> None:
+        """No history to forget."""
+
+    def controller(self) -> PIController:
+        """A fresh step-size controller with exponents from the error order."""
+        return PIController(self.tableau.error_order)
+
+    def attempt(self, f: Field, t: float, y: Any, h: float, fy: Any):
+        """Trial step: ``(y_new, err, f_new)`` (see :func:`~.rk.rk_attempt`)."""
+        return rk_attempt(self.tableau, f, t, y, h, fy, self.rtol, self.atol)
+
+    def get_state(self) -> dict:
+        return {}
+
+    def set_state(self, state: dict) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(rtol={self.rtol:g}, atol={self.atol:g})"
+
+
+class Dopri5(EmbeddedRungeKutta):
+    """Dormand–Prince 5(4) with first-same-as-last (the pair of ``ode45`` / ``RK45``)."""
+
+    def __init__(self, rtol: float = 1e-6, atol: float = 1e-9):
+        super().__init__(DOPRI5, rtol, atol)
+
+
+class Dop853(EmbeddedRungeKutta):
+    """Dormand–Prince 8(5,3) of Hairer's DOP853: efficient at tight tolerances."""
+
+    def __init__(self, rtol: float = 1e-6, atol: float = 1e-9):
+        super().__init__(DOP853, rtol, atol)
+
+
+def adams_bashforth_weights(steps: Any) -> np.ndarray:
+    r"""Variable-step Adams–Bashforth weights.
+
+    For the past step sizes ``steps = (h_n, h_{n-1}, ..., h_{n-k+1})`` (newest first, with
+    :math:`h_n` the step about to be taken) the :math:`k`-step method is
+
+    .. math:: y_{n+1} = y_n + h_n \sum_{i=0}^{k-1} b_i F(t_{n-i}, y_{n-i}),
+
+    where :math:`b_i = \frac{1}{h_n}\int_{t_n}^{t_n+h_n} \ell_i(\tau)\,d\tau` and
+    :math:`\ell_i` is the Lagrange basis polynomial of the nodes :math:`t_n, t_{n-1}, \dots`.
+    Equivalently :math:`\sum_i b_i \tau_i^m = h_n^m/(m+1)` for :math:`m < k` with
+    :math:`\tau_i = t_{n-i} - t_n`, solved here in units of :math:`h_n`.  For equal steps
+    this gives the classical weights, e.g. ``(3/2, -1/2)`` and ``(23/12, -16/12, 5/12)``.
+    """
+    h = np.asarray(steps, dtype=float)
+    k = h.size
+    if k < 1 or np.any(h <= 0):
+        raise ArgumentError(f"steps must be a non-empty sequence of positive numbers, got {steps!r}")
+    # node offsets tau_i / h_n: 0, -h_{n-1}/h_n, -(h_{n-1}+h_{n-2})/h_n, ...
+    tau = -np.concatenate([[0.0], np.cumsum(h[1:])]) / h[0]
+    Vm = np.vander(tau, k, increasing=True).T          # row m: tau_i^m
+    rhs = 1.0 / np.arange(1, k + 1)
+    return np.linalg.solve(Vm, rhs)
+
+
+class AdamsBashforth:
+    r"""Explicit :math:`k`-step Adams–Bashforth method (order :math:`k`), variable step.
+
+    Keeps the last :math:`k` field values; weights come from
+    :func:`adams_bashforth_weights`, so the final partial step of a run (or any change
+    of ``h``) keeps the order.  The first :math:`k-1` steps (and any step that does not
+    continue the previous one, e.g. after :meth:`reset` or a jump in ``t``) are taken
+    with :class:`RK4`, whose local error :math:`O(h^5)` does not spoil the order.
+
+    Multistep history belongs to one trajectory: the method cannot be used inside
+    operator splitting, where another flow moves the state between its steps.
+
+    Parameters
+    ----------
+    k : int
+        Number of steps, 1 to 5 (``"ab2"`` and ``"ab3"`` select 2 and 3).
+    """
+
+    adaptive = False
+    multistep = True
+
+    def __init__(self, k: int):
+        self.k = _int("k", k, 1, 5)
+        self.order = self.k
+        self.name = f"ab{self.k}"
+        self._start = RK4()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the history (the next steps restart with RK4)."""
+        self._fs: list[Any] = []     # newest first
+        self._hs: list[float] = []   # sizes of the steps that led to each stored node
+        self._t_next: float | None = None
+
+    def step(self, f: Field, t: float, y: Any, h: float) -> Any:
+        """One step of size ``h`` from ``(t, y)``."""
+        if self._t_next is None or abs(t - self._t_next) > 1e-9 * h:
+            self.reset()
+        fy = f(t, y)
+        self._fs.insert(0, fy)
+        del self._fs[self.k:]
+        if len(self._fs) < self.k:
+            y_new = self._start.step(f, t, y, h)
+        else:
+            b = adams_bashforth_weights([h] + self._hs[:self.k - 1])
+            incr = b[0] * self._fs[0]
+            for bi, fi in zip(b[1:], self._fs[1:]):
+                incr = incr + bi * fi
+            y_new = y + h * incr
+        self._hs.insert(0, float(h))
+        del self._hs[self.k:]
+        self._t_next = t + h
+        return y_new
+
+    def get_state(self) -> dict:
+        """The history (field values, step sizes, next time) for a checkpoint."""
+        return {"fs": list(self._fs), "hs": list(self._hs), "t_next": self._t_next}
+
+    def set_state(self, state: dict) -> None:
+        self._fs = list(state["fs"])
+        self._hs = [float(h) for h in state["hs"]]
+        self._t_next = None if state["t_next"] is None else float(state["t_next"])
+
+    def __repr__(self) -> str:
+        return f"AdamsBashforth(k={self.k})"
+
+
+class ImplicitMidpoint:
+    r"""Implicit midpoint rule, order 2, solved by fixed-point iteration.
+
+    .. math:: y_{n+1} = y_n + h\,F\big(t_n + \tfrac h2, \tfrac12(y_n + y_{n+1})\big).
+
+    The iteration :math:`z \leftarrow y_n + h F(t_n + h/2, (y_n + z)/2)` starts from the
+    explicit Euler predictor and stops when
+    :math:`\|z_{new} - z\|_\infty \le \mathrm{tol}\,(1 + \|z_{new}\|_\infty)`.  It contracts
+    when :math:`h L / 2 < 1` (:math:`L` the Lipschitz constant of :math:`F`).  The rule
+    preserves every quadratic first integral exactly (up to ``tol``), e.g. :math:`|x|^2`
+    for a field tangent to the spheres.
+
+    Parameters
+    ----------
+    tol : float, default 1e-13
+        Relative stopping tolerance of the fixed-point iteration.
+    max_iter : int, default 100
+        Raise :class:`~transformer_pde.errors.SolverNotConverged` when exceeded.
+    """
+
+    name = "implicit_midpoint"
+    order = 2
+    adaptive = False
+    multistep = False
+
+    def __init__(self, tol: float = 1e-13, max_iter: int = 100):
+        self.tol = _real("tol", tol)
+        self.max_iter = _int("max_iter", max_iter, 1)
+        self.iterations: list[int] = []
+
+    def reset(self) -> None:
+        """Clear the iteration counts."""
+        self.iterations = []
+
+    def step(self, f: Field, t: float, y: Any, h: float) -> Any:
+        """One step of size ``h`` from ``(t, y)``."""
+        xp = array_namespace(y)
+        tm = t + 0.5 * h
+        z = y + h * f(t, y)
+        err = np.inf
+        for it in range(1, self.max_iter + 1):
+            z_new = y + h * f(tm, 0.5 * (y + z))
+            err = float(xp.max(xp.abs(z_new - z)))
+            scale = 1.0 + float(xp.max(xp.abs(z_new)))
+            z = z_new
+            if not (np.isfinite(err) and np.isfinite(scale)):
+                break
+            if err <= self.tol * scale:
+                self.iterations.append(it)
+                return z
+        raise SolverNotConverged(
+            f"implicit midpoint fixed-point iteration did not converge at t={t:.6g} with "
+            f"h={h:.3g}: last update {err:.3g} after {it} iterations (tol={self.tol:g}); "
+            "reduce dt (the iteration contracts when h * Lipschitz / 2 < 1)")
+
+    def get_state(self) -> dict:
+        return {"iterations": list(self.iterations)}
+
+    def set_state(self, state: dict) -> None:
+        self.iterations = [int(i) for i in state["iterations"]]
+
+    def __repr__(self) -> str:
+        return f"ImplicitMidpoint(tol={self.tol:g}, max_iter={self.max_iter})"
+
+
+#: solvers selected by name, with default options
+SOLVERS: dict[str, Callable[[], Any]] = {
+    "euler": Euler,
+    "heun": Heun,
+    "rk2": Heun,
+    "rk4": RK4,
+    "ab2": lambda: AdamsBashforth(2),
+    "ab3": lambda: AdamsBashforth(3),
+    "implicit_midpoint": ImplicitMidpoint,
+    "dopri5": Dopri5,
+    "dop853": Dop853,
+}
+
+
+def get_solver(solver: Any, name: str = "solver") -> Any:
+    """A solver from its name (:data:`SOLVERS`, default options) or a solver object as is.
+
+    Raises
+    ------
+    ArgumentError
+        Unknown name.
+    ArgumentTypeError
+        Neither a name nor an object with ``step`` or ``attempt``."""
+    if isinstance(solver, str):
+        if solver not in SOLVERS:
+            raise ArgumentError(f"{name} must be one of {sorted(SOLVERS)} or a solver object "
+                                f"(e.g. Dopri5(rtol=1e-8)), got {solver!r}")
+        return SOLVERS[solver]()
+    if getattr(solver, "adaptive", False) and hasattr(solver, "attempt"):
+        return solver
+    if not getattr(solver, "adaptive", True) and hasattr(solver, "step"):
+        return solver
+    raise ArgumentTypeError(
+        f"{name} must be a solver name ({', '.join(sorted(SOLVERS))}) or a solver object "
+        f"with step() or attempt(), got {type(solver).__name__}")
