@@ -141,7 +141,7 @@ def test_layers_validation():
         Layers(np.zeros((0, 2, 2)))
     with pytest.raises(ValueError, match="NaN"):
         Layers(np.full((1, 2, 2), np.nan))
-    with pytest.raises(ValueError, match="layer_time must be finite and > 0"):
+    with pytest.raises(ValueError, match="layer_time must be > 0"):
         Layers(np.zeros((1, 2, 2)), layer_time=0.0)
     with pytest.raises(ValueError, match="t0 must be finite"):
         Layers(np.zeros((1, 2, 2)), t0=np.inf)

@@ -421,3 +421,14 @@ def test_multistep_block_restarts_at_mlp_layer_boundaries():
                                block=tp.Block(mlp=mlp, splitting="none")).final - y.reshape(X0.shape)).max()
             for dt in dts]
     assert abs(slope(errs, dts) - 3) < 0.3, errs
+
+
+def test_block_weights_must_be_real_numbers():
+    # issue 13: complex weights were cut to their real part, strings gave numpy errors
+    for W1 in ("ab", [["a", "b"]], np.eye(2) + 1j):
+        with pytest.raises(TypeError, match="W1 must be (a real array|real)"):
+            MLP(W1, np.eye(2))
+    with pytest.raises(TypeError, match="scale must be a real array"):
+        LayerNorm(scale="x")
+    with pytest.raises(TypeError, match=r"W1 \(evaluated at t=0(\.0)?\) must be real"):
+        MLP(lambda t: np.eye(2) * 1j, np.eye(2))

@@ -178,7 +178,10 @@ def test_help(command, capsys):
     ('[attention]\nd = 2.5\n', "attention.d"),
     ('[attention]\nd = 2\n[tokens]\nn = -1\n', "tokens.n"),
     ('[attention]\nd = 2\n[tokens]\nmean = [0, 0, 0]\n', "tokens.mean"),
-    ('[attention]\nd = 2\n[run]\nmethod = "leapfrog"\n', "run.method"),
+    ('[attention]\nd = 2\n[run]\nsolver = "leapfrog"\n', "run.solver"),
+    ('[attention]\nd = 2\n[run]\nsolver = {name = "rk4", rtol = 1e-8}\n', "run.solver.rtol"),
+    ('[attention]\nd = 2\n[field]\nbackend = "cupyy"\n', "field.backend"),
+    ('[attention]\nd = 2\n[limits]\nmax_norm = -1.0\n', "limits.max_norm"),
     ('[attention]\nd = 2\n[run]\nt_max = 0\n', "run.t_max"),
 ])
 def test_config_errors_name_the_key(tmp_path, capsys, text, key):
@@ -186,7 +189,8 @@ def test_config_errors_name_the_key(tmp_path, capsys, text, key):
     assert cli.main(["simulate", cfg, "--out", str(tmp_path / "o"), "-q"]) == 2
     err = capsys.readouterr().err
     assert key in err
-    assert any(word in err for word in ("expected", "must divide", "unknown key; allowed"))
+    assert any(word in err for word in ("expected", "must divide", "unknown key; allowed",
+                                        "not an option", "must be"))
 
 
 def test_config_file_errors(tmp_path, capsys):

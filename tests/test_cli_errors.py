@@ -318,8 +318,9 @@ def test_module_entry_point_one_line(tmp_path):
 
 
 def test_too_many_saved_states_refused_up_front(tmp_path, capsys):
-    cfg = _write(tmp_path / "t.toml", "[attention]\nd = 2\n[tokens]\nn = 1000\n"
-                                      "[run]\nt_max = 1e12\ndt = 1e-3\n")
+    # 1e6 steps (within limits.max_steps) of 1e5 tokens: 1.6 TB of saved states
+    cfg = _write(tmp_path / "t.toml", "[attention]\nd = 2\n[tokens]\nn = 100000\n"
+                                      "[run]\nt_max = 1e3\ndt = 1e-3\n")
     out = tmp_path / "o"
     assert cli.main(["simulate", cfg, "--out", str(out), "-q"]) == EXIT.USAGE
     assert "run.save_every" in _one_line(capsys.readouterr().err)

@@ -179,3 +179,70 @@ def test_multistep_restarts_at_layer_boundaries(method, order):
     errs = [np.abs(tp.simulate(att, X0, t_max=T_END, dt=dt, solver=method).final - ref).max()
             for dt in dts]
     assert abs(observed_order(errs, dts) - order) < 0.3, errs
+
+
+# ------------------------------------------------------------------ the one RK stepper
+def _field(t, y):
+    return np.sin(y) * (1.0 + t) - 0.3 * y[::-1]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_tableau_stepper_is_the_classical_formulas_bit_for_bit(dtype):
+    from transformer_pde.integrate import CLASSICAL_RK4, EULER, HEUN, rk_step
+    y = np.linspace(-1.0, 2.0, 12).reshape(6, 2).astype(dtype)
+    t, h = 0.3, 0.1
+    f = _field
+    k1 = f(t, y)
+    k2 = f(t + 0.5 * h, y + (0.5 * h) * k1)
+    k3 = f(t + 0.5 * h, y + (0.5 * h) * k2)
+    k4 = f(t + h, y + h * k3)
+    rk4 = y + (h / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+    heun = y + (0.5 * h) * (k1 + f(t + h, y + h * k1))
+    for tab, want in ((CLASSICAL_RK4, rk4), (HEUN, heun), (EULER, y + h * k1)):
+        got = rk_step(tab, f, t, y, h)
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got, want)
+
+
+def test_embedded_steps_match_scipy():
+    # test-only use of scipy's private single-step helpers: same tableau, same error norm
+    from scipy.integrate._ivp import rk as srk
+    from transformer_pde.integrate import DOP853, DOPRI5, rk_attempt
+    y = np.linspace(-1.0, 2.0, 8)
+    t, h, rtol, atol = 0.2, 0.05, 1e-6, 1e-9
+    fun = lambda tt, yy: _field(tt, yy.reshape(4, 2)).ravel()  # noqa: E731
+    for tab, cls in ((DOPRI5, srk.RK45), (DOP853, srk.DOP853)):
+        y_new, err, f_new = rk_attempt(tab, fun, t, y, h, fun(t, y), rtol, atol)
+        K = np.empty((cls.n_stages + 1, y.size))
+        y_ref, f_ref = srk.rk_step(fun, t, y, fun(t, y), h, cls.A, cls.B, cls.C, K)
+        np.testing.assert_allclose(y_new, y_ref, rtol=1e-15, atol=1e-15)
+        np.testing.assert_array_equal(f_new, fun(t + h, y_new))
+        solver = cls.__new__(cls)       # only the attributes _estimate_error_norm reads
+        solver.K, solver.n = K, y.size
+        if cls is srk.RK45:
+            solver.E = cls.E
+        scale = atol + rtol * np.maximum(np.abs(y), np.abs(y_ref))
+        ref = solver._estimate_error_norm(K, h, scale) if cls is srk.DOP853 else \
+            np.linalg.norm(K.T @ cls.E * h / scale) / np.sqrt(y.size)
+        assert err == pytest.approx(ref, rel=1e-10)
+
+
+def test_controller_and_initial_step():
+    from transformer_pde.integrate import PIController, clip_step, get_solver, initial_step
+    c5 = get_solver("dopri5").controller()
+    assert (c5.alpha, c5.beta) == pytest.approx((0.7 / 5, 0.4 / 5))      # error order 4
+    c8 = get_solver("dop853").controller()
+    assert (c8.alpha, c8.beta) == pytest.approx((0.7 / 8, 0.4 / 8))      # error order 7
+    ctrl = PIController(4)
+    assert ctrl.factor(np.inf, False) == 0.2 and ctrl.factor(1e-20, True) == 5.0
+    assert ctrl.factor(4.0, False) < 1.0
+    tabs = [tp.Layers(np.zeros((3, 1, 1)), layer_time=0.5)]
+    assert clip_step(0.2, 1.0, 2.0, tabs) == pytest.approx(0.3)         # next jump at 0.5
+    assert clip_step(0.2, 1.0, 0.4, tabs) == pytest.approx(0.2)         # the stop first
+    assert clip_step(1.2, 1.0, 2.0, tabs) == pytest.approx(0.8)         # no jump after 1.0
+    y = np.array([[1.0, 2.0], [0.0, 0.0]])
+    f0 = np.array([[0.5, 0.5], [1.0, 1.0]])
+    h = initial_step(y, f0, 1e-6, 1e-9)
+    d0 = np.sqrt(np.mean((y[0] / (1e-9 + 1e-6 * np.abs(y[0]))) ** 2))
+    d1 = np.sqrt(np.mean((f0[0] / (1e-9 + 1e-6 * np.abs(y[0]))) ** 2))
+    assert h[0] == pytest.approx(min(0.1, 0.01 * d0 / d1)) and h[1] == 1e-6

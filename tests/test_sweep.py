@@ -239,6 +239,7 @@ def test_real_cluster_survives_a_killed_worker(tmp_path):
             ds = sweep.run(study, tmp_path / "s.zarr", scheduler=client, batch_size=3,
                            progress=False)
             killer.join()
+            assert client.status == "running"  # the caller's client is left open
         assert workers[0].poll() is not None, "the worker was not killed"
         ref = sweep.run(sweep.Study(study.grid, sweep_cells.slow_logged), scheduler="serial",
                         progress=False)
@@ -437,3 +438,28 @@ def test_gaussian_trajectory_as_dataset():
     ds = labelled.gaussian_dataset(g)
     assert ds["covs"].dims == ("time", "dim", "dim_")
     assert np.array_equal(ds["covs"].values, g.covs) and ds.attrs["status"] == str(g.status)
+
+
+# ------------------------------------------------------------------------- command line
+def test_sweep_command_runs_resumes_and_refuses_cleanly(tmp_path, capsys):
+    from transformer_pde.cli import main
+
+    cfg = tmp_path / "s.toml"
+    cfg.write_text('name = "t"\n[study]\ncell = "sweep_cells:flaky"\ndraws = 2\n'
+                   '[study.axes]\nmu = [0.0, 1.0]\n')
+    out = tmp_path / "out"
+    assert main(["sweep", str(cfg), "--out", str(out), "--scheduler", "serial", "-q"]) == 1
+    text = capsys.readouterr()
+    assert "2 of 4 cells done, 2 failed" in text.out and "this cell always fails" in text.out
+    assert json.loads((out / "summary.json").read_text())["failed"] == 2
+    # without --resume the store is never touched; with it only the failed cells rerun
+    assert main(["sweep", str(cfg), "--out", str(out), "--scheduler", "serial", "-q"]) == 4
+    assert "already exists" in capsys.readouterr().err
+    assert main(["sweep", str(cfg), "--out", str(out), "--scheduler", "serial", "-q",
+                 "--resume"]) == 1
+    assert main(["sweep", str(cfg), "--out", str(tmp_path / "o2"), "--scheduler",
+                 "tcp://127.0.0.1:9", "-q"]) == 4
+    err = capsys.readouterr().err
+    assert "cannot reach the Dask scheduler" in err and "Traceback" not in err
+    assert not (tmp_path / "o2").exists()
+    assert main(["sweep", str(tmp_path / "missing.toml"), "--out", str(tmp_path / "o3")]) == 2

@@ -32,6 +32,9 @@ from typing import Any, Callable, Union
 
 import numpy as np
 
+from .errors import ArgumentError, ArgumentTypeError
+from .validation import matrix, positive, real_array, scalar
+
 __all__ = [
     "Attention",
     "AttentionParams",
@@ -139,20 +142,18 @@ class Layers:
     _TOL = 1e-9
 
     def __init__(self, values: ArrayLike, *, layer_time: float = 1.0, t0: float = 0.0):
-        arr = np.array(values, dtype=float)
+        arr = np.array(real_array("Layers: values", values), dtype=float)
         if arr.ndim != 3 or arr.shape[0] < 1:
-            raise ValueError(
+            raise ArgumentError(
                 f"Layers: values must have shape (L, rows, cols) with L >= 1, got {arr.shape}")
         if not np.all(np.isfinite(arr)):
-            raise ValueError("Layers: values contain NaN or inf")
-        if not (np.isfinite(layer_time) and layer_time > 0):
-            raise ValueError(f"Layers: layer_time must be finite and > 0, got {layer_time!r}")
-        if not np.isfinite(t0):
-            raise ValueError(f"Layers: t0 must be finite, got {t0!r}")
+            raise ArgumentError("Layers: values contain NaN or inf")
+        layer_time = positive("Layers: layer_time", layer_time)
+        t0 = scalar("Layers: t0", t0)
         arr.setflags(write=False)
         self.values = arr
-        self.layer_time = float(layer_time)
-        self.t0 = float(t0)
+        self.layer_time = layer_time
+        self.t0 = t0
 
     @property
     def n_layers(self) -> int:
@@ -255,47 +256,20 @@ class AttentionParams:
 
 
 # --------------------------------------------------------------------------- validation
-def _check_matrix(name: str, value: ArrayLike, t: float | None = None) -> np.ndarray:
-    where = "" if t is None else f" (evaluated at t={t})"
-    try:
-        arr = np.asarray(value, dtype=float)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name}{where} must be a real matrix: {exc}") from None
-    if arr.ndim != 2:
-        raise ValueError(f"{name}{where} must be a 2-D matrix, got shape {arr.shape}")
-    if arr.size == 0:
-        raise ValueError(f"{name}{where} must not be empty, got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name}{where} contains NaN or inf")
-    return arr
-
-
 def _check_vector(name: str, value: ArrayLike, t: float | None = None) -> np.ndarray:
-    """A finite real vector; shapes (n,), (1, n) and (n, 1) are accepted and flattened."""
+    """A finite real bias vector; shapes (n,), (1, n) and (n, 1) are accepted and flattened."""
     where = "" if t is None else f" (evaluated at t={t})"
     try:
         arr = np.asarray(value, dtype=float)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name}{where} must be a real vector: {exc}") from None
+        raise ArgumentTypeError(f"{name}{where} must be a real vector: {exc}") from None
     if arr.ndim == 2 and 1 in arr.shape:
         arr = arr.ravel()
     if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"{name}{where} must be a non-empty vector, got shape {arr.shape}")
+        raise ArgumentError(f"{name}{where} must be a non-empty vector, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name}{where} contains NaN or inf")
+        raise ArgumentError(f"{name}{where} contains NaN or inf")
     return arr
-
-
-def _check_scalar(name: str, value: Any, *, positive: bool) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a real number, got {value!r}") from None
-    if not np.isfinite(v):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if positive and v <= 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-    return v
 
 
 # --------------------------------------------------------------------------- Attention
@@ -377,7 +351,7 @@ class Attention:
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, str) or self.kind not in KINDS:
-            raise ValueError(
+            raise ArgumentError(
                 f"kind must be one of {sorted(KINDS)}, got {self.kind!r}")
         if isinstance(self.heads, bool) or not isinstance(self.heads, (int, np.integer)):
             raise TypeError(f"heads must be a positive integer, got {self.heads!r}")
@@ -388,9 +362,9 @@ class Attention:
         set_ = object.__setattr__
         set_(self, "heads", int(self.heads))
         set_(self, "masked", bool(self.masked))
-        set_(self, "beta", _check_scalar("beta", self.beta, positive=False))
-        set_(self, "eps", _check_scalar("eps", self.eps, positive=True))
-        set_(self, "l2_beta", _check_scalar("l2_beta", self.l2_beta, positive=True))
+        set_(self, "beta", scalar("beta", self.beta))
+        set_(self, "eps", positive("eps", self.eps))
+        set_(self, "l2_beta", positive("l2_beta", self.l2_beta))
         if self.masked and not KINDS[self.kind].maskable:
             raise ValueError(
                 f"masked=True is not defined for kind={self.kind!r}: no doubly-stochastic "
@@ -403,11 +377,14 @@ class Attention:
         for name in ("Q", "K", "V", "W_O"):
             value = getattr(self, name)
             if value is None:
+                if name != "W_O":
+                    raise ArgumentTypeError(f"{name} must be a matrix, a callable of t or "
+                                            "Layers, got None")
                 continue
             if isinstance(value, Layers) or callable(value):
                 dynamic = True
             else:
-                set_(self, name, _readonly(_check_matrix(name, value)))
+                set_(self, name, _readonly(matrix(name, value)))
         for name in _BIASES:
             value = getattr(self, name)
             if value is None:
@@ -433,7 +410,7 @@ class Attention:
             return value
         if isinstance(value, Layers):
             return value(t, left=left)
-        return _check_matrix(name, value(t), t)
+        return matrix(name, value(t), t)
 
     def _bias(self, name: str, n: int, t: float, left: bool) -> np.ndarray | None:
         value = getattr(self, name)
@@ -442,15 +419,15 @@ class Attention:
         if isinstance(value, Layers):
             v = value(t, left=left)
             if v.shape[0] != 1:
-                raise ValueError(f"{name}: a Layers table of biases must have shape (L, 1, n), "
-                                 f"got {value.values.shape}")
+                raise ArgumentError(f"{name}: a Layers table of biases must have shape "
+                                    f"(L, 1, n), got {value.values.shape}")
             v = v[0]
         elif isinstance(value, np.ndarray):
             v = value
         else:
             v = _check_vector(name, value(t), t)
         if v.shape != (n,):
-            raise ValueError(f"{name} must have {n} entries, got shape {v.shape} (t={t})")
+            raise ArgumentError(f"{name} must have {n} entries, got shape {v.shape} (t={t})")
         return v
 
     @property

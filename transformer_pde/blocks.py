@@ -50,9 +50,10 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
 
-from .attention import Layers, _check_matrix
+from .attention import Layers
 from .errors import ArgumentError, ArgumentTypeError
 from .integrate.rk import array_namespace as _xp
+from .validation import matrix, real_array
 
 __all__ = [
     "Block",
@@ -118,7 +119,7 @@ def _param(name: str, value: Any, t: float, left: bool) -> np.ndarray:
     if isinstance(value, Layers):
         return value(t, left=left)
     if callable(value):
-        return _check_matrix(name, np.atleast_2d(value(t)), t)
+        return matrix(name, np.atleast_2d(real_array(f"{name} (evaluated at t={t})", value(t))), t)
     return value
 
 
@@ -126,7 +127,7 @@ def _store(name: str, value: Any, *, vector: bool) -> Any:
     """Validate a constant parameter now (time-dependent ones at evaluation)."""
     if value is None or isinstance(value, Layers) or callable(value):
         return value
-    arr = _check_matrix(name, np.atleast_2d(np.asarray(value, dtype=float)))
+    arr = matrix(name, np.atleast_2d(real_array(name, value)))
     if vector:
         if min(arr.shape) != 1:
             raise ValueError(f"{name} must be a vector, got shape {np.shape(value)}")

@@ -33,6 +33,7 @@ from .backends import get_backend
 from .sinkhorn import (SinkhornNotConverged, SinkhornWarmStart, is_symmetric,
                        sinkhorn_field, sinkhorn_potentials)
 from .blocks import token_layer_norm
+from . import validation
 
 __all__ = [
     "FieldEvaluator",
@@ -183,54 +184,6 @@ def _fourier(ctx, P, h, head, Xq, Xk):
     return _softmax_free(ctx, q, k, _v(be, Xk, head), head)
 
 
-# ------------------------------------------------------------------ input validation
-def _check_points(name: str, X: Any, d: int) -> np.ndarray:
-    arr = np.asarray(X)
-    if arr.ndim != 2 or arr.shape[1] != d:
-        raise ValueError(f"{name} must have shape (N, d) with d={d}, got {arr.shape}")
-    if arr.shape[0] == 0:
-        raise ValueError(f"{name} must contain at least one point")
-    if not np.issubdtype(arr.dtype, np.number) or np.iscomplexobj(arr):
-        raise TypeError(f"{name} must be a real array, got dtype {arr.dtype}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} contains NaN or inf")
-    return arr
-
-
-def check_weights(weights: Any, n: int) -> np.ndarray:
-    """Validate and normalise token weights (uniform if ``None``)."""
-    if weights is None:
-        return np.full(n, 1.0 / n)
-    w = np.asarray(weights, dtype=float)
-    if w.shape != (n,):
-        raise ValueError(f"weights must have shape (N,) = ({n},), got {w.shape}")
-    if not np.all(np.isfinite(w)):
-        raise ValueError("weights contain NaN or inf")
-    if np.any(w < 0):
-        raise ValueError("weights must be >= 0")
-    s = w.sum()
-    if not s > 0:
-        raise ValueError("weights must have a positive sum")
-    return w / s
-
-
-def check_positions(positions: Any, n: int, masked: bool, name: str = "positions"):
-    """Validate token positions in [0, 1]; required for masked attention."""
-    if positions is None:
-        if masked:
-            raise ValueError(
-                f"masked attention needs {name}: an array of N token positions in [0, 1]")
-        return None
-    p = np.asarray(positions, dtype=float)
-    if p.shape != (n,):
-        raise ValueError(f"{name} must have shape (N,) = ({n},), got {p.shape}")
-    if not np.all(np.isfinite(p)):
-        raise ValueError(f"{name} contain NaN or inf")
-    if np.any(p < 0) or np.any(p > 1):
-        raise ValueError(f"{name} must lie in [0, 1]")
-    return p
-
-
 # ------------------------------------------------------------------ evaluator
 class FieldEvaluator:
     r"""Evaluate :math:`\Gamma_{\mu}` repeatedly for a fixed attention, weights and positions.
@@ -257,16 +210,14 @@ class FieldEvaluator:
                  sinkhorn_tol: float = 1e-9, sinkhorn_max_iter: int = 2000):
         if not isinstance(att, Attention):
             raise TypeError(f"att must be a transformer_pde.Attention, got {type(att).__name__}")
-        if not (np.isfinite(sinkhorn_tol) and sinkhorn_tol > 0):
-            raise ValueError(f"sinkhorn_tol must be > 0, got {sinkhorn_tol!r}")
-        if int(sinkhorn_max_iter) < 1:
-            raise ValueError(f"sinkhorn_max_iter must be >= 1, got {sinkhorn_max_iter!r}")
+        sinkhorn_tol = validation.positive("sinkhorn_tol", sinkhorn_tol)
+        sinkhorn_max_iter = validation.integer("sinkhorn_max_iter", sinkhorn_max_iter, minimum=1)
         self.att = att
         self.n = int(n_tokens)
         self.dtype = np.dtype(dtype)
         self.be = get_backend(backend, n_tokens=self.n)
-        self.weights = check_weights(weights, self.n)
-        self.positions = check_positions(positions, self.n, att.masked)
+        self.weights = validation.weights("weights", weights, self.n)
+        self.positions = validation.positions("positions", positions, self.n, required=att.masked)
         be = self.be
         if att.masked:
             self.perm = np.argsort(self.positions, kind="stable")
@@ -308,7 +259,7 @@ class FieldEvaluator:
         self.ctx.stage = None if value is None else int(value)
 
     def query_limits(self, query_positions: Any, m: int):
-        qp = check_positions(query_positions, m, True, "query_positions")
+        qp = validation.positions("query_positions", query_positions, m, required=True)
         return self.be.asarray(
             np.searchsorted(self.sorted_pos, qp, side="right").astype(np.int64))
 
@@ -399,8 +350,9 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
     """
     if not isinstance(att, Attention):
         raise TypeError(f"att must be a transformer_pde.Attention, got {type(att).__name__}")
+    t = validation.scalar("t", t)
     be = get_backend(backend, n_tokens=np.shape(X)[0] if np.ndim(X) else None)
-    Xn = _check_points("X", be.to_numpy(X), att.d)
+    Xn = validation.points("X", be.to_numpy(X), att.d)
     dtype = Xn.dtype if Xn.dtype in (np.float32, np.float64) else np.float64
     ev = FieldEvaluator(att, Xn.shape[0], weights=weights, positions=positions, backend=be,
                         dtype=dtype, sinkhorn_tol=sinkhorn_tol,
@@ -409,7 +361,7 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
     Qb = None
     qlim = None
     if queries is not None:
-        Qn = _check_points("queries", be.to_numpy(queries), att.d)
+        Qn = validation.points("queries", be.to_numpy(queries), att.d)
         Qb = be.asarray(Qn, dtype)
         if att.masked:
             qlim = ev.query_limits(query_positions, Qn.shape[0])

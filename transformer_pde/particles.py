@@ -32,12 +32,13 @@ import numpy as np
 from .attention import Attention
 from .blocks import Block, BlockStepper
 from .errors import ArgumentError, ArgumentTypeError, TrajectoryFileError
-from .fields import FieldEvaluator, _check_points, velocity
+from .fields import FieldEvaluator, velocity
 from .integrate.breakpoints import layer_tables
 from .integrate.loop import Limits, Monitor, SaveAt, TimeLoop
 from .integrate.loop import Progress
 from .integrate.solvers import get_solver
 from .results import Status, warn_stop
+from .validation import points
 
 __all__ = ["FieldOptions", "Limits", "Monitor", "ParticleTrajectory", "SaveAt",
            "TrajectoryFileError", "load", "simulate", "velocity"]
@@ -638,7 +639,7 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
     """
     if not isinstance(att, Attention):
         raise ArgumentTypeError(f"att must be a transformer_pde.Attention, got {type(att).__name__}")
-    X0n = _check_points("X0", np.asarray(X0) if not hasattr(X0, "get") else X0.get(), att.d)
+    X0n = points("X0", np.asarray(X0) if not hasattr(X0, "get") else X0.get(), att.d)
     t_max = _check_positive("t_max", t_max)
     dt = _check_positive("dt", dt)
     saveat = _option("saveat", saveat, SaveAt, SaveAt())

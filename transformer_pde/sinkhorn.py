@@ -64,6 +64,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from . import validation
+from .anderson import Anderson
+from .backends import get_backend
 from .errors import SinkhornNotConverged
 
 __all__ = [
@@ -134,67 +137,6 @@ class SinkhornResult:
         return iter((self.f, self.g, self.n_iter, self.err))
 
 
-# ------------------------------------------------------------------ Anderson mixing
-class _Anderson:
-    r"""Anderson acceleration (type II) of :math:`x \mapsto x + r(x)` with a reusable memory.
-
-    Keeps the last ``m`` secant pairs :math:`(\Delta x, \Delta r)`; the next iterate is
-    :math:`x + r - (\Delta X + \Delta R)\gamma` with :math:`\gamma = \arg\min|r - \Delta R\gamma|`.
-    :meth:`new_problem` keeps the secant pairs (the Jacobian of a warm-started problem is
-    close to the previous one) but never pairs iterates of two different problems.
-    """
-
-    def __init__(self, m: int):
-        self.m = int(m)
-        self.dX: list = []
-        self.dR: list = []
-        self.x_prev = None
-        self.r_prev = None
-
-    def reset(self) -> None:
-        self.dX.clear()
-        self.dR.clear()
-        self.x_prev = self.r_prev = None
-
-    def new_problem(self, n: int) -> None:
-        self.x_prev = self.r_prev = None
-        if self.dX and self.dX[0].shape[0] != n:
-            self.reset()
-
-    def step(self, xp, x, r):
-        if self.m <= 0:
-            return x + r
-        if self.x_prev is not None:
-            self.dX.append(x - self.x_prev)
-            self.dR.append(r - self.r_prev)
-            if len(self.dX) > self.m:
-                self.dX.pop(0)
-                self.dR.pop(0)
-        self.x_prev, self.r_prev = x, r
-        if not self.dX:
-            return x + r
-        dR = xp.stack(self.dR, axis=1)
-        M = np.asarray(_host(dR.T @ dR), dtype=float)
-        b = np.asarray(_host(dR.T @ r), dtype=float)
-        # Tikhonov term relative to the Gram diagonal: keeps the m×m solve well posed when
-        # residual differences become collinear near convergence.
-        reg = 1e-12 * max(float(np.trace(M)), 1e-300)
-        try:
-            gamma = np.linalg.solve(M + reg * np.eye(M.shape[0]), b)
-        except np.linalg.LinAlgError:
-            self.reset()
-            return x + r
-        if not np.all(np.isfinite(gamma)):
-            self.reset()
-            return x + r
-        dXR = xp.stack(self.dX, axis=1) + dR
-        return x + r - dXR @ xp.asarray(gamma.astype(dR.dtype))
-
-
-def _host(a):
-    return a.get() if hasattr(a, "get") else a
-
-
 # ------------------------------------------------------------------ solver
 def sinkhorn_potentials(be: Any, qx: Any, kx: Any, logw: Any, eps: float, *,
                         tol: float = 1e-9, max_iter: int = 2000, f0: Any = None, g0: Any = None,
@@ -248,12 +190,9 @@ def sinkhorn_potentials(be: Any, qx: Any, kx: Any, logw: Any, eps: float, *,
         Never raises on non-convergence: check ``converged`` (callers such as the
         attention field raise :class:`SinkhornNotConverged`).
     """
-    if not (np.isfinite(eps) and eps > 0):
-        raise ValueError(f"eps must be finite and > 0, got {eps!r}")
-    if not (np.isfinite(tol) and tol > 0):
-        raise ValueError(f"tol must be finite and > 0, got {tol!r}")
-    if int(max_iter) < 1:
-        raise ValueError(f"max_iter must be >= 1, got {max_iter!r}")
+    eps = validation.positive("eps", eps)
+    tol = validation.positive("tol", tol)
+    max_iter = validation.integer("max_iter", max_iter, minimum=1)
     xp = be.xp
     n = kx.shape[0]
     dtype = kx.dtype
@@ -290,8 +229,8 @@ def sinkhorn_potentials(be: Any, qx: Any, kx: Any, logw: Any, eps: float, *,
             e /= 4.0
         schedule = stages + [eps]
 
-    acc = memory if isinstance(memory, _Anderson) and memory.m == anderson \
-        else _Anderson(anderson)
+    acc = memory if isinstance(memory, Anderson) and memory.m == anderson \
+        else Anderson(anderson)
     solve = _solve_symmetric if symmetric else _solve_alternating
     used = 0
     last = None
@@ -331,7 +270,7 @@ def _soft_min(be, qs, kx, logw, h, eps, values):
     return -eps * lse, out
 
 
-def _fixed_point(xp, T, x, eps, tol, max_iter, acc, plain, damp=1.0):
+def fixed_point(xp, T, x, eps, tol, max_iter, acc, plain, damp=1.0):
     r"""Safeguarded Anderson iteration of a potential map (both solvers here; the symmetric
     debiasing terms of :mod:`~transformer_pde.diagnostics`).
 
@@ -377,7 +316,7 @@ def _solve_alternating(be, qx, kx, logw, eps, g, tol, max_iter, values, acc):
         f, out = _soft_min(be, qs, kx, logw, g, eps, values)
         return _soft_min(be, ks, qx, logw, f, eps, None)[0], (f, out)
 
-    g, (f, out), err, it = _fixed_point(be.xp, T, g, eps, tol, max_iter, acc,
+    g, (f, out), err, it = fixed_point(be.xp, T, g, eps, tol, max_iter, acc,
                                         plain=lambda g, g_new: g_new)
     converged = bool(err < tol)
     return SinkhornResult(f=f, g=g, n_iter=it, err=err, tol=tol, converged=converged,
@@ -395,7 +334,7 @@ def _solve_symmetric(be, qx, kx, logw, eps, f, tol, max_iter, values, acc):
     mode).
     """
     qs = qx * (1.0 / eps)
-    f, out, err, it = _fixed_point(
+    f, out, err, it = fixed_point(
         be.xp, lambda f: _soft_min(be, qs, kx, logw, f, eps, values), f, eps, tol, max_iter,
         acc, plain=lambda f, Tf: 0.5 * (f + Tf), damp=1.0 if acc.m > 0 else 0.5)
     converged = bool(err < tol)
@@ -643,16 +582,14 @@ def sinkhorn_coupling(X: Any, A: Any, *, weights: Any = None, eps: float = 1.0,
     SinkhornNotConverged
         The tolerance was not reached within ``max_iter`` sweeps.
     """
-    # avoid a package import cycle (fields imports this module)
-    from .backends import get_backend  # noqa: PLC0415
-    from .fields import check_weights  # noqa: PLC0415
     be = get_backend(backend)
-    Xn = np.asarray(X, dtype=float)
-    An = np.asarray(A, dtype=float)
+    Xn = validation.points("X", X, keep_float32=False)
+    An = validation.matrix("A", A)
+    beta = validation.scalar("beta", beta)
     if Xn.ndim != 2 or An.shape != (Xn.shape[1], Xn.shape[1]):
         raise ValueError(f"X must be (N, d) and A (d, d); got X {Xn.shape}, A {An.shape}")
     n = Xn.shape[0]
-    w = check_weights(weights, n)
+    w = validation.weights("weights", weights, n)
     with np.errstate(divide="ignore"):
         logw = np.log(w)
     qx = beta * Xn @ An.T

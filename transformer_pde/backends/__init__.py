@@ -24,6 +24,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Protocol
 
+from ..errors import ArgumentTypeError
+
 __all__ = ["Backend", "BackendNotAvailable", "available_backends", "get_backend",
            "register_backend", "BACKENDS"]
 
@@ -114,7 +116,10 @@ def get_backend(name: Any = "numpy", *, n_tokens: int | None = None) -> Any:
         The backend's library or device is missing.
     """
     if not isinstance(name, str):
-        return name
+        if all(hasattr(name, a) for a in ("xp", "softmax", "lse", "to_numpy")):
+            return name
+        raise ArgumentTypeError(f"backend must be one of {sorted(BACKENDS) + ['auto']} or a "
+                                f"backend object, got {name!r:.60}")
     if name == "auto":
         return _load(_auto_choice(n_tokens))
     if name not in BACKENDS:

@@ -8,6 +8,7 @@ dictionary (the content of its ``summary.json``).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -20,13 +21,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import ConfigError
-from .config import (Table, build_attention, build_block, build_run, build_tokens, check_memory,
-                     covariance, sections, simulate_options)
+from ..errors import ConfigError, TransformerPDEError
+from .config import (Table, build_attention, build_simulate, build_tokens, check_memory,
+                     covariance, human_bytes, sections)
 from .output import OutputDir
 
 __all__ = [
     "CLUSTER_TOL",
+    "UsageError",
     "RANK_RTOL",
     "benchmark_scripts",
     "run_bench",
@@ -44,6 +46,10 @@ logger = logging.getLogger("transformer_pde.cli")
 CLUSTER_TOL = 0.02
 #: relative tolerance of the covariance numerical rank reported by the CLI
 RANK_RTOL = 1e-6
+
+
+class UsageError(TransformerPDEError):
+    """The command line asks for something that cannot be done (exit status 2)."""
 
 
 # =========================================================================== helpers
@@ -161,30 +167,44 @@ def run_demo(out: str | Path = "transformer-pde-demo", *, n: int = 256, seed: in
 OUTPUT_KEYS = ("rescale", "cluster_scale", "figure", "gif")
 
 
-def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True,
-                 force: bool = False) -> dict:
-    """Particle simulation from a configuration (tables ``attention``, ``tokens``,
-    ``run``, ``output``); writes ``trajectory.npz``, ``summary.json`` and ``particles.png``.
+def _interrupted_run(directory: Path) -> bool:
+    """Whether ``directory`` holds the files of an interrupted ``simulate`` (which a
+    ``--resume`` run may replace)."""
+    try:
+        summary = json.loads((directory / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (isinstance(summary, dict) and summary.get("command") == "simulate"
+            and summary.get("status") == "interrupted")
+
+
+def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True, force: bool = False,
+                 checkpoint: str | Path | None = None, checkpoint_every: float | None = None,
+                 resume: bool = False, report_every: float | None = None) -> dict:
+    """Particle simulation from a configuration (tables ``attention``, ``tokens``, ``run``,
+    ``field``, ``limits``, ``block``, ``output``); writes ``trajectory.npz``,
+    ``summary.json`` and ``particles.png``.
 
     With ``masked = true`` the tokens get positions ``linspace(0, 1, N)`` in input order
     (token ``i`` attends to tokens ``j <= i``).  A run interrupted by Ctrl-C (status
-    ``interrupted``) writes the states computed so far, without figures.
+    ``interrupted``) writes the states computed so far, without figures.  ``checkpoint``,
+    ``checkpoint_every``, ``resume`` and ``report_every`` are those of
+    :class:`~transformer_pde.Monitor` (progress lines every ``report_every`` seconds): the
+    state of the run is written to ``checkpoint`` every ``checkpoint_every`` seconds, and
+    ``resume`` continues from it (bit for bit the uninterrupted run); a resumed run may
+    replace the files of the interrupted run it continues in ``out``.
     """
     from .. import plot  # noqa: PLC0415
+    from ..integrate.loop import Monitor  # noqa: PLC0415
     from ..particles import simulate  # noqa: PLC0415
 
-    sections(cfg, ("attention", "tokens", "run", "block", "output", "title"))
+    sections(cfg, ("attention", "tokens", "run", "field", "limits", "block", "output",
+                   "title"))
     att = build_attention(cfg.get("attention"))
     X0 = build_tokens(cfg.get("tokens"), att.d, base=cfg.get("__dir__"))
-    kwargs = build_run(cfg.get("run"), att)
-    block = build_block(cfg.get("block"), att.d)
-    if block.get("constraint") or "mlp" in block or "layernorm" in block:
-        from ..integrate.solvers import SOLVERS  # noqa: PLC0415
-
-        if getattr(SOLVERS[kwargs["method"]](), "adaptive", False):
-            raise ConfigError(f"run.method: the [block] options need a fixed-step method, "
-                              f"got the adaptive {kwargs['method']!r}")
-    if block.get("constraint") == "sphere":
+    opts = build_simulate(cfg, att)
+    block = opts["block"]
+    if block is not None and getattr(block.constraint, "name", None) == "sphere":
         radius = np.linalg.norm(X0, axis=1)
         if np.max(np.abs(radius - 1.0)) > 1e-6:
             raise ConfigError("tokens: block.constraint = 'sphere' needs tokens on the unit "
@@ -200,18 +220,20 @@ def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True,
     if want_gif and att.d < 2:
         raise ConfigError(f"output.gif: the animation draws two coordinates and needs "
                           f"attention.d >= 2, got d = {att.d}")
+    _preflight(opts, X0)
+    try:
+        timing = {k: v for k, v in (("checkpoint_every", checkpoint_every),
+                                    ("report_every", report_every)) if v is not None}
+        monitor = Monitor(progress=progress, checkpoint=checkpoint, resume=resume, **timing)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
     positions = np.linspace(0.0, 1.0, X0.shape[0]) if att.masked else None
-    save_every = kwargs.get("save_every", 1)
-    n_saved = math.floor(kwargs["t_max"] / (kwargs["dt"] * save_every)) + 2
-    check_memory("run.save_every", 8.0 * n_saved * X0.size,
-                 f"saving {n_saved} states of {X0.shape[0]} x {att.d} tokens (every "
-                 "run.save_every steps of run.dt; a larger save_every saves fewer)")
-    with OutputDir(out, force=force) as outdir:
+    with OutputDir(out, force=force,
+                   replaceable=_interrupted_run if resume else None) as outdir:
         logger.info("simulate: %d tokens in d = %d, t in [0, %g]; Ctrl-C stops the run and "
-                    "keeps the states computed so far", X0.shape[0], att.d, kwargs["t_max"])
+                    "keeps the states computed so far", X0.shape[0], att.d, opts["t_max"])
         t0 = time.perf_counter()
-        traj = simulate(att, X0, positions=positions,
-                        **simulate_options(kwargs, block, progress=progress))
+        traj = simulate(att, X0, positions=positions, monitor=monitor, **opts)
         elapsed = time.perf_counter() - t0
         files = {"trajectory": traj.save(outdir.path("trajectory.npz")).name}
         interrupted = str(traj.status) == "interrupted"
@@ -232,8 +254,34 @@ def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True,
             "covariance_rank": _cloud_rank(Z[-1]), "covariance_rank_rtol": RANK_RTOL,
             "max_abs_final": float(np.max(np.abs(traj.final))), "files": files,
         }
+        if checkpoint is not None:
+            summary["checkpoint"] = str(checkpoint)
         outdir.write_json("summary.json", summary)
     return summary
+
+
+def _preflight(opts: dict, X0: np.ndarray) -> None:
+    """Refuse, naming the key, a run the library would refuse for its step count or the
+    memory of its saved states (the limits are the library's own)."""
+    t_max, dt, saveat, limits = opts["t_max"], opts["dt"], opts["saveat"], opts["limits"]
+    adaptive = getattr(opts["solver"], "adaptive", False)
+    n_steps = math.ceil(t_max / dt)
+    if not adaptive and n_steps > limits.max_steps:
+        raise ConfigError(f"run.dt: t_max / dt = {n_steps:.3g} steps, more than "
+                          f"limits.max_steps = {limits.max_steps}; raise limits.max_steps or "
+                          "run.dt")
+    if saveat.ts is not None:
+        n_saved = len(saveat.ts) + 2
+        key = "run.save_at"
+    else:
+        n_saved = math.floor(t_max / (dt * saveat.every)) + 2
+        key = "run.save_every"
+    nbytes = 8.0 * n_saved * X0.size
+    if nbytes > limits.memory_limit():
+        raise ConfigError(f"{key}: saving {n_saved} states of {X0.shape[0]} x {X0.shape[1]} "
+                          f"tokens would need {human_bytes(nbytes)}, more than "
+                          f"limits.max_memory = {human_bytes(limits.memory_limit())}; save "
+                          "fewer states (a larger run.save_every) or raise limits.max_memory")
 
 
 # =========================================================================== gaussian
@@ -344,7 +392,8 @@ def run_cone(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
         except ValueError as exc:
             raise ConfigError(f"cone: {exc}") from None
         status = [str(r.status) for r in runs]
-        colours = [STATUS_COLOURS[s] for s in status] if color_by == "status" else color_by
+        colours = ([STATUS_COLOURS.get(s, "black") for s in status] if color_by == "status"
+                   else color_by)
         panels = ["cone", "slice"] if view == "both" else [view]
         fig = Figure(figsize=(5.5 * len(panels), 5.0), layout="constrained")
         for i, panel in enumerate(panels):
@@ -363,7 +412,8 @@ def run_cone(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
             arrays[f"times_{i}"], arrays[f"covs_{i}"] = r.times, r.covs
         np.savez(outdir.path("cone.npz"), **arrays)
         summary = {"command": "cone", "attention": repr(att), "n": n,
-                   "status_counts": {k: status.count(k) for k in STATUS_COLOURS},
+                   "status_counts": {k: status.count(k) for k in dict.fromkeys(
+                       [*STATUS_COLOURS, *status])},
                    "blowup_times": arrays["blowup_time"],
                    "t_final": [r.t_final for r in runs],
                    "files": {"data": "cone.npz", "figure": "cone.png"}}

@@ -16,23 +16,33 @@ from __future__ import annotations
 import inspect
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..errors import ConfigError
+from .. import validation
+from ..errors import ArgumentError, ConfigError
 
 __all__ = [
     "ConfigError",
     "Table",
     "build_attention",
+    "build_block",
+    "build_layernorm",
+    "build_mlp",
+    "build_simulate",
+    "build_solver",
     "build_tokens",
     "check_memory",
-    "simulate_options",
+    "human_bytes",
+    "library_call",
     "load_config",
     "parse_matrix",
+    "read_options",
     "signature_defaults",
+    "typed_parameters",
 ]
 
 
@@ -214,7 +224,7 @@ def _memory_bytes() -> int:
         return 1 << 40
 
 
-def _human(n: float) -> str:
+def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if n < 1024 or unit == "PiB":
             return f"{n:.3g} {unit}"
@@ -226,8 +236,8 @@ def check_memory(key: str, nbytes: float, what: str) -> None:
     """Refuse up front (naming ``key``) a configuration whose arrays cannot fit in memory."""
     limit = _memory_bytes()
     if nbytes > limit:
-        raise ConfigError(f"{key}: {what} would need {_human(nbytes)} of memory, more than "
-                          f"this machine's {_human(limit)}")
+        raise ConfigError(f"{key}: {what} would need {human_bytes(nbytes)} of memory, more than "
+                          f"this machine's {human_bytes(limit)}")
 
 
 # =========================================================================== matrices
@@ -292,9 +302,10 @@ def parse_matrix(v: Any, key: str, d: int, rng: np.random.Generator,
 def covariance(v: Any, key: str, d: int) -> np.ndarray:
     """A d×d symmetric positive semi-definite matrix (``"identity"`` or a list of rows).
 
-    Symmetry is checked to :math:`10^{-12}` of the largest entry and positive
-    semi-definiteness to :math:`-10^{-12}` times the largest eigenvalue (rounding of values
-    written in decimal); anything else is an error, never silently repaired.
+    The package's one rule for covariances (:func:`transformer_pde.validation.covariance`):
+    symmetric to :math:`10^{-12}` of the largest entry and positive semi-definite to
+    :math:`-10^{-12}` times the sum of the absolute eigenvalues (rounding of values written
+    in decimal); anything else is an error, never silently repaired.
     """
     if isinstance(v, str) and v == "identity":
         return np.eye(d)
@@ -302,13 +313,10 @@ def covariance(v: Any, key: str, d: int) -> np.ndarray:
     C = numeric_array(v, key, form)
     if C.shape != (d, d):
         raise ConfigError(f"{key}: expected {form}, got shape {C.shape}")
-    scale = float(np.max(np.abs(C))) if C.size else 0.0
-    if np.max(np.abs(C - C.T)) > 1e-12 * scale:
-        raise ConfigError(f"{key}: expected {form}; the matrix is not symmetric")
-    lam = np.linalg.eigvalsh(C)
-    if lam[0] < -1e-12 * max(lam[-1], 0.0) or (lam[-1] <= 0 and lam[0] < 0):
-        raise ConfigError(f"{key}: expected {form}; its smallest eigenvalue is {lam[0]:.3g}")
-    return C
+    try:
+        return validation.covariance(key, C, d)
+    except ArgumentError as exc:
+        raise ConfigError(f"{exc} (expected {form})") from None
 
 
 # =========================================================================== attention
@@ -464,26 +472,64 @@ def build_tokens(table: Any, d: int, *, section: str = "tokens",
 
 
 # =========================================================================== run, block
-def _keyword(sec: Table, name: str, default: Any) -> Any:
-    """A value typed after the library default ``default`` (bool, int, float or str)."""
-    if isinstance(default, bool):
-        return sec.boolean(name, default)
-    if isinstance(default, int):
-        return sec.integer(name, default, minimum=0)
-    if isinstance(default, float):
-        return sec.number(name, default)
-    if isinstance(default, str):
-        return sec.string(name, default)
-    raise ConfigError(f"{sec.key(name)}: cannot be set from a configuration file")
+def typed_parameters(obj: Callable, exclude: Iterable[str] = ()) -> dict[str, tuple[str, Any]]:
+    """The keyword parameters of ``obj`` (a class or function) that a TOML value can set:
+    ``{name: (kind, default)}`` with ``kind`` one of ``"bool"``, ``"int"``, ``"float"``,
+    ``"str"``, read from the annotations (``float | None`` is ``"float"``) or, without
+    one, from the default's type.  Other parameters (arrays, callables) are left out."""
+    import typing  # noqa: PLC0415
+
+    target = obj.__init__ if inspect.isclass(obj) and not hasattr(obj, "__dataclass_fields__") \
+        else obj
+    try:
+        hints = typing.get_type_hints(target)
+    except Exception:  # noqa: BLE001 -- unresolvable annotations: fall back to defaults
+        hints = {}
+    skip = set(exclude)
+    out: dict[str, tuple[str, Any]] = {}
+    for name, p in inspect.signature(obj).parameters.items():
+        if name in skip or p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            continue
+        default = None if p.default is inspect.Parameter.empty else p.default
+        hint = hints.get(name)
+        args = set(typing.get_args(hint)) - {type(None)} if typing.get_args(hint) else {hint}
+        for kind, types in (("bool", (bool,)), ("int", (int,)), ("float", (float,)),
+                            ("str", (str,))):
+            if args & set(types) or (hint is None and type(default) in types):
+                out[name] = (kind, default)
+                break
+    return out
 
 
-def _library_call(key: str, func: Callable, *args: Any, **kwargs: Any) -> Any:
-    """``func(*args, **kwargs)``, its argument errors reported as :class:`ConfigError` under
-    ``key`` (the table whose values were passed)."""
+def read_options(sec: Table, spec: dict[str, tuple[str, Any]]) -> dict[str, Any]:
+    """The values of ``sec`` for the parameters ``spec`` (:func:`typed_parameters`) that it
+    sets, type-checked (numbers finite, integers >= 0)."""
+    out: dict[str, Any] = {}
+    for name, (kind, default) in spec.items():
+        if not sec.has(name):
+            continue
+        if kind == "bool":
+            out[name] = sec.boolean(name, default)
+        elif kind == "int":
+            out[name] = sec.integer(name, default, minimum=0)
+        elif kind == "float":
+            out[name] = sec.number(name, default)
+        else:
+            out[name] = sec.string(name, default)
+    return out
+
+
+def library_call(key: str, func: Callable, *args: Any, names: Iterable[str] = (),
+                 **kwargs: Any) -> Any:
+    """``func(*args, **kwargs)``, its argument errors reported as :class:`ConfigError`
+    under ``key``, or ``key.name`` for the first of ``names`` (the keys the user gave)
+    that the library's message mentions."""
     try:
         return func(*args, **kwargs)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{key}: {exc}") from None
+        words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", str(exc)))
+        named = next((n for n in names if n in words), None)
+        raise ConfigError(f"{key if named is None else key + '.' + named}: {exc}") from None
 
 
 def build_mlp(table: Any, d: int, *, section: str = "block.mlp") -> Any:
@@ -496,9 +542,8 @@ def build_mlp(table: Any, d: int, *, section: str = "block.mlp") -> Any:
     """
     from ..blocks import MLP  # noqa: PLC0415
 
-    params = {k: v for k, v in signature_defaults(MLP, exclude=("W1", "W2", "b1", "b2")).items()
-              if isinstance(v, (bool, int, float, str))}
-    sec = Table(table, section, ("hidden", "W1", "W2", "b1", "b2", "seed", *params))
+    spec = typed_parameters(MLP, exclude=("W1", "W2", "b1", "b2"))
+    sec = Table(table, section, ("hidden", "W1", "W2", "b1", "b2", "seed", *spec))
     m = sec.integer("hidden", d, minimum=1)
     check_memory(sec.key("hidden"), 8.0 * 8 * m * d, f"the {m} x {d} MLP weights")
     rng = np.random.default_rng(sec.integer("seed", 0))
@@ -506,8 +551,8 @@ def build_mlp(table: Any, d: int, *, section: str = "block.mlp") -> Any:
     W2 = parse_matrix(sec.raw("W2", {"random": "normal"}), sec.key("W2"), m, rng, rows=d)
     b1 = sec.vector("b1", m) if sec.has("b1") else None
     b2 = sec.vector("b2", d) if sec.has("b2") else None
-    kwargs = {k: _keyword(sec, k, v) for k, v in params.items() if sec.has(k)}
-    return _library_call(section, MLP, W1, W2, b1, b2, **kwargs)
+    kwargs = read_options(sec, spec)
+    return library_call(section, MLP, W1, W2, b1, b2, names=kwargs, **kwargs)
 
 
 def build_layernorm(table: Any, *, section: str = "block.layernorm") -> Any:
@@ -515,115 +560,147 @@ def build_layernorm(table: Any, *, section: str = "block.layernorm") -> Any:
     keywords and defaults: ``mode``, ``variance``, ``eps``)."""
     from ..blocks import LayerNorm  # noqa: PLC0415
 
-    params = {k: v for k, v in signature_defaults(LayerNorm).items()
-              if isinstance(v, (bool, int, float, str))}
-    sec = Table(table, section, params)
-    kwargs = {k: _keyword(sec, k, v) for k, v in params.items() if sec.has(k)}
-    return _library_call(section, LayerNorm, **kwargs)
+    spec = typed_parameters(LayerNorm)
+    sec = Table(table, section, spec)
+    kwargs = read_options(sec, spec)
+    return library_call(section, LayerNorm, names=kwargs, **kwargs)
 
 
-def build_block(table: Any, d: int, *, section: str = "block") -> dict[str, Any]:
-    """The Transformer-block options of :func:`~transformer_pde.simulate` from a ``[block]``
-    table (the keyword arguments of :class:`transformer_pde.Block`): ``constraint``
-    (``"none"`` or ``"sphere"``), ``splitting`` (:data:`transformer_pde.blocks.SPLITTINGS`;
-    only with an MLP), and the sub-tables ``[block.mlp]`` and ``[block.layernorm]``."""
-    from ..blocks import SPLITTINGS  # noqa: PLC0415
+def build_block(table: Any, d: int, *, section: str = "block") -> Any:
+    """A :class:`~transformer_pde.Block` (or ``None``) from a ``[block]`` table: its
+    keywords ``constraint`` (``"none"`` or ``"sphere"``), ``splitting``
+    (:data:`transformer_pde.blocks.SPLITTINGS`; only with an MLP), and the sub-tables
+    ``[block.mlp]`` and ``[block.layernorm]`` (``mode = "post"`` makes the post-norm
+    constraint)."""
+    from ..blocks import SPLITTINGS, Block  # noqa: PLC0415
 
     sec = Table(table, section, ("constraint", "splitting", "mlp", "layernorm"))
-    names = ["none", "sphere"]
-    constraint = sec.choice("constraint", "none", names)
-    out: dict[str, Any] = {"constraint": None if constraint == "none" else constraint}
+    if not sec.data:
+        return None
+    constraint = sec.choice("constraint", "none", ["none", "sphere"])
+    kwargs: dict[str, Any] = {"constraint": None if constraint == "none" else constraint}
     if sec.has("mlp"):
-        out["mlp"] = build_mlp(sec.raw("mlp"), d, section=sec.key("mlp"))
+        kwargs["mlp"] = build_mlp(sec.raw("mlp"), d, section=sec.key("mlp"))
     if sec.has("layernorm"):
         if d < 2:
             raise ConfigError(f"{sec.key('layernorm')}: layer normalisation needs "
                               f"attention.d >= 2, got d = {d}")
-        out["layernorm"] = build_layernorm(sec.raw("layernorm"), section=sec.key("layernorm"))
+        kwargs["layernorm"] = build_layernorm(sec.raw("layernorm"),
+                                              section=sec.key("layernorm"))
     if sec.has("splitting"):
-        if "mlp" not in out:
+        if "mlp" not in kwargs:
             raise ConfigError(f"{sec.key('splitting')}: only applies with an MLP "
                               f"([{sec.key('mlp')}]): it splits the attention and MLP flows")
-        out["splitting"] = sec.choice("splitting", "strang", SPLITTINGS)
-    return out
+        kwargs["splitting"] = sec.choice("splitting", "strang", SPLITTINGS)
+    if kwargs["constraint"] is None and len(kwargs) == 1:
+        return None
+    return library_call(section, Block, names=[k for k in kwargs if sec.has(k)], **kwargs)
 
 
-def simulate_options(run: dict[str, Any], block: dict[str, Any], *,
-                     progress: bool = False) -> dict[str, Any]:
-    """Keyword arguments of :func:`~transformer_pde.simulate` (solver object, ``saveat``,
-    ``field``, ``limits``, ``block``, ``monitor``) from :func:`build_run` and
-    :func:`build_block`."""
-    from ..blocks import Block  # noqa: PLC0415
-    from ..integrate.loop import Limits, Monitor, SaveAt  # noqa: PLC0415
+def build_solver(value: Any, key: str) -> Any:
+    """A solver from ``run.solver``: a name of :data:`transformer_pde.integrate.SOLVERS`
+    (default options) or a table ``{name = "dopri5", rtol = 1e-8, ...}`` whose other keys
+    are that solver's own options (``rtol``/``atol`` of the adaptive pairs, ``tol``/
+    ``max_iter`` of the implicit midpoint rule; none for the others)."""
     from ..integrate.solvers import SOLVERS  # noqa: PLC0415
-    from ..particles import FieldOptions  # noqa: PLC0415
 
-    tol = {k: run[k] for k in _ADAPTIVE_KEYS if k in run}
-    solver = SOLVERS[run["method"]](**tol) if tol else run["method"]
-    has_block = bool(block.get("constraint")) or any(k in block for k in ("mlp", "layernorm"))
-    return {
-        "t_max": run["t_max"], "dt": run["dt"], "solver": solver,
-        "saveat": SaveAt(every=run.get("save_every", 1)),
-        "field": FieldOptions(backend=run["backend"], dtype=run["dtype"],
-                              **{k: run[k] for k in _SINKHORN_KEYS if k in run}),
-        "limits": Limits(**{k: run[k] for k in ("max_norm", "max_steps") if k in run}),
-        "block": Block(**block) if has_block else None,
-        "monitor": Monitor(progress=progress),
-    }
+    names = sorted(SOLVERS)
+    if isinstance(value, str):
+        if value not in SOLVERS:
+            raise ConfigError(f"{key}: expected one of {', '.join(map(repr, names))} or a "
+                              f"table {{name = ..., <options>}}, got {value!r}")
+        return SOLVERS[value]()
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a solver name ({', '.join(map(repr, names))}) or "
+                          f"a table {{name = ..., <options>}}, got {value!r}")
+    name = value.get("name")
+    if name not in SOLVERS:
+        raise ConfigError(f"{key}.name: expected one of {', '.join(map(repr, names))}, "
+                          f"got {name!r}")
+    factory = SOLVERS[name]
+    spec = typed_parameters(factory) if inspect.isclass(factory) else {}
+    options = sorted(set(value) - {"name"})
+    unknown = [k for k in options if k not in spec]
+    if unknown:
+        allowed = ", ".join(sorted(spec)) if spec else "none"
+        raise ConfigError(f"{key}.{unknown[0]}: not an option of the {name!r} solver "
+                          f"(its options: {allowed})")
+    sec = Table(value, key, ("name", *spec))
+    kwargs = read_options(sec, spec)
+    return library_call(key, factory, names=kwargs, **kwargs)
 
 
-#: keys of ``[run]`` that only apply in some cases (checked by :func:`build_run`)
-_ADAPTIVE_KEYS = ("rtol", "atol")
-_SINKHORN_KEYS = ("sinkhorn_tol", "sinkhorn_max_iter")
+#: keys of the flat ``[run]`` table of earlier versions and where they live now
+_MOVED = {"method": "run.solver", "backend": "[field]", "dtype": "[field]",
+          "sinkhorn_tol": "[field]", "sinkhorn_max_iter": "[field]",
+          "max_norm": "[limits]", "max_steps": "[limits]",
+          "rtol": "run.solver = {name = ..., rtol = ...}",
+          "atol": "run.solver = {name = ..., atol = ...}"}
 
 
-def build_run(table: Any, att: Any, *, section: str = "run") -> dict[str, Any]:
-    """The time-stepping and field options of :func:`~transformer_pde.simulate` from a
-    ``[run]`` table.
+def build_simulate(cfg: dict, att: Any) -> dict[str, Any]:
+    """Keyword arguments of :func:`~transformer_pde.simulate` but ``monitor`` (which the
+    command line sets) from the tables of a configuration.
 
-    Keys: ``t_max`` (default 5), ``dt`` (default 0.05), ``method`` (every name of
-    :data:`transformer_pde.integrate.SOLVERS`), ``backend`` (every name of
-    :data:`transformer_pde.backends.BACKENDS` and ``"auto"``), ``dtype``, and the options of
-    :func:`~transformer_pde.simulate`'s objects with their defaults (``save_every`` of
-    :class:`~transformer_pde.SaveAt`, ``max_norm``, ``max_steps`` of
-    :class:`~transformer_pde.Limits`; ``rtol``, ``atol`` for an adaptive method only;
-    ``sinkhorn_tol``, ``sinkhorn_max_iter`` for Sinkhorn attention only).  An option that
-    does not apply is an error naming it.  :func:`simulate_options` turns the result into
-    :func:`~transformer_pde.simulate`'s keyword arguments.
+    ``[run]``
+        ``t_max`` (default 5), ``dt`` (default 0.05), ``solver`` (:func:`build_solver`;
+        default ``"rk4"``), ``save_every`` or ``save_at`` (:class:`~transformer_pde.SaveAt`
+        ``every`` or ``ts``).
+    ``[field]``
+        The keywords of :class:`~transformer_pde.FieldOptions`: ``backend`` (the names of
+        :data:`transformer_pde.backends.BACKENDS` and ``"auto"``), ``dtype``
+        (``"float32"``, ``"float64"``), ``sinkhorn_tol``, ``sinkhorn_max_iter`` (Sinkhorn
+        attention only).
+    ``[limits]``
+        The keywords of :class:`~transformer_pde.Limits` (``max_norm``, ``max_steps``,
+        ``max_memory`` in bytes).
+    ``[block]``
+        :func:`build_block`.
+
+    An option that does not apply (Sinkhorn tolerances for another kind, solver options
+    of another solver, block options with an adaptive solver, a splitting without an MLP)
+    is an error naming its key.
     """
     from ..backends import BACKENDS  # noqa: PLC0415
-    from ..integrate.loop import Limits  # noqa: PLC0415
-    from ..integrate.solvers import SOLVERS, Dopri5  # noqa: PLC0415
-    from ..particles import FieldOptions, simulate  # noqa: PLC0415
+    from ..integrate.loop import Limits, SaveAt  # noqa: PLC0415
+    from ..particles import FieldOptions  # noqa: PLC0415
 
-    field_defaults = FieldOptions().evaluator_kwargs()
-    defaults = {**signature_defaults(simulate), **signature_defaults(Limits),
-                **signature_defaults(Dopri5), "backend": FieldOptions().backend,
-                "method": signature_defaults(simulate)["solver"], "save_every": 1,
-                "sinkhorn_tol": field_defaults["sinkhorn_tol"],
-                "sinkhorn_max_iter": field_defaults["sinkhorn_max_iter"]}
-    numeric = ("save_every", "max_norm", "max_steps", *_ADAPTIVE_KEYS, *_SINKHORN_KEYS)
-    sec = Table(table, section, ("t_max", "dt", "method", "backend", "dtype", *numeric))
-    method = sec.choice("method", defaults["method"], sorted(SOLVERS))
-    out: dict[str, Any] = {
-        "t_max": sec.number("t_max", 5.0, positive=True),
-        "dt": sec.number("dt", 0.05, positive=True),
-        "method": method,
-        "backend": sec.choice("backend", defaults["backend"], [*BACKENDS, "auto"]),
-        "dtype": sec.choice("dtype", "float64", ("float32", "float64")),
-    }
-    adaptive = bool(getattr(SOLVERS[method](), "adaptive", False))
-    for k in numeric:
-        if not sec.has(k):
-            continue
-        if k in _ADAPTIVE_KEYS and not adaptive:
-            raise ConfigError(f"{sec.key(k)}: only applies to an adaptive method (dopri5); "
-                              f"{section}.method is {method!r}")
-        if k in _SINKHORN_KEYS and att.kind != "sinkhorn":
-            raise ConfigError(f"{sec.key(k)}: only applies to sinkhorn attention; "
-                              f"attention.kind is {att.kind!r}")
-        if isinstance(defaults[k], int):
-            out[k] = sec.integer(k, defaults[k], minimum=1)
-        else:
-            out[k] = sec.number(k, defaults[k], positive=True)
+    raw_run = cfg.get("run")
+    if isinstance(raw_run, dict):
+        for k in raw_run:
+            if k in _MOVED:
+                raise ConfigError(f"run.{k}: unknown key; this option is now {_MOVED[k]}")
+    run = Table(raw_run, "run", ("t_max", "dt", "solver", "save_every", "save_at"))
+    out: dict[str, Any] = {"t_max": run.number("t_max", 5.0, positive=True),
+                           "dt": run.number("dt", 0.05, positive=True)}
+    out["solver"] = build_solver(run.raw("solver", "rk4"), run.key("solver"))
+    if run.has("save_at"):
+        if run.has("save_every"):
+            raise ConfigError("run.save_at: give either save_every or save_at, not both")
+        ts = numeric_array(run.raw("save_at"), run.key("save_at"), "a list of times")
+        out["saveat"] = library_call(run.key("save_at"), SaveAt, ts=ts)
+    else:
+        out["saveat"] = SaveAt(every=run.integer("save_every", 1, minimum=1))
+
+    spec = typed_parameters(FieldOptions, exclude=("backend", "dtype"))
+    field = Table(cfg.get("field"), "field", inspect.signature(FieldOptions).parameters)
+    kwargs = read_options(field, spec)
+    if field.has("backend"):
+        kwargs["backend"] = field.choice("backend", None, [*BACKENDS, "auto"])
+    if field.has("dtype"):
+        kwargs["dtype"] = field.choice("dtype", None, ("float32", "float64"))
+    fopts = library_call("field", FieldOptions, names=kwargs, **kwargs)
+    library_call("field", fopts.check, att, names=kwargs)
+    out["field"] = fopts
+
+    spec = typed_parameters(Limits)
+    limits = Table(cfg.get("limits"), "limits", spec)
+    kwargs = read_options(limits, spec)
+    out["limits"] = library_call("limits", Limits, names=kwargs, **kwargs)
+
+    block = build_block(cfg.get("block"), att.d)
+    if block is not None and getattr(out["solver"], "adaptive", False):
+        raise ConfigError(f"run.solver: the [block] options need a fixed-step solver, got "
+                          f"the adaptive {out['solver']!r}")
+    out["block"] = block
     return out

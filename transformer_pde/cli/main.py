@@ -120,17 +120,18 @@ def _backends() -> list[str]:
 def _cmd_demo(args: argparse.Namespace) -> int:
     s = commands.run_demo(args.out, n=args.n, seed=args.seed, t_max=args.t_max,
                           backend=args.backend, gif=args.gif, force=args.force)
-    sys.stdout.write(s["text"])
+    if s["status"] == "interrupted":
+        sys.stderr.write("transformer-pde demo: interrupted; the states computed so far are in "
+                         f"{Path(args.out) / 'trajectory.npz'} (status interrupted)\n")
+    else:
+        sys.stdout.write(s["text"])
     return _status_exit(s["status"])
 
 
 def _status_exit(status: str) -> int:
     from ..results import Status  # noqa: PLC0415
 
-    try:
-        st = Status.parse(status)
-    except ValueError:  # a status outside the shared vocabulary ("running": reached t_max)
-        return ExitCode.OK
+    st = Status.parse(status)
     if st is Status.INTERRUPTED:
         return ExitCode.INTERRUPTED
     return ExitCode.OK if st.success else ExitCode.UNSUCCESSFUL
@@ -138,9 +139,11 @@ def _status_exit(status: str) -> int:
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     if not args.quiet:  # simulate reports progress (a tqdm bar, or INFO lines)
-        logging.getLogger("transformer_pde.particles").setLevel(logging.INFO)
+        logging.getLogger("transformer_pde").setLevel(logging.INFO)
     s = commands.run_simulate(load_config(args.config), args.out, progress=not args.quiet,
-                              force=args.force)
+                              force=args.force, checkpoint=args.checkpoint,
+                              checkpoint_every=args.checkpoint_every, resume=args.resume,
+                              report_every=args.report_every)
     files = ", ".join(s["files"].values())
     if s["status"] == "interrupted":
         sys.stderr.write(f"transformer-pde simulate: interrupted at t = {s['t_final']:.6g}; "
@@ -207,12 +210,32 @@ def _cmd_pretrained(args: argparse.Namespace) -> int:
                      "pretrained_states.npz\n")
     return ExitCode.OK
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from ..sweep.config import run_config  # noqa: PLC0415  (dask is imported only here)
+
+    store = Path(args.out) / "results.zarr"
+    try:
+        s = run_config(args.config, args.out, scheduler=args.scheduler,
+                       scheduler_file=args.scheduler_file, workers=args.workers,
+                       resume=args.resume, progress=not args.quiet)
+    except KeyboardInterrupt:
+        kept = (f"the cells finished so far are in {store}; rerun with --resume to complete it"
+                if store.exists() else "nothing was written")
+        sys.stderr.write(f"transformer-pde sweep: interrupted; {kept}\n")
+        return ExitCode.INTERRUPTED
+    sys.stdout.write(f"sweep {s['name']!r}: {s['done']} of {s['cells']} cells done, "
+                     f"{s['failed']} failed; results in {s['store']}, summary in "
+                     f"{Path(args.out) / 'summary.json'}\n")
+    for message, count in s["failures"].items():
+        sys.stdout.write(f"  {count} cell(s) failed: {message}\n")
+    return ExitCode.OK if s["done"] == s["cells"] else ExitCode.UNSUCCESSFUL
+
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     if args.scripts:
         scripts = commands.benchmark_scripts()
         if not scripts:
-            raise _UsageError("no benchmarks/*.py next to the package (they come with a "
+            raise commands.UsageError("no benchmarks/*.py next to the package (they come with a "
                               "source checkout)")
         failed = [(p, rc) for p, rc in commands.run_benchmark_scripts(scripts, full=args.full)
                   if rc != 0]
@@ -228,10 +251,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.out:
         sys.stdout.write(f"written {Path(args.out) / 'bench.json'}\n")
     return ExitCode.OK
-
-
-class _UsageError(TransformerPDEError):
-    """A command cannot run as asked (exit status 2)."""
 
 
 class _RunError(TransformerPDEError):
@@ -301,10 +320,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = _config_command(sub, "simulate", _cmd_simulate, "particle simulation from a TOML file",
                         "Simulate tokens from CONFIG.toml (tables [attention], [tokens], [run], "
-                        "[output]); write trajectory.npz, summary.json and particles.png. "
-                        "Ctrl-C stops the run, writes the states computed so far (status "
-                        "interrupted) and exits with status 130.")
+                        "[field], [limits], [block], [output]); write trajectory.npz, "
+                        "summary.json and particles.png. Ctrl-C stops the run, writes the "
+                        "states computed so far (status interrupted) and exits with status "
+                        "130; with --checkpoint, --resume continues it.")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--report-every", type=_positive_float, metavar="SECONDS",
+                   help="seconds between progress lines on stderr (default 30)")
+    s.add_argument("--checkpoint", metavar="PATH",
+                   help="write the whole state of the run to PATH every --checkpoint-every "
+                        "seconds (atomically), so that --resume can continue it")
+    s.add_argument("--checkpoint-every", type=_positive_float, metavar="SECONDS",
+                   help="seconds between checkpoints (default 60)")
+    s.add_argument("--resume", action="store_true",
+                   help="continue from --checkpoint PATH if it exists (the result equals the "
+                        "uninterrupted run bit for bit); may replace the files of the "
+                        "interrupted run in --out")
 
     _config_command(sub, "gaussian", _cmd_gaussian,
                     "Gaussian mean/covariance ODE from a TOML file",
@@ -360,6 +391,32 @@ def build_parser() -> argparse.ArgumentParser:
                     help="layers to repeat (default: all)")
     _common(pt, top=False)
     pt.set_defaults(func=_cmd_pretrained)
+
+    w = sub.add_parser("sweep", help="a parameter study on Dask, results in Zarr",
+                       description="Run the study of CONFIG.toml (tables [study], [study.axes], "
+                                   "[cell]) cell by cell on an embedded Dask cluster (one "
+                                   "worker process per core) or an existing one, writing "
+                                   "OUT/results.zarr as cells finish and OUT/summary.json. A "
+                                   "cell that raises is recorded as failed and the study goes "
+                                   "on; --resume computes only missing and failed cells.",
+                       epilog=_SUB_EPILOG)
+    w.add_argument("config", help="TOML study (see examples/configs/sweep_ranks.toml)")
+    w.add_argument("--out", default="transformer-pde-sweep",
+                   help="output directory (default transformer-pde-sweep); its results.zarr is "
+                        "only completed with --resume, never overwritten")
+    where = w.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="run on an existing Dask cluster (e.g. tcp://10.0.0.5:8786), or "
+                            "'serial' to run every cell in this process")
+    where.add_argument("--scheduler-file", metavar="FILE",
+                       help="the JSON file written by 'dask scheduler --scheduler-file'")
+    where.add_argument("--workers", type=_positive_int,
+                       help="worker processes of the embedded cluster (default: the cores)")
+    w.add_argument("--resume", action="store_true",
+                   help="complete OUT/results.zarr (same study only)")
+    w.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    _common(w, top=False)
+    w.set_defaults(func=_cmd_sweep)
 
     b = sub.add_parser("bench", help="small built-in timing",
                        description="Time the softmax particle field on the CPU backends and a "
@@ -427,7 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(ExitCode.INTERRUPTED, "interrupted; nothing was written")
     except ConfigError as exc:
         return fail(ExitCode.USAGE, f"configuration error: {exc}")
-    except _UsageError as exc:
+    except commands.UsageError as exc:
         return fail(ExitCode.USAGE, str(exc))
     except OutputError as exc:
         return fail(ExitCode.OUTPUT, str(exc))

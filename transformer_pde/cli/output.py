@@ -20,7 +20,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -57,11 +57,17 @@ class OutputDir:
         Write into an existing, non-empty directory, replacing files of the same names.
     option : str
         The option's name in messages.
+    replaceable : callable, optional
+        ``replaceable(path) -> bool``: whether an existing non-empty directory may be
+        written into without ``force`` (``simulate --resume`` replaces the files of the
+        interrupted run it continues).
     """
 
-    def __init__(self, path: str | Path, *, force: bool = False, option: str = "--out"):
+    def __init__(self, path: str | Path, *, force: bool = False, option: str = "--out",
+                 replaceable: Callable[[Path], bool] | None = None):
         self.final = Path(path)
         self.force = bool(force)
+        self.replaceable = replaceable
         self.option = option
         self.staging: Path | None = None
         self.committed: list[Path] = []
@@ -75,7 +81,8 @@ class OutputDir:
         if p.exists():
             if not p.is_dir():
                 raise self._fail("exists and is not a directory")
-            if not self.force and any(p.iterdir()):
+            if (not self.force and any(p.iterdir())
+                    and not (self.replaceable is not None and self.replaceable(p))):
                 raise self._fail("exists and is not empty; pass --force to replace the files "
                                  "of the same names in it, or choose a new directory")
             base = p

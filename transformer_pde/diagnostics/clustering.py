@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import as_points, as_weights
+from .. import validation
 
 __all__ = ["Clusters", "cluster_counts", "clusters"]
 
@@ -53,10 +53,9 @@ def clusters(X: Any, *, tol: float = 1e-2, weights: Any = None) -> Clusters:
     from scipy.sparse.csgraph import connected_components  # noqa: PLC0415
     from scipy.spatial import cKDTree  # noqa: PLC0415
 
-    Xa = as_points("X", X)
-    w = as_weights("weights", weights, Xa.shape[0])
-    if not (np.isfinite(tol) and tol > 0):
-        raise ValueError(f"tol must be finite and > 0, got {tol!r}")
+    Xa = validation.points("X", X, column=True, keep_float32=False)
+    w = validation.weights("weights", weights, Xa.shape[0])
+    tol = validation.positive("tol", tol)
     n = Xa.shape[0]
     centre = w @ Xa
     h = float(tol) * float(np.max(np.linalg.norm(Xa - centre, axis=1)))

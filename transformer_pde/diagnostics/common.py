@@ -1,4 +1,4 @@
-"""Helpers shared by the diagnostics modules: argument checks and the moments of a run."""
+"""Helpers shared by the diagnostics modules: moments of a cloud or of a run, entropy."""
 
 from __future__ import annotations
 
@@ -6,44 +6,11 @@ from typing import Any
 
 import numpy as np
 
-from ..fields import check_weights
-
-__all__ = ["as_points", "as_weights", "as_symmetric", "weighted_moments", "entropy",
-           "trajectory_moments"]
-
-
-def as_points(name: str, X: Any, d: int | None = None) -> np.ndarray:
-    arr = np.asarray(X, dtype=float)
-    if arr.ndim == 1:
-        arr = arr[:, None]
-    if arr.ndim != 2 or arr.shape[0] == 0:
-        raise ValueError(f"{name} must have shape (N, d) with N >= 1, got {np.shape(X)}")
-    if d is not None and arr.shape[1] != d:
-        raise ValueError(f"{name} must have d={d} columns, got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} contains NaN or inf")
-    return arr
-
-
-def as_weights(name: str, w: Any, n: int) -> np.ndarray:
-    try:
-        return check_weights(w, n)
-    except ValueError as exc:
-        raise ValueError(f"{name}: {exc}") from None
-
-
-def as_symmetric(name: str, S: Any, d: int | None = None) -> np.ndarray:
-    arr = np.asarray(S, dtype=float)
-    if arr.ndim != 2 or arr.shape[0] != arr.shape[1] or arr.size == 0:
-        raise ValueError(f"{name} must be a square (d, d) matrix, got shape {arr.shape}")
-    if d is not None and arr.shape[0] != d:
-        raise ValueError(f"{name} must be {d} x {d}, got {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} contains NaN or inf")
-    return 0.5 * (arr + arr.T)
+__all__ = ["entropy", "trajectory_moments", "weighted_moments"]
 
 
 def weighted_moments(X: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and (symmetrised) covariance of the points ``X`` with weights ``w``."""
     m = w @ X
     Y = X - m
     C = (Y * w[:, None]).T @ Y
@@ -51,6 +18,7 @@ def weighted_moments(X: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def entropy(w: np.ndarray) -> float:
+    """Shannon entropy :math:`-\\sum_i w_i \\log w_i` of a probability vector (0 log 0 = 0)."""
     p = w[w > 0]
     return float(-(p * np.log(p)).sum())
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import validation
 from ..attention import Attention
 from ..fields import velocity
 from .common import trajectory_moments
@@ -67,6 +68,7 @@ def kinetic_energy(traj: Any, att: Attention | None = None, *, w2_method: str = 
     att = traj.attention if att is None else att
     if not isinstance(att, Attention):
         raise ValueError("att is required (the trajectory does not carry its attention)")
+    w2_method = validation.choice("w2_method", w2_method, ("exact", "sliced", "sinkhorn", "auto"))
     times = np.asarray(traj.times, dtype=float)
     if len(times) < 2 or not np.all(np.isfinite(traj.states)):
         raise ValueError("traj needs at least two finite saved states")

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from .. import validation
+from ..errors import ArgumentError
 from .common import trajectory_moments
 
 __all__ = ["Classification", "classify"]
@@ -64,10 +66,12 @@ def classify(traj: Any, *, window: float = 0.3, conv_tol: float = 1e-3,
 
     Evidence (rates, fitted :math:`T^*`, residuals) is returned either way.
     """
+    window = validation.scalar("window", window)
     if not 0 < window <= 1:
-        raise ValueError(f"window must be in (0, 1], got {window!r}")
-    if int(min_points) < 3:
-        raise ValueError(f"min_points must be >= 3, got {min_points!r}")
+        raise ArgumentError(f"window must be in (0, 1], got {window!r}")
+    min_points = validation.integer("min_points", min_points, minimum=3)
+    conv_tol = validation.nonnegative("conv_tol", conv_tol)
+    growth_tol = validation.nonnegative("growth_tol", growth_tol)
     times, means, covs = trajectory_moments(traj)
     status = str(getattr(traj, "status", "ok"))
     finite = np.array([np.all(np.isfinite(c)) and np.all(np.isfinite(m))

@@ -10,28 +10,46 @@ from typing import Any
 
 import numpy as np
 
-from .common import as_symmetric, entropy, trajectory_moments
+from .. import validation
+from ..errors import ArgumentError
+from .common import entropy, trajectory_moments
 
-__all__ = ["RankCollapse", "RankProfile", "effective_rank", "numerical_rank", "rank_collapse",
+__all__ = ["SPECTRUM_RTOL", "RankCollapse", "RankProfile", "effective_rank", "numerical_rank",
+           "rank_collapse",
            "rank_profile", "stable_rank"]
 
 
-def _spectrum(S: Any) -> np.ndarray:
-    lam = np.linalg.eigvalsh(as_symmetric("S", S))
+#: Relative resolution of the spectrum in :func:`effective_rank` and :func:`stable_rank`:
+#: a covariance that comes out of a computation (an ODE solve, an extrapolation to the
+#: blow-up time) is PSD only to its accuracy; a negative eigenvalue down to
+#: ``-SPECTRUM_RTOL * sum(|eigenvalues|)`` counts as zero, one below is an error.
+SPECTRUM_RTOL = 1e-6
+
+
+def _spectrum(S: Any, psd_rtol: float = SPECTRUM_RTOL, psd_atol: float = 0.0) -> np.ndarray:
+    """Eigenvalues of the covariance ``S`` (validated, negative round-off set to 0), largest
+    first."""
+    lam = np.linalg.eigvalsh(validation.covariance("S", S, psd_rtol=psd_rtol,
+                                                   psd_atol=psd_atol))
     return np.clip(lam, 0.0, None)[::-1]
 
 
 def numerical_rank(S: Any, rtol: float = 1e-6, atol: float = 0.0) -> int:
     r"""Number of eigenvalues of the PSD matrix ``S`` above ``max(rtol * lambda_max, atol)``.
 
+    ``S`` must be symmetric positive semi-definite (the package's one rule,
+    :func:`transformer_pde.validation.covariance`) at the resolution of the count: a
+    negative eigenvalue below :math:`-\max(\mathrm{rtol}\sum_i|\lambda_i|, \mathrm{atol})`
+    raises ``ArgumentError`` instead of being clipped silently; one above counts as zero.
+
     Zero for the zero matrix.  Invariant under :math:`S \mapsto c\,U S U^\top` (scaling,
     rotation) when ``atol = 0``; ``atol`` is an absolute floor for covariances that are
     pure round-off (e.g. of coincident tokens far from the origin)."""
-    if not (np.isfinite(rtol) and 0 <= rtol < 1):
-        raise ValueError(f"rtol must be in [0, 1), got {rtol!r}")
-    if not (np.isfinite(atol) and atol >= 0):
-        raise ValueError(f"atol must be finite and >= 0, got {atol!r}")
-    lam = _spectrum(S)
+    rtol = validation.scalar("rtol", rtol)
+    if not 0 <= rtol < 1:
+        raise ArgumentError(f"rtol must be in [0, 1), got {rtol!r}")
+    atol = validation.nonnegative("atol", atol)
+    lam = _spectrum(S, max(rtol, validation.PSD_RTOL), atol)
     if lam[0] <= atol:
         return 0
     return int(np.sum(lam > max(rtol * lam[0], atol)))
@@ -41,7 +59,8 @@ def effective_rank(S: Any) -> float:
     r"""Entropy (effective) rank :math:`\exp(-\sum_i p_i \log p_i)` with
     :math:`p_i = \lambda_i / \sum_j \lambda_j` (Roy & Vetterli 2007).
 
-    Between 1 (rank one) and :math:`d` (isotropic); 0 for the zero matrix."""
+    Between 1 (rank one) and :math:`d` (isotropic); 0 for the zero matrix.  ``S`` must be
+    symmetric PSD to :data:`SPECTRUM_RTOL` (negative eigenvalues within it count as zero)."""
     lam = _spectrum(S)
     total = lam.sum()
     if total <= 0:
@@ -53,7 +72,8 @@ def stable_rank(S: Any) -> float:
     r"""Stable rank :math:`\operatorname{tr} S / \lambda_{\max}(S)` of a covariance ``S``.
 
     Equals :math:`\|Y\|_F^2 / \|Y\|_2^2` for the centred data matrix :math:`Y` whose
-    covariance is ``S``; between 1 and :math:`d`; 0 for the zero matrix."""
+    covariance is ``S``; between 1 and :math:`d`; 0 for the zero matrix.  ``S`` must be
+    symmetric PSD to :data:`SPECTRUM_RTOL` (negative eigenvalues within it count as zero)."""
     lam = _spectrum(S)
     if lam[0] <= 0:
         return 0.0
@@ -90,7 +110,7 @@ def rank_profile(traj: Any, rtol: float = 1e-6) -> RankProfile:
             eff.append(np.nan)
             stb.append(np.nan)
             continue
-        if np.linalg.eigvalsh(as_symmetric("S", S))[-1] <= floor:
+        if _spectrum(S, max(rtol, validation.PSD_RTOL))[0] <= floor:
             S = np.zeros_like(S)
         num.append(numerical_rank(S, rtol))
         eff.append(effective_rank(S))

@@ -11,9 +11,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .. import validation
 from ..attention import Attention
 from ..errors import ArgumentError
-from .common import as_points, as_weights
 from .distances import bures_wasserstein, token_distance
 
 __all__ = ["StabilityProfile", "gaussian_stability_profile", "stability_bound",
@@ -166,14 +166,11 @@ def stability_bound(att: Attention, R0: float, times: Any, *, n_sub: int = 8
     if att.has_bias:
         raise ArgumentError("stability_bound is derived for linear query/key/value maps; att has "
                             "bias vectors (b_Q/b_K/b_V/b_O), for which the bound does not hold")
-    R0 = float(R0)
-    if not (np.isfinite(R0) and R0 >= 0):
-        raise ValueError(f"R0 must be finite and >= 0, got {R0!r}")
-    t = np.asarray(times, dtype=float)
+    R0 = validation.nonnegative("R0", R0)
+    t = validation.finite_array("times", times)
     if t.ndim != 1 or t.size == 0 or t[0] != 0.0 or np.any(np.diff(t) <= 0):
         raise ValueError("times must be a strictly increasing 1-D array starting at 0")
-    if int(n_sub) < 1:
-        raise ValueError(f"n_sub must be >= 1, got {n_sub!r}")
+    n_sub = validation.integer("n_sub", n_sub, minimum=1)
     int_v = 0.0
     int_L = 0.0
     bound = [1.0]
@@ -234,10 +231,11 @@ def stability_profile(att: Attention, X0: Any, Y0: Any, *, t_max: float, dt: flo
 
     if not isinstance(att, Attention):
         raise TypeError(f"att must be a transformer_pde.Attention, got {type(att).__name__}")
-    Xa = as_points("X0", X0, att.d)
-    Ya = as_points("Y0", Y0, att.d)
-    wx = as_weights("weights_x", weights_x, Xa.shape[0])
-    wy = as_weights("weights_y", weights_y, Ya.shape[0])
+    w2_method = validation.choice("w2_method", w2_method, ("exact", "sliced", "sinkhorn", "auto"))
+    Xa = validation.points("X0", X0, att.d, column=True, keep_float32=False)
+    Ya = validation.points("Y0", Y0, att.d, column=True, keep_float32=False)
+    wx = validation.weights("weights_x", weights_x, Xa.shape[0])
+    wy = validation.weights("weights_y", weights_y, Ya.shape[0])
     w2_0 = token_distance(Xa, Ya, wx, wy, positions, w2_method)
     if w2_0 == 0.0:
         raise ValueError("X0 and Y0 define the same measure (W2 = 0): the ratio is undefined")
@@ -286,8 +284,7 @@ def gaussian_stability_profile(att: Attention, gauss0: Sequence[Any], gauss1: Se
     w0 = bures_wasserstein(m0, S0, m1, S1)
     if w0 == 0.0:
         raise ValueError("the two Gaussians coincide (BW = 0): the ratio is undefined")
-    if int(n_times) < 2:
-        raise ValueError(f"n_times must be >= 2, got {n_times!r}")
+    n_times = validation.integer("n_times", n_times, minimum=2)
     grid = np.linspace(0.0, float(t_max), int(n_times))
     ta = gaussian.solve(att, m0, S0, t_max=t_max, t_eval=grid, **solve_kwargs)
     tb = gaussian.solve(att, m1, S1, t_max=t_max, t_eval=grid, **solve_kwargs)

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .. import validation
 from ..attention import KINDS, Attention, AttentionParams
 from ..errors import ArgumentError
 
@@ -47,47 +48,20 @@ def check_attention(att: Any) -> Attention:
 
 
 def check_mean_cov(mean: Any, cov: Any, d: int, mname: str = "mean", cname: str = "cov",
-                    batch: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    try:
-        m = np.asarray(mean, dtype=float)
-    except (TypeError, ValueError):
-        raise TypeError(f"{mname} must be a real array") from None
-    try:
-        c = np.asarray(cov, dtype=float)
-    except (TypeError, ValueError):
-        raise TypeError(f"{cname} must be a real array") from None
+                   batch: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Real finite mean(s) and covariance(s) under the package's one PSD rule
+    (:func:`transformer_pde.validation.covariance`); returns the symmetric part."""
+    m = validation.finite_array(mname, mean)
     if batch:
         if m.ndim != 2 or m.shape[1] != d:
-            raise ValueError(f"{mname} must have shape (B, d) = (B, {d}), got {m.shape}")
+            raise ArgumentError(f"{mname} must have shape (B, d) = (B, {d}), got {m.shape}")
+        c = validation.real_array(cname, cov)
         if c.ndim != 3 or c.shape[1:] != (d, d) or c.shape[0] != m.shape[0]:
-            raise ValueError(f"{cname} must have shape (B, d, d) = ({m.shape[0]}, {d}, {d}), "
-                             f"got {c.shape}")
-    else:
-        if m.shape != (d,):
-            raise ValueError(f"{mname} must have shape (d,) = ({d},), got {m.shape}")
-        if c.shape != (d, d):
-            raise ValueError(f"{cname} must have shape (d, d) = ({d}, {d}), got {c.shape}")
-    if not np.all(np.isfinite(m)):
-        raise ValueError(f"{mname} contains NaN or inf")
-    if not np.all(np.isfinite(c)):
-        raise ValueError(f"{cname} contains NaN or inf")
-    cc = c if batch else c[None]
-    scale = np.maximum(np.abs(cc).max(axis=(1, 2)), 1e-300)
-    asym = np.abs(cc - np.swapaxes(cc, 1, 2)).max(axis=(1, 2))
-    bad = np.nonzero(asym > 1e-12 * scale)[0]
-    if bad.size:
-        i = int(bad[0])
-        raise ValueError(f"{cname} must be symmetric" + (f" (member {i})" if batch else "")
-                         + f": max |C - C^T| = {asym[i]:.3g}")
-    lam = np.linalg.eigvalsh(sym(cc))
-    tr = np.maximum(np.abs(lam).sum(axis=1), 1e-300)
-    bad = np.nonzero(lam[:, 0] < -1e-12 * tr)[0]
-    if bad.size:
-        i = int(bad[0])
-        raise ValueError(f"{cname} must be positive semi-definite"
-                         + (f" (member {i})" if batch else "")
-                         + f": smallest eigenvalue {lam[i, 0]:.3g}")
-    return m, sym(c)
+            raise ArgumentError(f"{cname} must have shape (B, d, d) = ({m.shape[0]}, {d}, {d}), "
+                                f"got {c.shape}")
+    elif m.shape != (d,):
+        raise ArgumentError(f"{mname} must have shape (d,) = ({d},), got {m.shape}")
+    return m, validation.covariance(cname, cov, d, batch=batch)
 
 
 def psd_factor(cov: np.ndarray) -> np.ndarray:

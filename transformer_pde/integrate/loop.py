@@ -168,9 +168,20 @@ class Monitor:
         Seconds between checkpoints.
     resume : bool, default False
         Continue from ``checkpoint`` when that file exists (else start afresh).  The
-        resumed run equals an uninterrupted one bit for bit; the file must come from
-        the same problem (attention, tokens, solver, times, saving, block), which is
-        checked.
+        resumed run equals an uninterrupted one bit for bit: the file holds the state,
+        the saved states, the counters, the solver's history (Adams–Bashforth), the
+        step-size controller and the Sinkhorn warm starts; only the progress bar and the
+        checkpoint timer start again.  The file must come from the same problem
+        (attention, tokens, solver, times, saving, block, field options), which is
+        checked.  A finished run also writes its final checkpoint, so resuming it
+        returns at once.
+
+    Notes
+    -----
+    Ctrl-C (``KeyboardInterrupt``) ends a run with status ``interrupted`` and keeps the
+    states saved so far, but writes no checkpoint (the interrupted step may have
+    half-updated the warm starts): the last periodic checkpoint stays the one to resume
+    from.
     """
 
     progress: bool = False

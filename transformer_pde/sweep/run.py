@@ -45,8 +45,11 @@ class CellFailureWarning(TransformerPDEWarning):
 class _Executor:
     client: Any = None
     cluster: Any = None
+    owned: bool = True  # False for a Client passed in by the user: never closed here
 
     def close(self) -> None:
+        if not self.owned:
+            return
         for obj in (self.client, self.cluster):
             if obj is not None:
                 try:
@@ -62,7 +65,7 @@ def _connect(scheduler: Any, workers: int | None, scheduler_file: str | Path | N
         raise SchedulerError(f"Dask distributed is not installed ({exc}); "
                              f"pip install 'dask[distributed]'") from None
     if scheduler is not None and not isinstance(scheduler, str):
-        return _Executor(client=scheduler)  # an existing distributed.Client
+        return _Executor(client=scheduler, owned=False)  # the user's distributed.Client
     try:
         if scheduler_file is not None:
             if not Path(scheduler_file).is_file():
