@@ -413,8 +413,8 @@ def test_particle_trajectory_round_trips_through_netcdf_and_zarr(tmp_path):
     X0 = np.random.default_rng(0).normal(size=(12, 2))
     traj = tp.simulate(att, X0, positions=np.linspace(0, 1, 12), t_max=0.5, dt=0.1)
     for suffix in (".nc", ".zarr"):
-        path = labelled.save_dataset(labelled.particle_dataset(traj), tmp_path / f"t{suffix}")
-        back = labelled.particle_from_dataset(labelled.open_dataset(path), str(path))
+        path = traj.save(tmp_path / f"t{suffix}")
+        back = tp.load(path)
         assert np.array_equal(back.states, traj.states)
         assert np.array_equal(back.times, traj.times)
         assert np.array_equal(back.positions, traj.positions)
@@ -435,7 +435,7 @@ def test_gaussian_trajectory_as_dataset():
 
     att = tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2))
     g = gaussian.solve(att, np.zeros(2), 0.3 * np.eye(2), t_max=1.0, t_eval=[0.0, 0.5, 1.0])
-    ds = labelled.gaussian_dataset(g)
+    ds = g.to_xarray()
     assert ds["covs"].dims == ("time", "dim", "dim_")
     assert np.array_equal(ds["covs"].values, g.covs) and ds.attrs["status"] == str(g.status)
 
@@ -463,3 +463,19 @@ def test_sweep_command_runs_resumes_and_refuses_cleanly(tmp_path, capsys):
     assert "cannot reach the Dask scheduler" in err and "Traceback" not in err
     assert not (tmp_path / "o2").exists()
     assert main(["sweep", str(tmp_path / "missing.toml"), "--out", str(tmp_path / "o3")]) == 2
+
+
+def test_statistic_only_trajectory_round_trips(tmp_path):
+    import transformer_pde as tp
+    from transformer_pde.integrate.loop import SaveAt
+
+    att = tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2))
+    X0 = np.random.default_rng(1).normal(size=(10, 2))
+    traj = tp.simulate(att, X0, t_max=0.4, dt=0.1,
+                       saveat=SaveAt(fn=lambda t, X, w: np.linalg.norm(X, axis=1).max()))
+    assert traj.states is None
+    back = tp.load(traj.save(tmp_path / "s.zarr"))
+    assert back.states is None and np.array_equal(back.values, traj.values)
+    for a, b in zip(back.moments(), traj.moments()):
+        assert np.array_equal(a, b)
+    assert np.array_equal(back.last, traj.last)

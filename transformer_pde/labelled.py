@@ -22,7 +22,7 @@ import numpy as np
 from .errors import ArgumentError, TrajectoryFileError
 
 __all__ = ["attention_to_json", "attention_from_json", "particle_dataset",
-           "particle_from_dataset", "gaussian_dataset", "save_dataset", "open_dataset",
+           "particle_fields", "gaussian_dataset", "save_dataset", "open_dataset",
            "TrajectoryFileError", "LABELLED_SUFFIXES"]
 
 #: file suffixes written and read through xarray (NPZ is handled by the trajectory itself)
@@ -68,13 +68,25 @@ def attention_from_json(text: str) -> Any:
 
 
 def particle_dataset(traj: Any) -> Any:
-    """:class:`xarray.Dataset` of a particle trajectory: ``states (time, token, dim)``,
-    ``weights (token)``, ``positions (token)`` when masked; attributes ``status``,
-    ``message``, ``info`` (JSON) and ``attention`` (exact JSON)."""
+    """:class:`xarray.Dataset` of a particle trajectory: ``states (time, token, dim)`` (or,
+    for a run that saved a statistic, ``last (token, dim)``, ``means (time, dim)``,
+    ``covs (time, dim, dim_)`` and ``values (time, ...)``), ``weights (token)`` and
+    ``positions (token)`` when masked; attributes ``status``, ``message``, ``info`` (JSON)
+    and ``attention`` (exact JSON)."""
     import xarray as xr  # noqa: PLC0415
 
-    data = {"states": (("time", "token", "dim"), np.asarray(traj.states)),
-            "weights": (("token",), np.asarray(traj.weights))}
+    data: dict[str, Any] = {"weights": (("token",), np.asarray(traj.weights))}
+    if traj.states is not None:
+        data["states"] = (("time", "token", "dim"), np.asarray(traj.states))
+    else:
+        data["last"] = (("token", "dim"), np.asarray(traj.last))
+        means, covs = traj.moments()
+        data["means"] = (("time", "dim"), np.asarray(means))
+        data["covs"] = (("time", "dim", "dim_"), np.asarray(covs))
+        if traj.values is not None:
+            values = np.asarray(traj.values)
+            data["values"] = (("time", *(f"values_{i}" for i in range(values.ndim - 1))),
+                              values)
     if traj.positions is not None:
         data["positions"] = (("token",), np.asarray(traj.positions))
     attrs = {"transformer_pde": "particle-trajectory", "status": str(traj.status),
@@ -84,29 +96,36 @@ def particle_dataset(traj: Any) -> Any:
     return xr.Dataset(data, coords={"time": np.asarray(traj.times)}, attrs=attrs)
 
 
-def particle_from_dataset(ds: Any, source: str = "dataset") -> Any:
-    """Inverse of :func:`particle_dataset`."""
-    from .particles import ParticleTrajectory  # noqa: PLC0415
-
+def particle_fields(ds: Any, source: str = "dataset") -> dict:
+    """The constructor arguments of a
+    :class:`~transformer_pde.particles.ParticleTrajectory` from a Dataset made by
+    :func:`particle_dataset` (inverse of it); errors name ``source``."""
     if ds.attrs.get("transformer_pde") != "particle-trajectory":
         raise TrajectoryFileError(f"{source} is not a transformer-pde particle trajectory "
                                   f"(attribute 'transformer_pde' missing)")
+
+    def arr(name: str) -> Any:
+        return np.asarray(ds[name].values) if name in ds else None
+
     try:
-        states = np.asarray(ds["states"].values)
-        weights = np.asarray(ds["weights"].values)
-        times = np.asarray(ds["time"].values)
-        positions = np.asarray(ds["positions"].values) if "positions" in ds else None
-        info = _decode(json.loads(ds.attrs.get("info", "{}")))
-        att = attention_from_json(ds.attrs.get("attention", "null"))
-        status, message = ds.attrs["status"], ds.attrs["message"]
+        out = {"times": np.asarray(ds["time"].values), "states": arr("states"),
+               "weights": np.asarray(ds["weights"].values), "positions": arr("positions"),
+               "status": ds.attrs["status"], "message": ds.attrs["message"],
+               "attention": attention_from_json(ds.attrs.get("attention", "null")),
+               "info": _decode(json.loads(ds.attrs.get("info", "{}"))),
+               "values": arr("values"), "last": arr("last"),
+               "saved_means": arr("means"), "saved_covs": arr("covs")}
     except (KeyError, ValueError, TypeError) as exc:
         raise TrajectoryFileError(f"{source}: incomplete or inconsistent trajectory "
                                   f"({type(exc).__name__}: {exc})") from None
-    if states.ndim != 3 or states.shape[0] != times.shape[0] or weights.shape != states.shape[1:2]:
+    T, n = out["times"].shape[0], out["weights"].shape[0]
+    states = out["states"]
+    if states is None and (out["last"] is None or out["saved_means"] is None):
+        raise TrajectoryFileError(f"{source}: neither 'states' nor 'last'/'means' are stored")
+    if states is not None and (states.ndim != 3 or states.shape[:2] != (T, n)):
         raise TrajectoryFileError(f"{source}: inconsistent shapes: states {states.shape}, "
-                                  f"times {times.shape}, weights {weights.shape}")
-    return ParticleTrajectory(times=times, states=states, weights=weights, positions=positions,
-                              status=status, message=message, attention=att, info=info)
+                                  f"{T} times, {n} weights")
+    return out
 
 
 def gaussian_dataset(traj: Any) -> Any:

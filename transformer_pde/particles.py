@@ -36,6 +36,7 @@ from .fields import FieldEvaluator, velocity
 from .integrate.breakpoints import layer_tables
 from .integrate.loop import Limits, Monitor, SaveAt, TimeLoop
 from .integrate.loop import Progress
+from . import labelled
 from .integrate.solvers import get_solver
 from .results import Status, warn_stop
 from .validation import points
@@ -207,9 +208,24 @@ class ParticleTrajectory:
                 f"t=[{self.times[0]:g}, {self.times[-1]:g}], status='{self.status}')")
 
     # ------------------------------------------------------------------ I/O
+    def to_xarray(self) -> Any:
+        """The trajectory as a labelled :class:`xarray.Dataset` (dimensions ``time``,
+        ``token``, ``dim``; status, message, run information and the attention in its
+        attributes): :func:`transformer_pde.labelled.particle_dataset`."""
+        return labelled.particle_dataset(self)
+
+    @classmethod
+    def from_xarray(cls, ds: Any, source: str = "dataset") -> "ParticleTrajectory":
+        """Inverse of :meth:`to_xarray`."""
+        return cls(**labelled.particle_fields(ds, source))
+
     def save(self, path: str | Path) -> Path:
-        """Write the trajectory to ``path`` (NPZ).  :func:`load` restores it exactly."""
+        """Write the trajectory to ``path``: NPZ, or netCDF (``.nc``) / Zarr (``.zarr``)
+        through :meth:`to_xarray`.  :func:`load` restores it exactly (an existing ``.nc``
+        or ``.zarr`` is never overwritten)."""
         path = Path(path)
+        if path.suffix in labelled.LABELLED_SUFFIXES:
+            return labelled.save_dataset(self.to_xarray(), path)
         arrays: dict[str, Any] = {"times": self.times, "weights": self.weights}
         if self.states is not None:
             arrays["states"] = self.states
@@ -294,6 +310,8 @@ def load(path: str | Path) -> ParticleTrajectory:
         No such file.
     """
     path = Path(path)
+    if path.suffix in labelled.LABELLED_SUFFIXES:
+        return ParticleTrajectory.from_xarray(labelled.open_dataset(path), str(path))
     with _open_npz(path, "transformer-pde trajectory") as z:
         if "meta" not in z.files:
             raise TrajectoryFileError(f"{path} is not a transformer-pde trajectory (no 'meta' "

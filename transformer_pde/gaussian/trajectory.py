@@ -77,6 +77,15 @@ class GaussianTrajectory:
         """``(means, covs)`` at ``times``, shapes ``(T, d)`` and ``(T, d, d)``."""
         return self.means, self.covs
 
+    def to_xarray(self) -> Any:
+        """The trajectory as a labelled :class:`xarray.Dataset` (``means (time, dim)``,
+        ``covs (time, dim, dim_)``, ``limit``; status, T*, message as attributes):
+        :func:`transformer_pde.labelled.gaussian_dataset`.  Save it with
+        :func:`transformer_pde.labelled.save_dataset` (``.nc`` or ``.zarr``)."""
+        from ..labelled import gaussian_dataset  # noqa: PLC0415  (xarray only when asked)
+
+        return gaussian_dataset(self)
+
 
 def solve(att: Attention, mean0: Any, cov0: Any, *, t_max: float, rtol: float = 1e-10,
           atol: float = 1e-12, blowup_threshold: float = 1e8, converge_tol: float = 1e-10,
