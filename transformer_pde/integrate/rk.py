@@ -10,6 +10,7 @@ an embedded pair, returning the new state, the scaled error norm (accept when
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -30,33 +31,45 @@ def array_namespace(a: Any) -> Any:
     return np
 
 
+@functools.lru_cache(maxsize=None)
+def _plan(tab: ButcherTableau) -> tuple:
+    """The non-zero coefficients of ``tab`` as Python floats (read once per tableau)."""
+    rows = tuple(tuple((j, float(tab.A[i, j])) for j in range(i) if tab.A[i, j] != 0.0)
+                 for i in range(tab.n_stages))
+    c = tuple(float(x) for x in tab.c)
+    if tab.b_den:
+        b = tuple((j, float(x)) for j, x in enumerate(tab.b_num) if x != 0.0)
+    else:
+        b = tuple((j, float(x)) for j, x in enumerate(tab.b) if x != 0.0)
+    e = None if tab.e is None else tuple((j, float(x)) for j, x in enumerate(tab.e) if x != 0.0)
+    ea = None if tab.e_aux is None else \
+        tuple((j, float(x)) for j, x in enumerate(tab.e_aux) if x != 0.0)
+    return rows, c, b, e, ea
+
+
 def _stages(tab: ButcherTableau, f: Field, t: float, y: Any, h: float, k0: Any) -> list:
     """The stage derivatives :math:`k_1..k_s` (``k0``: :math:`k_1` when already known)."""
+    rows, c, _, _, _ = _plan(tab)
     ks = [f(t, y) if k0 is None else k0]
-    A, c = tab.A, tab.c
     for i in range(1, tab.n_stages):
         yi = y
-        for j in range(i):
-            a = A[i, j]
-            if a != 0.0:
-                yi = yi + (h * float(a)) * ks[j]
-        ks.append(f(t + float(c[i]) * h, yi))
+        for j, a in rows[i]:
+            yi = yi + (h * a) * ks[j]
+        ks.append(f(t + c[i] * h, yi))
     return ks
 
 
 def _combine(tab: ButcherTableau, y: Any, h: float, ks: list) -> Any:
+    b = _plan(tab)[2]
     if tab.b_den:
         acc = None
-        for bj, k in zip(tab.b_num, ks):
-            if bj == 0.0:
-                continue
-            term = k if bj == 1.0 else float(bj) * k
+        for j, bj in b:
+            term = ks[j] if bj == 1.0 else bj * ks[j]
             acc = term if acc is None else acc + term
         return y + (h / tab.b_den) * acc
     out = y
-    for bj, k in zip(tab.b, ks):
-        if bj != 0.0:
-            out = out + (h * float(bj)) * k
+    for j, bj in b:
+        out = out + (h * bj) * ks[j]
     return out
 
 
@@ -76,19 +89,18 @@ def error_norm(tab: ButcherTableau, ks: list, h: float, y: Any, y_new: Any,
     ``e_aux`` (DOP853) :math:`\|E_5/s\|^2 / \sqrt{n(\|E_5/s\|^2 + 0.01\|E_3/s\|^2)}`."""
     xp = array_namespace(y)
     scale = atol + rtol * xp.maximum(xp.abs(y), xp.abs(y_new))
-    if tab.e_aux is None:
+    _, _, _, e, ea = _plan(tab)
+    if ea is None:
         err_vec = 0.0
-        for e, k in zip(tab.e, ks):
-            if e != 0.0:
-                err_vec = err_vec + (h * float(e)) * k
+        for j, ej in e:
+            err_vec = err_vec + (h * ej) * ks[j]
         return float(xp.sqrt(xp.mean((err_vec / scale) ** 2)))
     e5 = 0.0
     e3 = 0.0
-    for e, ea, k in zip(tab.e, tab.e_aux, ks):
-        if e != 0.0:
-            e5 = e5 + float(e) * k
-        if ea != 0.0:
-            e3 = e3 + float(ea) * k
+    for j, ej in e:
+        e5 = e5 + ej * ks[j]
+    for j, ej in ea:
+        e3 = e3 + ej * ks[j]
     n5 = float(xp.sum((e5 / scale) ** 2))
     n3 = float(xp.sum((e3 / scale) ** 2))
     if n5 == 0.0 and n3 == 0.0:
