@@ -614,7 +614,7 @@ def build_solver(value: Any, key: str) -> Any:
         raise ConfigError(f"{key}: expected a solver name ({', '.join(map(repr, names))}) or "
                           f"a table {{name = ..., <options>}}, got {value!r}")
     name = value.get("name")
-    if name not in SOLVERS:
+    if not isinstance(name, str) or name not in SOLVERS:
         raise ConfigError(f"{key}.name: expected one of {', '.join(map(repr, names))}, "
                           f"got {name!r}")
     factory = SOLVERS[name]
