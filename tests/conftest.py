@@ -7,7 +7,8 @@ Hypothesis profiles
               make the suite flaky on a loaded 2-core machine).
 ``thorough``  many more examples, for a local soak: ``HYPOTHESIS_PROFILE=thorough pytest``
               (tests with an explicit ``max_examples`` keep it).
-``ci``        like ``default`` but derandomised, so CI failures reproduce exactly.
+``ci``        like ``default`` but derandomised, so CI failures reproduce exactly; selected
+              automatically when the ``CI`` environment variable is set (as ``.ci/run`` is).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ settings.register_profile(
     "ci", parent=settings.get_profile("default"), derandomize=True, print_blob=True)
 settings.register_profile(
     "thorough", parent=settings.get_profile("default"), max_examples=500)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE",
+                                    "ci" if os.environ.get("CI") else "default"))
 
 
 @pytest.fixture

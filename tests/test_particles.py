@@ -186,7 +186,7 @@ def test_single_token_flow_is_matrix_exponential(kind, rng):
 
 def test_sinkhorn_mean_moves_exactly_with_v(rng):
     # doubly stochastic coupling: sum_i w_i Gamma(x_i) = V sum_j w_j x_j, so the mean
-    # obeys alpha' = V alpha and alpha(t) = expm(t V) alpha(0) exactly (SPEC)
+    # obeys alpha' = V alpha and alpha(t) = expm(t V) alpha(0) exactly (docs/conventions.md)
     X0 = rng.normal(size=(6, 2))
     Q, K = rng.normal(size=(2, 2, 2)) * 0.5
     V = np.array([[0.2, -0.5], [0.4, 0.1]])

@@ -43,6 +43,12 @@ def test_saveat_ts_lands_on_the_requested_times(solver):
     np.testing.assert_array_equal(tr.times, [0.5])
     with pytest.raises(ArgumentError, match="t_max"):
         tp.simulate(att, X0, t_max=1.0, dt=0.1, saveat=tp.SaveAt(ts=[2.0]))
+    # a run stopped before the first requested time keeps its last state, at its time
+    bad = tp.Attention("softmax", _bad_q("raise"), np.eye(2), np.eye(2))
+    with pytest.warns(EarlyStopWarning, match="failed"):
+        tr = tp.simulate(bad, X0, t_max=1.0, dt=0.1, solver=solver, saveat=tp.SaveAt(ts=[0.9]))
+    assert tr.status == "failed" and tr.times.shape == (1,) and 0.2 < tr.times[0] <= 0.45
+    assert tr.states.shape == (1, 7, 2) and "saved=1" in repr(tr)
 
 
 def test_saveat_fn_keeps_a_statistic_and_the_moments(tmp_path):

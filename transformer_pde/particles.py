@@ -738,8 +738,10 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
     info.update(ev.info)
     if stepper is not None:
         info.update(stepper.describe())
-    if not saver.times:  # SaveAt(ts) without 0 and a run that stopped before ts[0]
-        saver.last = be.to_numpy(state["y"]).copy()
+    if not saver.times:
+        # SaveAt(ts) without 0 and a run that stopped before ts[0]: keep the last state
+        # computed (at its own time) rather than return an empty trajectory
+        saver(float(state["t"]), state["y"])
     return ParticleTrajectory(
         times=np.asarray(saver.times, dtype=float),
         states=np.stack(saver.states) if saveat.fn is None and saver.states else
