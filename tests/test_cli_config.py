@@ -187,3 +187,41 @@ def test_attention_keys_follow_the_library(tmp_path, capsys):
     assert rc == cli.ExitCode.USAGE
     for p in params:
         assert p.name in err
+
+
+@pytest.mark.parametrize("command, table, key, value", [
+    ("gaussian", "gaussian", "convergence", '"bogus"'),
+    ("gaussian", "gaussian", "rtol", "-1.0"),
+    ("gaussian", "gaussian", "bogus", "1"),
+    ("cone", "cone", "converge_tol", "0.0"),
+    ("cone", "cone", "convergence", "3"),
+    ("ranks", "ranks", "solver_rtol", "-1e-6"),
+    ("ranks", "ranks", "draws", "0"),
+    ("ranks", "ranks", "rtol", "2.0"),
+])
+def test_gaussian_options_follow_the_library(tmp_path, capsys, command, table, key, value):
+    # [gaussian] and [cone] take the keywords of gaussian.solve, [ranks] those of
+    # paper.rank_sweep, with the library's defaults; a bad value names its key
+    path = tmp_path / "c.toml"
+    path.write_text(f"[attention]\nd = 2\n[{table}]\n{key} = {value}\n" if command != "ranks"
+                    else f"[{table}]\n{key} = {value}\ndims = [2]\n")
+    rc = cli.main([command, str(path), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == cli.ExitCode.USAGE, err
+    assert f"{table}.{key}" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_gaussian_defaults_are_the_library_defaults(tmp_path):
+    # no solver option in the file: the CLI run equals gaussian.solve with its own defaults
+    from transformer_pde import Attention, gaussian
+
+    path = tmp_path / "c.toml"
+    path.write_text("[attention]\nd = 2\nV = -1.0\n[gaussian]\nt_max = 0.5\nn_eval = 3\n"
+                    "cov = [[1.0, 0.2], [0.2, 0.5]]\n")
+    assert cli.main(["gaussian", str(path), "--out", str(tmp_path / "o")]) == cli.ExitCode.OK
+    ref = gaussian.solve(Attention("softmax", np.eye(2), np.eye(2), -np.eye(2)), np.zeros(2),
+                         np.array([[1.0, 0.2], [0.2, 0.5]]), t_max=0.5,
+                         t_eval=np.linspace(0.0, 0.5, 3))
+    with np.load(tmp_path / "o" / "gaussian.npz") as z:
+        np.testing.assert_array_equal(z["covs"], ref.covs)

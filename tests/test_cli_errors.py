@@ -379,3 +379,34 @@ def test_ranks_dimension_out_of_range(tmp_path, capsys):
     assert cli.main(["ranks", "--dims", "1000", "--out", str(out), "-q"]) == EXIT.USAGE
     assert "ranks.dims" in _one_line(capsys.readouterr().err)
     assert not out.exists()
+
+
+def test_error_inside_a_third_party_library_is_internal(tmp_path, capsys, monkeypatch):
+    # a ValueError raised by the package's own checks is a one-line error (exit 4); one
+    # raised inside scipy or numpy is a bug of ours: internal error with its traceback
+    import scipy.optimize
+
+    from transformer_pde import gaussian
+
+    def solve(*args, **kwargs):
+        return scipy.optimize.brentq(lambda t: 1.0 + t * t, 0.0, 1.0)  # same signs: ValueError
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    tempfile.tempdir = None
+    try:
+        monkeypatch.setattr(gaussian, "solve", solve)
+        cfg = _write(tmp_path / "g.toml", "[attention]\nd = 2\n[gaussian]\nt_max = 0.1\n")
+        assert cli.main(["gaussian", cfg, "--out", str(tmp_path / "o")]) == EXIT.INTERNAL
+        line = _one_line(capsys.readouterr().err)
+        assert "internal error: ValueError" in line and "traceback in" in line
+
+        from transformer_pde.results import Status
+
+        def own_check(*args, **kwargs):
+            return Status.parse("bogus")  # the package's own check raises ValueError
+
+        monkeypatch.setattr(gaussian, "solve", own_check)
+        assert cli.main(["gaussian", cfg, "--out", str(tmp_path / "p")]) == EXIT.ERROR
+        assert "error: status must be one of" in _one_line(capsys.readouterr().err)
+    finally:
+        tempfile.tempdir = None

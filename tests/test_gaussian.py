@@ -537,9 +537,13 @@ def test_l2_full_rank_keys_reach_threshold_as_diverging():
     b = g.solve_batch(atts, np.zeros((3, 5)), covs, max_steps=2000, **kw)
     assert list(b.status) == ["diverging"] * 3, b.messages
     assert np.all(np.isnan(b.blowup_time))
-    # limit is the current shape, not an extrapolation
-    tr_ = np.trace(b.covs, axis1=1, axis2=2)
-    np.testing.assert_allclose(b.limit, b.covs / tr_[:, None, None], rtol=1e-12)
+    # limit is the shape Sigma/tr Sigma where the growth was measured (past the threshold,
+    # at tr Sigma = 1e10), not an extrapolation: trace one, and the same for another threshold
+    np.testing.assert_allclose(np.trace(b.limit, axis1=1, axis2=2), 1.0, rtol=1e-12)
+    b5 = g.solve_batch(atts, np.zeros((3, 5)), covs, max_steps=2000,
+                       **dict(kw, blowup_threshold=1e5))
+    assert list(b5.status) == ["diverging"] * 3
+    np.testing.assert_allclose(b5.limit, b.limit, atol=1e-5)   # rtol 1e-6 integration
     tr = g.solve(atts[0], np.zeros(5), covs[0], **kw)
     assert tr.status == "diverging" and math.isnan(tr.blowup_time), tr.message
 
@@ -761,3 +765,28 @@ def test_result_protocol():
     b = g.solve_batch(att, [[0.0]], [[[0.1]]], t_max=1.0)
     with pytest.raises(ValueError, match="t_eval"):
         b.moments()
+
+
+def test_transient_threshold_crossing_is_not_diverging():
+    # the paper's "initial" figure, L2 variant (kernel exp(-|Qx/sqrt 2 - Ky|^2)), grid point 9:
+    # tr Sigma crosses 1e3 at t ~ 59.4 and the exact flow then converges (full-rank K: L2
+    # cannot blow up): the path stops on the threshold, the status is "converged", not
+    # "diverging" (unbounded growth)
+    Q = np.array([[0.6764132657544725, 1.5210991859339182],
+                  [-0.5118762450490144, 1.150194635377595]])
+    K = np.array([[-0.5907168066359194, -0.7687652516461853],
+                  [-0.33500916605030867, 0.09299944353450965]])
+    V = np.array([[1.8317530059587854, -0.37688784393619434],
+                  [0.34811234158600607, -0.11628155656536983]])
+    u = np.linspace(-1, 1, 30)
+    U, W = np.meshgrid(u, u, indexing="ij")
+    keep = 1 - U ** 2 > W ** 2
+    uu, ww = U[keep][9], W[keep][9]
+    S0 = np.array([[(1 + uu) / 2, ww / 2], [ww / 2, (1 - uu) / 2]])
+    att = Attention("l2", Q / np.sqrt(2), K, V, l2_beta=1.0)
+    tr = g.solve(att, np.zeros(2), S0, t_max=100.0, blowup_threshold=1e3)
+    b = g.solve_batch(att, np.zeros((1, 2)), S0[None], t_max=100.0, blowup_threshold=1e3)
+    for status, t_fin, cov, msg in ((tr.status, tr.t_final, tr.final_cov, tr.message),
+                                    (b.status[0], b.t_final[0], b.covs[0], b.messages[0])):
+        assert status == "converged" and "transiently" in msg, msg
+        assert 55 < t_fin < 65 and np.trace(cov) == pytest.approx(1e3, rel=1e-11)

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import transformer_pde as tp
 from transformer_pde.errors import (ArgumentError, EarlyStopWarning, TransformerPDEError,
@@ -254,6 +257,28 @@ def test_resumed_run_equals_uninterrupted_bit_for_bit(name, tmp_path):
     np.testing.assert_array_equal(done.states, ref.states)
 
 
+def test_resume_with_a_block_and_a_solver_object(tmp_path):
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(6, 3))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    mlp = tp.blocks.MLP(rng.normal(size=(4, 3)), rng.normal(size=(3, 4)) / 2)
+    M = np.eye(3)
+    att = lambda t_stop: tp.Attention("softmax", _Once(M, t_stop), np.eye(3), np.eye(3))  # noqa: E731
+    kw = dict(t_max=0.6, dt=0.05, solver=tp.ImplicitMidpoint(tol=1e-12),
+              block=tp.Block(mlp=mlp, constraint="sphere", splitting="lie"))
+    ref = tp.simulate(att(None), X, **kw)
+    path = tmp_path / "block.ckpt"
+    with pytest.warns(EarlyStopWarning, match="interrupted"):
+        tp.simulate(att(0.31), X, monitor=tp.Monitor(checkpoint=path, checkpoint_every=1e-9),
+                    **kw)
+    again = tp.simulate(att(None), X, monitor=tp.Monitor(checkpoint=path, resume=True), **kw)
+    np.testing.assert_array_equal(again.states, ref.states)
+    assert again.info == ref.info
+    with pytest.raises(ArgumentError, match="different run: solver"):
+        tp.simulate(att(None), X, monitor=tp.Monitor(checkpoint=path, resume=True),
+                    **{**kw, "solver": tp.ImplicitMidpoint(tol=1e-10)})
+
+
 def test_resume_refuses_a_checkpoint_of_another_run(tmp_path):
     path = tmp_path / "run.ckpt"
     att = softmax_att()
@@ -327,3 +352,19 @@ def test_load_bad_files_raise_one_clear_error(tmp_path):
         assert isinstance(info.value, (TransformerPDEError, ValueError))
     with pytest.raises(FileNotFoundError):
         tp.load(tmp_path / "missing.npz")
+
+
+@settings(max_examples=40, deadline=None)
+@given(scale=st.floats(-14, 0.5), ratio=st.floats(0.5, 150.0), every=st.integers(1, 7))
+def test_fixed_steps_cover_t_max_exactly(scale, ratio, every):
+    # any time scale (t_max <= 3: no growth past max_norm): the step count is
+    # ceil(t_max / dt - 1e-9), times increase strictly
+    # and end exactly at t_max (issue 13: the tolerance was absolute, 1e-12 max(1, t_max))
+    t_max = 10.0 ** scale
+    dt = t_max / ratio
+    tr = tp.simulate(softmax_att(), X0[:3], t_max=t_max, dt=dt, solver="euler",
+                     saveat=tp.SaveAt(every=every))
+    n = max(1, math.ceil(t_max / dt - 1e-9))
+    assert tr.info["n_steps"] == n and tr.status == "ok"
+    assert tr.times[-1] == t_max and np.all(np.diff(tr.times) > 0)
+    assert len(tr.times) == math.ceil(n / every) + 1

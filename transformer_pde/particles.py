@@ -509,6 +509,16 @@ def _digest(*arrays: Any) -> str:
     return h.hexdigest()[:32]
 
 
+def _solver_key(solver: Any) -> str:
+    """What identifies a solver's numerics: its class and its public scalar options."""
+    inner = getattr(solver, "inner", None)
+    if isinstance(solver, BlockStepper) and inner is not None:
+        return f"BlockStepper[{_solver_key(inner)}]"
+    opts = sorted((k, v) for k, v in vars(solver).items()
+                  if not k.startswith("_") and isinstance(v, (bool, int, float, str)))
+    return f"{type(solver).__module__}.{type(solver).__qualname__}{opts}"
+
+
 def _fingerprint(att: Attention, X0: np.ndarray, ev: FieldEvaluator, solver: Any, t_max: float,
                  dt: float, saveat: SaveAt, block: Block | None) -> dict[str, Any]:
     spec = att.to_dict()
@@ -519,7 +529,7 @@ def _fingerprint(att: Attention, X0: np.ndarray, ev: FieldEvaluator, solver: Any
     return {"attention": json.dumps(att_scalars, sort_keys=True, default=str),
             "attention_arrays": _digest(*att_arrays),
             "tokens": _digest(X0, ev.weights, ev.positions),
-            "dtype": str(ev.dtype), "backend": ev.be.name, "solver": repr(solver),
+            "dtype": str(ev.dtype), "backend": ev.be.name, "solver": _solver_key(solver),
             "t_max": repr(t_max), "dt": repr(dt),
             "saveat": repr((saveat.every, None if saveat.ts is None else saveat.ts.tolist(),
                             None if fn is None else getattr(fn, "__qualname__", repr(fn)))),

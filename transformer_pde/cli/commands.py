@@ -23,7 +23,8 @@ import numpy as np
 
 from ..errors import ConfigError, TransformerPDEError
 from .config import (Table, build_attention, build_simulate, build_tokens, check_memory,
-                     covariance, human_bytes, sections)
+                     covariance, human_bytes, library_call, read_options, sections,
+                     typed_parameters)
 from .output import OutputDir
 
 __all__ = [
@@ -285,16 +286,20 @@ def _preflight(opts: dict, X0: np.ndarray) -> None:
 
 
 # =========================================================================== gaussian
-GAUSSIAN_KEYS = ("mean", "cov", "t_max", "n_eval", "rtol", "atol", "blowup_threshold",
-                 "converge_tol")
+def _gaussian_options(name: str, allowed: tuple[str, ...], data: Any,
+                      t_max: float) -> tuple[Table, float, dict]:
+    """The table ``name`` with its own keys ``allowed``, ``t_max`` (default ``t_max``) and
+    the keyword options of :func:`transformer_pde.gaussian.solve` (``rtol``, ``atol``,
+    ``blowup_threshold``, ``converge_tol``, ``convergence``; the library's defaults)."""
+    from .. import gaussian  # noqa: PLC0415
 
-
-def _solver_options(sec: Table, t_max: float) -> dict:
-    return {"t_max": sec.number("t_max", t_max, positive=True),
-            "rtol": sec.number("rtol", 1e-10, positive=True),
-            "atol": sec.number("atol", 1e-12, positive=True),
-            "blowup_threshold": sec.number("blowup_threshold", 1e8, positive=True),
-            "converge_tol": sec.number("converge_tol", 1e-10, positive=True)}
+    spec = typed_parameters(gaussian.solve, exclude=("att", "mean0", "cov0", "t_max", "t_eval"))
+    sec = Table(data, name, (*allowed, "t_max", *spec))
+    opts = read_options(sec, spec)
+    for k, v in opts.items():
+        if isinstance(v, float) and v <= 0:
+            raise ConfigError(f"{sec.key(k)}: expected a finite number > 0, got {v!r}")
+    return sec, sec.number("t_max", t_max, positive=True), opts
 
 
 def run_gaussian(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
@@ -311,19 +316,17 @@ def run_gaussian(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
     sections(cfg, ("attention", "gaussian", "title"))
     att = build_attention(cfg.get("attention"))
     d = att.d
-    sec = Table(cfg.get("gaussian"), "gaussian", GAUSSIAN_KEYS)
+    sec, t_max, opts = _gaussian_options("gaussian", ("mean", "cov", "n_eval"),
+                                         cfg.get("gaussian"), 10.0)
     mean = sec.vector("mean", d, [0.0] * d)
     cov = covariance(sec.raw("cov", "identity"), sec.key("cov"), d)
-    opts = _solver_options(sec, 10.0)
     n_eval = sec.integer("n_eval", 200, minimum=2)
     check_memory(sec.key("n_eval"), 8.0 * 4 * n_eval * d * (d + 1),
                  f"{n_eval} saved means and covariances")
     with OutputDir(out, force=force) as outdir:
-        try:
-            traj = gaussian.solve(att, mean, cov,
-                                  t_eval=np.linspace(0.0, opts["t_max"], n_eval), **opts)
-        except ValueError as exc:
-            raise ConfigError(f"gaussian: {exc}") from None
+        traj = library_call("gaussian", gaussian.solve, att, mean, cov, t_max=t_max,
+                            t_eval=np.linspace(0.0, t_max, n_eval), names=opts, strict=False,
+                            **opts)
         np.savez(outdir.path("gaussian.npz"), times=traj.times, means=traj.means,
                  covs=traj.covs, limit=traj.limit)
         lam = np.linalg.eigvalsh(traj.covs)
@@ -352,8 +355,8 @@ def run_gaussian(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
 
 
 # =========================================================================== cone
-CONE_KEYS = ("n", "init", "radius", "trace", "seed", "t_max", "n_eval", "view", "color_by",
-             "rank_one_line", "v_max", "rtol", "atol", "blowup_threshold", "converge_tol")
+CONE_KEYS = ("n", "init", "radius", "trace", "seed", "n_eval", "view", "color_by",
+             "rank_one_line", "v_max")
 
 
 def run_cone(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
@@ -370,7 +373,7 @@ def run_cone(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
     att = build_attention(cfg.get("attention"))
     if att.d != 2:
         raise ConfigError(f"attention.d: the cone phase plot needs d = 2, got {att.d}")
-    sec = Table(cfg.get("cone"), "cone", CONE_KEYS)
+    sec, t_max, opts = _gaussian_options("cone", CONE_KEYS, cfg.get("cone"), 20.0)
     n = sec.integer("n", 24, minimum=1)
     n_eval = sec.integer("n_eval", 200, minimum=2)
     check_memory(sec.key("n"), 8.0 * 4 * 6 * n * n_eval, f"{n} runs of {n_eval} saved times")
@@ -380,17 +383,13 @@ def run_cone(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
     covs0 = slice_covariances(n, radius=radius, trace=sec.number("trace", 1.0, positive=True),
                               init=sec.choice("init", "circle", ("circle", "random")),
                               seed=sec.integer("seed", 0))
-    opts = _solver_options(sec, 20.0)
     view = sec.choice("view", "both", ("cone", "slice", "both"))
     color_by = sec.choice("color_by", "start", ("start", "end", "status"))
     line = sec.vector("rank_one_line", 2) if sec.has("rank_one_line") else None
     v_max = sec.number("v_max", 0.0, positive=True) if sec.has("v_max") else None
-    t_max = opts.pop("t_max")
     with OutputDir(out, force=force) as outdir:
-        try:
-            runs = solve_paths(att, covs0, t_max=t_max, n_eval=n_eval, **opts)
-        except ValueError as exc:
-            raise ConfigError(f"cone: {exc}") from None
+        runs = library_call("cone", solve_paths, att, covs0, t_max=t_max, n_eval=n_eval,
+                            names=opts, strict=False, **opts)
         status = [str(r.status) for r in runs]
         colours = ([STATUS_COLOURS.get(s, "black") for s in status] if color_by == "status"
                    else color_by)
@@ -422,7 +421,6 @@ def run_cone(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
 
 
 # =========================================================================== ranks
-RANK_KEYS = ("kinds", "dims", "values", "draws", "seed", "t_max", "blowup_threshold", "rtol")
 RANK_KINDS = ("softmax", "l2", "sinkhorn")
 RANK_VALUES = ("identity", "random")
 
@@ -437,7 +435,8 @@ def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True,
     from ..paper import rank_figure, rank_sweep  # noqa: PLC0415
 
     sections(cfg, ("ranks", "title"))
-    sec = Table(cfg.get("ranks"), "ranks", RANK_KEYS)
+    spec = typed_parameters(rank_sweep, exclude=("kind", "d", "value"))
+    sec = Table(cfg.get("ranks"), "ranks", ("kinds", "dims", "values", *spec))
     kinds = sec.list_of("kinds", ["softmax", "l2"], RANK_KINDS)
     values = sec.list_of("values", ["identity", "random"], RANK_VALUES)
     dims = sec.raw("dims", [3, 4, 5])
@@ -446,21 +445,27 @@ def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True,
                    for x in dims)):
         raise ConfigError(f"{sec.key('dims')}: expected a non-empty list of integers in "
                           f"[1, 64], got {dims!r}")
-    opts = {"draws": sec.integer("draws", 100, minimum=1, maximum=10**6),
-            "seed": sec.integer("seed", 0), "t_max": sec.number("t_max", 30.0, positive=True),
-            "blowup_threshold": sec.number("blowup_threshold", 1e3, positive=True),
-            "rtol": sec.number("rtol", 1e-3, positive=True)}
-    if opts["rtol"] >= 1:
+    # the keywords of transformer_pde.paper.rank_sweep, with its defaults
+    opts = read_options(sec, spec)
+    for k, v in opts.items():
+        if isinstance(v, float) and v <= 0:
+            raise ConfigError(f"{sec.key(k)}: expected a finite number > 0, got {v!r}")
+    if sec.has("draws"):
+        sec.integer("draws", minimum=1, maximum=10**6)
+    if opts.get("rtol", 0.5) >= 1:
         raise ConfigError(f"{sec.key('rtol')}: expected a number in (0, 1), got {opts['rtol']}")
+    rtol = opts.get("rtol", spec["rtol"][1])
+    draws = opts.get("draws", spec["draws"][1])
     jobs = [(k, v, d) for k in kinds for v in values for d in dims]
     with OutputDir(out, force=force) as outdir:
         sweeps = []
         for k, v, d in tqdm(jobs, desc="ranks", disable=not progress or len(jobs) < 2,
                             file=sys.stderr):
-            sweeps.append(rank_sweep(k, d, value=v, **opts))
+            sweeps.append(library_call("ranks", rank_sweep, k, d, value=v, names=opts,
+                                       strict=False, **opts))
         fig = rank_figure(sweeps, str(cfg.get(
-            "title", f"numerical rank (rtol {opts['rtol']:g}) of the limit covariance, "
-                     f"{opts['draws']} draws")))
+            "title", f"numerical rank (rtol {rtol:g}) of the limit covariance, "
+                     f"{draws} draws")))
         outdir.savefig(fig, "ranks.png")
         np.savez(outdir.path("ranks.npz"),
                  **{f"{s.kind}_{s.value}_d{s.d}": s.ranks for s in sweeps},

@@ -235,8 +235,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.scripts:
         scripts = commands.benchmark_scripts()
         if not scripts:
-            raise commands.UsageError("no benchmarks/*.py next to the package (they come with a "
-                              "source checkout)")
+            raise commands.UsageError("no benchmarks/*.py next to the package (they come "
+                                      "with a source checkout)")
         failed = [(p, rc) for p, rc in commands.run_benchmark_scripts(scripts, full=args.full)
                   if rc != 0]
         if failed:
@@ -446,6 +446,22 @@ def _is_backend_missing(exc: BaseException) -> bool:
     return type(exc).__name__ == "BackendNotAvailable"
 
 
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
+
+
+def _raised_by_package(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by transformer-pde's own code (an argument check with its
+    message) rather than inside a library it calls (numpy, scipy: then it is a bug of
+    ours, reported as an internal error with its traceback)."""
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    return last is not None and str(Path(last.tb_frame.f_code.co_filename).resolve()).startswith(
+        _PACKAGE_DIR)
+
+
 def _write_traceback(exc: BaseException) -> str | None:
     """Write the full traceback of ``exc`` to a temporary file; its path (or None)."""
     try:
@@ -490,10 +506,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(ExitCode.OUTPUT, str(exc))
     except MemoryError as exc:
         return fail(ExitCode.ERROR, f"out of memory: {exc or 'an allocation failed'}")
-    except (TransformerPDEError, ValueError, OSError) as exc:
-        return fail(ExitCode.ERROR, f"error: {exc}")
     except Exception as exc:  # noqa: BLE001 -- the one place where every error is reported
-        if _is_backend_missing(exc):
+        if (isinstance(exc, (TransformerPDEError, OSError)) or _is_backend_missing(exc)
+                or (isinstance(exc, ValueError) and _raised_by_package(exc))):
             return fail(ExitCode.ERROR, f"error: {exc}")
         if args.debug:
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)

@@ -364,7 +364,7 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
     if fast:
         # the compiled kernel does the initial convergence check, the step choice and the
         # continuation past the threshold per member
-        reason, n_steps, Yc, _ = kernels.run_compiled(
+        reason, n_steps, Yc, creason = kernels.run_compiled(
             sysm, atts, Y, stops, eval_pos, rtol, atol_vec, atol, log_thr, log_thr_c, mode,
             converge_tol, budget, trY)
     else:
@@ -385,21 +385,17 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
         if run.size:
             _numpy_advance(sysm, Y, run, h, stops, kstop, eval_pos, trY, rtol, atol_vec, atol,
                            log_thr, convergence, converge_tol, budget, n_steps, reason)
-        # continue the members on the threshold (no output) to measure T* and the limit
+        # continue the members on the threshold (no output, no final time) to measure the
+        # blow-up, T* and the limit, or to see a transient crossing converge
         Yc = Y.copy()
-        t_now = Y[:, 0]
-        qmax = np.zeros(B)
-        big = np.nonzero(reason == 1)[0]
-        if big.size:
-            qmax[big] = sysm.q_max(t_now[big], big)
-        cont = big[qmax[big] > 0] if log_thr_c > log_thr else big[:0]
+        creason = np.full(B, -1)
+        cont = np.nonzero(reason == 1)[0] if log_thr_c > log_thr else np.zeros(0, dtype=int)
         if cont.size:
             stops_c = np.concatenate([layer_breakpoints(atts, 0.0, math.inf), [math.inf]])
-            kc = np.searchsorted(stops_c, t_now, side="right")
-            rc = np.full(B, -1)
+            kc = np.searchsorted(stops_c, Y[:, 0], side="right")
             _numpy_advance(sysm, Yc, cont, h.copy(), stops_c, kc, np.full(stops_c.size, -1),
                            None, rtol, atol_vec, atol, log_thr_c, convergence, converge_tol,
-                           budget, np.zeros(B, dtype=int), rc)
+                           budget, np.zeros(B, dtype=int), creason)
 
     if te is not None:
         bi, ti = np.nonzero(np.isfinite(trY[:, :, 0]))
@@ -409,7 +405,8 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
             traj_c[bi, ti] = SS
 
     status, Tstar, limit, msgs = classify(sysm, Y, all_idx, converge_tol,
-                                          np.where(reason == 3, 0, reason), Yc, convergence)
+                                          np.where(reason == 3, 0, reason), Yc, convergence,
+                                          creason, log_thr)
     t_fin, means, covs = sysm.moments(Y, all_idx)
     # members that became stiff: continue one by one with the implicit Radau method
     for i in np.nonzero(reason == 3)[0]:

@@ -11,7 +11,8 @@ Not part of the package's public API: the names are shared by the sibling module
 
 from __future__ import annotations
 
-from typing import Sequence
+import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -168,14 +169,18 @@ class MomentSystem:
 
 def classify(sysm: MomentSystem, Y: np.ndarray, idx: np.ndarray, converge_tol: float,
              reason: np.ndarray, Yc: np.ndarray | None = None,
-             convergence: str = "auto") -> tuple[list, np.ndarray, np.ndarray, list]:
+             convergence: str = "auto", creason: np.ndarray | None = None,
+             log_thr: float = math.inf) -> tuple[list, np.ndarray, np.ndarray, list]:
     """Classify terminal states (see :mod:`transformer_pde.gaussian`, *Statuses*).
 
     ``reason`` per member: 0 = ``t_max`` reached, 1 = size threshold, 2 = converged
     (relative criterion), 3 = step budget spent, 5 = converged (algebraic approach), 6 =
     converged (absolute or trace criterion).  ``Yc``: for members with reason 1, the state
     continued past the drawing threshold (:data:`CLASSIFY_SIZE`), where the blow-up test,
-    :math:`T^*` and the limit shape are measured (defaults to ``Y``).  Returns
+    :math:`T^*` and the limit shape are measured (defaults to ``Y``); ``creason`` is how
+    that continuation ended (codes as ``reason``; -1: not continued): a continuation that
+    converged (a transient crossing of the threshold ``exp(log_thr)``) makes the member
+    ``converged``, one that spent its budget below the threshold ``max_steps``.  Returns
     ``(statuses, T*, limits, messages)``; statuses are :class:`~transformer_pde.results.Status`.
     """
     B = Y.shape[0]
@@ -185,7 +190,30 @@ def classify(sysm: MomentSystem, Y: np.ndarray, idx: np.ndarray, converge_tol: f
     tr = np.trace(S, axis1=1, axis2=2)
     limit = S / np.where(tr > 0, tr, 1.0)[:, None, None]
     msgs = [""] * B
-    big = np.nonzero(reason == 1)[0]
+    if creason is None:
+        creason = np.full(B, -1)
+    crit = {"absolute": f"|Sigma'|_F <= {converge_tol:g}",
+            "trace": f"tr Sigma <= {converge_tol:g}", "relative": "relative rates <= "
+            f"{converge_tol:g}"}.get(convergence, "relative rates or algebraic approach")
+    above = reason == 1
+    back = above & np.isin(creason, (2, 5, 6))
+    if Yc is not None:
+        back_b = above & (creason == 3)
+        if np.any(back_b):
+            back_b[back_b] = sysm.log_size(Yc[back_b], idx[back_b]) < log_thr
+        tcl = Yc[:, 0].tolist()
+        for i in np.nonzero(back | back_b)[0].tolist():
+            c_ = "converged" if back[i] else "undecided: step budget spent"
+            status[i] = Status.CONVERGED if back[i] else Status.MAX_STEPS
+            msgs[i] = (f"crossed blowup_threshold transiently at t={t[i]:.10g} (the path stops "
+                       f"there); continued without output: {c_} at t={tcl[i]:.6g}"
+                       + (f" ({crit})" if back[i] else ""))
+        back = back | back_b
+        if np.any(back):
+            _, _, Sc = sysm.moments(Yc[back], idx[back])
+            trc = np.trace(Sc, axis1=1, axis2=2)
+            limit[back] = Sc / np.where(trc > 0, trc, 1.0)[:, None, None]
+    big = np.nonzero(above & ~back)[0]
     if big.size:
         Yb = Y[big] if Yc is None else Yc[big]
         tc = Yb[:, 0]
@@ -231,8 +259,6 @@ def classify(sysm: MomentSystem, Y: np.ndarray, idx: np.ndarray, converge_tol: f
                        f"q={q_l[j]:.3g} > {1.5 * qm_l[j]:g}: faster than the law allows "
                        f"(oscillating growth)")
                 msgs[i] = f"diverging without finite-time blow-up: {at}, {why}"
-    crit = {"absolute": f"|Sigma'|_F <= {converge_tol:g}",
-            "trace": f"tr Sigma <= {converge_tol:g}"}.get(convergence, "")
     for i in np.nonzero(reason == 2)[0]:
         status[i] = Status.CONVERGED
         msgs[i] = f"converged at t={t[i]:.6g} (relative rates <= {converge_tol:g})"

@@ -161,10 +161,47 @@ STIFF_STEPS = 1500  # explicit steps per segment before switching to the implici
 IMPLICIT_STEPS = 500  # Radau steps per segment before giving up (status "max_steps")
 
 
+def _conv_events(sysm: MomentSystem, atol: float, convergence: str, converge_tol: float):
+    """The convergence events of :func:`solve_from_factor`: ``(ev_conv, ev_alg, alg_hit)``.
+
+    ``ev_conv`` is a smooth terminal event (relative rate, or the absolute / trace
+    criterion); ``ev_alg`` the algebraic test of ``convergence="auto"``, stateful: called
+    once per accepted step (and in root finding only after another event fired), and once
+    the test passes at a step end a function of s only that crosses zero just before that
+    step's end (``alg_hit[0]``)."""
+    idx = np.zeros(1, dtype=int)
+    alg = np.full((1, 4), np.inf)
+    alg_hit = [math.inf]
+    if convergence in ("absolute", "trace"):
+        j = 2 if convergence == "absolute" else 3
+
+        def ev_conv(_s, y):
+            r = conv_rates(sysm, y[None], idx, atol)[j][0]
+            return math.log(max(float(r), 1e-300)) - math.log(converge_tol)
+    else:
+        def ev_conv(_s, y):
+            return math.log(max(float(sysm.conv_measure(y[None], idx, atol)[0]), 1e-300)) \
+                - math.log(converge_tol)
+    ev_conv.terminal = True
+    ev_conv.direction = -1
+
+    def ev_alg(s_, y):
+        if convergence == "auto" and alg_hit[0] == math.inf and int(converged_codes(
+                convergence, conv_rates(sysm, y[None], idx, atol), converge_tol, y[None, 0],
+                alg)[0]) == 5:
+            alg_hit[0] = s_ - 1e-12 * max(1.0, abs(s_))
+        return alg_hit[0] - s_ if alg_hit[0] < math.inf else 1.0
+    ev_alg.terminal = True
+    return ev_conv, ev_alg, alg_hit
+
+
 def _continue_past(sysm: MomentSystem, att: Attention, Y: np.ndarray, log_thr_c: float,
-                   rtol: float, atol_vec: np.ndarray, method: str) -> np.ndarray:
-    """State continued from ``Y`` (on the drawing threshold) to size ``exp(log_thr_c)``, the
-    step budget or convergence, without output (for the blow-up test, T* and the limit)."""
+                   rtol: float, atol_vec: np.ndarray, method: str, atol: float,
+                   convergence: str, converge_tol: float) -> tuple[np.ndarray, int]:
+    """State continued from ``Y`` (on the drawing threshold) to size ``exp(log_thr_c)`` (code
+    1), convergence (2, 5, 6) or the step budget (3), without output (for the blow-up test,
+    T* and the limit, or to see a transient crossing converge)."""
+    ev_conv, ev_alg, _ = _conv_events(sysm, atol, convergence, converge_tol)
     idx = np.zeros(1, dtype=int)
     tables = layer_tables(att)
     t0 = float(Y[0])
@@ -199,11 +236,15 @@ def _continue_past(sysm: MomentSystem, att: Attention, Y: np.ndarray, log_thr_c:
             return 1.0 if count[0] <= STIFF_STEPS else -1.0
         ev_budget.terminal = True
         sol = solve_ivp(fun, (s0, 1e300), Y, method=method, rtol=rtol, atol=atol_vec,
-                        events=[ev_size, ev_time, ev_budget])
+                        events=[ev_size, ev_time, ev_budget, ev_conv, ev_alg])
         if sol.status == -1:
             break
         if sol.t_events[0].size:
-            return sol.y_events[0][0]
+            return sol.y_events[0][0], 1
+        if sol.t_events[3].size:
+            return sol.y_events[3][0], 6 if convergence in ("absolute", "trace") else 2
+        if sol.t_events[4].size:
+            return sol.y_events[4][0], 5
         if sol.t_events[1].size:
             Y = sol.y_events[1][0].copy()
             Y[0] = stop
@@ -212,7 +253,7 @@ def _continue_past(sysm: MomentSystem, att: Attention, Y: np.ndarray, log_thr_c:
             continue
         Y = sol.y[:, -1]
         break
-    return Y
+    return Y, 3
 
 
 def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray, *,
@@ -244,7 +285,6 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
     t_lo = t0
     Y = Y0
     alg = np.full((1, 4), np.inf)
-    alg_hit = [math.inf]          # s at which the algebraic-convergence event fires
 
     def fun(_s, y):
         return sysm.rhs(y[None], idx)[0]
@@ -258,27 +298,7 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
         return int(converged_codes(convergence, conv_rates(sysm, y[None], idx, atol),
                                    converge_tol, y[None, 0], alg)[0])
 
-    if convergence in ("absolute", "trace"):
-        j = 2 if convergence == "absolute" else 3
-
-        def ev_conv(_s, y):
-            r = conv_rates(sysm, y[None], idx, atol)[j][0]
-            return math.log(max(float(r), 1e-300)) - math.log(converge_tol)
-    else:
-        def ev_conv(_s, y):
-            return math.log(max(float(sysm.conv_measure(y[None], idx, atol)[0]), 1e-300)) \
-                - math.log(converge_tol)
-    ev_conv.terminal = True
-    ev_conv.direction = -1
-
-    def ev_alg(s_, y):
-        # algebraic convergence ("auto"), stateful: called once per accepted step (and in
-        # root finding only after another event fired); once the test passes at a step end,
-        # a function of s only that crosses zero just before that step's end
-        if convergence == "auto" and alg_hit[0] == math.inf and conv_code(y) == 5:
-            alg_hit[0] = s_ - 1e-12 * max(1.0, abs(s_))
-        return alg_hit[0] - s_ if alg_hit[0] < math.inf else 1.0
-    ev_alg.terminal = True
+    ev_conv, ev_alg, _ = _conv_events(sysm, atol, convergence, converge_tol)
 
     for stop in stops:
         eta = 1e-7 * max(1.0, abs(stop))
@@ -351,10 +371,13 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
             break
 
     Yc = None
-    if reason == 1 and log_thr_c > log_thr and float(sysm.q_max(Y[None, 0], idx)[0]) > 0:
-        Yc = _continue_past(sysm, att, Y.copy(), log_thr_c, rtol, atol_vec, method)[None]
+    creason = np.array([-1])
+    if reason == 1 and log_thr_c > log_thr:
+        Yc_, creason[0] = _continue_past(sysm, att, Y.copy(), log_thr_c, rtol, atol_vec, method,
+                                         atol, convergence, converge_tol)
+        Yc = Yc_[None]
     status, Tstar, limit, msgs = classify(sysm, Y[None], idx, converge_tol,
-                                          np.array([reason]), Yc, convergence)
+                                          np.array([reason]), Yc, convergence, creason, log_thr)
     if reason == 3:
         msgs[0] = (f"stopped at t={Y[0]:.6g} before t_max={t_max:g}: step budget "
                    f"({STIFF_STEPS} explicit + {IMPLICIT_STEPS} implicit steps per segment) "
