@@ -4,8 +4,17 @@ One field evaluation of N tokens costs N² query–key pair interactions (masked
 skips about half of them; its rate is still quoted per N², the work an unmasked
 evaluation would do, so that rows compare wall time).  For each kind (softmax, l2,
 masked softmax), N and d this script times ``transformer_pde.velocity`` with the Numba
-backend (float64 and, for softmax, float32), the NumPy reference and, when installed,
-pykeops on the CPU (softmax and l2 only: KeOps has no prefix masking).
+backend (float64 and, for softmax, float32; for d >= 16 also its streaming kernels
+forced, ``NumbaBackend(kernel="streaming")``, to show the crossover to the tiled ones),
+the NumPy reference (the chunked BLAS-logits, exp, BLAS-values computation of
+``transformer_pde.backends.numpy_backend``) and, when installed, pykeops on the CPU
+(softmax and l2 only: KeOps has no prefix masking).
+
+The machine's multiply-add peak is measured in the same run as the best of three
+float64 products of two 2048×2048 matrices with NumPy (OpenBLAS, all cores): 2048³
+multiply-adds over the wall time, and over the process CPU time.  A softmax pair costs
+2·d multiply-adds (d for its logit, d for its value sum), so the "% DGEMM" column is
+numba f64 pairs per CPU-second × 2d over the DGEMM's multiply-adds per CPU-second.
 
 Large N are timed on a subset of M ≥ 1024 queries against all N keys (the rate
 M·N / time is what a full evaluation achieves: every query does the same work),
@@ -19,6 +28,7 @@ Usage::
 
     python benchmarks/particles.py            # full grid, writes benchmarks/results/particles.json
     python benchmarks/particles.py --quick    # N <= 2e4, d <= 8: writes particles_quick.json
+    python benchmarks/particles.py --ns 20000 --dims 2,8,32,64,128   # the README's table
 
 The machine may be shared: the load average before and after is recorded.  The table
 gives the Numba wall-clock rate, then rates per CPU-second (pairs divided by the CPU time
@@ -105,6 +115,20 @@ def _measure(call, n: int, min_time: float, m0: int = 1024):
             "pairs_per_cpu_s": m * n / max(t_cpu, 1e-9), "peak_mb": peak / 2**20}
 
 
+def dgemm_peak(n: int = 2048, repeats: int = 3) -> dict:
+    """Multiply-adds per second of NumPy's float64 matrix product (n×n by n×n)."""
+    rng = np.random.default_rng(0)
+    a, b = rng.random((n, n)), rng.random((n, n))
+    a @ b
+    best, best_cpu = np.inf, np.inf
+    for _ in range(repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+        best_cpu = min(best_cpu, time.process_time() - c0)
+    return {"n": n, "fma_per_s": n**3 / best, "fma_per_cpu_s": n**3 / best_cpu}
+
+
 def _velocity_call(att, X, pos, backend, dtype):
     Xd = X.astype(dtype)
 
@@ -149,24 +173,32 @@ def _have_keops() -> bool:
     return True
 
 
-def run(quick: bool, min_time: float, numpy_max_n: int) -> dict:
+def run(quick: bool, min_time: float, numpy_max_n: int, ns=None, ds=None, kinds=None) -> dict:
     import numba
 
+    from transformer_pde.backends.numba_backend import NumbaBackend
+
     rng = np.random.default_rng(0)
-    ns = [1000, 4000, 20000] if quick else [1000, 4000, 20000, 100000]
-    ds = [2, 8] if quick else [2, 8, 32]
-    kinds = ["softmax", "masked softmax"] if quick else ["softmax", "l2", "masked softmax"]
+    ns = ns or ([1000, 4000, 20000] if quick else [1000, 4000, 20000, 100000])
+    ds = ds or ([2, 8] if quick else [2, 8, 32, 64, 128])
+    kinds = kinds or (["softmax", "masked softmax"] if quick
+                      else ["softmax", "l2", "masked softmax"])
     keops = _have_keops()
+    streaming = NumbaBackend(kernel="streaming")
     rows = []
     for kind in kinds:
         for d in ds:
             att = _attention(kind, d, rng)
             for n in ns:
+                if d >= 64 and n > 20000:          # minutes per row on 2 cores
+                    continue
                 X = rng.normal(size=(n, d))
                 pos = rng.random(n) if att.masked else None
                 backends = [("numba", np.float64)]
                 if kind == "softmax":
                     backends.append(("numba", np.float32))
+                if d >= 16:
+                    backends.append(("numba-streaming", np.float64))
                 if n <= numpy_max_n:
                     backends.append(("numpy", np.float64))
                 if keops and not att.masked:
@@ -174,12 +206,14 @@ def run(quick: bool, min_time: float, numpy_max_n: int) -> dict:
                 for be, dtype in backends:
                     if be == "keops":
                         call = _keops_call(att, X, dtype)
+                    elif be == "numba-streaming":
+                        call = _velocity_call(att, X, pos, streaming, dtype)
                     else:
                         call = _velocity_call(att, X, pos, be, dtype)
                     res = _measure(call, n, min_time)
                     res.update(kind=kind, n=n, d=d, backend=be, dtype=np.dtype(dtype).name)
                     rows.append(res)
-                    print(f"{kind:15s} N={n:6d} d={d:2d} {be:6s} {res['dtype']:8s} "
+                    print(f"{kind:15s} N={n:6d} d={d:3d} {be:15s} {res['dtype']:8s} "
                           f"M={res['queries']:6d} {res['pairs_per_s']:9.3g} pairs/s "
                           f"({res['pairs_per_cpu_s']:9.3g} per CPU-s) "
                           f"peak {res['peak_mb']:7.2f} MB", flush=True)
@@ -206,14 +240,17 @@ def memory_child(n: int, d: int) -> dict:
             "maxrss_growth_mb": rss1 - rss0}
 
 
-def _table(rows: list[dict]) -> str:
+def _table(rows: list[dict], peak: dict | None = None) -> str:
     """Markdown table: numba wall rate, then per-CPU-second rates and their ratios."""
     by = {}
     for r in rows:
         by.setdefault((r["kind"], r["n"], r["d"]), {})[(r["backend"], r["dtype"])] = r
-    head = ("| kind | N | d | numba f64 wall | numba f64 | numba f32 | NumPy | pykeops "
-            "| numba/NumPy | numba/keops | f32/f64 | peak MB numba f64 |")
-    lines = [head, "|" + "---|" * 12]
+    keops = any(r["backend"] == "keops" for r in rows)
+    head = ("| kind | N | d | numba f64 wall | numba f64 | numba f32 | streaming f64 | NumPy "
+            + ("| pykeops " if keops else "")
+            + "| numba/NumPy | " + ("numba/keops | " if keops else "")
+            + "f32/f64 | % DGEMM | peak MB numba f64 |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
 
     def rate(cell):
         return f"{cell['pairs_per_cpu_s']:.3g}" if cell else "–"
@@ -224,9 +261,15 @@ def _table(rows: list[dict]) -> str:
     for (kind, n, d), c in by.items():
         nb, nb32 = c.get(("numba", "float64")), c.get(("numba", "float32"))
         ref, ko = c.get(("numpy", "float64")), c.get(("keops", "float64"))
+        st = c.get(("numba-streaming", "float64"))
+        pct = "–"
+        if peak and kind != "masked softmax":   # masked rates are quoted per N², not per pair
+            pct = f"{100 * nb['pairs_per_cpu_s'] * 2 * d / peak['fma_per_cpu_s']:.0f}%"
         lines.append(f"| {kind} | {n} | {d} | {nb['pairs_per_s']:.3g} | {rate(nb)} | "
-                     f"{rate(nb32)} | {rate(ref)} | {rate(ko)} | {ratio(nb, ref)} | "
-                     f"{ratio(nb, ko)} | {ratio(nb32, nb)} | {nb['peak_mb']:.1f} |")
+                     f"{rate(nb32)} | {rate(st)} | {rate(ref)} | "
+                     + (f"{rate(ko)} | " if keops else "")
+                     + f"{ratio(nb, ref)} | " + (f"{ratio(nb, ko)} | " if keops else "")
+                     + f"{ratio(nb32, nb)} | {pct} | {nb['peak_mb']:.1f} |")
     return "\n".join(lines)
 
 
@@ -240,6 +283,12 @@ def main(argv=None) -> int:
                     help="largest N timed with the NumPy reference")
     ap.add_argument("--memory-n", type=int, default=None,
                     help="N of the full-evaluation memory check (default 1e5; quick: skipped)")
+    ap.add_argument("--ns", type=lambda t: [int(float(x)) for x in t.split(",")], default=None,
+                    help="comma-separated token counts N (default: the grid's)")
+    ap.add_argument("--dims", type=lambda t: [int(x) for x in t.split(",")], default=None,
+                    help="comma-separated dimensions d (default 2,8,32,64,128; quick 2,8)")
+    ap.add_argument("--kinds", type=lambda t: t.split(","), default=None,
+                    help="comma-separated kinds among softmax,l2,masked softmax")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--memory-child", nargs=2, type=int, metavar=("N", "D"),
                     help="only evaluate one full softmax field of N tokens in dimension D "
@@ -257,8 +306,15 @@ def main(argv=None) -> int:
             "cpu_count": os.cpu_count(), "numba": numba.__version__, "numpy": np.__version__,
             "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "loadavg_before": _load()}
-    res = run(args.quick, min_time, args.numpy_max_n)
-    mem_n = args.memory_n if args.memory_n is not None else (0 if args.quick else 100_000)
+    peak = dgemm_peak()
+    meta["dgemm_peak"] = peak
+    print(f"load average {meta['loadavg_before']}; float64 DGEMM 2048^3 (NumPy): "
+          f"{peak['fma_per_s'] / 1e9:.1f} GFMA/s wall, "
+          f"{peak['fma_per_cpu_s'] / 1e9:.1f} GFMA per CPU-s", flush=True)
+    res = run(args.quick, min_time, args.numpy_max_n, args.ns, args.dims, args.kinds)
+    grid = args.ns or args.dims or args.kinds
+    mem_n = args.memory_n if args.memory_n is not None else (
+        0 if args.quick or grid else 100_000)
     mem = None
     if mem_n:
         out = subprocess.run([sys.executable, __file__, "--memory-child", str(mem_n), "8"],
@@ -269,13 +325,15 @@ def main(argv=None) -> int:
               f"{mem['tracemalloc_peak_mb']:.1f} MB, max RSS {mem['maxrss_after_mb']:.0f} MB "
               f"(+{mem['maxrss_growth_mb']:.0f} MB during the evaluation)")
     meta["loadavg_after"] = _load()
-    table = _table(res["rows"])
+    table = _table(res["rows"], peak)
     print()
     print(table)
     print(f"\nnumba threads: {res['numba_threads']}; load average before/after: "
           f"{meta['loadavg_before']} / {meta['loadavg_after']}; pykeops: "
           f"{'yes' if res['keops'] else 'not installed'}")
-    out_path = args.out or RESULTS / ("particles_quick.json" if args.quick else "particles.json")
+    default = ("particles_quick.json" if args.quick
+               else "particles_grid.json" if grid else "particles.json")
+    out_path = args.out or RESULTS / default
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps({"meta": meta, **res, "memory_check": mem, "table": table},
                                    indent=1))

@@ -1,23 +1,23 @@
 r"""Blow-up and divergence of 2-D Gaussians, seen in the trace-normalised slice of the PSD cone.
 
-Reproduces the paper's pair of "blow-up / divergence slice" figures (Castin, Ablin, Carrillo,
+Beyond the paper: blow-up / divergence slices in the style of the paper's figure (Castin, Ablin, Carrillo,
 Peyré 2025, Section 4, Gaussian initial data): for one set of parameters :math:`(Q, K, V)`,
 the covariance :math:`\Sigma(t)` of a Gaussian token measure evolves under softmax,
 multi-head (two heads), L2 and Sinkhorn attention, and each trajectory is drawn as
 :math:`\Sigma/\operatorname{tr}\Sigma` in the unit disc (boundary = rank-one matrices, centre =
 :math:`I/2`).  Softmax (single and multi-head) blows up in finite time; L2 and Sinkhorn cannot
-(SPEC) and diverge as :math:`t\to\infty`.  Two parameter sets give the two figures:
+(:func:`transformer_pde.gaussian.blowup_law`) and diverge as :math:`t\to\infty`.  Two parameter sets give the two figures:
 
 * ``figures/blowup_slice_symmetric.png``: :math:`V = I`, :math:`Q = \begin{pmatrix}1 & 0.5\\
   -0.3 & 1\end{pmatrix}`, :math:`K = I`;
 * ``figures/blowup_slice_rotation.png``: :math:`V = \begin{pmatrix}1 & -1\\ 1 & 1\end{pmatrix}`
   (expansion and rotation), same :math:`Q, K`.
 
-Scalings (passed explicitly, as the paper's figures used them, see ``SPEC.md``): softmax
+Scalings (passed explicitly, as the paper's figures used them, see ``docs/conventions.md``): softmax
 :math:`A = K^\top Q/\sqrt d` (multi-head: :math:`1/\sqrt k` per head, :math:`k = 1` here), L2
 kernel :math:`\exp(-|Qx/\sqrt d - Ky|^2)` (``l2_beta = 1``, :math:`Q/\sqrt d`), Sinkhorn unscaled
 with :math:`\varepsilon = 1`; runs stop at :math:`\operatorname{tr}\Sigma = 10^3` like the
-paper's.  Unlike the paper (projected explicit Euler, :math:`h = 0.01`) the moment ODE is
+paper's.  These are not the paper's matrices (``examples/paper_blowup.py`` redraws its figure); the moment ODE is
 solved by the exact adaptive solvers of :mod:`transformer_pde.gaussian`
 (:func:`transformer_pde.paper.solve_paths`).
 

@@ -1,9 +1,9 @@
 r"""Convergent covariance dynamics of 2-D Gaussians in the PSD cone (three figures).
 
-Reproduces the paper's three phase plots of converging Gaussian runs (Castin, Ablin,
+Beyond the paper: three closed-form cases of the paper's phase plots of converging Gaussian runs (Castin, Ablin,
 Carrillo, Peyré 2025, Section 4, Gaussian initial data): covariance trajectories
 :math:`t\mapsto\Sigma(t)` of softmax attention drawn in the cone of 2×2 PSD matrices,
-:math:`(u, w, v) = (a - b, 2c, a + b)` (``SPEC.md``), starting from 24 covariances of trace 1:
+:math:`(u, w, v) = (a - b, 2c, a + b)` (``docs/conventions.md``), starting from 24 covariances of trace 1:
 
 ``figures/cone_convergence_zero.png`` -- convergence to zero.
     :math:`V = -I`, :math:`Q = K = I`: :math:`\Sigma' = -\sqrt2\,\Sigma^2`, so
@@ -22,7 +22,8 @@ Carrillo, Peyré 2025, Section 4, Gaussian initial data): covariance trajectorie
     :math:`\Sigma_0`.  The same :math:`Q, K, V` with one head give :math:`A = -I` and
     :math:`\Sigma \to 0`: the plane is a multi-head effect.
 
-The paper's parameter values are not restated in ``SPEC.md``; these parameters are chosen to
+These are not the paper's parameters (``examples/paper_zero.py``, ``paper_line.py`` and
+``paper_plane.py`` redraw its figures with them); these are chosen to
 exhibit each behaviour, with the paper's scalings passed explicitly (softmax score divided by
 :math:`\sqrt d`, by :math:`\sqrt k = 1` per head for multi-head; see
 :func:`transformer_pde.paper.paper_attention`).  The moment ODE is solved with the exact adaptive

@@ -1,6 +1,6 @@
 r"""Convergence or blow-up depending on the initial covariance (2-D softmax Gaussians).
 
-Reproduces the paper's figure showing that, for fixed attention parameters, the Gaussian
+Beyond the paper: a second example of the paper's finding that, for fixed attention parameters, the Gaussian
 dynamics can converge for some initial data and blow up in finite time for others (Castin,
 Ablin, Carrillo, Peyré 2025, Section 4, Gaussian initial data).  With softmax attention the
 moment ODE :math:`\Sigma' = V\Sigma A\Sigma + \Sigma A^\top\Sigma V^\top` is homogeneous of
@@ -10,14 +10,14 @@ attracted to rank-one stationary covariances (:math:`V\Sigma A = 0` is impossibl
 :math:`V, A`, but :math:`\Sigma' = 0` has rank-one solutions), others to a blow-up direction.
 
 Parameters (found by a small random search for a case with both outcomes, rounded to one
-decimal; the paper's own values are not restated in ``SPEC.md``):
+decimal; ``examples/paper_initial.py`` redraws the paper's figure with its own values):
 :math:`V = \begin{pmatrix}-1.4 & -1.2\\ -1.3 & -0.6\end{pmatrix}`,
 :math:`Q = \begin{pmatrix}1.4 & -1.6\\ 0.9 & 1.3\end{pmatrix}`,
 :math:`K = \begin{pmatrix}-0.4 & -0.7\\ 0.5 & 1.2\end{pmatrix}`, with the paper's softmax scaling
 :math:`A = K^\top Q/\sqrt d` passed explicitly; 48 initial covariances of trace 1 on a circle
 of the trace-normalised disc; runs stop at :math:`\operatorname{tr}\Sigma = 10^3` (the paper's
 threshold) or :math:`t = 60`.  Solved with the exact adaptive solvers of
-:mod:`transformer_pde.gaussian` (the paper used projected explicit Euler, :math:`h = 0.01`).
+:mod:`transformer_pde.gaussian` (the paper used projected explicit Euler).
 
 Writes ``figures/initial_data_dichotomy.png``: left, the trace-normalised slice; right, the
 cone (cut at :math:`\operatorname{tr}\Sigma = 3`); red = finite-time blow-up, blue = converged,

@@ -1,19 +1,19 @@
 r"""Rank histograms of the limit covariance, d = 3, 4, 5, softmax and L2, V = I and V random.
 
-Reproduces the paper's rank histograms (Castin, Ablin, Carrillo, Peyré 2025, Section 4,
-Gaussian initial data): over many random draws of the parameters and of the initial
+Beyond the paper: rank histograms over *square* random :math:`Q, K` -- not the paper's
+experiment, which ``examples/paper_ranks.py`` and ``examples/configs/paper_ranks.toml`` run
+(Castin, Ablin, Carrillo, Peyré 2025, Section 4): over many random draws of the parameters and of the initial
 covariance, the numerical rank of the limit of :math:`\Sigma(t)` -- of
 :math:`\Sigma/\operatorname{tr}\Sigma` for runs that blow up or diverge.  Each draw
 (:func:`transformer_pde.paper.rank_sweep`): :math:`Q, K` with i.i.d. :math:`N(0,1)` entries,
 :math:`V = I` or i.i.d. :math:`N(0,1)`, :math:`\Sigma_0 = FF^\top/d` with :math:`F` standard
 normal, mean 0.
 
-Scalings passed explicitly, as in the paper's figures (``SPEC.md``): softmax
+Scalings passed explicitly, as in the paper's figures (``docs/conventions.md``): softmax
 :math:`A = K^\top Q/\sqrt d`; L2 kernel :math:`\exp(-|Qx/\sqrt d - Ky|^2)` (``l2_beta = 1``).
 Runs stop at :math:`\operatorname{tr}\Sigma = 10^3` (the paper's threshold) or :math:`t = 30`;
-the moment ODE is solved by the exact adaptive :func:`transformer_pde.gaussian.solve_batch`
-(the paper used projected explicit Euler, :math:`h = 0.01`).  Rank: eigenvalues of
-:math:`\Sigma/\operatorname{tr}\Sigma` above ``1e-3`` times the largest.  For a finite-time
+the moment ODE is solved by the exact adaptive :func:`transformer_pde.gaussian.solve_batch`.  Rank:
+eigenvalues of :math:`\Sigma/\operatorname{tr}\Sigma` above ``1e-3`` times the largest.  For a finite-time
 blow-up the solver extrapolates the shape to :math:`T^*`, so the rank-one limit is clean; for a
 run that diverges exponentially the shape at :math:`\operatorname{tr}\Sigma = 10^3` still has
 small eigenvalues whose ratio to the largest depends on the growth rates, so the histogram

@@ -225,3 +225,12 @@ def test_gaussian_defaults_are_the_library_defaults(tmp_path):
                          t_eval=np.linspace(0.0, 0.5, 3))
     with np.load(tmp_path / "o" / "gaussian.npz") as z:
         np.testing.assert_array_equal(z["covs"], ref.covs)
+
+
+@pytest.mark.parametrize("name", [[], {}, 3, None])
+def test_solver_table_with_a_name_of_the_wrong_type_is_a_config_error(name):
+    from transformer_pde.cli.config import build_solver
+    from transformer_pde.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"run\.solver\.name"):
+        build_solver({"name": name}, "run.solver")

@@ -504,8 +504,8 @@ def test_classify_synthetic_laws():
     # rotating covariance of constant size: still moving
     rot = [np.array([[np.cos(s), -np.sin(s)], [np.sin(s), np.cos(s)]]) for s in t]
     covs = [R @ np.diag([2.0, 1.0]) @ R.T for R in rot]
-    assert D.classify(_gaussian_traj(t, covs)).kind == "undecided"
-    assert D.classify(_gaussian_traj(t[:3], np.ones((3, 1, 1)))).kind == "undecided"
+    assert D.classify(_gaussian_traj(t, covs)).kind == "ok"  # undecided
+    assert D.classify(_gaussian_traj(t[:3], np.ones((3, 1, 1)))).kind == "ok"
 
 
 def test_classify_gaussian_solver_runs():
@@ -600,3 +600,134 @@ def test_mean_field_rate_n_to_minus_half():
     # 16 seeds per N: the mean error has ~ 1/sqrt(2*16) = 18 % relative spread, i.e.
     # +-0.13 on a slope fitted over a factor 16 in N: accept [-0.8, -0.3]
     assert -0.8 <= slope <= -0.3
+
+
+# ------------------------------------------------------------- issue 13 item 2: classify
+def _particle_traj(att, t, scale, status="ok"):
+    X0 = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]])
+    states = scale[:, None, None] * X0[None]
+    return SimpleNamespace(times=t, states=states, weights=np.full(3, 1 / 3), attention=att,
+                           status=status)
+
+
+def test_classify_uses_the_results_status_vocabulary():
+    from transformer_pde.results import Status
+
+    t = np.linspace(0, 5, 101)
+    c = D.classify(_gaussian_traj(t, np.exp(2 * t)[:, None, None]))
+    assert isinstance(c.kind, Status) and c.status is c.kind is Status.DIVERGING
+    # an undecided run that ended early keeps its own status
+    rot = SimpleNamespace(times=t[:3], means=np.zeros((3, 1)), covs=np.ones((3, 1, 1)),
+                          status="nonfinite")
+    assert D.classify(rot).kind is Status.NONFINITE
+
+
+def test_classify_readme_linear_blowup_with_max_norm_stop():
+    # x' = x^3/2 (one token, linear attention), x(0) = 1: x = (1 - t)^(-1/2), T* = 1.  The
+    # run stops at max_norm = 100 and saves the overshoot state (4e24 at t = 1.01), which
+    # broke the c/(T* - t) fit ("diverging"); it is left out now.
+    att = tp.Attention("linear", [[1.0]], [[0.5]], [[1.0]])
+    from transformer_pde.errors import EarlyStopWarning
+
+    with pytest.warns(EarlyStopWarning):
+        blow = tp.simulate(att, np.array([[1.0]]), t_max=5.0, dt=0.01,
+                           limits=tp.Limits(max_norm=100.0))
+    assert blow.status == "blowup"
+    c = D.classify(blow)
+    assert c.kind == "blowup" and c.evidence["excluded_overshoot"]
+    assert c.blowup_time == pytest.approx(1.0, abs=0.02)
+
+
+@pytest.mark.parametrize("kind", ["softmax", "l2", "sinkhorn"])
+def test_classify_normalised_particle_flows_never_blow_up(kind):
+    # |Gamma(x)| <= ||V|| max|x| for normalised kinds: at most exponential growth.  A
+    # trajectory whose second moment follows c/(T* - t) exactly is fitted best by the
+    # blow-up law, but for these kinds it can only be "diverging".
+    t = np.linspace(0, 0.9, 91)
+    scale = 1 / np.sqrt(1 - t)
+    att = tp.Attention(kind, np.eye(2), np.eye(2), 3 * np.eye(2))
+    c = D.classify(_particle_traj(att, t, scale))
+    assert c.kind == "diverging" and c.blowup_time is None
+    assert c.evidence["growth_bound"] == pytest.approx(3.0)
+    # stopped at max_norm: still diverging
+    assert D.classify(_particle_traj(att, t, scale, status="blowup")).kind == "diverging"
+    # the same curve from linear attention (which can blow up) is a blow-up
+    lin = tp.Attention("linear", np.eye(2), np.eye(2), 3 * np.eye(2))
+    c = D.classify(_particle_traj(lin, t, scale))
+    assert c.kind == "blowup" and c.blowup_time == pytest.approx(1.0, rel=1e-6)
+
+
+def test_exponential_growth_bound():
+    from transformer_pde.diagnostics import exponential_growth_bound as bound
+
+    V = np.diag([1.0, 2.0, 3.0, 4.0])
+    att = tp.Attention("softmax", np.eye(4), np.eye(4), V, heads=2, W_O=2 * np.eye(4))
+    traj = SimpleNamespace(states=np.zeros((1, 1, 4)), attention=att)
+    assert bound(traj) == pytest.approx(2 * math.sqrt(2.0 ** 2 + 4.0 ** 2))
+    layers = tp.Layers(np.stack([np.eye(2), 5 * np.eye(2)]))
+    traj = SimpleNamespace(states=np.zeros((1, 1, 2)),
+                           attention=tp.Attention("softmax", np.eye(2), np.eye(2), layers))
+    assert bound(traj) == pytest.approx(5.0)
+    callable_v = tp.Attention("softmax", np.eye(2), np.eye(2), lambda s: np.eye(2) / (1 - s))
+    assert bound(SimpleNamespace(states=np.zeros((1, 1, 2)), attention=callable_v)) is None
+    assert bound(SimpleNamespace(states=np.zeros((1, 1, 2)),
+                                 attention=tp.Attention("linear", np.eye(2), np.eye(2),
+                                                        np.eye(2)))) is None
+    assert bound(SimpleNamespace(times=[0.0], means=[[0.0]], covs=[[[1.0]]])) is None
+
+
+# ------------------------------------------------------------- issue 13 item 7: clusters
+@pytest.mark.parametrize("spread", [1e-3, 0.05, 0.3])
+def test_clusters_default_finds_separated_blobs_at_any_spread(spread):
+    rng = np.random.default_rng(11)
+    centres = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    X = np.concatenate([c + spread * rng.normal(size=(40, 2)) for c in centres])
+    res = D.clusters(X)
+    assert res.n_clusters == 3
+    # each blob is one cluster
+    assert all(len(set(res.labels[40 * k:40 * (k + 1)])) == 1 for k in range(3))
+    # invariant under rotation, scaling, translation, permutation
+    perm = rng.permutation(X.shape[0])
+    R = np.array([[0.6, -0.8], [0.8, 0.6]])
+    assert D.clusters(7.0 * X[perm] @ R.T - 2.0).n_clusters == 3
+    # the fixed scale is still available (and splits moderate blobs)
+    if spread == 0.3:
+        assert D.clusters(X, tol=1e-2).n_clusters > 3
+
+
+def test_clusters_default_single_cloud_and_collapsed_tokens():
+    rng = np.random.default_rng(12)
+    for d in (1, 2, 3):
+        assert D.clusters(rng.normal(size=(200, d))).n_clusters == 1
+    # tokens collapsed onto three points (round-off apart), and exact duplicates
+    C = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    assert D.clusters(np.repeat(C, 10, axis=0) + 1e-13 * rng.normal(size=(30, 2))).n_clusters == 3
+    assert D.clusters(np.repeat(C, 10, axis=0)).n_clusters == 3
+    assert D.clusters(np.ones((5, 2))).n_clusters == 1
+    assert D.clusters([[1.0, 2.0]]).n_clusters == 1
+    # two coincident tokens inside a spread cloud are not a group of their own
+    X = rng.normal(size=(100, 2))
+    X[1] = X[0]
+    assert D.clusters(X).n_clusters == 1
+
+
+def test_clusters_default_large_clouds_use_the_knn_tree():
+    from transformer_pde.diagnostics.clustering import EXACT_MST_MAX, _mst_edges
+
+    rng = np.random.default_rng(13)
+    C = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0], [30.0, 30.0]])
+    n = EXACT_MST_MAX // 3
+    X = np.concatenate([c + 0.3 * rng.normal(size=(n, 2)) for c in C])
+    res = D.clusters(X)
+    assert res.n_clusters == 4 and np.allclose(res.masses, 0.25)
+    # the k-NN tree with Boruvka joins is the exact minimum spanning tree here
+    small = X[rng.choice(X.shape[0], 600, replace=False)]
+    exact = np.sort(_mst_edges(small)[2])
+    import transformer_pde.diagnostics.clustering as clu
+    old = clu.EXACT_MST_MAX
+    try:
+        clu.EXACT_MST_MAX = 10
+        approx = np.sort(_mst_edges(small)[2])
+    finally:
+        clu.EXACT_MST_MAX = old
+    np.testing.assert_allclose(approx, exact, rtol=1e-12)

@@ -144,6 +144,123 @@ def test_pointwise(phi, dtype, rtol, data):
     assert np.all(np.abs(out - ref) <= rtol * scale + tiny)
 
 
+# --------------------------------------------------------------------------- tiled kernels
+TILED = NumbaBackend(kernel="tiled")
+
+
+@st.composite
+def tiled_problems(draw, dtype=np.float64):
+    """Widths around Transformer head sizes; M, N, r, c rarely multiples of the tiles."""
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    m = draw(st.integers(1, 60))
+    n = draw(st.integers(1, 300))          # > 2 key blocks of KBLOCK = 128: rescaling
+    r = draw(st.sampled_from([1, 5, 16, 17, 31, 64, 130]))
+    c = draw(st.sampled_from([0, 1, 3, 16, 33]))
+    scale = draw(st.sampled_from([0.0, 1.0, 30.0]))
+    q = rng.normal(size=(m, r)) * np.sqrt(scale / max(r, 1))
+    k = rng.normal(size=(n, r)) * np.sqrt(scale)
+    v = rng.normal(size=(n, c))
+    bias = np.log(rng.uniform(0.1, 1.0, n))
+    if draw(st.booleans()):
+        bias[rng.random(n) < draw(st.sampled_from([0.1, 0.5, 0.95]))] = -np.inf
+    limits = None
+    if draw(st.booleans()):
+        limits = rng.integers(0, n + 1, m)
+        limits[0] = draw(st.sampled_from([0, n]))
+    return tuple(a.astype(dtype) for a in (q, k, v, bias)) + (limits,)
+
+
+@settings(max_examples=40)
+@given(tiled_problems())
+def test_tiled_softmax_matches_reference(p):
+    q, k, v, bias, limits = p
+    out, lse = TILED.softmax(q, k, v, bias, limits)
+    ref_out, ref_lse = REF.softmax(q, k, v, bias, limits)
+    assert out.shape == ref_out.shape and out.dtype == lse.dtype == np.float64
+    cond = max(1.0, _logit_scale(q, k, bias) / 100.0)
+    vmax = np.abs(v).max(initial=0.0)
+    np.testing.assert_allclose(out, ref_out, rtol=0, atol=1e-12 * cond * vmax)
+    assert np.array_equal(np.isneginf(lse), np.isneginf(ref_lse))
+    fin = np.isfinite(ref_lse)
+    np.testing.assert_allclose(lse[fin], ref_lse[fin], rtol=1e-12, atol=1e-12 * cond)
+    np.testing.assert_array_equal(TILED.lse(q, k, bias, limits), lse)
+
+
+@settings(max_examples=20)
+@given(tiled_problems(np.float32))
+def test_tiled_softmax_float32(p):
+    q, k, v, bias, limits = p
+    out, lse = TILED.softmax(q, k, v, bias, limits)
+    assert out.dtype == lse.dtype == np.float32
+    ref_out, ref_lse = REF.softmax(*[a.astype(np.float64) for a in (q, k, v, bias)], limits)
+    cond = max(1.0, _logit_scale(q, k, bias))
+    np.testing.assert_allclose(out, ref_out, rtol=0,
+                               atol=1e-5 * cond * np.abs(v).max(initial=0.0))
+    fin = np.isfinite(ref_lse)
+    assert np.array_equal(fin, np.isfinite(lse))
+    np.testing.assert_allclose(lse[fin], ref_lse[fin], rtol=1e-5, atol=1e-5 * cond)
+
+
+@pytest.mark.parametrize("phi", ["identity", "sigmoid", "relu"])
+@settings(max_examples=15)
+@given(p=tiled_problems())
+def test_tiled_pointwise_matches_reference(phi, p):
+    q, k, v, bias, limits = p
+    w = np.exp(bias)
+    out = TILED.pointwise(phi, q, k, v, w, limits)
+    ref = REF.pointwise(phi, q, k, v, w, limits)
+    assert out.shape == ref.shape
+    s = np.abs(q) @ np.abs(k).T
+    if limits is not None:
+        s = np.where(np.arange(k.shape[0])[None, :] < limits[:, None], s, 0.0)
+    scale = (s * w[None, :]) @ np.abs(v) + w @ np.abs(v)
+    assert np.all(np.abs(out - ref) <= 1e-12 * scale + 1e-300)
+
+
+def test_tiled_is_the_auto_choice_for_wide_heads():
+    assert NB.kernel_for(64) == NB.kernel_for(16) == "tiled"
+    assert NB.kernel_for(8) == "streaming"
+    assert NB.kernel_for(16, np.float32) == "streaming"
+    assert NB.kernel_for(32, np.float32) == "tiled"
+    assert NumbaBackend(kernel="streaming").kernel_for(128) == "streaming"
+    with pytest.raises(ValueError, match="kernel"):
+        NumbaBackend(kernel="blas")
+
+
+def test_tiled_results_do_not_depend_on_thread_count(rng):
+    q, k, v = rng.normal(size=(97, 20)), rng.normal(size=(700, 20)), rng.normal(size=(700, 18))
+    limits = rng.integers(0, 701, 97)
+    one = NumbaBackend(n_threads=1, kernel="tiled").softmax(q, k, v, None, limits)
+    many = TILED.softmax(q, k, v, None, limits)
+    np.testing.assert_array_equal(one[0], many[0])
+    np.testing.assert_array_equal(one[1], many[1])
+
+
+def test_tiled_masked_query_never_reads_past_its_prefix(rng):
+    q, k, v = rng.normal(size=(30, 20)), rng.normal(size=(600, 20)), rng.normal(size=(600, 5))
+    limits = rng.integers(0, 300, 30)
+    k_bad, v_bad = k.copy(), v.copy()
+    k_bad[300:], v_bad[300:] = np.nan, np.nan
+    out, _ = TILED.softmax(q, k_bad, v_bad, None, limits)
+    np.testing.assert_allclose(out, REF.softmax(q, k, v, None, limits)[0], rtol=0,
+                               atol=1e-12 * np.abs(v).max())
+
+
+@pytest.mark.parametrize("kind", ["softmax", "l2", "sigmoid"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_velocity_wide_heads_match_numpy(kind, masked, rng):
+    # d = 40 with two heads of width 20 (tiled kernels) and an output matrix
+    d = 40
+    att = tp.Attention(kind, rng.normal(size=(d, d)) / d, rng.normal(size=(d, d)) / d,
+                       rng.normal(size=(d, d)) / np.sqrt(d), heads=2, masked=masked)
+    X = rng.normal(size=(333, d))
+    pos = rng.random(333) if masked else None
+    ref = tp.velocity(att, X, positions=pos, backend="numpy")
+    got = tp.velocity(att, X, positions=pos, backend="numba")
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12 * np.abs(ref).max())
+
+
 def test_masked_query_never_reads_past_its_prefix(rng):
     # keys beyond every query's prefix are NaN: a kernel that touched them would say so
     q, k, v = rng.normal(size=(30, 3)), rng.normal(size=(600, 3)), rng.normal(size=(600, 2))
@@ -303,3 +420,48 @@ def test_simulate_numba_equals_numpy(kind, masked, heads, rng):
     assert runs[0].status == runs[1].status == "ok"
     # 10 RK4 steps of a Lipschitz flow: per-step 1e-15 discrepancies stay far below 1e-11
     np.testing.assert_allclose(runs[1].states, runs[0].states, rtol=1e-11, atol=1e-11)
+
+
+# --------------------------------------------------------------------------- threads
+_CONCURRENT = """
+import threading
+import numpy as np
+import transformer_pde as tp
+rng = np.random.default_rng(0)
+att = tp.Attention("softmax", np.eye(4), np.eye(4), np.eye(4))
+X = rng.normal(size=(1500, 4))
+ref = tp.velocity(att, X, backend="numpy")
+bad = []
+def work():
+    for _ in range(4):
+        out = tp.velocity(att, X, backend="numba")
+        if not np.allclose(out, ref, rtol=1e-12, atol=1e-14):
+            bad.append(1)
+ts = [threading.Thread(target=work) for _ in range(4)]
+for t in ts: t.start()
+for t in ts: t.join()
+import numba
+print(numba.threading_layer(), len(bad))
+"""
+
+
+@pytest.mark.parametrize("layer", ["workqueue", "default"])
+def test_concurrent_calls_are_safe_under_every_threading_layer(layer):
+    # regression: with NUMBA_THREADING_LAYER=workqueue two Python threads launching
+    # parallel kernels at once aborted the process (SIGABRT)
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, NUMBA_NUM_THREADS="2",
+               PYTHONPATH=str(Path(tp.__file__).resolve().parents[1]))
+    if layer != "default":
+        env["NUMBA_THREADING_LAYER"] = layer
+    res = subprocess.run([sys.executable, "-c", _CONCURRENT], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    used, n_bad = res.stdout.split()
+    assert n_bad == "0"
+    if layer != "default":
+        assert used == layer

@@ -75,6 +75,22 @@ def test_cone_v_max_cuts_at_first_exit():
     np.testing.assert_array_equal(ln.get_data_3d()[2], [1.0, 2.0])
 
 
+def test_cone_v_max_keeps_curves_starting_on_the_rim():
+    # a covariance rebuilt from a factor has trace 1 + a few ulp: with v_max = 1 the whole
+    # (decreasing) curve must be drawn, not cut at its first point (issue 18, item 2)
+    eps = np.finfo(float).eps
+    start = np.array([[0.5 + 2 * eps, 0.1], [0.1, 0.5 + 2 * eps]])
+    covs = np.array([start * s for s in (1.0, 0.8, 0.5, 0.2)])
+    assert np.trace(covs[0]) > 1.0
+    fig = plot.cone(covs, v_max=1.0, surface=False)
+    (ln,) = _lines_by_gid(fig.axes[0])
+    np.testing.assert_array_equal(ln.get_data_3d()[2], np.trace(covs, axis1=1, axis2=2))
+    # a curve that really leaves the picture is still cut at its first exit
+    up = np.array([start * s for s in (1.0, 1.5, 2.0)])
+    (ln,) = _lines_by_gid(plot.cone([covs, up], v_max=1.0, surface=False).axes[0])[1:]
+    assert len(ln.get_data_3d()[2]) == 1
+
+
 def test_cone_accepts_gaussian_batch_and_drops_nonfinite():
     from transformer_pde import gaussian
 
@@ -190,6 +206,13 @@ def test_rank_histogram_heights():
     ("paper_blowup_slices.py", [], ["blowup_slice_symmetric", "blowup_slice_rotation"]),
     ("paper_initial_data.py", [], ["initial_data_dichotomy"]),
     ("paper_rank_histograms.py", ["--draws", "10"], ["rank_histograms"]),
+    ("paper_zero.py", [], ["paper_zero"]),
+    ("paper_line.py", [], ["paper_line"]),
+    ("paper_plane.py", [], ["paper_plane"]),
+    ("paper_twolines.py", [], ["paper_twolines"]),
+    ("paper_blowup.py", ["--stride", "20"], ["paper_blowup"]),
+    ("paper_initial.py", [], ["paper_initial"]),
+    ("paper_ranks.py", ["--trials", "2", "--dims", "2"], ["paper_ranks"]),
 ])
 def test_paper_figure_scripts(tmp_path, script, args, names):
     import subprocess

@@ -229,6 +229,24 @@ class AttentionParams:
         return len(self.heads)
 
 
+# --------------------------------------------------------------------------- validation
+def _check_scores(Q: np.ndarray, K: np.ndarray, t: float, head: int | None) -> None:
+    r"""Refuse finite Q, K whose product :math:`K^\top Q` overflows (infinite scores).
+
+    Cheap bound first (:math:`|K^\top Q|_{ij} \le k\,\max|K|\,\max|Q|`): the product is
+    formed only when that bound passes 1e300."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        bound = float(np.abs(Q).max()) * float(np.abs(K).max()) * Q.shape[0]
+        if bound < 1e300:
+            return
+        A = K.T @ Q
+    if not np.all(np.isfinite(A)):
+        which = "" if head is None else f" of head {head}"
+        raise ArgumentError(
+            f"Q and K{which} (t={t}) are finite but K^T Q overflows float64 (entries beyond "
+            "1.8e308): every score <Qx, Ky> would be infinite; rescale Q and K")
+
+
 # --------------------------------------------------------------------------- Attention
 @dataclass(frozen=True, eq=False)
 class Attention:
@@ -377,6 +395,8 @@ class Attention:
                 for h in range(H))
         else:
             heads = (Head(Q, K, V, slice(0, d)),)
+        for h, head in enumerate(heads):
+            _check_scores(head.Q, head.K, t, h if H > 1 else None)
         W_O = None
         if self.W_O is not None:
             W_O = self._matrix("W_O", t, left)

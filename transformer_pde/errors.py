@@ -26,6 +26,7 @@ __all__ = [
     "BackendNotAvailable",
     "SinkhornNotConverged",
     "SolverNotConverged",
+    "ScoreOverflowError",
     "TrajectoryFileError",
     "TransformerPDEWarning",
     "ConvergenceWarning",
@@ -59,6 +60,11 @@ class SinkhornNotConverged(TransformerPDEError, RuntimeError):
 
 class SolverNotConverged(TransformerPDEError, RuntimeError):
     """An implicit time step's nonlinear solve did not converge."""
+
+
+class ScoreOverflowError(TransformerPDEError, FloatingPointError):
+    """Attention scores of finite tokens overflow the floating-point range and the field
+    cannot be evaluated faithfully (e.g. l2 scores of tokens spread beyond 1e154)."""
 
 
 class TrajectoryFileError(TransformerPDEError, ValueError):

@@ -9,7 +9,8 @@ primitives (see :mod:`transformer_pde.backends`):
 
 * softmax:   ``softmax(beta Q x, K y, V y, log w)``
 * l2:        :math:`-\beta'|Qx-Ky|^2 = 2\beta' Qx\cdot Ky - \beta'|Ky|^2 - \beta'|Qx|^2`; the last term
-  cancels in the normalisation, so ``softmax(2 beta' Q x, K y, V y, log w - beta'|Ky|^2)``
+  cancels in the normalisation, so ``softmax(2 beta' Q x, K y, V y, log w - beta'|Ky|^2)``,
+  with Qx and Ky first shifted by the keys' midrange (less cancellation)
 * exp:       :math:`\sum_j w_j e^{s_j} V y_j = e^{\mathrm{lse}}\cdot` (softmax average), computed in
   the log domain so it is finite whenever the true value is
 * linear / sigmoid / relu: ``pointwise(phi, beta Q x, K y, V y, w)``
@@ -30,6 +31,7 @@ import numpy as np
 
 from .attention import Attention, AttentionParams, Head
 from .backends import get_backend
+from .errors import ScoreOverflowError
 from .sinkhorn import (SinkhornNotConverged, SinkhornWarmStart, is_symmetric,
                        sinkhorn_field, sinkhorn_potentials)
 from .blocks import token_layer_norm
@@ -83,10 +85,23 @@ def _softmax(ctx, P, h, head, Xq, Xk):
 
 @register_head_field("l2")
 def _l2(ctx, P, h, head, Xq, Xk):
+    # -b|q - k|^2 = 2b q.k - b|k|^2 - b|q|^2 (the last term cancels in the softmax).  Keys
+    # and queries are first moved by the keys' midrange c (|q - k| is unchanged): the
+    # expansion then cancels |k - c|^2-sized terms instead of |k|^2-sized ones, which keeps
+    # tokens far from the origin accurate and |k - c|^2 finite unless the keys themselves
+    # are spread beyond ~1e154 (then ScoreOverflowError, never a silently dropped key).
     be = ctx.backend
+    xp = be.xp
     k = _proj(be, Xk, head.K)
-    bias = ctx.logw - P.l2_beta * (k * k).sum(axis=1)
-    q = _proj(be, Xq, head.Q) * (2.0 * P.l2_beta)
+    c = k.max(axis=0) * 0.5 + k.min(axis=0) * 0.5
+    k = k - c
+    with np.errstate(over="ignore", invalid="ignore"):
+        bias = ctx.logw - P.l2_beta * (k * k).sum(axis=1)
+    if not bool(xp.all(xp.isfinite(bias) | xp.isneginf(ctx.logw))):
+        raise ScoreOverflowError(
+            f"l2 attention scores overflow (head {h}): the projected tokens K x are spread "
+            "beyond the float range of |Kx - Ky|^2; rescale the tokens or K")
+    q = (_proj(be, Xq, head.Q) - c) * (2.0 * P.l2_beta)
     return be.softmax(q, k, _proj(be, Xk, head.V), bias, ctx.limits)[0]
 
 
@@ -323,6 +338,11 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
         Wrong shapes, NaN/inf, negative weights, masked attention without positions.
     SinkhornNotConverged
         The Sinkhorn inner solve missed its tolerance.
+    ScoreOverflowError
+        ``kind="l2"`` with projected tokens spread so far apart that
+        :math:`|Qx - Ky|^2` overflows (scores :math:`\langle Qx, Ky\rangle` beyond the
+        float range are otherwise handled exactly: the softmax then puts all the mass on
+        the largest score).
     """
     if not isinstance(att, Attention):
         raise TypeError(f"att must be a transformer_pde.Attention, got {type(att).__name__}")

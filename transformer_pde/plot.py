@@ -4,7 +4,7 @@ Every function draws with Matplotlib's object API, never calls ``plt.show`` and 
 the :class:`matplotlib.figure.Figure` it drew on, so it works headless (Agg) and in
 notebooks alike.  Pass ``ax=`` to draw into an existing axes.
 
-Covariance-cone coordinates (``SPEC.md``): a symmetric 2×2 matrix
+Covariance-cone coordinates (``docs/conventions.md``): a symmetric 2×2 matrix
 :math:`\Sigma = \begin{pmatrix} a & c\\ c & b\end{pmatrix}` is the point
 
 .. math:: (u, w, v) = (a - b,\; 2c,\; a + b),
@@ -37,6 +37,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+#: relative slack of ``cone(v_max=...)``: a point is above the rim when its trace exceeds
+#: ``v_max * (1 + _RIM_RTOL)`` (covariances rebuilt from a factor carry rounding of a few ulp)
+_RIM_RTOL = 1e-9
 
 
 # --------------------------------------------------------------------------- helpers
@@ -185,8 +189,9 @@ def cone(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any = Non
         (e.g. the limit of a rank-one :math:`A`).
     v_max : float, optional
         Height of the drawn cone (default: the largest trace along the curves).  When
-        given, each curve is drawn only up to its first point with trace above ``v_max``
-        (blowing-up runs leave the picture there).
+        given, each curve is drawn only up to its first point with trace above
+        ``v_max * (1 + 1e-9)`` (blowing-up runs leave the picture there; the slack keeps
+        curves that start on the rim with a trace off by rounding).
     surface : bool
         Draw the cone surface.
     cmap : str or Colormap
@@ -207,8 +212,11 @@ def cone(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any = Non
         vtop = float(v_max)
         if not (np.isfinite(vtop) and vtop > 0):
             raise ValueError(f"v_max must be finite and > 0, got {v_max!r}")
-        # keep each curve up to its first point above the top of the drawn cone
-        cut = [int(np.argmax(p[:, 2] > vtop)) if np.any(p[:, 2] > vtop) else len(p) for p in paths]
+        # keep each curve up to its first point above the top of the drawn cone; the
+        # relative slack keeps a curve that starts on the rim (a trace reconstructed as
+        # 1 + a few ulp with v_max = 1) instead of cutting it at its first point
+        above = [p[:, 2] > vtop * (1.0 + _RIM_RTOL) for p in paths]
+        cut = [int(np.argmax(a)) if np.any(a) else len(p) for p, a in zip(paths, above)]
         paths = [p[:max(k, 1)] for p, k in zip(paths, cut)]
     else:
         vtop = max(float(np.max(p[:, 2])) for p in paths)

@@ -1,4 +1,4 @@
-r"""Numba backend: parallel streaming attention kernels, O(N·d) memory.
+r"""Numba backend: parallel streaming and tiled attention kernels, O(N·d) memory.
 
 Every primitive (see :mod:`transformer_pde.backends`) is one compiled kernel (``lse`` is
 the softmax kernel with no values) that runs ``prange`` over queries and, for each
@@ -39,14 +39,37 @@ normal exponent (:math:`x < -708` in float64, :math:`x < -87` in float32) it ret
 which changes a sum whose largest term is 1 by less than :math:`N\cdot 10^{-307}`.
 The test suite checks it against ``np.exp`` to a few ulp over that whole range.
 
+Tiled kernels (projection width :math:`r \ge` :data:`TILED_MIN_WIDTH`, FlashAttention on
+the CPU).  When a pair costs :math:`2r` multiply-adds and :math:`r` is a Transformer's
+head width (32–128), the streaming kernels are bound by their scalar-per-query dot
+products.  The tiled kernels instead take :data:`QTILE` queries against a block of
+:data:`KBLOCK` keys and compute the QTILE×KBLOCK logits and then the QTILE×c block of value sums as
+small matrix products, :data:`MR` = 3 queries by :data:`NR` = 4 keys (or value
+coordinates) at a time, with one register-blocked micro-kernel (:func:`_dot_tile`:
+twelve dot products sharing their loads, vectorised along the reduction), and the
+online log-sum-exp of each query between the two.  Memory stays
+:math:`O((N + M)(r + c))` plus a QTILE×KBLOCK logit tile and QTILE×c accumulators per
+thread.  Queries are sorted by masked prefix length (so a
+tile's queries see similar prefixes) and padded to a multiple of MR; keys and value
+coordinates are padded with zeros to multiples of :data:`NR` = 4.  BLAS calls on tiles
+inside the parallel loop were measured slower (OpenBLAS starts its own threads on
+each small product: 0.3–0.6 multiply-adds per CPU-nanosecond against 9–10 for the
+micro-kernel at
+r = 64–128) and are not used.
+
 Keys of zero weight (bias :math:`-\infty`) are removed before the kernels run (masked
 prefix lengths are recounted), so the kernels only see finite numbers and can be
 compiled with fast-math reductions; a bias containing NaN or :math:`+\infty` (or
 ``pointwise`` weights that are not all finite) is handed to the NumPy reference
-unchanged, so every backend returns the same non-finite answer.
+unchanged, so every backend returns the same non-finite answer.  So are calls whose
+logits could come near the float range (:func:`~transformer_pde.backends.numpy_backend.overflow_scale`:
+:math:`r\max|q|\max|k| + \max|b|` beyond :math:`2^{-10}` of the largest float), which
+the reference computes exactly by a power-of-two rescaling.
 
 Threads: ``NumbaBackend(n_threads=k)`` runs the kernels on ``k`` threads (default: all
-of Numba's threads, ``NUMBA_NUM_THREADS``).  Kernels are compiled with ``cache=True``;
+of Numba's threads, ``NUMBA_NUM_THREADS``).  Calls from several Python threads are safe
+under every threading layer: with ``workqueue`` (not thread-safe in Numba) kernel
+launches are serialised by a lock.  Kernels are compiled with ``cache=True``;
 one specialisation per dtype (float32, float64) and kernel.
 """
 
@@ -54,12 +77,13 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from typing import Any
 
 import numpy as np
 
 from . import BackendNotAvailable
-from .numpy_backend import NumpyBackend
+from .numpy_backend import NumpyBackend, overflow_scale
 
 try:
     import numba
@@ -71,7 +95,18 @@ except ImportError as exc:  # pragma: no cover - exercised only without numba
     raise BackendNotAvailable(
         f"backend='numba' needs the numba package ({exc}); pip install numba") from exc
 
-__all__ = ["NumbaBackend", "BLOCK", "TILE", "vexp"]
+__all__ = [
+    "BLOCK",
+    "KBLOCK",
+    "MR",
+    "NR",
+    "QTILE",
+    "TILE",
+    "TILED_MIN_WIDTH",
+    "TILED_MIN_WIDTH_F32",
+    "NumbaBackend",
+    "vexp",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +114,16 @@ logger = logging.getLogger(__name__)
 BLOCK = 256
 #: consecutive queries that share each block of keys (read once, reused from L1)
 TILE = 8
+#: tiled kernels: queries × keys (or value coordinates) of one register tile
+MR, NR = 3, 4
+#: tiled kernels: queries sharing each block of keys (a multiple of MR)
+QTILE = 24
+#: tiled kernels: keys per block (the per-thread logit tile is QTILE × KBLOCK)
+KBLOCK = 128
+#: smallest projection width r for which the tiled kernels are used, float64 and float32
+#: (measured crossovers, see :meth:`NumbaBackend.kernel_for`)
+TILED_MIN_WIDTH = 16
+TILED_MIN_WIDTH_F32 = 24
 
 # Fast-math flags of the kernels: reassociation lets LLVM vectorise the sums, max
 # reductions and dot products; nnan/ninf are safe because the kernels only ever see
@@ -95,6 +140,30 @@ _MIN_PAIRS_PER_THREAD = 500_000
 
 # answers calls with non-finite biases or weights (see the module docstring)
 _REFERENCE = NumpyBackend()
+
+# Numba's "workqueue" threading layer aborts the process (SIGABRT) when two Python
+# threads launch parallel kernels at once; "tbb" and "omp" are thread-safe.  Launches
+# are serialised by this lock unless the layer in use is known to be thread-safe
+# (before the first launch the layer is not chosen yet: locked too).
+_LAUNCH_LOCK = threading.Lock()
+_THREADSAFE_LAYERS = ("tbb", "omp")
+
+
+def _needs_reference(q, k, bias) -> bool:
+    """Logits that may come near the float range, or non-finite q / k: the kernels
+    (compiled for finite numbers) leave such calls to the NumPy reference."""
+    if q.size == 0 or k.size == 0:
+        return False
+    if not (np.isfinite(np.abs(q).max()) and np.isfinite(np.abs(k).max())):
+        return True
+    return overflow_scale(q, k, bias) != 1.0
+
+
+def _launch_is_threadsafe() -> bool:
+    try:
+        return numba.threading_layer() in _THREADSAFE_LAYERS
+    except ValueError:         # no parallel region has run yet
+        return False
 
 
 # --------------------------------------------------------------------------- exp
@@ -411,6 +480,204 @@ def _pointwise_kernel(phi, q, kT, vT, w, zb, limits, n_groups, out):
                     out[i0 + t, cc] = acc[t, cc]
 
 
+# --------------------------------------------------------------------------- tiled kernels
+@njit(fastmath=_FM_KERNEL, cache=True)
+def _dot_tile(A, ia, ao, B, jb, bo, L, C, ci, cj):
+    """C[ci:ci+MR, cj:cj+NR] = A[ia:ia+MR, ao:ao+L] @ B[jb:jb+NR, bo:bo+L].T  (MR = 3, NR = 4).
+
+    The register-blocked micro-kernel of the tiled kernels: twelve dot products of
+    length ``L`` share their loads (three rows of ``A``, four of ``B``); with
+    reassociation LLVM vectorises each along ``L`` (twelve vector accumulators, one
+    horizontal sum each at the end).  Rows of both operands are contiguous.
+    """
+    a0 = A[ia, ao:ao + L]
+    a1 = A[ia + 1, ao:ao + L]
+    a2 = A[ia + 2, ao:ao + L]
+    b0 = B[jb, bo:bo + L]
+    b1 = B[jb + 1, bo:bo + L]
+    b2 = B[jb + 2, bo:bo + L]
+    b3 = B[jb + 3, bo:bo + L]
+    z = A.dtype.type(0.0)
+    c00 = c01 = c02 = c03 = c10 = c11 = c12 = c13 = c20 = c21 = c22 = c23 = z
+    for l in range(L):
+        x0 = a0[l]
+        x1 = a1[l]
+        x2 = a2[l]
+        y = b0[l]
+        c00 += x0 * y
+        c10 += x1 * y
+        c20 += x2 * y
+        y = b1[l]
+        c01 += x0 * y
+        c11 += x1 * y
+        c21 += x2 * y
+        y = b2[l]
+        c02 += x0 * y
+        c12 += x1 * y
+        c22 += x2 * y
+        y = b3[l]
+        c03 += x0 * y
+        c13 += x1 * y
+        c23 += x2 * y
+    C[ci, cj] = c00
+    C[ci, cj + 1] = c01
+    C[ci, cj + 2] = c02
+    C[ci, cj + 3] = c03
+    C[ci + 1, cj] = c10
+    C[ci + 1, cj + 1] = c11
+    C[ci + 1, cj + 2] = c12
+    C[ci + 1, cj + 3] = c13
+    C[ci + 2, cj] = c20
+    C[ci + 2, cj + 1] = c21
+    C[ci + 2, cj + 2] = c22
+    C[ci + 2, cj + 3] = c23
+
+
+@njit(fastmath=_FM_KERNEL, cache=True)
+def _tile_logits(S, q, i0, nt, k, j0, nb4):
+    """S[:nt, :nb4] = q[i0:i0+nt] @ k[j0:j0+nb4].T; the NR keys of a group stay in L1
+    while every group of MR queries of the tile uses them."""
+    r = q.shape[1]
+    for jj in range(0, nb4, NR):
+        for u in range(0, nt, MR):
+            _dot_tile(q, i0 + u, 0, k, j0 + jj, 0, r, S, u, jj)
+
+
+@njit(fastmath=_FM_KERNEL, cache=True)
+def _tile_values(acc, nt, S, vT, j0, nb4, T):
+    """acc[:nt, c] += sum_j S[t, j] vT[c, j0 + j] (block sums in the input precision)."""
+    cp = vT.shape[0]
+    for cc in range(0, cp, NR):
+        for u in range(0, nt, MR):
+            _dot_tile(S, u, 0, vT, cc, j0, nb4, T, u, cc)
+    for t in range(nt):
+        at = acc[t]
+        tt = T[t]
+        for cc in range(cp):
+            at[cc] += tt[cc]
+
+
+@njit(parallel=True, fastmath=_FM_KERNEL, cache=True)
+def _softmax_tiled_kernel(q, k, vT, bias, limits, n_groups, out, lse):
+    """Softmax / lse with logits and value sums as register-blocked tile products.
+
+    Shapes: ``q`` (M, r) with M a multiple of :data:`MR`, ``k`` (N, r) and ``bias`` (N,)
+    with N a multiple of :data:`NR`, ``vT`` (c, N) with c a multiple of NR (c = 0: lse
+    only), ``out`` (M, c).  Queries are taken in tiles of :data:`QTILE`; for each block
+    of :data:`KBLOCK` keys: the QTILE×KBLOCK logits by :func:`_dot_tile` (each group of
+    NR keys is used by every group of MR queries while it sits in L1), the online
+    log-sum-exp of each row over its visible keys ``j < limits[i]`` (invisible entries
+    are set to 0 after the exponential), then the QTILE×c value sums by
+    :func:`_dot_tile` again.  Every query sees its keys in the same order and blocks
+    whatever the threads, so results do not depend on the thread count.
+    """
+    m_q = q.shape[0]
+    cp = vT.shape[0]
+    cw = max(cp, 1)
+    zero = q.dtype.type(0.0)
+    n_tiles = (m_q + QTILE - 1) // QTILE
+    for g in prange(n_groups):
+        S = np.empty((QTILE, KBLOCK), dtype=q.dtype)
+        T = np.empty((QTILE, cw), dtype=q.dtype)
+        acc = np.empty((QTILE, cw), dtype=np.float64)
+        m_run = np.empty(QTILE, dtype=q.dtype)
+        s_run = np.empty(QTILE, dtype=np.float64)
+        for tile in range(g, n_tiles, n_groups):
+            i0 = tile * QTILE
+            nt = min(QTILE, m_q - i0)
+            most = _start_tile(acc, limits, i0, nt)
+            s_run[:] = 0.0
+            for j0 in range(0, most, KBLOCK):
+                nbt = min(KBLOCK, most - j0)
+                nb4 = (nbt + NR - 1) // NR * NR
+                _tile_logits(S, q, i0, nt, k, j0, nb4)
+                for t in range(nt):
+                    row = S[t]
+                    nb = min(KBLOCK, limits[i0 + t] - j0)
+                    if nb <= 0:
+                        for j in range(nb4):
+                            row[j] = zero
+                        continue
+                    bb = bias[j0:j0 + nb]
+                    for j in range(nb):
+                        row[j] += bb[j]
+                    mb = row[0]
+                    for j in range(1, nb):
+                        mb = _fmax(mb, row[j])
+                    if j0 == 0:
+                        m_run[t] = mb
+                    elif mb > m_run[t]:
+                        scale = float(vexp(m_run[t] - mb))
+                        s_run[t] *= scale
+                        at = acc[t]
+                        for cc in range(cp):
+                            at[cc] *= scale
+                        m_run[t] = mb
+                    mt = m_run[t]
+                    sb = zero
+                    for j in range(nb):
+                        p = vexp(row[j] - mt)
+                        row[j] = p
+                        sb += p
+                    for j in range(nb, nb4):
+                        row[j] = zero
+                    s_run[t] += sb
+                if cp > 0:
+                    _tile_values(acc, nt, S, vT, j0, nb4, T)
+            for t in range(nt):
+                i = i0 + t
+                if limits[i] <= 0:
+                    continue
+                lse[i] = m_run[t] + math.log(s_run[t])
+                inv = 1.0 / s_run[t]
+                for cc in range(cp):
+                    out[i, cc] = acc[t, cc] * inv
+
+
+@njit(parallel=True, fastmath=_FM_KERNEL, cache=True)
+def _pointwise_tiled_kernel(phi, q, k, vT, w, limits, n_groups, out):
+    """Tiled ``out[i] = sum_{j < limits[i]} w_j phi(q_i . k_j) v_j`` (shapes as in
+    :func:`_softmax_tiled_kernel`; ``w`` (N,) padded with zeros)."""
+    m_q = q.shape[0]
+    cp = vT.shape[0]
+    zero = q.dtype.type(0.0)
+    one = q.dtype.type(1.0)
+    n_tiles = (m_q + QTILE - 1) // QTILE
+    for g in prange(n_groups):
+        S = np.empty((QTILE, KBLOCK), dtype=q.dtype)
+        T = np.empty((QTILE, cp), dtype=q.dtype)
+        acc = np.empty((QTILE, cp), dtype=np.float64)
+        for tile in range(g, n_tiles, n_groups):
+            i0 = tile * QTILE
+            nt = min(QTILE, m_q - i0)
+            most = _start_tile(acc, limits, i0, nt)
+            for j0 in range(0, most, KBLOCK):
+                nbt = min(KBLOCK, most - j0)
+                nb4 = (nbt + NR - 1) // NR * NR
+                _tile_logits(S, q, i0, nt, k, j0, nb4)
+                wb = w[j0:j0 + nb4]
+                for t in range(nt):
+                    row = S[t]
+                    nb = max(0, min(KBLOCK, limits[i0 + t] - j0))
+                    if phi == 1:
+                        for j in range(nb):
+                            z = row[j]
+                            e = vexp(-abs(z))
+                            row[j] = wb[j] * ((one if z >= zero else e) / (one + e))
+                    elif phi == 2:
+                        for j in range(nb):
+                            row[j] = wb[j] * max(row[j], zero)
+                    else:
+                        for j in range(nb):
+                            row[j] = wb[j] * row[j]
+                    for j in range(nb, nb4):
+                        row[j] = zero
+                _tile_values(acc, nt, S, vT, j0, nb4, T)
+            for t in range(nt):
+                for cc in range(cp):
+                    out[i0 + t, cc] = acc[t, cc]
+
+
 # --------------------------------------------------------------------------- backend
 class NumbaBackend:
     """Parallel streaming CPU backend (see the module docstring for the algorithm).
@@ -420,6 +687,9 @@ class NumbaBackend:
     n_threads : int, optional
         Number of threads for the kernels (1 … ``numba.config.NUMBA_NUM_THREADS``);
         default all of them.  Can be changed later with :meth:`set_threads`.
+    kernel : {"auto", "tiled", "streaming"}, default "auto"
+        Kernel family: ``"auto"`` follows the measured crossover of
+        :meth:`kernel_for`; the others force one (for tests and benchmarks).
 
     Notes
     -----
@@ -431,7 +701,10 @@ class NumbaBackend:
     name = "numba"
     xp = np
 
-    def __init__(self, n_threads: int | None = None):
+    def __init__(self, n_threads: int | None = None, kernel: str = "auto"):
+        if kernel not in ("auto", "tiled", "streaming"):
+            raise ValueError(f"kernel must be 'auto', 'tiled' or 'streaming', got {kernel!r}")
+        self.kernel = kernel
         self.n_threads: int | None = None
         self.set_threads(n_threads)
 
@@ -449,7 +722,7 @@ class NumbaBackend:
         self.n_threads = n_threads
 
     def __repr__(self) -> str:
-        return f"NumbaBackend(n_threads={self.n_threads})"
+        return f"NumbaBackend(n_threads={self.n_threads}, kernel={self.kernel!r})"
 
     # ------------------------------------------------------------------ arrays
     def asarray(self, a: Any, dtype: Any = None) -> np.ndarray:
@@ -471,7 +744,11 @@ class NumbaBackend:
         if n != old:
             numba.set_num_threads(n)
         try:
-            kernel(*args)
+            if _launch_is_threadsafe():
+                kernel(*args)
+            else:
+                with _LAUNCH_LOCK:
+                    kernel(*args)
         finally:
             if n != old:
                 numba.set_num_threads(old)
@@ -483,10 +760,11 @@ class NumbaBackend:
 
     @staticmethod
     def _prepare(q, k, others, bias, limits):
-        """Common dtype, transposed contiguous keys/values, int64 limits, -inf keys removed.
+        """Common dtype, int64 limits, -inf keys removed, keys past every prefix dropped.
 
         ``bias = None`` gives a zero bias.  Returns ``None`` when ``bias`` holds NaN or
-        +inf (caller falls back to NumPy).
+        +inf (caller falls back to NumPy); otherwise ``(dtype, q, k, others, bias,
+        limits)`` with ``k`` (N', r) and ``others`` (N', c) not yet laid out for a kernel.
         """
         q = np.asarray(q)
         k = np.asarray(k)
@@ -512,39 +790,104 @@ class NumbaBackend:
                 raise ValueError(f"limits must have shape ({m},), got {lim.shape}")
             lim = np.clip(lim, 0, n)
         finite = np.isfinite(b)
-        keep = None
         if not finite.all():
             if np.isnan(b).any() or (b == np.inf).any():
                 return None
-            keep = finite                      # -inf: zero-weight keys contribute nothing
+            # -inf: zero-weight keys contribute nothing
             csum = np.concatenate(([0], np.cumsum(finite, dtype=np.int64)))
             lim = csum[lim]
-            b = b[keep]
-        kT = np.ascontiguousarray((k if keep is None else k[keep]).T, dtype=dtype)
-        oT = [np.ascontiguousarray((o if keep is None else o[keep]).T, dtype=dtype)
-              for o in others]
-        qc = np.ascontiguousarray(q, dtype=dtype)
-        return dtype, qc, kT, oT, np.ascontiguousarray(b), lim
+            b = b[finite]
+            k = k[finite]
+            others = [o[finite] for o in others]
+        top = int(lim.max(initial=0))
+        if top < k.shape[0]:                   # keys no query can see are never read
+            k, b, others = k[:top], b[:top], [o[:top] for o in others]
+        return dtype, np.ascontiguousarray(q, dtype=dtype), k, others, b, lim
+
+    def kernel_for(self, r: int, dtype: Any = np.float64) -> str:
+        """``"tiled"`` or ``"streaming"``: the kernel used for projection width ``r``.
+
+        With ``kernel="auto"`` the tiled kernels (register-blocked 3×4 tile products) are
+        used from ``r >=`` :data:`TILED_MIN_WIDTH` (float64) or
+        :data:`TILED_MIN_WIDTH_F32` (float32): there a pair's ``r`` multiply-adds
+        outweigh its exponential, and below it the streaming kernels (one query at a
+        time, SIMD across keys) are faster.  Crossovers measured on a 2-core AVX2
+        machine at N = 2e4 (``benchmarks/particles.py`` records both kernels).
+        """
+        if self.kernel != "auto":
+            return self.kernel
+        top = TILED_MIN_WIDTH_F32 if np.dtype(dtype) == np.float32 else TILED_MIN_WIDTH
+        return "tiled" if r >= top else "streaming"
+
+    @staticmethod
+    def _tiled_layout(dtype, q, k, vals, b, lim):
+        """Pad for the tiled kernels: queries sorted by prefix length and padded to a
+        multiple of MR (limit 0), keys and value coordinates to multiples of NR (zeros)."""
+        m, r = q.shape
+        n = k.shape[0]
+        order = None
+        if lim.min(initial=0) < n:             # masked: similar prefixes share a tile
+            order = np.argsort(lim, kind="stable")
+            q, lim = q[order], lim[order]
+        mp = -(-m // MR) * MR
+        npad = -(-n // NR) * NR
+        qp = np.zeros((mp, r), dtype=dtype)
+        qp[:m] = q
+        limp = np.zeros(mp, dtype=np.int64)
+        limp[:m] = lim
+        kp = np.zeros((npad, r), dtype=dtype)
+        kp[:n] = k
+        bp = np.zeros(npad, dtype=dtype)
+        bp[:n] = b
+        if vals is None:
+            vT = np.zeros((0, npad), dtype=dtype)
+        else:
+            c = vals.shape[1]
+            vT = np.zeros((-(-c // NR) * NR, npad), dtype=dtype)
+            vT[:c, :n] = vals.T
+        return order, qp, kp, vT, bp, limp
+
+    @staticmethod
+    def _unpermute(a, order, m):
+        if order is None:
+            return a[:m]
+        res = np.empty_like(a[:m])
+        res[order] = a[:m]
+        return res
 
     # ------------------------------------------------------------------ primitives
     def _reduce(self, q, k, v, bias, limits):
-        """Run the streaming softmax kernel; ``v = None`` computes the lse alone."""
+        """Run a softmax kernel; ``v = None`` computes the lse alone."""
         prep = self._prepare(q, k, [] if v is None else [v], bias, limits)
-        if prep is None:
+        if prep is None or _needs_reference(prep[1], prep[2], prep[4]):
             return None
-        dtype, qc, kT, oT, b, lim = prep
-        m = qc.shape[0]
-        vT = oT[0] if oT else np.empty((0, kT.shape[1]), dtype=dtype)
-        out = np.zeros((m, vT.shape[0]), dtype=dtype)    # no visible mass: out = 0,
+        dtype, qc, kk, oo, b, lim = prep
+        m, r = qc.shape
+        c = 0 if v is None else oo[0].shape[1]
+        work = int(lim.sum())
+        if self.kernel_for(r, dtype) == "tiled":
+            order, qp, kp, vT, bp, limp = self._tiled_layout(dtype, qc, kk, oo[0] if oo else None,
+                                                             b, lim)
+            out = np.zeros((qp.shape[0], vT.shape[0]), dtype=dtype)
+            lse = np.full(qp.shape[0], -np.inf, dtype=dtype)
+            self._run(_softmax_tiled_kernel, work, qp, kp, vT, bp, limp,
+                      self._groups(qp.shape[0], QTILE), out, lse)
+            return (self._unpermute(out[:, :c], order, m),
+                    self._unpermute(lse, order, m))
+        kT = np.ascontiguousarray(kk.T, dtype=dtype)
+        vT = (np.ascontiguousarray(oo[0].T, dtype=dtype) if oo
+              else np.empty((0, kT.shape[1]), dtype=dtype))
+        out = np.zeros((m, c), dtype=dtype)              # no visible mass: out = 0,
         lse = np.full(m, -np.inf, dtype=dtype)           # lse = -inf
-        self._run(_softmax_kernel, int(lim.sum()), qc, kT, vT, b, lim, self._groups(m, TILE), out,
-                  lse)
+        self._run(_softmax_kernel, work, qc, kT, vT, np.ascontiguousarray(b), lim,
+                  self._groups(m, TILE), out, lse)
         return out, lse
 
     def softmax(self, q, k, v, bias, limits):
         """Streaming softmax: ``(out (M, c), lse (M,))``; see :mod:`transformer_pde.backends`."""
         res = self._reduce(q, k, v, bias, limits)
-        if res is None:       # NaN / +inf bias: the reference defines the answer
+        if res is None:       # NaN / +inf bias or logits that may overflow: the reference
+            # defines the answer (it rescales overflowing logits exactly)
             return _REFERENCE.softmax(q, k, v, bias, limits)
         return res
 
@@ -566,12 +909,27 @@ class NumbaBackend:
         wa = np.asarray(w)
         if not np.all(np.isfinite(wa)):
             return _REFERENCE.pointwise(phi, q, k, v, w, limits)
-        dtype, qc, kT, (vT,), zb, lim = self._prepare(q, k, [v], None, limits)
-        wc = np.ascontiguousarray(wa, dtype=dtype)
-        if wc.shape != (kT.shape[1],):
-            raise ValueError(f"w must have shape ({kT.shape[1]},), got {wc.shape}")
-        m = qc.shape[0]
-        out = np.zeros((m, vT.shape[0]), dtype=dtype)
-        self._run(_pointwise_kernel, int(lim.sum()), np.int64(_PHI_CODES[phi]), qc, kT, vT, wc,
-                  zb, lim, self._groups(m, TILE), out)
+        if wa.shape != (np.shape(k)[0],):
+            raise ValueError(f"w must have shape ({np.shape(k)[0]},), got {wa.shape}")
+        dtype, qc, kk, (vv,), _, lim = self._prepare(q, k, [v], None, limits)
+        if _needs_reference(qc, kk, None):      # keys past every prefix already dropped
+            return _REFERENCE.pointwise(phi, q, k, v, w, limits)
+        ww = wa[:kk.shape[0], None].astype(dtype)     # no bias: keys are only truncated
+        m, r = qc.shape
+        c = vv.shape[1]
+        code = np.int64(_PHI_CODES[phi])
+        work = int(lim.sum())
+        if self.kernel_for(r, dtype) == "tiled":
+            order, qp, kp, vT, wp, limp = self._tiled_layout(dtype, qc, kk, vv, ww[:, 0], lim)
+            out = np.zeros((qp.shape[0], vT.shape[0]), dtype=dtype)
+            self._run(_pointwise_tiled_kernel, work, code, qp, kp, vT, wp, limp,
+                      self._groups(qp.shape[0], QTILE), out)
+            return self._unpermute(out[:, :c], order, m)
+        kT = np.ascontiguousarray(kk.T, dtype=dtype)
+        vT = np.ascontiguousarray(vv.T, dtype=dtype)
+        wc = np.ascontiguousarray(ww[:, 0], dtype=dtype)
+        zb = np.zeros(kT.shape[1], dtype=dtype)
+        out = np.zeros((m, c), dtype=dtype)
+        self._run(_pointwise_kernel, work, code, qc, kT, vT, wc, zb, lim,
+                  self._groups(m, TILE), out)
         return out

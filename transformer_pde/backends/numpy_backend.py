@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["NumpyBackend"]
+__all__ = ["NumpyBackend", "overflow_scale"]
 
 # number of logits held at once (about 32 MB in float64)
 _MAX_BLOCK_ELEMS = 4_000_000
@@ -37,20 +37,52 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
-def _shifted_exp(logits: np.ndarray):
-    """Row-wise ``p = exp(logits - max)``, ``s = sum(p)`` and ``lse = max + log s``.
+def _shifted_exp(logits: np.ndarray, scale: float = 1.0):
+    """Row-wise ``p = exp(scale (logits - max))``, ``s = sum(p)``, ``lse = scale max + log s``.
 
-    A row with no finite maximum (no visible key, or NaN) gets ``lse = -inf``; otherwise
-    the maximal entry contributes 1, so ``s >= 1``.
+    ``scale`` (a power of two, 1 unless the true logits overflow, see :func:`overflow_scale`)
+    multiplies logits that were computed divided by it.  A row with no finite maximum
+    (no visible key) gets ``lse = -inf``; otherwise the maximal entry contributes 1, so
+    ``s >= 1``.
     """
     mx = logits.max(axis=1, initial=-np.inf)
     ok = np.isfinite(mx)
     mx = np.where(ok, mx, 0.0)
-    p = np.exp(logits - mx[:, None])
+    with np.errstate(over="ignore"):
+        p = np.exp((logits - mx[:, None]) * scale if scale != 1.0 else logits - mx[:, None])
     s = p.sum(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        lse = np.where(ok & (s > 0), mx + np.log(s), -np.inf)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        lse = np.where(ok & (s > 0), mx * scale + np.log(s), -np.inf)
     return p, s, lse
+
+
+def overflow_scale(q: np.ndarray, k: np.ndarray, bias: np.ndarray | None) -> float:
+    r"""A power of two :math:`2^e` such that :math:`q\cdot k/2^e + b/2^e` cannot overflow.
+
+    Logits :math:`q_i\cdot k_j + b_j` of finite inputs can exceed the largest float
+    (tokens of 1e155 with unit matrices give 1e310); they are then computed divided by
+    :math:`2^e` (exact: a power of two) and the exponentials take
+    :math:`2^e(\ell' - \max\ell')`, so the weights are the true ones (the largest logit
+    wins by a margin far beyond the float range).  Returns 1.0 when no logit can overflow
+    (or when ``q`` or ``k`` already hold NaN or inf: the result is then non-finite anyway).
+    """
+    fin = np.finfo(np.result_type(q, k, np.float32))
+    with np.errstate(over="ignore", divide="ignore"):
+        qa = float(np.abs(q).max(initial=0.0))
+        ka = float(np.abs(k).max(initial=0.0))
+        ba = 0.0
+        if bias is not None and bias.size:
+            fb = np.abs(bias[np.isfinite(bias)])
+            ba = float(fb.max(initial=0.0))
+        if qa == 0.0 or ka == 0.0:
+            logq = -np.inf
+        else:
+            logq = np.log2(qa) + np.log2(ka) + np.log2(max(q.shape[1], 1))
+        top = max(logq, np.log2(ba) if ba > 0 else -np.inf) + 2.0
+    limit = np.log2(float(fin.max)) - 8.0
+    if not (top > limit and np.isfinite(top)):     # non-finite inputs: nothing to rescale
+        return 1.0
+    return float(2.0 ** int(np.ceil(top - limit)))
 
 
 _PHI = {
@@ -72,10 +104,11 @@ class NumpyBackend:
     def to_numpy(self, a: Any) -> np.ndarray:
         return np.asarray(a)
 
-    def _logits(self, q, k, bias, limits, sl):
-        logits = q[sl] @ k.T
+    def _logits(self, q, k, bias, limits, sl, scale=1.0):
+        inv = 1.0 / scale
+        logits = (q[sl] * inv) @ k.T if scale != 1.0 else q[sl] @ k.T
         if bias is not None:
-            logits = logits + bias[None, :]
+            logits = logits + (bias[None, :] * inv if scale != 1.0 else bias[None, :])
         mask = _mask(limits, sl, k.shape[0])
         if mask is not None:
             logits = np.where(mask, -np.inf, logits)
@@ -86,27 +119,37 @@ class NumpyBackend:
         dtype = np.result_type(q, k, v)
         out = np.zeros((m, v.shape[1]), dtype=dtype)
         lse = np.full(m, -np.inf, dtype=dtype)
+        scale = overflow_scale(q, k, bias)
         for sl in _blocks(m, n):
-            p, s, lse[sl] = _shifted_exp(self._logits(q, k, bias, limits, sl))
+            p, s, lse[sl] = _shifted_exp(self._logits(q, k, bias, limits, sl, scale), scale)
             with np.errstate(invalid="ignore"):
-                out[sl] = np.where(np.isfinite(lse[sl])[:, None], (p @ v) / s[:, None], 0.0)
+                # lse = +inf (the normaliser itself overflows) still has visible mass
+                out[sl] = np.where((lse[sl] > -np.inf)[:, None], (p @ v) / s[:, None], 0.0)
         return out, lse
 
     def lse(self, q, k, bias, limits):
         m, n = q.shape[0], k.shape[0]
         lse = np.full(m, -np.inf, dtype=np.result_type(q, k))
+        scale = overflow_scale(q, k, bias)
         for sl in _blocks(m, n):
-            lse[sl] = _shifted_exp(self._logits(q, k, bias, limits, sl))[2]
+            lse[sl] = _shifted_exp(self._logits(q, k, bias, limits, sl, scale), scale)[2]
         return lse
 
     def pointwise(self, phi, q, k, v, w, limits):
         f = _PHI[phi]
         m, n = q.shape[0], k.shape[0]
         out = np.zeros((m, v.shape[1]), dtype=np.result_type(q, k, v))
+        scale = overflow_scale(q, k, None)
         for sl in _blocks(m, n):
-            kern = f(q[sl] @ k.T) * w[None, :]
-            mask = _mask(limits, sl, n)
-            if mask is not None:
-                kern = np.where(mask, 0.0, kern)
-            out[sl] = kern @ v
+            s = self._logits(q, k, None, None, sl, scale)
+            with np.errstate(over="ignore", invalid="ignore"):
+                if scale != 1.0 and phi != "sigmoid":
+                    # identity and relu are positively homogeneous: phi(2^e s) = 2^e phi(s)
+                    kern = f(s) * w[None, :]
+                else:
+                    kern = f(s * scale if scale != 1.0 else s) * w[None, :]
+                mask = _mask(limits, sl, n)
+                if mask is not None:
+                    kern = np.where(mask, 0.0, kern)
+                out[sl] = kern @ v if scale == 1.0 or phi == "sigmoid" else (kern @ v) * scale
         return out

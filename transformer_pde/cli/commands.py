@@ -422,7 +422,7 @@ def run_cone(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
 
 # =========================================================================== ranks
 RANK_KINDS = ("softmax", "l2", "sinkhorn")
-RANK_VALUES = ("identity", "random")
+RANK_VALUES = ("identity", "random", "psd")
 
 
 def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True,
@@ -456,6 +456,15 @@ def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True,
         raise ConfigError(f"{sec.key('rtol')}: expected a number in (0, 1), got {opts['rtol']}")
     rtol = opts.get("rtol", spec["rtol"][1])
     draws = opts.get("draws", spec["draws"][1])
+    # distribution = "paper": the paper's study (K = -Q of rank floor(d/2), V = I or W^T W,
+    # converged runs only, eigenvalues above `threshold`); see transformer_pde.paper
+    dist = opts.get("distribution", spec["distribution"][1])
+    allowed = ("identity", "psd") if dist == "paper" else ("identity", "random")
+    if any(v not in allowed for v in values):
+        raise ConfigError(f"{sec.key('values')}: with distribution = {dist!r} the values are "
+                          f"{', '.join(map(repr, allowed))}, got {values!r}")
+    if dist == "paper" and any(d < 2 for d in dims):
+        raise ConfigError(f"{sec.key('dims')}: the paper's study needs d >= 2, got {dims!r}")
     jobs = [(k, v, d) for k in kinds for v in values for d in dims]
     with OutputDir(out, force=force) as outdir:
         sweeps = []

@@ -41,7 +41,6 @@ __all__ = [
     "load_config",
     "parse_matrix",
     "read_options",
-    "signature_defaults",
     "typed_parameters",
 ]
 
@@ -205,16 +204,6 @@ def numeric_array(v: Any, key: str, form: str) -> np.ndarray:
     return arr
 
 
-def signature_defaults(func: Callable, exclude: Iterable[str] = ()) -> dict[str, Any]:
-    """The keyword parameters of ``func`` (a function or a class) and their defaults:
-    the configuration keys of the table that builds it."""
-    params = inspect.signature(func).parameters
-    skip = set(exclude)
-    return {name: p.default for name, p in params.items()
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in skip
-            and p.default is not inspect.Parameter.empty}
-
-
 # =========================================================================== memory
 def _memory_bytes() -> int:
     """Physical memory of this machine (bytes); 1 TiB if it cannot be read."""
@@ -325,12 +314,6 @@ def covariance(v: Any, key: str, d: int) -> np.ndarray:
 _ATTENTION_MATRICES = 16
 
 
-def _attention_parameters() -> dict[str, Any]:
-    from ..attention import Attention  # noqa: PLC0415
-
-    return signature_defaults(Attention, exclude=("kind", "Q", "K", "V", "W_O"))
-
-
 def build_attention(table: Any, *, section: str = "attention") -> Any:
     r"""Build an :class:`~transformer_pde.Attention` from a configuration table.
 
@@ -343,26 +326,20 @@ def build_attention(table: Any, *, section: str = "attention") -> Any:
     """
     from ..attention import KINDS, Attention  # noqa: PLC0415
 
-    params = _attention_parameters()
+    # the scalar keywords of Attention (heads, masked, beta, eps, l2_beta, ...)
+    spec = typed_parameters(Attention, exclude=("kind", "Q", "K", "V", "W_O"))
     sec = Table(table, section, ("kind", "d", "Q", "K", "V", "W_O", "seed", "score_scale",
-                                 *params))
+                                 *spec))
     kind = sec.choice("kind", "softmax", sorted(KINDS))
     if not sec.has("d"):
         raise ConfigError(f"{sec.key('d')}: required, expected an integer >= 1")
     d = sec.integer("d", minimum=1)
     check_memory(sec.key("d"), 8.0 * _ATTENTION_MATRICES * d * d,
                  f"the {d} x {d} attention matrices")
-    kwargs: dict[str, Any] = {}
-    for name, default in params.items():
-        if not sec.has(name):
-            continue
-        if isinstance(default, bool):
-            kwargs[name] = sec.boolean(name, default)
-        elif isinstance(default, int):
-            kwargs[name] = sec.integer(name, default, minimum=1)
-        else:
-            kwargs[name] = sec.number(name, default)
-    heads = kwargs.get("heads", params.get("heads", 1))
+    kwargs = read_options(sec, spec)
+    heads = kwargs.get("heads", spec["heads"][1] if "heads" in spec else 1)
+    if isinstance(heads, int) and heads < 1:
+        raise ConfigError(f"{sec.key('heads')}: expected an integer >= 1, got {heads}")
     if d % heads:
         raise ConfigError(f"{sec.key('heads')}: must divide {section}.d = {d}, got {heads}")
     rng = np.random.default_rng(sec.integer("seed", 0))
@@ -380,10 +357,8 @@ def build_attention(table: Any, *, section: str = "attention") -> Any:
         scale = named[scale]
     else:
         scale = sec.number("score_scale", 1.0, positive=True)
-    try:
-        return Attention(kind, mats["Q"] * scale, mats["K"], mats["V"], **kwargs)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{section}: {exc}") from None
+    return library_call(section, Attention, kind, mats["Q"] * scale, mats["K"], mats["V"],
+                        names=[k for k in kwargs if k != "W_O"], **kwargs)
 
 
 # =========================================================================== tokens
@@ -618,7 +593,7 @@ def build_solver(value: Any, key: str) -> Any:
         raise ConfigError(f"{key}: expected a solver name ({', '.join(map(repr, names))}) or "
                           f"a table {{name = ..., <options>}}, got {value!r}")
     name = value.get("name")
-    if name not in SOLVERS:
+    if not isinstance(name, str) or name not in SOLVERS:
         raise ConfigError(f"{key}.name: expected one of {', '.join(map(repr, names))}, "
                           f"got {name!r}")
     factory = SOLVERS[name]

@@ -212,8 +212,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.scripts:
         scripts = commands.benchmark_scripts()
         if not scripts:
-            raise commands.UsageError("no benchmarks/*.py next to the package (they come with a "
-                              "source checkout)")
+            raise commands.UsageError("no benchmarks/*.py next to the package (they come "
+                                      "with a source checkout)")
         failed = [(p, rc) for p, rc in commands.run_benchmark_scripts(scripts, full=args.full)
                   if rc != 0]
         if failed:

@@ -17,7 +17,8 @@ What users measure on a run of :func:`transformer_pde.simulate` (a
 * **Rank** -- :func:`numerical_rank`, :func:`effective_rank`, :func:`stable_rank` of a
   covariance, :func:`rank_profile` along a trajectory and :func:`rank_collapse`.
 * **Blow-up** -- :func:`classify` a run as converged / finite-time blow-up (with
-  :math:`T^*`) / diverging / undecided, with the fitted evidence.
+  :math:`T^*`) / diverging / undecided (``Status.OK``), with the fitted evidence; particle
+  flows of normalised kinds are never a finite-time blow-up (exponential a-priori bound).
 * **Clusters** -- :func:`clusters` (single linkage at a scale relative to the cloud) and
   :func:`cluster_counts` along a trajectory.
 * **Kinetic energy** -- :func:`kinetic_energy`:
@@ -32,7 +33,7 @@ from __future__ import annotations
 from .clustering import Clusters, cluster_counts, clusters
 from .distances import EXACT_MAX_PAIRS, bures_wasserstein, conditional_wasserstein, wasserstein
 from .energy import KineticEnergy, kinetic_energy
-from .growth import Classification, classify
+from .growth import Classification, classify, exponential_growth_bound
 from .ranks import (RankCollapse, RankProfile, effective_rank, numerical_rank, rank_collapse,
                     rank_profile, stable_rank)
 from .stability import (StabilityProfile, gaussian_stability_profile, stability_bound,
@@ -52,6 +53,7 @@ __all__ = [
     "clusters",
     "conditional_wasserstein",
     "effective_rank",
+    "exponential_growth_bound",
     "gaussian_stability_profile",
     "kinetic_energy",
     "numerical_rank",

@@ -62,6 +62,7 @@ def solve_paths(att: Any, covs0: Any, *, t_max: float, n_eval: int = 400, means0
                            **options)
             for m0, S0, t_end in zip(means0, covs0, ends)]
 
+
 #: colours of the Gaussian statuses in figures
 STATUS_COLOURS = {"converged": "tab:blue", "blowup": "tab:red", "diverging": "tab:orange",
                   "ok": "tab:gray", "max_steps": "tab:purple"}

@@ -12,6 +12,8 @@ from .scalings import paper_attention
 
 __all__ = ["RankSweep", "rank_figure", "rank_sweep"]
 
+_VALUE_LABELS = {"identity": "I", "random": "random", "psd": "W^T W"}
+
 
 @dataclass
 class RankSweep:
@@ -28,18 +30,30 @@ class RankSweep:
 
     def summary(self) -> dict:
         return {"kind": self.kind, "d": self.d, "value": self.value, "draws": int(self.ranks.size),
-                "rank_counts": np.bincount(self.ranks, minlength=self.d + 1).tolist(),
-                "status_counts": {s: int(np.sum(self.status == s)) for s in STATUS_COLOURS},
+                "rank_counts": np.bincount(self.ranks[self.ranks >= 0],
+                                           minlength=self.d + 1).tolist(),
+                "status_counts": {s: int(np.sum(self.status == s))
+                                  for s in (*STATUS_COLOURS, "failed")},
                 "rtol": self.rtol, "blowup_threshold": self.blowup_threshold, "t_max": self.t_max}
 
 
 def rank_sweep(kind: str, d: int, *, value: str = "identity", draws: int = 100, seed: int = 0,
                t_max: float = 30.0, blowup_threshold: float = 1e3, rtol: float = 1e-3,
-               solver_rtol: float = 1e-6, solver_atol: float = 1e-9, max_steps: int = 2000
-               ) -> RankSweep:
-    r"""Numerical rank of the limit covariance over random draws (the paper's rank histograms).
+               solver_rtol: float = 1e-6, solver_atol: float = 1e-9, max_steps: int = 2000,
+               distribution: str = "square", threshold: float = 0.1,
+               converge_tol: float = 1e-4, max_redraws: int = 20) -> RankSweep:
+    r"""Rank of the limit covariance over random draws.
 
-    Each draw takes :math:`Q, K` with i.i.d. :math:`N(0, 1)` entries, :math:`V = I` or
+    ``distribution="paper"`` is the paper's study
+    (:func:`~transformer_pde.paper.paper_rank_study`: :math:`Q` of shape
+    :math:`\lfloor d/2\rfloor\times d`, :math:`K = -Q`, ``value`` ``"identity"`` or ``"psd"``
+    (:math:`V = W^\top W`), :math:`\Sigma_0 = SS^\top`, converged runs only
+    (:math:`\|\Sigma'\|_F` < ``converge_tol``, :math:`\Sigma_0` redrawn up to
+    ``max_redraws`` times), rank = eigenvalues of :math:`\Sigma` above ``threshold``); its
+    ``t_max`` should be long (algebraic convergence, e.g. 2000); ``status`` is
+    ``"converged"`` or ``"failed"`` (no draw converged, rank -1).
+
+    ``distribution="square"`` (default; not the paper's experiment): each draw takes :math:`Q, K` with i.i.d. :math:`N(0, 1)` entries, :math:`V = I` or
     (``value="random"``) i.i.d. :math:`N(0, 1)`, and :math:`\Sigma_0 = FF^\top/d` with
     :math:`F` standard normal; the attention uses the paper's scalings
     (:func:`paper_attention`).  All draws are integrated together with
@@ -55,7 +69,17 @@ def rank_sweep(kind: str, d: int, *, value: str = "identity", draws: int = 100, 
     """
     from .. import gaussian  # noqa: PLC0415
     from ..diagnostics import numerical_rank  # noqa: PLC0415
+    from .rankstudy import paper_rank_study  # noqa: PLC0415
 
+    if distribution == "paper":
+        st = paper_rank_study(kind, d, value, trials=draws, seed=seed, threshold=threshold,
+                              converge_tol=converge_tol, t_max=t_max, max_redraws=max_redraws,
+                              rtol=solver_rtol, atol=solver_atol)
+        status = np.where(st.ranks >= 0, "converged", "failed")
+        return RankSweep(kind, int(d), value, st.ranks, status, float(threshold),
+                         float(blowup_threshold), float(t_max))
+    if distribution != "square":
+        raise ValueError(f"distribution must be 'square' or 'paper', got {distribution!r}")
     if value not in ("identity", "random"):
         raise ValueError(f"value must be 'identity' or 'random', got {value!r}")
     if int(d) < 1 or int(draws) < 1:
@@ -92,8 +116,9 @@ def rank_figure(sweeps: Sequence[RankSweep], title: str,
     axes = fig.subplots(len(kinds), len(values), squeeze=False)
     for i, k in enumerate(kinds):
         for j, v in enumerate(values):
-            group = {f"d = {s.d}": s.ranks for s in sweeps if s.kind == k and s.value == v}
+            group = {f"d = {s.d}": s.ranks[s.ranks >= 0] for s in sweeps
+                     if s.kind == k and s.value == v}
             plot.rank_histogram(group, d=d_max, ax=axes[i, j],
-                                title=f"{k}, V = {'I' if v == 'identity' else 'random'}")
+                                title=f"{k}, V = {_VALUE_LABELS.get(v, v)}")
     fig.suptitle(title)
     return fig

@@ -12,7 +12,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["paper_attention"]
+__all__ = ["pad_rows", "paper_attention"]
+
+
+def pad_rows(M: Any, d: int) -> np.ndarray:
+    """``M`` (r, d) completed with zero rows to shape (d, d) (``r <= d``)."""
+    M = np.asarray(M, dtype=float)
+    if M.ndim != 2 or M.shape[0] > d:
+        raise ValueError(f"expected a matrix with at most {d} rows, got shape {M.shape}")
+    return np.vstack([M, np.zeros((d - M.shape[0], M.shape[1]))])
 
 
 def paper_attention(kind: str, Q: Any, K: Any, V: Any, *, heads: int = 1, eps: float = 1.0) -> Any:
@@ -26,7 +34,12 @@ def paper_attention(kind: str, Q: Any, K: Any, V: Any, *, heads: int = 1, eps: f
     Parameters
     ----------
     kind : {"softmax", "l2", "sinkhorn"}
-    Q, K, V : array (d, d)
+    Q, K, V : array
+        :math:`Q, K` of shape :math:`(r, d)` (:math:`r \le d` rows), :math:`V` of shape
+        :math:`(d, d)`.  With ``heads = H > 1``, head :math:`h` takes rows
+        :math:`hk \dots (h+1)k-1` of :math:`Q`, :math:`K`, :math:`V` (:math:`k = d/H`); rows
+        of :math:`Q, K` past :math:`r` count as zero, so such a head has :math:`A_h = 0`, as
+        in the paper's code.
     heads : int
         Number of heads (softmax only).
     eps : float
@@ -38,6 +51,10 @@ def paper_attention(kind: str, Q: Any, K: Any, V: Any, *, heads: int = 1, eps: f
     d = Q.shape[1]
     if kind == "softmax":
         k = d // heads if heads > 1 else d
+        if heads > 1 and Q.shape[0] < d:
+            # the paper slices rows h*k ... (h+1)*k - 1 of Q and K for head h: a head past
+            # the last row gets none, i.e. A_h = 0 (the "plane" figure: 1 row, 2 heads)
+            Q, K = pad_rows(Q, d), pad_rows(K, d)
         return Attention("softmax", Q / math.sqrt(k), K, V, heads=heads)
     if heads != 1:
         raise ValueError(f"heads must be 1 for kind={kind!r}, got {heads}")

@@ -63,83 +63,41 @@ def _matrix(name: str, value: Any, shape: tuple | None = None) -> np.ndarray:
 
 @dataclass(frozen=True)
 class RankCell(_Cell):
-    r"""One random trial of the rank study: the rank of the covariance a Gaussian token
-    distribution reaches under random attention.
+    r"""One trial of the rank study: :func:`transformer_pde.paper.rank_trial`.
 
-    ``trial="paper"`` is the paper's experiment: :math:`Q \in \mathbb R^{\lfloor d/2\rfloor
-    \times d}` with i.i.d. :math:`N(0,1)` entries, :math:`K = -Q`, :math:`V = I`
-    (``value="identity"``) or :math:`V = W^\top W` (``value="psd"``), :math:`\Sigma_0 = SS^\top`
-    with :math:`S` standard normal, the paper's scalings
-    (:func:`transformer_pde.paper.paper_attention`); a trial whose run does not converge
-    draws a new :math:`\Sigma_0` (at most ``max_redraws`` times), and the rank is the number
-    of eigenvalues of the final :math:`\Sigma` above ``threshold``.
-    ``trial="gaussian"``: square :math:`Q, K` with i.i.d. :math:`N(0,1)` entries, :math:`V = I`
-    or i.i.d. normal (``value="random"``), :math:`\Sigma_0 = FF^\top/d`; the rank is the
-    numerical rank (relative tolerance ``rtol``) of :math:`\Sigma/\operatorname{tr}\Sigma` at
-    the end (extrapolated to :math:`T^*` on blow-up).
+    ``distribution="paper"`` is the paper's experiment (:math:`Q \in \mathbb R^{\lfloor d/2
+    \rfloor\times d}`, :math:`K = -Q`, :math:`V = I` or :math:`W^\top W`,
+    :math:`\Sigma_0 = SS^\top`, converged runs only, rank = eigenvalues of :math:`\Sigma`
+    above ``threshold``); ``"square"`` is the library's older square draw.  The exact
+    moment ODE is solved until :math:`\|\Sigma'\|_F <` ``converge_tol``; a run that does not
+    converge draws a new :math:`\Sigma_0` (at most ``max_redraws`` times).
 
-    Outputs: ``rank``, ``status`` (code), ``t_final``, ``redraws``.
+    Outputs: ``rank`` (-1 when no draw converged), ``redraws``, ``t_stop``.
     """
 
     kind: str = "softmax"
     d: int = 3
     value: str = "identity"
-    trial: str = "paper"
-    t_max: float = 30.0
-    blowup_threshold: float = 1e3
+    distribution: str = "paper"
     threshold: float = 0.1
-    rtol: float = 1e-3
+    converge_tol: float = 1e-4
+    t_max: float = 2000.0
     max_redraws: int = 20
 
     def outputs(self, grid: Grid) -> dict:
         self.check_axes(grid)
-        return {"rank": Output((), "int64"), "status": Output((), "int8"),
-                "t_final": Output(), "redraws": Output((), "int64")}
+        return {"rank": Output((), "int64"), "redraws": Output((), "int64"),
+                "t_stop": Output()}
 
     def __call__(self, params: dict, rng: np.random.Generator) -> dict:
-        from .. import gaussian  # noqa: PLC0415
-        from ..diagnostics import numerical_rank  # noqa: PLC0415
-        from ..paper import paper_attention  # noqa: PLC0415
+        from ..paper import rank_trial  # noqa: PLC0415
 
         o = self.options(params)
-        d, kind, value, trial = int(o["d"]), str(o["kind"]), str(o["value"]), str(o["trial"])
-        if trial == "paper":
-            if value not in ("identity", "psd"):
-                raise ArgumentError(f"value must be 'identity' or 'psd' for the paper's trial, "
-                                    f"got {value!r}")
-            Q = rng.normal(size=(d // 2, d))
-            W = rng.normal(size=(d, d))
-            att = paper_attention(kind, Q, -Q, np.eye(d) if value == "identity" else W.T @ W)
-        elif trial == "gaussian":
-            if value not in ("identity", "random"):
-                raise ArgumentError(f"value must be 'identity' or 'random', got {value!r}")
-            Q, K = rng.normal(size=(d, d)), rng.normal(size=(d, d))
-            att = paper_attention(kind, Q, K,
-                                  np.eye(d) if value == "identity" else rng.normal(size=(d, d)))
-        else:
-            raise ArgumentError(f"trial must be 'paper' or 'gaussian', got {trial!r}")
-        for redraw in range(int(o["max_redraws"]) + 1):
-            S = rng.normal(size=(d, d))
-            cov0 = S @ S.T if trial == "paper" else S @ S.T / d
-            traj = gaussian.solve(att, np.zeros(d), cov0, t_max=float(o["t_max"]),
-                                  blowup_threshold=float(o["blowup_threshold"]), rtol=1e-9,
-                                  atol=1e-12)
-            if trial == "gaussian" or Status.parse(_status(traj)) == Status.CONVERGED:
-                break
-        if trial == "paper":
-            eig = np.linalg.eigvalsh(np.asarray(traj.covs[-1]))
-            rank = int(np.sum(eig > float(o["threshold"])))
-        else:
-            rank = int(numerical_rank(traj.limit, float(o["rtol"])))
-        return {"rank": rank, "status": status_code(_status(traj)),
-                "t_final": float(traj.t_final), "redraws": redraw}
-
-
-def _status(traj: Any) -> str:
-    """The trajectory's status in the shared vocabulary (a Gaussian run that reached its
-    final time undecided reports ``ok``)."""
-    s = str(traj.status)
-    return "ok" if s == "running" else s
+        tr = rank_trial(str(o["kind"]), int(o["d"]), str(o["value"]), rng,
+                        distribution=str(o["distribution"]), threshold=float(o["threshold"]),
+                        converge_tol=float(o["converge_tol"]), t_max=float(o["t_max"]),
+                        max_redraws=int(o["max_redraws"]))
+        return {"rank": tr.rank, "redraws": tr.redraws, "t_stop": tr.t_stop}
 
 
 @dataclass(frozen=True)
@@ -189,7 +147,7 @@ class ConeCell(_Cell):
         traj = gaussian.solve(att, np.zeros(2), cov0, t_max=float(o["t_max"]),
                               blowup_threshold=float(o["blowup_threshold"]),
                               rtol=float(o["rtol"]))
-        return {"status": status_code(_status(traj)), "blowup_time": float(traj.blowup_time),
+        return {"status": status_code(traj.status), "blowup_time": float(traj.blowup_time),
                 "t_final": float(traj.t_final), "limit": np.asarray(traj.limit, dtype=float)}
 
 
