@@ -13,6 +13,7 @@ import numpy as np
 
 from ..attention import Attention
 from ..errors import ArgumentError, EarlyStopWarning
+from ..integrate.controller import initial_step
 from ..integrate.tableaux import DOPRI5
 from ..results import Status
 from . import kernels
@@ -148,6 +149,8 @@ def _numpy_advance(sysm: MomentSystem, Y: np.ndarray, ids: np.ndarray, h: np.nda
     t_prev_stop = np.minimum(t_prev_stop, Y[:, 0])
     alg = np.full((B, 4), np.inf)
     n_att = np.zeros(B, dtype=int)
+    h_ctrl = h.copy()
+    secant = np.zeros(B, dtype=bool)
 
     def set_window(ia):
         st = stops[kstop[ia]]
@@ -217,6 +220,11 @@ def _numpy_advance(sysm: MomentSystem, Y: np.ndarray, ids: np.ndarray, h: np.nda
         h_new = np.where(over_sz, np.where(over, np.minimum(h_new, h_sz), h_sz), h_new)
         # after an aimed, accepted step keep the previous (larger) proposal
         h_new = np.where(accept & aiming, np.maximum(h[ia], h_new), h_new)
+        # the error controller's proposal after accepted steps (a continuation restarts from
+        # it, not from the secant step that landed on the threshold)
+        free = accept & ~aiming & ~secant[ia]
+        h_ctrl[ia] = np.where(free, hA * fac, h_ctrl[ia])
+        secant[ia] = over | over_sz
         n_att[ia] += 1
         n_steps[ia] += accept
         acc_i = ia[accept]
@@ -257,6 +265,7 @@ def _numpy_advance(sysm: MomentSystem, Y: np.ndarray, ids: np.ndarray, h: np.nda
         if np.any(stiff):
             reason[stiff] = 3
             active[stiff] = False
+    h[ids] = np.maximum(h[ids], h_ctrl[ids])
 
 
 def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *, t_max: float,
@@ -372,13 +381,8 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
         code = converged_codes(convergence, conv_rates(sysm, Y, all_idx, atol), converge_tol,
                                Y[:, 0], np.full((B, 4), np.inf))
         reason[code > 0] = code[code > 0]
-        # initial step (Hairer-Wanner heuristic, vectorised)
-        f = sysm.rhs(Y, all_idx)
-        scale = atol_vec + rtol * np.abs(Y)
-        d0 = np.sqrt(np.mean((Y / scale) ** 2, axis=1))
-        d1 = np.sqrt(np.mean((f / scale) ** 2, axis=1))
-        h = np.where((d0 < 1e-5) | (d1 < 1e-5), 1e-6, 0.01 * d0 / np.maximum(d1, 1e-300))
-        h = np.minimum(h, 0.1)
+        # initial step (Hairer-Wanner heuristic, per member: the package's controller)
+        h = initial_step(Y, sysm.rhs(Y, all_idx), rtol, atol_vec)
         n_steps = np.zeros(B, dtype=int)
         kstop = np.zeros(B, dtype=int)
         run = np.nonzero(reason < 0)[0]

@@ -199,6 +199,8 @@ def _nb_advance(y, K, d, linear, Vfm, Ahm, km, rtol, atol_vec, atol, stops, eval
     nacc = 0
     res = -1
     lsz = np.log(_nb_rhs(y, K[0], d, linear, Vfm, Ahm, km, S, S2, M, T, MG, al, bv, dm))
+    h_ctrl = h
+    secant = False
     while True:
         st = stops[k]
         gap = st - y[0]
@@ -264,9 +266,13 @@ def _nb_advance(y, K, d, linear, Vfm, Ahm, km, rtol, atol_vec, atol, stops, eval
             h_new = h_sz if (not over or h_sz < h_new) else h_new
         if accept and aiming:
             h_new = max(h, h_new)
+        secant_cur = secant
+        secant = over or over_sz
         natt += 1
         h = h_new
         if accept:
+            if not aiming and not secant_cur:
+                h_ctrl = hh * fac
             nacc += 1
             y[:] = ynew
             lsz = lnew
@@ -291,7 +297,9 @@ def _nb_advance(y, K, d, linear, Vfm, Ahm, km, rtol, atol_vec, atol, stops, eval
         if natt >= budget:
             res = 3
             break
-    out[0] = h
+    # the error controller's last proposal (not the secant step that landed on a stop),
+    # so that a continuation does not restart from a tiny step
+    out[0] = h_ctrl if h_ctrl > h else h
     out[1] = nacc
     out[2] = natt
     return res
