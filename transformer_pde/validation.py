@@ -252,7 +252,10 @@ def covariance(name: str, value: Any, d: int | None = None, *, batch: bool = Fal
         raise ArgumentError(f"{name} must be symmetric{member(i)}: max |C - C^T| = "
                             f"{asym[i]:.3g} > {SYMMETRY_RTOL:g} max |C|")
     sym = 0.5 * (cc + np.swapaxes(cc, 1, 2))
-    lam = np.linalg.eigvalsh(sym)
+    try:  # eigenvalues of the matrix scaled to max |entry| = 1 (no overflow), scaled back
+        lam = np.linalg.eigvalsh(sym / scale[:, None, None]) * scale[:, None]
+    except np.linalg.LinAlgError as exc:
+        raise ArgumentError(f"{name}: eigenvalues could not be computed ({exc})") from None
     tr = np.maximum(np.abs(lam).sum(axis=1), 1e-300)
     floor = np.maximum(psd_rtol * tr, psd_atol)
     bad = np.nonzero(lam[:, 0] < -floor)[0]
