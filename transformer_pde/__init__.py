@@ -8,6 +8,7 @@ layer is one Euler step of dx/dt = Gamma_mu(x).  Main entry points:
 - :mod:`transformer_pde.gaussian` -- closed-form mean/covariance ODEs
 - :mod:`transformer_pde.diagnostics` -- stability, rank collapse, blow-up, clusters
 - :mod:`transformer_pde.plot` -- covariance cone, particles, rank histograms
+- :mod:`transformer_pde.pretrained` -- a pretrained BERT-family encoder as a token flow
 """
 
 import importlib
@@ -29,7 +30,7 @@ __version__ = "0.1.0"
 # Submodules loaded on first attribute access (``tp.gaussian``, ``tp.plot``...), so that
 # ``import transformer_pde`` does not pull in POT, matplotlib or hypothesis.
 _LAZY_SUBMODULES = ("gaussian", "diagnostics", "plot", "cli", "paper", "testing",
-                    "integrate",
+                    "integrate", "pretrained",
                     "blocks", "sinkhorn", "fields", "particles", "attention", "backends")
 
 

@@ -10,11 +10,17 @@ that may depend on depth :math:`t`.  Conventions (see ``SPEC.md``):
   :math:`h` uses row block :math:`h k \dots (h+1)k-1` (:math:`k = d/H`) of each and writes
   :math:`V_h\,(\text{average})` into that same block of the output; ``W_O`` (optional,
   :math:`d\times d`) multiplies the concatenation.
+* optional bias vectors make the maps affine (BERT-style layers): queries
+  :math:`Qx + b_Q`, keys :math:`Ky + b_K`, values :math:`Vy + b_V`, output
+  :math:`W_O(\cdot) + b_O`; with heads, head :math:`h` uses the same row block of
+  :math:`b_Q, b_K, b_V` as of the matrices.
 * ``masked=True``: tokens carry positions :math:`s\in[0,1]`; a query at position
   :math:`s` only attends to tokens with :math:`s_j \le s`.
 
 Parameters ``Q``, ``K``, ``V`` and ``W_O`` are arrays, callables ``t -> array``, or
-:class:`Layers` tables (piecewise constant in ``t``, one matrix per layer).
+:class:`Layers` tables (piecewise constant in ``t``, one matrix per layer); the biases
+``b_Q``, ``b_K``, ``b_V``, ``b_O`` are vectors, callables or :class:`Layers` tables of shape
+``(L, 1, n)``.
 :meth:`Attention.at` freezes everything at one time into an :class:`AttentionParams`.
 """
 
@@ -40,6 +46,8 @@ __all__ = [
 ]
 
 ArrayLike = Any
+#: names of the optional bias vectors of an :class:`Attention`
+_BIASES = ("b_Q", "b_K", "b_V", "b_O")
 Param = Union[np.ndarray, Callable[[float], ArrayLike], "Layers"]
 
 
@@ -193,12 +201,24 @@ class Head:
         Value matrix; the head writes :math:`V\,(\text{average})` into ``rows``.
     rows : slice
         Output coordinates this head writes (``slice(0, d)`` for a single head).
+    bQ, bK : ndarray, shape (k,), or None
+        Query and key biases: the score is :math:`\langle Qx + b_Q, Ky + b_K\rangle`.
+    bV : ndarray, shape (c,), or None
+        Value bias: the head averages :math:`Vy + b_V`.
     """
 
     Q: np.ndarray
     K: np.ndarray
     V: np.ndarray
     rows: slice
+    bQ: np.ndarray | None = None
+    bK: np.ndarray | None = None
+    bV: np.ndarray | None = None
+
+    @property
+    def has_bias(self) -> bool:
+        """Whether any of the query, key or value maps is affine rather than linear."""
+        return self.bQ is not None or self.bK is not None or self.bV is not None
 
     @property
     def A(self) -> np.ndarray:
@@ -211,7 +231,7 @@ class AttentionParams:
     """All parameters of an :class:`Attention` evaluated at one time ``t``.
 
     ``heads`` holds one :class:`Head` per head; ``W_O`` is ``None`` for the identity.
-    The field is ``W_O @ concat_h(head_h output)``.
+    The field is ``W_O @ concat_h(head_h output) + b_O`` (``b_O`` ``None`` for no bias).
     """
 
     kind: str
@@ -223,13 +243,35 @@ class AttentionParams:
     l2_beta: float
     masked: bool
     t: float = 0.0
+    b_O: np.ndarray | None = None
 
     @property
     def n_heads(self) -> int:
         return len(self.heads)
 
+    @property
+    def has_bias(self) -> bool:
+        """Whether any head map or the output map carries a bias vector."""
+        return self.b_O is not None or any(h.has_bias for h in self.heads)
+
 
 # --------------------------------------------------------------------------- validation
+def _check_vector(name: str, value: ArrayLike, t: float | None = None) -> np.ndarray:
+    """A finite real bias vector; shapes (n,), (1, n) and (n, 1) are accepted and flattened."""
+    where = "" if t is None else f" (evaluated at t={t})"
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ArgumentTypeError(f"{name}{where} must be a real vector: {exc}") from None
+    if arr.ndim == 2 and 1 in arr.shape:
+        arr = arr.ravel()
+    if arr.ndim != 1 or arr.size == 0:
+        raise ArgumentError(f"{name}{where} must be a non-empty vector, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ArgumentError(f"{name}{where} contains NaN or inf")
+    return arr
+
+
 def _check_scores(Q: np.ndarray, K: np.ndarray, t: float, head: int | None) -> None:
     r"""Refuse finite Q, K whose product :math:`K^\top Q` overflows (infinite scores).
 
@@ -283,6 +325,15 @@ class Attention:
         :math:`\beta'` of the ``l2`` kernel (> 0).
     W_O : array (d, d), callable, :class:`Layers` or None
         Output projection applied to the concatenated heads (identity if None).
+    b_Q, b_K : array (k,), callable, :class:`Layers` of shape (L, 1, k), or None
+        Query and key biases (``k`` = rows of ``Q``; ``d`` with heads): the score becomes
+        :math:`\beta\langle Qx + b_Q, Ky + b_K\rangle`.  For normalised kinds ``b_K`` only
+        adds :math:`\beta\langle Qx + b_Q, b_K\rangle`, the same for every key, and cancels.
+    b_V : array (d,), callable, :class:`Layers` or None
+        Value bias: each head averages :math:`V_h y + b_{V,h}`.
+    b_O : array (d,), callable, :class:`Layers` or None
+        Output bias added after ``W_O``.  A BERT self-attention sub-layer is ``kind="softmax"``,
+        ``heads=H``, ``beta=1/sqrt(d/H)`` with all four biases (see docs/conventions.md).
 
     Raises
     ------
@@ -308,6 +359,10 @@ class Attention:
     eps: float = 1.0
     l2_beta: float = 0.5
     W_O: Param | None = None
+    b_Q: Param | None = None
+    b_K: Param | None = None
+    b_V: Param | None = None
+    b_O: Param | None = None
     d: int = field(init=False)
     time_dependent: bool = field(init=False)
 
@@ -347,6 +402,14 @@ class Attention:
                 dynamic = True
             else:
                 set_(self, name, _readonly(matrix(name, value)))
+        for name in _BIASES:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, Layers) or callable(value):
+                dynamic = True
+            else:
+                set_(self, name, _readonly(_check_vector(name, value)))
         set_(self, "time_dependent", dynamic)
         Q0 = self._matrix("Q", 0.0)
         set_(self, "d", Q0.shape[1])
@@ -365,6 +428,35 @@ class Attention:
         if isinstance(value, Layers):
             return value(t, left=left)
         return matrix(name, value(t), t)
+
+    def _bias(self, name: str, n: int, t: float, left: bool) -> np.ndarray | None:
+        value = getattr(self, name)
+        if value is None:
+            return None
+        if isinstance(value, Layers):
+            v = value(t, left=left)
+            if v.shape[0] != 1:
+                raise ArgumentError(f"{name}: a Layers table of biases must have shape "
+                                    f"(L, 1, n), got {value.values.shape}")
+            v = v[0]
+        elif isinstance(value, np.ndarray):
+            v = value
+        else:
+            v = _check_vector(name, value(t), t)
+        if v.shape != (n,):
+            raise ArgumentError(f"{name} must have {n} entries, got shape {v.shape} (t={t})")
+        return v
+
+    @property
+    def has_bias(self) -> bool:
+        """Whether any of ``b_Q``, ``b_K``, ``b_V``, ``b_O`` is set (affine attention maps)."""
+        return any(getattr(self, n) is not None for n in _BIASES)
+
+    @property
+    def tables(self) -> list[Layers]:
+        """Every piecewise-constant :class:`Layers` parameter (matrices and biases)."""
+        return [v for n in ("Q", "K", "V", "W_O") + _BIASES
+                if isinstance(v := getattr(self, n), Layers)]
 
     def at(self, t: float = 0.0, *, left: bool = False) -> AttentionParams:
         """Freeze every parameter at time ``t`` (validating shapes) into :class:`AttentionParams`.
@@ -388,13 +480,22 @@ class Attention:
             if Q.shape != (d, d):
                 raise ValueError(
                     f"with heads={H}, Q and K must be d x d = {(d, d)}, got {Q.shape}")
+        bQ = self._bias("b_Q", Q.shape[0], t, left)
+        bK = self._bias("b_K", Q.shape[0], t, left)
+        bV = self._bias("b_V", d, t, left)
+        b_O = self._bias("b_O", d, t, left)
+        if H > 1:
             k = d // H
+
+            def blk(v, h):
+                return None if v is None else v[h * k:(h + 1) * k]
+
             heads = tuple(
                 Head(Q[h * k:(h + 1) * k], K[h * k:(h + 1) * k], V[h * k:(h + 1) * k],
-                     slice(h * k, (h + 1) * k))
+                     slice(h * k, (h + 1) * k), blk(bQ, h), blk(bK, h), blk(bV, h))
                 for h in range(H))
         else:
-            heads = (Head(Q, K, V, slice(0, d)),)
+            heads = (Head(Q, K, V, slice(0, d), bQ, bK, bV),)
         for h, head in enumerate(heads):
             _check_scores(head.Q, head.K, t, h if H > 1 else None)
         W_O = None
@@ -403,12 +504,13 @@ class Attention:
             if W_O.shape != (d, d):
                 raise ValueError(f"W_O must have shape (d, d) = {(d, d)}, got {W_O.shape}")
         return AttentionParams(self.kind, d, heads, W_O, self.beta, self.eps,
-                               self.l2_beta, self.masked, float(t))
+                               self.l2_beta, self.masked, float(t), b_O)
 
     def replace(self, **changes: Any) -> "Attention":
         """A copy with some constructor arguments changed (validated again)."""
         args = {n: getattr(self, n) for n in
-                ("kind", "Q", "K", "V", "heads", "masked", "beta", "eps", "l2_beta", "W_O")}
+                ("kind", "Q", "K", "V", "heads", "masked", "beta", "eps", "l2_beta", "W_O")
+                + _BIASES}
         args.update(changes)
         return Attention(**args)
 
@@ -419,8 +521,10 @@ class Attention:
         out: dict[str, Any] = {"kind": self.kind, "heads": self.heads, "masked": self.masked,
                                "beta": self.beta, "eps": self.eps, "l2_beta": self.l2_beta,
                                "serialisable": True}
-        for name in ("Q", "K", "V", "W_O"):
+        for name in ("Q", "K", "V", "W_O") + _BIASES:
             v = getattr(self, name)
+            if v is None and name in _BIASES:
+                continue  # absent biases are not stored (files without them stay as they were)
             if v is None or isinstance(v, np.ndarray):
                 out[name] = v
             elif isinstance(v, Layers):
@@ -436,17 +540,20 @@ class Attention:
         if not data.get("serialisable", True):
             raise ValueError("this attention held callables of time and cannot be rebuilt")
         kw = {}
-        for name in ("Q", "K", "V", "W_O"):
+        for name in ("Q", "K", "V", "W_O") + _BIASES:
             v = data.get(name)
             if isinstance(v, dict):
                 v = Layers(v["layers"], layer_time=v["layer_time"], t0=v["t0"])
             kw[name] = v
         return cls(data["kind"], kw["Q"], kw["K"], kw["V"], heads=int(data["heads"]),
                    masked=bool(data["masked"]), beta=float(data["beta"]),
-                   eps=float(data["eps"]), l2_beta=float(data["l2_beta"]), W_O=kw["W_O"])
+                   eps=float(data["eps"]), l2_beta=float(data["l2_beta"]), W_O=kw["W_O"],
+                   **{n: kw[n] for n in _BIASES})
 
     def __repr__(self) -> str:
         extra = "" if not self.time_dependent else ", time-dependent"
+        if self.has_bias:
+            extra += ", biases=" + "/".join(n for n in _BIASES if getattr(self, n) is not None)
         return (f"Attention(kind={self.kind!r}, d={self.d}, heads={self.heads}, "
                 f"masked={self.masked}, beta={self.beta}, eps={self.eps}, "
                 f"l2_beta={self.l2_beta}{extra})")

@@ -363,19 +363,29 @@ class PostLayerNorm:
     ----------
     layernorm : LayerNorm
         Its ``mode`` must be ``"post"``.
+    mlp_layernorm : LayerNorm, optional
+        A second post-norm LayerNorm applied instead after the MLP sub-flow (BERT's
+        ``x = LN1(x + Attn x)``, ``x = LN2(x + MLP x)``: ``layernorm`` is LN1, this LN2);
+        default: ``layernorm`` after both sub-flows.
     """
 
     name = "post_layernorm"
 
-    def __init__(self, layernorm: "LayerNorm"):
-        if not isinstance(layernorm, LayerNorm) or layernorm.mode != "post":
-            raise ArgumentError("PostLayerNorm needs a LayerNorm with mode='post', got "
-                                f"{layernorm!r}")
+    def __init__(self, layernorm: "LayerNorm", mlp_layernorm: "LayerNorm | None" = None):
+        for ln in (layernorm, mlp_layernorm):
+            if ln is mlp_layernorm and ln is None:
+                continue
+            if not isinstance(ln, LayerNorm) or ln.mode != "post":
+                raise ArgumentError("PostLayerNorm needs LayerNorms with mode='post', got "
+                                    f"{ln!r}")
         self.layernorm = layernorm
+        self.mlp_layernorm = layernorm if mlp_layernorm is None else mlp_layernorm
 
     @property
     def tables(self) -> list[Layers]:
-        return [v for v in vars(self.layernorm).values() if isinstance(v, Layers)]
+        lns = (self.layernorm,) if self.mlp_layernorm is self.layernorm else \
+            (self.layernorm, self.mlp_layernorm)
+        return [v for ln in lns for v in vars(ln).values() if isinstance(v, Layers)]
 
     def tangent(self, X: Any, F: Any) -> Any:
         return F
@@ -383,13 +393,19 @@ class PostLayerNorm:
     def retract(self, X: Any, t: float, *, left: bool = False) -> Any:
         return self.layernorm(X, t, left=left)
 
+    def retract_mlp(self, X: Any, t: float, *, left: bool = False) -> Any:
+        """The projection after the MLP sub-flow (``mlp_layernorm``)."""
+        return self.mlp_layernorm(X, t, left=left)
+
     def initial(self, X0: np.ndarray) -> np.ndarray:
         if X0.shape[1] < 2:
             raise ArgumentError("a LayerNorm needs d >= 2 features")
         return X0
 
     def __repr__(self) -> str:
-        return f"PostLayerNorm({self.layernorm!r})"
+        if self.mlp_layernorm is self.layernorm:
+            return f"PostLayerNorm({self.layernorm!r})"
+        return f"PostLayerNorm({self.layernorm!r}, {self.mlp_layernorm!r})"
 
 
 # --------------------------------------------------------------------------- block
@@ -401,10 +417,13 @@ class Block:
     ----------
     mlp : MLP, optional
         Token-wise MLP field added to attention (a full Transformer block).
-    layernorm : LayerNorm or pair of pre-norm LayerNorms, optional
+    layernorm : LayerNorm or pair of LayerNorms, optional
         A pre-norm LayerNorm (``mode="pre"``, inside both fields) or a pair
         ``(LN_attention, LN_mlp)``; a post-norm LayerNorm (``mode="post"``) is the
-        constraint :class:`PostLayerNorm` (give it here or as ``constraint``).
+        constraint :class:`PostLayerNorm` (give it here or as ``constraint``); a pair of
+        post-norm LayerNorms ``(LN1, LN2)`` projects with LN1 after the attention and LN2
+        after the MLP sub-flow (a BERT layer with Lie splitting, Euler and ``dt = 1``; needs
+        an ``mlp`` and ``splitting`` "lie" or "strang").
     constraint : Constraint or "sphere", optional
         Manifold the tokens stay on (:class:`Sphere`, :class:`PostLayerNorm`, or any
         object following :class:`Constraint`).
@@ -447,9 +466,20 @@ class Block:
                 f"retract(X, t, left=...) and initial(X0), got {type(constraint).__name__}")
         ln = self.layernorm
         if isinstance(ln, tuple):
-            if len(ln) != 2 or not all(isinstance(x, LayerNorm) and x.mode == "pre" for x in ln):
-                raise ArgumentError("layernorm as a tuple must be two pre-norm LayerNorms "
-                                    "(attention, mlp)")
+            modes = {getattr(x, "mode", None) for x in ln}
+            if len(ln) != 2 or not all(isinstance(x, LayerNorm) for x in ln) or len(modes) != 1:
+                raise ArgumentError("layernorm as a tuple must be two pre-norm or two post-norm "
+                                    "LayerNorms (attention, mlp)")
+            if modes == {"post"}:
+                if self.mlp is None or self.splitting == "none":
+                    raise ArgumentError(
+                        "a pair of post-norm LayerNorms projects after the attention and after "
+                        "the MLP sub-flow: it needs mlp= and splitting='lie' or 'strang'")
+                if constraint is not None:
+                    raise ArgumentError(
+                        "post-norm LayerNorms are a constraint of their own; do not combine "
+                        f"them with constraint={constraint!r}")
+                constraint = PostLayerNorm(ln[0], ln[1])
         elif isinstance(ln, LayerNorm):
             if ln.mode == "post":
                 if constraint is not None:
@@ -468,7 +498,7 @@ class Block:
         """The pre-norm LayerNorms ``(of the attention field, of the MLP field)``."""
         ln = self.layernorm
         if isinstance(ln, tuple):
-            return ln
+            return ln if ln[0].mode == "pre" else (None, None)
         if isinstance(ln, LayerNorm) and ln.mode == "pre":
             return ln, ln
         return None, None
@@ -589,10 +619,13 @@ class BlockStepper:
             return self.constraint.tangent(z, v) if self.constraint is not None else v
         return fm
 
-    def _project(self, y: Any, tau: float) -> Any:
-        if self.constraint is not None:
-            return self.constraint.retract(y, tau, left=self._left(tau))
-        return y
+    def _project(self, y: Any, tau: float, *, after_mlp: bool = False) -> Any:
+        c = self.constraint
+        if c is None:
+            return y
+        if after_mlp and hasattr(c, "retract_mlp"):  # a post-norm pair: LN2 after the MLP
+            return c.retract_mlp(y, tau, left=self._left(tau))
+        return c.retract(y, tau, left=self._left(tau))
 
     def step(self, f: Callable, t: float, y: Any, h: float) -> Any:
         """Advance the block flow from ``t`` to ``t + h`` (``f``: attention field)."""
@@ -603,11 +636,12 @@ class BlockStepper:
             return self._project(step(fa, t, y, h), t + h)
         if self.splitting == "none":
             fm = self._mlp(None)
-            return self._project(step(lambda tau, z: fa(tau, z) + fm(tau, z), t, y, h), t + h)
+            return self._project(step(lambda tau, z: fa(tau, z) + fm(tau, z), t, y, h), t + h,
+                                 after_mlp=True)
         if self.splitting == "lie":
             y = self._project(step(fa, t, y, h), t + h)
-            return self._project(step(self._mlp(t), t, y, h), t + h)
+            return self._project(step(self._mlp(t), t, y, h), t + h, after_mlp=True)
         half = 0.5 * h
         y = self._project(step(fa, t, y, half), t + half)
-        y = self._project(step(self._mlp(t + half), t, y, h), t + half)
+        y = self._project(step(self._mlp(t + half), t, y, h), t + half, after_mlp=True)
         return self._project(step(fa, t + half, y, half), t + h)

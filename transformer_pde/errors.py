@@ -23,6 +23,8 @@ __all__ = [
     "ArgumentError",
     "ArgumentTypeError",
     "ConfigError",
+    "CheckpointError",
+    "CheckpointFileNotFound",
     "BackendNotAvailable",
     "SinkhornNotConverged",
     "SolverNotConverged",
@@ -48,6 +50,15 @@ class ArgumentTypeError(TransformerPDEError, TypeError):
 
 class ConfigError(ArgumentError):
     """A configuration file (TOML) is invalid; the message names the key."""
+
+
+class CheckpointError(ArgumentError):
+    """A pretrained-model directory cannot be read: unsupported architecture, a config key
+    missing, or weights that do not match the config (the message names the file and key)."""
+
+
+class CheckpointFileNotFound(CheckpointError, FileNotFoundError):
+    """A pretrained-model directory, or a file it must hold, does not exist."""
 
 
 class BackendNotAvailable(TransformerPDEError, ImportError):

@@ -72,15 +72,32 @@ def register_head_field(name: str) -> Callable[[HeadField], HeadField]:
     return deco
 
 
-def _proj(be, X, M):
-    return X @ be.asarray(M.T, X.dtype)
+def _proj(be, X, M, b=None):
+    # the affine map X M^T + b of every row; biases are applied here, in the glue, so the
+    # backends' primitives (which only see projected q, k, v) need no change
+    out = X @ be.asarray(M.T, X.dtype)
+    if b is not None:
+        out = out + be.asarray(b, X.dtype)
+    return out
+
+
+def _q(be, X, head):
+    return _proj(be, X, head.Q, head.bQ)
+
+
+def _k(be, X, head):
+    return _proj(be, X, head.K, head.bK)
+
+
+def _v(be, X, head):
+    return _proj(be, X, head.V, head.bV)
 
 
 @register_head_field("softmax")
 def _softmax(ctx, P, h, head, Xq, Xk):
     be = ctx.backend
-    q = _proj(be, Xq, head.Q) * P.beta
-    return be.softmax(q, _proj(be, Xk, head.K), _proj(be, Xk, head.V), ctx.logw, ctx.limits)[0]
+    q = _q(be, Xq, head) * P.beta
+    return be.softmax(q, _k(be, Xk, head), _v(be, Xk, head), ctx.logw, ctx.limits)[0]
 
 
 @register_head_field("l2")
@@ -92,7 +109,7 @@ def _l2(ctx, P, h, head, Xq, Xk):
     # are spread beyond ~1e154 (then ScoreOverflowError, never a silently dropped key).
     be = ctx.backend
     xp = be.xp
-    k = _proj(be, Xk, head.K)
+    k = _k(be, Xk, head)
     c = k.max(axis=0) * 0.5 + k.min(axis=0) * 0.5
     k = k - c
     with np.errstate(over="ignore", invalid="ignore"):
@@ -101,15 +118,15 @@ def _l2(ctx, P, h, head, Xq, Xk):
         raise ScoreOverflowError(
             f"l2 attention scores overflow (head {h}): the projected tokens K x are spread "
             "beyond the float range of |Kx - Ky|^2; rescale the tokens or K")
-    q = (_proj(be, Xq, head.Q) - c) * (2.0 * P.l2_beta)
-    return be.softmax(q, k, _proj(be, Xk, head.V), bias, ctx.limits)[0]
+    q = (_q(be, Xq, head) - c) * (2.0 * P.l2_beta)
+    return be.softmax(q, k, _v(be, Xk, head), bias, ctx.limits)[0]
 
 
 @register_head_field("exp")
 def _exp(ctx, P, h, head, Xq, Xk):
     be = ctx.backend
-    q = _proj(be, Xq, head.Q) * P.beta
-    out, lse = be.softmax(q, _proj(be, Xk, head.K), _proj(be, Xk, head.V), ctx.logw, ctx.limits)
+    q = _q(be, Xq, head) * P.beta
+    out, lse = be.softmax(q, _k(be, Xk, head), _v(be, Xk, head), ctx.logw, ctx.limits)
     with np.errstate(over="ignore", invalid="ignore"):
         return out * be.xp.exp(lse)[:, None]
 
@@ -117,8 +134,8 @@ def _exp(ctx, P, h, head, Xq, Xk):
 def _pointwise(phi: str) -> HeadField:
     def fn(ctx, P, h, head, Xq, Xk):
         be = ctx.backend
-        q = _proj(be, Xq, head.Q) * P.beta
-        return be.pointwise(phi, q, _proj(be, Xk, head.K), _proj(be, Xk, head.V), ctx.w,
+        q = _q(be, Xq, head) * P.beta
+        return be.pointwise(phi, q, _k(be, Xk, head), _v(be, Xk, head), ctx.w,
                             ctx.limits)
     fn.__name__ = f"_{phi}"
     return fn
@@ -133,12 +150,14 @@ HEAD_FIELDS["relu"] = _pointwise("relu")
 def _sinkhorn(ctx, P, h, head, Xq, Xk):
     # thin caller: the solver, warm start and fused kernels live in transformer_pde.sinkhorn
     be = ctx.backend
-    kx = _proj(be, Xk, head.K)
-    qx = _proj(be, Xk, head.Q) * P.beta
-    q_query = None if Xq is Xk else _proj(be, Xq, head.Q) * P.beta
-    symmetric = is_symmetric(head.A)
+    kx = _k(be, Xk, head)
+    qx = _q(be, Xk, head) * P.beta
+    q_query = None if Xq is Xk else _q(be, Xq, head) * P.beta
+    # with query/key biases the score <Qx + b_Q, Ky + b_K> is symmetric only in special
+    # cases: use the general two-potential solve then
+    symmetric = head.bQ is None and head.bK is None and is_symmetric(head.A)
     state = ctx.state.setdefault(("sinkhorn", h), SinkhornWarmStart())
-    return sinkhorn_field(be, qx, kx, _proj(be, Xk, head.V), ctx.logw, P.eps, q_query=q_query,
+    return sinkhorn_field(be, qx, kx, _v(be, Xk, head), ctx.logw, P.eps, q_query=q_query,
                           symmetric=symmetric, state=state, t=P.t, tol=ctx.sinkhorn_tol,
                           max_iter=ctx.sinkhorn_max_iter, info=ctx.info, label=f"head {h}",
                           stage=ctx.stage)[0]
@@ -166,18 +185,18 @@ def _softmax_free(ctx, q, k, v, head):
 @register_head_field("galerkin")
 def _galerkin(ctx, P, h, head, Xq, Xk):
     be = ctx.backend
-    q = _proj(be, Xq, head.Q) * P.beta
-    k = token_layer_norm(_proj(be, Xk, head.K))
-    v = token_layer_norm(_proj(be, Xk, head.V))
+    q = _q(be, Xq, head) * P.beta
+    k = token_layer_norm(_k(be, Xk, head))
+    v = token_layer_norm(_v(be, Xk, head))
     return _softmax_free(ctx, q, k, v, head)
 
 
 @register_head_field("fourier")
 def _fourier(ctx, P, h, head, Xq, Xk):
     be = ctx.backend
-    q = token_layer_norm(_proj(be, Xq, head.Q)) * P.beta
-    k = token_layer_norm(_proj(be, Xk, head.K))
-    return _softmax_free(ctx, q, k, _proj(be, Xk, head.V), head)
+    q = token_layer_norm(_q(be, Xq, head)) * P.beta
+    k = token_layer_norm(_k(be, Xk, head))
+    return _softmax_free(ctx, q, k, _v(be, Xk, head), head)
 
 
 # ------------------------------------------------------------------ evaluator
@@ -289,6 +308,8 @@ class FieldEvaluator:
             ctx.limits = saved
         if P.W_O is not None:
             out = out @ self.be.asarray(P.W_O.T, out.dtype)
+        if P.b_O is not None:
+            out = out + self.be.asarray(P.b_O, out.dtype)
         return out
 
 
@@ -301,6 +322,9 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
     Evaluates, at each row of ``X`` (or of ``queries``),
 
     .. math:: \Gamma_\mu(x) = W_O\,\mathrm{concat}_h\Big( V_h \sum_j P^h_j(x)\, X_j \Big)
+
+    (with bias vectors, :math:`\sum_j P^h_j(x)(V_h X_j + b_{V,h})` and :math:`+\,b_O`; the
+    scores use :math:`Q_h x + b_{Q,h}` and :math:`K_h X_j + b_{K,h}`)
 
     with :math:`P^h_j(x)` the attention weights of kind ``att.kind`` (softmax:
     :math:`w_j e^{\beta\langle Q_h x, K_h X_j\rangle}/\sum_l w_l e^{\beta\langle Q_h x, K_h X_l\rangle}`,

@@ -18,6 +18,10 @@ Commands (``transformer-pde COMMAND --help`` for each):
     Rank histogram sweep: numerical rank of the limit covariance over random draws.
 ``bench``
     Timing of the particle field / Gaussian solver (or the benchmark scripts, if present).
+``pretrained TEXT``
+    The tokens of TEXT through a pretrained BERT-family encoder as a flow in depth: token
+    paths, clusters, covariance ranks and cosine similarities per layer, for the network,
+    its continuous-depth version and repeated layers (:mod:`transformer_pde.cli.pretrained`).
 
 The subpackage is split by concern: :mod:`~transformer_pde.cli.config` reads TOML files
 into library objects (keys and defaults from the library's own signatures; every error a

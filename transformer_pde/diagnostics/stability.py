@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import validation
 from ..attention import Attention
+from ..errors import ArgumentError
 from .distances import bures_wasserstein, token_distance
 
 __all__ = ["StabilityProfile", "gaussian_stability_profile", "stability_bound",
@@ -162,6 +163,9 @@ def stability_bound(att: Attention, R0: float, times: Any, *, n_sub: int = 8
     if att.kind != "softmax" or att.masked:
         raise ValueError("stability_bound is derived for unmasked softmax attention only, got "
                          f"kind={att.kind!r}, masked={att.masked}")
+    if att.has_bias:
+        raise ArgumentError("stability_bound is derived for linear query/key/value maps; att has "
+                            "bias vectors (b_Q/b_K/b_V/b_O), for which the bound does not hold")
     R0 = validation.nonnegative("R0", R0)
     t = validation.finite_array("times", times)
     if t.ndim != 1 or t.size == 0 or t[0] != 0.0 or np.any(np.diff(t) <= 0):

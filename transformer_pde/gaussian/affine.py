@@ -37,6 +37,13 @@ def check_attention(att: Any) -> Attention:
     if att.masked:
         raise ValueError("att.masked=True is not supported by the Gaussian module: a masked "
                          "flow acts on (position, x) measures; use the particle engine")
+    if att.has_bias:
+        # The field stays affine on Gaussians with biases (softmax: the tilt becomes
+        # beta K^T (Q x + b_Q), values V y + b_V, output + b_O; b_K cancels), but the closed
+        # forms and compiled solvers here take linear maps only.
+        raise ArgumentError(
+            "att has bias vectors (b_Q/b_K/b_V/b_O): the Gaussian module does not implement "
+            "affine query/key/value maps yet; use the particle engine (simulate)")
     return att
 
 
