@@ -86,7 +86,7 @@ gif = true
 
 
 def test_gaussian_tiny_blowup_time_exact(tmp_path):
-    # V = I, A = I/sqrt(2): T* = 1 / lambda_max(Sigma0^{1/2} (A + A^T) Sigma0^{1/2})  (SPEC)
+    # V = I, A = I/sqrt(2): T* = 1 / lambda_max(Sigma0^{1/2} (A + A^T) Sigma0^{1/2})  (exact solution)
     cfg = _write(tmp_path, "g.toml", """
 [attention]
 d = 2

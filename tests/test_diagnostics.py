@@ -164,14 +164,15 @@ def test_sinkhorn_far_from_origin():
     assert D.wasserstein(X + shift, Y + shift, method="sinkhorn") == pytest.approx(ref, rel=1e-6)
 
 
-def test_sinkhorn_not_converged_is_reported(caplog):
+def test_sinkhorn_not_converged_is_reported():
+    from transformer_pde.errors import ConvergenceWarning
+
     rng = np.random.default_rng(4)
     X, Y = rng.normal(size=(40, 2)), rng.normal(size=(30, 2)) + 1.0
     info = {}
-    with caplog.at_level("WARNING", logger="transformer_pde.diagnostics"):
+    with pytest.warns(ConvergenceWarning, match="not converged"):
         D.wasserstein(X, Y, method="sinkhorn", max_iter=3, info=info)
     assert not info["converged"] and max(info["n_iter"]) == 3
-    assert "not converged" in caplog.text
     with pytest.raises(ValueError, match="max_iter"):
         D.wasserstein(X, Y, method="sinkhorn", max_iter=0)
 
@@ -464,7 +465,7 @@ def _gaussian_traj(times, covs, means=None, status="ok", blowup_time=float("nan"
 
 
 def test_rank_collapse_exact_solution():
-    # V = I, A = diag(1, 0.1), Sigma0 = I: Sigma(t) = diag(1/(1-2t), 1/(1-0.2t)) (SPEC's
+    # V = I, A = diag(1, 0.1), Sigma0 = I: Sigma(t) = diag(1/(1-2t), 1/(1-0.2t)) (the
     # exact solution). The numerical rank at rtol drops to 1 once (1-2t)/(1-0.2t) < rtol,
     # i.e. t > (1 - rtol)/(2 - 0.2 rtol).
     rtol = 1e-2
@@ -510,7 +511,7 @@ def test_classify_synthetic_laws():
 
 def test_classify_gaussian_solver_runs():
     gaussian = pytest.importorskip("transformer_pde.gaussian")
-    # 1-D softmax v = 1, a = 1, sigma0 = 1: T* = 1/2 (SPEC)
+    # 1-D softmax v = 1, a = 1, sigma0 = 1: T* = 1/2 (exact)
     att = tp.Attention("softmax", np.eye(1), np.eye(1), np.eye(1))
     tr = gaussian.solve(att, [0.0], [[1.0]], t_max=2.0, t_eval=np.linspace(0, 2, 401))
     c = D.classify(tr)
@@ -579,7 +580,7 @@ def test_kinetic_energy_at_least_transport_cost(att, m):
 # ----------------------------------------------------------------------------- mean field
 def test_mean_field_rate_n_to_minus_half():
     # 1-D softmax, v = 1, a = 0.25, sigma0 = 1, T = 0.5: kappa(T) = a sigma(T) = 0.33 (< 0.5,
-    # the SPEC's regime where particle errors decay like N^-1/2). Reference: the exact law
+    # the regime where particle errors decay like N^-1/2). Reference: the exact law
     # sigma(t) = sigma0 / (1 - 2 v a sigma0 t).  Error: Bures-Wasserstein distance between the
     # empirical moments at T and the exact Gaussian, averaged over 16 seeds.
     v, a, T = 1.0, 0.25, 0.5

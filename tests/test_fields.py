@@ -2,7 +2,7 @@
 
 Every expected value here is computed without library code: either literal formulas
 worked out by hand (small N, 1-D, Q = K = V = 1) or :func:`reference_field`, a direct
-transcription of SPEC.md's formulas with Python loops over queries, heads and keys
+transcription of the formulas of docs/conventions.md with Python loops over queries, heads and keys
 (Sinkhorn couplings from POT, an independent solver).
 """
 
@@ -53,7 +53,7 @@ def pot_plan(S: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
 
 def reference_field(kind, X, Q, K, V, *, w=None, pos=None, heads=1, beta=1.0, eps=1.0,
                     l2_beta=0.5, W_O=None, queries=None, qpos=None):
-    """SPEC.md's field, transcribed literally: loops over heads, queries and visible keys."""
+    """The field of docs/conventions.md, transcribed literally: loops over heads, queries and visible keys."""
     X = np.asarray(X, float)
     N, d = X.shape
     w = np.full(N, 1.0 / N) if w is None else np.asarray(w, float) / np.sum(w)
@@ -316,7 +316,7 @@ def test_masked_first_token_sees_only_itself(problem):
 @given(problem=attention_problems(kinds=["sinkhorn"], heads=None, weighted=None))
 def test_sinkhorn_field_averages_to_v_times_mean(problem):
     # column sums of the doubly stochastic coupling are one, so
-    # sum_i w_i Gamma(x_i) = W_O concat_h(V_h sum_j w_j x_j) = W_O V mean  (SPEC: alpha' = V alpha)
+    # sum_i w_i Gamma(x_i) = W_O concat_h(V_h sum_j w_j x_j) = W_O V mean  (alpha' = V alpha)
     att, m = problem
     out = tp.velocity(att, m.X, weights=m.weights)
     W = np.eye(m.d) if att.W_O is None else np.asarray(att.W_O)

@@ -55,7 +55,7 @@ def test_affine_formulas_single_head_all_kinds():
                                rtol=1e-11, atol=1e-12)
     np.testing.assert_allclose(b, V @ np.linalg.inv(I + 2 * lb * S @ G) @ a, rtol=1e-11,
                                atol=1e-12)
-    # sinkhorn: M = V C^T S^-1 with SPEC's C, for invertible S
+    # sinkhorn: M = V C^T S^-1 with the coupling's cross-covariance C, for invertible S
     eps = 0.6
     M, b = g.affine_field(Attention("sinkhorn", Q, K, V, beta=beta, eps=eps), a, S)
     C = _spec_sinkhorn_C(beta * A, S, eps)
@@ -66,7 +66,7 @@ def test_affine_formulas_single_head_all_kinds():
 
 
 def _spec_sinkhorn_C(A, S, eps):
-    """SPEC's formula, literally: C = 2 S^1/2 (eps I + R)^-1 S^1/2 A^T S."""
+    """The cross-covariance formula, literally: C = 2 S^1/2 (eps I + R)^-1 S^1/2 A^T S."""
     Sh = _psd_sqrt(S)
     R = _psd_sqrt(4 * Sh @ A.T @ S @ A @ Sh + eps ** 2 * np.eye(len(S)))
     return 2 * Sh @ np.linalg.solve(eps * np.eye(len(S)) + R, Sh @ A.T @ S)
@@ -74,7 +74,7 @@ def _spec_sinkhorn_C(A, S, eps):
 
 @pytest.mark.parametrize("rankA,rankS", [(1, 3), (3, 1), (2, 2), (1, 1)])
 def test_sinkhorn_cross_covariance_singular(rankA, rankS):
-    """C = S M0^T (no inverse) equals SPEC's C for singular A and singular S, and the
+    """C = S M0^T (no inverse) equals that C for singular A and singular S, and the
     covariance rate V C^T + C V^T matches M S + S M^T."""
     rng = np.random.default_rng(rankA * 10 + rankS)
     d = 3
@@ -92,7 +92,7 @@ def test_sinkhorn_cross_covariance_singular(rankA, rankS):
 
 
 def test_one_dimensional_laws():
-    """SPEC's 1-D l2 and sinkhorn laws follow from the general formulas."""
+    """The 1-D l2 and sinkhorn laws follow from the general formulas."""
     for (q, k, v, s, lb, eps) in [(0.7, 1.3, 0.9, 0.4, 0.5, 1.0), (-1.1, 0.6, 1.7, 2.0, 1.0, 0.3)]:
         _, dS = g.moment_ode(Attention("l2", [[q]], [[k]], [[v]], l2_beta=lb), [0.0], [[s]])
         assert dS[0, 0] == pytest.approx(g.l2_variance_rate_1d(v, q, k, s, lb), rel=1e-13)
@@ -416,7 +416,7 @@ def test_sinkhorn_cross_covariance_matches_pot():
 # ----------------------------------------------------------------------------- mean field
 def _mean_field_case(att, alpha, S, N=2000, t_max=0.6, dt=0.1, seed=0):
     """Particles from N(alpha, S) evolved by the particle engine vs the Gaussian ODE started
-    from the sample moments. Finite-N field error ~ N^-1/2 per unit time (SPEC's caveat:
+    from the sample moments. Finite-N field error ~ N^-1/2 per unit time (the finite-N caveat:
     kappa = ||S^1/2 A S^1/2|| <= 0.5 here, far from T*); RK4 at dt = 0.1 is ~1e-5."""
     from transformer_pde.particles import FieldOptions, simulate
 
@@ -565,7 +565,7 @@ def test_l2_singular_keys_blow_up(u2, extra):
     # K = diag(1, 0), Q = e1 e2^T, V = diag(0, 1), beta' = 1/2 (so 2 beta' = 1) and
     # Sigma0 = u u^T, u = (1, u2): M = V Sigma K^T (I + K Sigma K^T)^-1 Q = u1/(1 + u1^2) V u e2^T,
     # u' = M u = u1 u2/(1 + u1^2) (0, u2): u1 stays 1, u2' = u2^2 / 2, so u2 = 2 u2(0)/(2 - u2(0) t), T* = 2/u2(0) exactly and
-    # tr Sigma ~ 4/(T* - t)^2 (q -> 1/2, the extremal l2 law): the SPEC's "l2 never blows up"
+    # tr Sigma ~ 4/(T* - t)^2 (q -> 1/2, the extremal l2 law): the claim "l2 never blows up"
     # holds only for full-rank K.  (extra > 0: a full-rank Sigma0, T* only checked to exist.)
     att = Attention("l2", [[0.0, 1.0], [0.0, 0.0]], np.diag([1.0, 0.0]), np.diag([0.0, 1.0]))
     S0 = np.outer([1.0, u2], [1.0, u2]) + extra * np.eye(2)

@@ -59,7 +59,7 @@ def test_slice_covariances():
 
 def test_rank_sweep_identity_value_blows_up_to_rank_one():
     # V = I: Sigma^-1(t) = Sigma0^-1 - t (A + A^T) becomes singular along one direction, so
-    # the blow-up limit Sigma / tr Sigma is rank one (SPEC reference solution)
+    # the blow-up limit Sigma / tr Sigma is rank one (exact reference solution)
     sw = paper.rank_sweep("softmax", 3, value="identity", draws=6, seed=1, t_max=200.0)
     blown = sw.status == "blowup"
     assert blown.any()

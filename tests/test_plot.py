@@ -36,7 +36,7 @@ def test_cone_coordinates_values():
 @given(st.floats(-np.pi, np.pi), st.floats(1e-3, 1e3), st.floats(0.0, 1.0))
 def test_cone_psd_iff_inside(theta, lam, mix):
     # Sigma = lam (a a^T) + lam*mix (b b^T), a ⟂ b: PSD, on the surface iff mix == 0,
-    # and the rank-one part lies on the ray lam (cos 2θ, sin 2θ, 1) of SPEC.
+    # and the rank-one part lies on the ray lam (cos 2θ, sin 2θ, 1) of docs/conventions.md.
     a = np.array([np.cos(theta), np.sin(theta)])
     b = np.array([-a[1], a[0]])
     S = lam * np.outer(a, a) + lam * mix * np.outer(b, b)

@@ -2,7 +2,7 @@
 
 References used: POT's independent log-domain Sinkhorn, the exact marginal identities
 (double stochasticity), the first-order expansion in 1/eps, the exact mean equation
-alpha' = V alpha (SPEC), and the NumPy backend as reference for the Numba backend.
+alpha' = V alpha (docs/conventions.md), and the NumPy backend as reference for the Numba backend.
 """
 
 from __future__ import annotations
@@ -407,7 +407,7 @@ def test_numba_backend_matches_numpy(rng):
 
 def test_mean_field_limit_matches_gaussian_affine_field():
     # Independent reference: for mu = N(alpha, S) the Sinkhorn field is affine, M x + b
-    # (SPEC; transformer_pde.gaussian.affine_field).  N = 1000 samples whitened to the exact
+    # (docs/conventions.md; transformer_pde.gaussian.affine_field).  N = 1000 samples whitened to the exact
     # mean and covariance; the empirical potentials converge like N^{-1/2}: measured max
     # errors 0.021 / 0.009 / 0.0045 at N = 500 / 2000 / 8000, so 0.045 at N = 1000 is a
     # 3x margin for the sampling noise (seeds 5-8: 0.009-0.023) while a wrong coupling

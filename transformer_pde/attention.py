@@ -2,7 +2,7 @@ r"""Attention specification: kinds, parameters, validation and per-layer tables.
 
 An :class:`Attention` describes the velocity field :math:`\Gamma_\mu` of one
 (possibly multi-head, possibly masked) residual attention layer, with parameters
-that may depend on depth :math:`t`.  Conventions (see ``SPEC.md``):
+that may depend on depth :math:`t`.  Conventions (see ``docs/conventions.md``):
 
 * score :math:`s(x, y) = \langle Qx, Ky \rangle = y^\top A x` with :math:`A = K^\top Q`;
   no hidden :math:`1/\sqrt{d}`; a temperature ``beta`` multiplies the score.

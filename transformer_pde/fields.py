@@ -371,8 +371,12 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
     if not isinstance(att, Attention):
         raise TypeError(f"att must be a transformer_pde.Attention, got {type(att).__name__}")
     t = validation.scalar("t", t)
-    be = get_backend(backend, n_tokens=np.shape(X)[0] if np.ndim(X) else None)
-    Xn = validation.points("X", be.to_numpy(X), att.d)
+    try:
+        n_tokens = len(X)
+    except TypeError:
+        n_tokens = None
+    be = get_backend(backend, n_tokens=n_tokens)
+    Xn = validation.points("X", X if isinstance(X, (list, tuple)) else be.to_numpy(X), att.d)
     dtype = Xn.dtype if Xn.dtype in (np.float32, np.float64) else np.float64
     ev = FieldEvaluator(att, Xn.shape[0], weights=weights, positions=positions, backend=be,
                         dtype=dtype, sinkhorn_tol=sinkhorn_tol,
@@ -381,7 +385,8 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
     Qb = None
     qlim = None
     if queries is not None:
-        Qn = validation.points("queries", be.to_numpy(queries), att.d)
+        Qn = validation.points("queries", queries if isinstance(queries, (list, tuple))
+                               else be.to_numpy(queries), att.d)
         Qb = be.asarray(Qn, dtype)
         if att.masked:
             qlim = ev.query_limits(query_positions, Qn.shape[0])

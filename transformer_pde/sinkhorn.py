@@ -67,7 +67,7 @@ import numpy as np
 from . import validation
 from .anderson import Anderson
 from .backends import get_backend
-from .errors import SinkhornNotConverged
+from .errors import ArgumentError, SinkhornNotConverged
 
 __all__ = [
     "SinkhornNotConverged",
@@ -199,6 +199,9 @@ def sinkhorn_potentials(be: Any, qx: Any, kx: Any, logw: Any, eps: float, *,
     qmax = float(xp.max(xp.sqrt((qx * qx).sum(axis=1))))
     kmax = float(xp.max(xp.sqrt((kx * kx).sum(axis=1))))
     span = qmax * kmax  # bound on max |s_ij|
+    if not np.isfinite(span / eps):
+        raise ArgumentError(f"scores up to {span:.3g} (from beta, Q, K and the tokens) are "
+                            f"too large for eps={eps:g}: max|s|/eps overflows")
     unit = float(np.finfo(dtype).eps)
     finite_logw = logw[xp.isfinite(logw)]
     lw = float(xp.max(xp.abs(finite_logw))) if finite_logw.size else 0.0
@@ -592,7 +595,11 @@ def sinkhorn_coupling(X: Any, A: Any, *, weights: Any = None, eps: float = 1.0,
     w = validation.weights("weights", weights, n)
     with np.errstate(divide="ignore"):
         logw = np.log(w)
-    qx = beta * Xn @ An.T
+    with np.errstate(over="ignore", invalid="ignore"):
+        qx = beta * Xn @ An.T
+    if not np.all(np.isfinite(qx)):
+        raise ArgumentError(f"beta * X A^T overflows (beta={beta:g}, max |X| = "
+                            f"{np.abs(Xn).max():.3g}, max |A| = {np.abs(An).max():.3g})")
     sym = is_symmetric(An)
     res = sinkhorn_potentials(be, be.asarray(qx), be.asarray(Xn), be.asarray(logw), eps,
                               tol=tol, max_iter=max_iter, symmetric=sym)

@@ -67,7 +67,7 @@ __all__ = [
     "spd_matrices",
 ]
 
-#: The attention kinds of SPEC.md drawn by default by :func:`attentions`.  Kinds registered
+#: The attention kinds of docs/conventions.md drawn by default by :func:`attentions`.  Kinds registered
 #: later (with their own constraints, e.g. a minimum head width) must be asked for by name.
 CORE_KINDS: tuple[str, ...] = ("softmax", "linear", "l2", "sinkhorn", "sigmoid", "relu", "exp")
 

@@ -146,17 +146,20 @@ def vector(name: str, value: Any, n: int | None = None) -> np.ndarray:
 
 
 def points(name: str, value: Any, d: int | None = None, *, column: bool = False,
-           keep_float32: bool = True) -> np.ndarray:
+           keep_float32: bool = True, d_from: str | None = None) -> np.ndarray:
     """Token coordinates: a finite real array of shape ``(N, d)`` with ``N >= 1``.
 
     ``float32`` input keeps its dtype (``keep_float32``), everything else becomes
     ``float64``.  With ``column``, a 1-D array is read as ``N`` points in one dimension.
+    ``d_from`` names the argument ``d`` comes from (quoted in the message).
     """
     arr = real_array(name, value, keep_float32=keep_float32)
     if column and arr.ndim == 1:
         arr = arr[:, None]
     if arr.ndim != 2 or (d is not None and arr.shape[1] != d):
         want = f"(N, d) with d={d}" if d is not None else "(N, d)"
+        if d_from is not None:
+            want += f" (the dimension of {d_from})"
         raise ArgumentError(f"{name} must have shape {want}, got {arr.shape}")
     if arr.shape[0] == 0:
         raise ArgumentError(f"{name} must contain at least one point, got shape {arr.shape}")
@@ -249,7 +252,10 @@ def covariance(name: str, value: Any, d: int | None = None, *, batch: bool = Fal
         raise ArgumentError(f"{name} must be symmetric{member(i)}: max |C - C^T| = "
                             f"{asym[i]:.3g} > {SYMMETRY_RTOL:g} max |C|")
     sym = 0.5 * (cc + np.swapaxes(cc, 1, 2))
-    lam = np.linalg.eigvalsh(sym)
+    try:  # eigenvalues of the matrix scaled to max |entry| = 1 (no overflow), scaled back
+        lam = np.linalg.eigvalsh(sym / scale[:, None, None]) * scale[:, None]
+    except np.linalg.LinAlgError as exc:
+        raise ArgumentError(f"{name}: eigenvalues could not be computed ({exc})") from None
     tr = np.maximum(np.abs(lam).sum(axis=1), 1e-300)
     floor = np.maximum(psd_rtol * tr, psd_atol)
     bad = np.nonzero(lam[:, 0] < -floor)[0]
@@ -302,10 +308,11 @@ def nonnegative(name: str, value: Any) -> float:
     return v
 
 
-def integer(name: str, value: Any, *, minimum: int | None = None) -> int:
+def integer(name: str, value: Any, *, minimum: int | None = None,
+            maximum: int | None = None) -> int:
     """An integer (``int``, NumPy integer, or a float with an integral value such as
     ``1e6``); bools, ``None``, strings raise :class:`ArgumentTypeError`, non-integral
-    numbers and values below ``minimum`` raise :class:`ArgumentError`."""
+    numbers and values outside ``[minimum, maximum]`` raise :class:`ArgumentError`."""
     if value is None or isinstance(value, (str, bytes, bool, np.bool_)):
         raise ArgumentTypeError(f"{name} must be an integer, got {value!r:.60}")
     if isinstance(value, (numbers.Integral, np.integer)):
@@ -319,6 +326,8 @@ def integer(name: str, value: Any, *, minimum: int | None = None) -> int:
         raise ArgumentTypeError(f"{name} must be an integer, got {type(value).__name__}")
     if minimum is not None and v < minimum:
         raise ArgumentError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if maximum is not None and v > maximum:
+        raise ArgumentError(f"{name} must be an integer <= {maximum}, got {value!r}")
     return v
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ScoreOverflowError
+
 __all__ = ["NumpyBackend", "overflow_scale"]
 
 # number of logits held at once (about 32 MB in float64)
@@ -82,7 +84,12 @@ def overflow_scale(q: np.ndarray, k: np.ndarray, bias: np.ndarray | None) -> flo
     limit = np.log2(float(fin.max)) - 8.0
     if not (top > limit and np.isfinite(top)):     # non-finite inputs: nothing to rescale
         return 1.0
-    return float(2.0 ** int(np.ceil(top - limit)))
+    e = int(np.ceil(top - limit))
+    if e >= fin.maxexp:
+        raise ScoreOverflowError(
+            f"attention scores of the tokens X reach about 2^{top:.0f}, beyond any rescaling of "
+            f"{fin.dtype} (max |q| = {qa:.3g}, max |k| = {ka:.3g}): rescale X")
+    return float(2.0 ** e)
 
 
 _PHI = {

@@ -106,7 +106,7 @@ def _gap_cut(lengths: np.ndarray) -> tuple[float, float]:
     0 when no cut reaches :data:`GAP_RATIO` (one group).
     """
     e = np.sort(lengths)
-    if e.size == 0 or e[-1] <= 0:
+    if e.size < 2 or e[-1] <= 0:  # two tokens: no link inside a group to compare with
         return 0.0, 1.0
     med = float(np.median(e))
     kept = np.maximum(e[:-1], med)  # longest kept edge when cutting e[k+1:]

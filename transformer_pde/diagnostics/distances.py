@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import validation
-from ..errors import ArgumentError
+from ..errors import ArgumentError, ConvergenceWarning, SinkhornNotConverged
 from ..anderson import Anderson
 from ..sinkhorn import fixed_point
 from .common import weighted_moments
@@ -110,7 +111,7 @@ def wasserstein(X: Any, Y: Any, *, weights_x: Any = None, weights_y: Any = None,
     5.0
     """
     Xa = validation.points("X", X, column=True, keep_float32=False)
-    Ya = validation.points("Y", Y, Xa.shape[1], column=True, keep_float32=False)
+    Ya = validation.points("Y", Y, Xa.shape[1], column=True, keep_float32=False, d_from="X")
     a = validation.weights("weights_x", weights_x, Xa.shape[0])
     b = validation.weights("weights_y", weights_y, Ya.shape[0])
     method = validation.choice("method", method, ("exact", "sliced", "sinkhorn", "auto"))
@@ -123,7 +124,9 @@ def wasserstein(X: Any, Y: Any, *, weights_x: Any = None, weights_y: Any = None,
         val = float(ot.emd2(a, b, M, numItermax=max(100_000, 50 * M.size)))
         return math.sqrt(max(val, 0.0))
     if method == "sliced":
-        n_projections = validation.integer("n_projections", n_projections, minimum=1)
+        # the projections are held at once: d * n_projections floats
+        n_projections = validation.integer("n_projections", n_projections, minimum=1,
+                                           maximum=max(1, 10**8 // Xa.shape[1]))
         seed = validation.integer("seed", seed)
         d = Xa.shape[1]
         if d == 1:
@@ -143,6 +146,9 @@ def wasserstein(X: Any, Y: Any, *, weights_x: Any = None, weights_y: Any = None,
                                 converged=True, divergence=0.0)
                 return 0.0
             reg = validation.positive("rel_reg", rel_reg) * scale
+            if not math.isfinite(reg):
+                raise ArgumentError(f"rel_reg={rel_reg!r} times the cost scale {scale:.3g} "
+                                    "overflows: pass a smaller rel_reg or an absolute reg")
         else:
             reg = validation.positive("reg", reg)
         max_iter = validation.integer("max_iter", max_iter, minimum=1)
@@ -151,6 +157,10 @@ def wasserstein(X: Any, Y: Any, *, weights_x: Any = None, weights_y: Any = None,
                 _sinkhorn_cost(Xa, Xa, a, a, reg, int(max_iter), tol, True),
                 _sinkhorn_cost(Ya, Ya, b, b, reg, int(max_iter), tol, True))
         val = runs[0].cost - 0.5 * runs[1].cost - 0.5 * runs[2].cost
+        if not math.isfinite(val):
+            raise SinkhornNotConverged(
+                f"wasserstein(method='sinkhorn'): the divergence is not finite (reg={reg:.3g}); "
+                "the points or reg are beyond the float range of the solver")
         if info is not None:
             info.update(reg=float(reg), n_iter=tuple(r.n_iter for r in runs),
                         err=tuple(r.err for r in runs),
@@ -323,9 +333,9 @@ def _sinkhorn_cost(X: np.ndarray, Y: np.ndarray, a: np.ndarray, b: np.ndarray, r
         f = _softmin(X, Y, lb, g, reg)  # exact row marginals for the returned plan
     converged = bool(err < tol)
     if not converged:
-        logger.warning("wasserstein(method='sinkhorn'): not converged after %d iterations "
-                       "(marginal error %.3g > tol = %.3g); increase max_iter or reg", it,
-                       err, tol)
+        warnings.warn(f"wasserstein(method='sinkhorn'): not converged after {it} iterations "
+                      f"(marginal error {err:.3g} > tol = {tol:.3g}); increase max_iter or reg",
+                      ConvergenceWarning, stacklevel=4)
     # cost of the plan, in row blocks
     total = 0.0
     step = max(1, _BLOCK // max(1, Y.shape[0]))
@@ -411,7 +421,7 @@ def conditional_wasserstein(X: Any, Y: Any, positions_x: Any, positions_y: Any =
         If the two position marginals differ (no position-preserving plan exists).
     """
     Xa = validation.points("X", X, column=True, keep_float32=False)
-    Ya = validation.points("Y", Y, Xa.shape[1], column=True, keep_float32=False)
+    Ya = validation.points("Y", Y, Xa.shape[1], column=True, keep_float32=False, d_from="X")
     px = np.asarray(positions_x, dtype=float)
     py = px if positions_y is None else np.asarray(positions_y, dtype=float)
     if px.shape != (Xa.shape[0],):

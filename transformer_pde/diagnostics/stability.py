@@ -103,7 +103,7 @@ def stability_bound(att: Attention, R0: float, times: Any, *, n_sub: int = 8
     **Derivation.**  (i) *Support.*  Head :math:`h` outputs :math:`V_h m_h(x)` with
     :math:`m_h(x)` a convex combination of tokens, so :math:`|\Gamma_\mu(x)| \le v R` when
     :math:`\mathrm{supp}\,\mu \subset B(0,R)`; then :math:`r(t) = \max_i |x_i(t)|` obeys
-    :math:`D^+ r \le v r` and stays below :math:`R(t)` (the SPEC's radius growth).
+    :math:`D^+ r \le v r` and stays below :math:`R(t)` (the radius growth of the conventions page).
     (ii) *Lipschitz in x.*  :math:`\partial_x m_h = \beta\, \mathrm{Cov}_{P_x}(y)\, A_h`
     where :math:`P_x` is the attention distribution on :math:`B(0,R)`, whose covariance has
     norm at most :math:`R^2`; stacking heads gives :math:`L_x`.

@@ -234,7 +234,12 @@ def affine_field(att: Attention, mean: Any, cov: Any, t: float = 0.0
     att = check_attention(att)
     m, c = check_mean_cov(mean, cov, att.d)
     pb = stack_params([att.at(t)])
-    M, b = affine_batch(pb, m[None], c[None])
+    with np.errstate(over="ignore", invalid="ignore"):
+        M, b = affine_batch(pb, m[None], c[None])
+    if not (np.all(np.isfinite(M)) and np.all(np.isfinite(b))):
+        raise ArgumentError("the affine field overflows for this mean and cov (max |mean| = "
+                            f"{np.abs(m).max():.3g}, max |cov| = {np.abs(c).max():.3g}): "
+                            "rescale the problem")
     return M[0], b[0]
 
 
