@@ -15,7 +15,6 @@ from the first cell that succeeds.
 from __future__ import annotations
 
 import json
-import math
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -213,7 +212,3 @@ def run_cells(fn: Callable, grid: Grid, indices: list[int],
     """Run a batch of cells (one Dask task)."""
     _single_threaded_numba()
     return [run_cell(fn, grid, i, outputs) for i in indices]
-
-
-def finite_or_nan(x: float) -> float:
-    return float(x) if math.isfinite(float(x)) else float("nan")
