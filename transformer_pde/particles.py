@@ -138,7 +138,7 @@ class ParticleTrajectory:
     positions : ndarray (N,) or None
         Token positions in [0, 1] (masked attention); they never move.
     status : Status
-        ``ok``: reached ``t_max``; ``blowup``: max |x| exceeded ``max_norm`` (the
+        ``ok``: reached ``t_max``; ``blowup``: max :math:`|x|` exceeded ``max_norm`` (the
         offending state is the last one saved); ``nonfinite``: a step produced NaN/inf
         (not saved); ``failed``: an inner solve (Sinkhorn, implicit step) or a user
         callable failed; ``max_steps``: the step budget ran out; ``interrupted``:
