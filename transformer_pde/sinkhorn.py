@@ -76,6 +76,7 @@ from .errors import ArgumentError, SinkhornNotConverged
 from .sinkhorn_loop import EpsilonScaling, sinkhorn_loop
 
 __all__ = [
+    "FusedSweep",
     "ScoreSoftMin",
     "SinkhornNotConverged",
     "SinkhornResult",
@@ -129,6 +130,9 @@ class SinkhornResult:
     reached_eps : bool
         Whether the iterations reached the target :math:`\varepsilon` (``False`` when the
         budget ran out on the :math:`\varepsilon`-scaling ladder; ``err`` is then ``inf``).
+    errors : list of float
+        Marginal log-error of every iterate at the target :math:`\varepsilon` (the first
+        is that of the warm start).
 
     Unpacks as ``f, g, n_iter, err`` (the tuple of earlier versions).
     """
@@ -143,6 +147,7 @@ class SinkhornResult:
     out: Any = None
     memory: Any = field(default=None, repr=False)
     reached_eps: bool = True
+    errors: list = field(default_factory=list, repr=False)
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.f, self.g, self.n_iter, self.err))
@@ -236,11 +241,15 @@ def sinkhorn_potentials(be: Any, qx: Any, kx: Any, logw: Any, eps: float, *,
                              stage_tol=max(tol_used, 1e-3), stage_max_iter=200, margin=1e-4,
                              warm=eps_scaling is not None) if use else None
     rows = ScoreSoftMin(be, qx, kx, logw)
-    res = sinkhorn_loop(xp, rows, eps, n=n, tol=tol_used, max_iter=max_iter,
-                        softmin_g=None if symmetric else ScoreSoftMin(be, kx, qx, logw),
+    cols = None if symmetric else ScoreSoftMin(be, kx, qx, logw)
+    sweep = None
+    if cols is not None and FusedSweep.applies(be, logw):
+        sweep = FusedSweep(be, rows, cols, values)
+    res = sinkhorn_loop(xp, rows, eps, n=n, tol=tol_used, max_iter=max_iter, softmin_g=cols,
                         g0=g0, f0=f0,
                         dtype=dtype, anderson=anderson, memory=memory, scaling=scaling,
-                        readout=None if values is None else rows.with_values(values))
+                        readout=None if values is None else rows.with_values(values),
+                        sweep=sweep)
     ok = res.converged
     f, g = res.f, res.g
     if ok and not symmetric:
@@ -249,7 +258,7 @@ def sinkhorn_potentials(be: Any, qx: Any, kx: Any, logw: Any, eps: float, *,
         f, g = f + c, g - c
     return SinkhornResult(f=f, g=g, n_iter=res.n_iter, err=res.err, tol=tol_used, converged=ok,
                           symmetric=symmetric, out=res.out if ok else None, memory=res.memory,
-                          reached_eps=res.reached_target)
+                          reached_eps=res.reached_target, errors=res.errors)
 
 
 class ScoreSoftMin:
@@ -287,6 +296,58 @@ class ScoreSoftMin:
                                        self.logw + h * (1.0 / eps), None)
             return -eps * lse, out
         return readout
+
+
+class FusedSweep:
+    r"""One alternating Sinkhorn iteration in one pass over the pairs (Numba backend).
+
+    ``FusedSweep(be, rows, cols, values)(g, eps)`` returns :math:`(f, g', \text{out})` with
+    :math:`f = T_f(g)` (``rows``), the value average of the row softmax (``out``, ``None``
+    without values) and :math:`g' = T_g(f)` computed from the column sums :math:`c_j` of the
+    plan as :math:`g'_j = g_j - \varepsilon\log(c_j/w_j)`
+    (:func:`transformer_pde.sinkhorn_kernels.fused_sweep`: one exponential per pair
+    instead of two).  Where a column sum is too small for that relation to be accurate,
+    or the logits may leave the float range, the iteration takes the two log-domain passes
+    instead (``rows`` with the values, then ``cols``), so the result is always the
+    alternating iteration of :func:`sinkhorn_potentials`.
+    """
+
+    #: smallest column sum used (float64, float32): far above the mass the kernel's
+    #: exponential may flush to zero (N * 1e-308, N * 1e-38), so the column sums keep
+    #: full relative accuracy
+    TINY = {np.dtype(np.float64): 1e-280, np.dtype(np.float32): 1e-20}
+
+    def __init__(self, be: Any, rows: ScoreSoftMin, cols: ScoreSoftMin, values: Any):
+        self.be, self.rows, self.cols, self.values = be, rows, cols, values
+        self.w = np.exp(rows.logw)
+        self.readout = rows.with_values(values) if values is not None else None
+        self.fallbacks = 0
+
+    @staticmethod
+    def applies(be: Any, logw: Any) -> bool:
+        """Whether the fused pass is available: the Numba backend, every weight positive."""
+        return getattr(be, "name", None) == "numba" and bool(np.all(np.isfinite(logw)))
+
+    def __call__(self, g: Any, eps: float) -> tuple[Any, Any, Any]:
+        from .backends.numpy_backend import overflow_scale  # noqa: PLC0415
+        from .sinkhorn_kernels import fused_sweep  # noqa: PLC0415 (imports numba)
+
+        rows = self.rows
+        qs = rows.scaled(eps)
+        bias = rows.logw + g * (1.0 / eps)
+        if np.all(np.isfinite(bias)) and overflow_scale(qs, rows.k, bias) == 1.0:
+            out, lse, col = fused_sweep(self.be, qs, rows.k, self.values, bias, self.w)
+            f = -eps * lse
+            if np.all(np.isfinite(col)) and col.min() >= self.TINY.get(qs.dtype, 1e-280) \
+                    and np.all(np.isfinite(f)):
+                g_next = g - eps * (np.log(col).astype(g.dtype, copy=False) - rows.logw)
+                return f, g_next, (out if self.values is not None else None)
+        self.fallbacks += 1
+        if self.readout is not None:
+            f, out = self.readout(g, eps)
+        else:
+            f, out = rows(g, eps), None
+        return f, self.cols(f, eps), out
 
 
 # ------------------------------------------------------------------ warm start
@@ -334,7 +395,7 @@ class SinkhornWarmStart:
         Extrapolation degree of the per-stage increments.
     """
 
-    def __init__(self, order: int = 2, reuse_secants: bool = True, stage_order: int = 3):
+    def __init__(self, order: int = 2, reuse_secants: bool = True, stage_order: int = 5):
         if int(order) < 0:
             raise ValueError(f"order must be >= 0, got {order!r}")
         if int(stage_order) < 0:
@@ -362,10 +423,24 @@ class SinkhornWarmStart:
         inc = self.stage_inc.get(stage, []) if stage is not None else []
         if inc and inc[-1][2].shape[0] == n:
             _, f_last, g_last = self.hist[-1]
-            df, dg = self._extrapolate(inc, t, self.stage_order)
+            df, dg = self._extrapolate(inc, t, self._select_order(inc))
             g = g_last + dg
             return (g if f_last is g_last else f_last + df), g
         return self._extrapolate(self.hist, t, self.order)
+
+    def _select_order(self, inc: list) -> int:
+        """The degree (at most ``stage_order``) whose extrapolation from the earlier
+        increments best predicted the latest one (back-test)."""
+        if len(inc) < 3:
+            return min(self.stage_order, len(inc) - 1)
+        t_last, _, g_last = inc[-1]
+        best, best_err = 0, np.inf
+        for p in range(min(self.stage_order, len(inc) - 2) + 1):
+            g_hat = self._extrapolate(inc[:-1], t_last, p)[1]
+            err = float(abs(g_hat - g_last).max())
+            if err < best_err:
+                best, best_err = p, err
+        return best
 
     @staticmethod
     def _extrapolate(hist: list, t: float, order: int) -> tuple[Any, Any]:
@@ -409,7 +484,7 @@ class SinkhornWarmStart:
             if self.hist and self.hist[-1][2].shape == g.shape:
                 _, f_prev, g_prev = self.hist[-1]
                 dg = g - g_prev
-                self._push(inc, (t, dg if f is g else f - f_prev, dg), self.stage_order + 1)
+                self._push(inc, (t, dg if f is g else f - f_prev, dg), self.stage_order + 2)
             else:
                 inc.clear()
         self._push(self.hist, (t, f, g), self.order + 1)

@@ -58,6 +58,12 @@ stages (secants of another :math:`\varepsilon` describe another problem).
 the Anderson memory of a previous solve of a nearby problem can be passed back in
 (``memory``): its secant pairs are a good model of the new Jacobian.
 
+**Fused sweeps.**  A soft-min pair may come with a ``sweep(g, eps) -> (f, T(g),
+by-product)`` that does a whole alternating iteration in one pass over the pairs (the
+column soft-min of :math:`f = \mathrm{softmin}_f(g)` follows from the plan's column sums,
+see :mod:`transformer_pde.sinkhorn_kernels`); the loop uses it at the target
+:math:`\varepsilon` in place of ``readout``/``softmin_f`` and ``softmin_g``.
+
 **Readout.**  A by-product of the last row soft-min -- the attention field's value
 average :math:`\sum_j \pi_{ij} v_j / a_i` -- comes at no extra pass when the caller gives
 a ``readout(h, eps) -> (potential, by-product)`` that replaces ``softmin_f`` at the target
@@ -167,6 +173,9 @@ class LoopResult:
         The secant memory after the solve (pass back as ``memory=`` for a nearby problem).
     stages : list of (float, int, float)
         ``(eps, iterations, err)`` of every stage run.
+    errors : list of float
+        The marginal log-error of every iterate at the target :math:`\varepsilon`, in
+        order (the first one is that of the start when warm: how good the prediction was).
     """
 
     f: Any
@@ -178,6 +187,7 @@ class LoopResult:
     out: Any = None
     memory: Any = field(default=None, repr=False)
     stages: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
 
 
 def sinkhorn_loop(xp: Any, softmin_f: SoftMin, eps: float, *, n: int, tol: float,
@@ -186,6 +196,7 @@ def sinkhorn_loop(xp: Any, softmin_f: SoftMin, eps: float, *, n: int, tol: float
                   scaling: EpsilonScaling | None = None, safeguard: str = "residual",
                   marginals: tuple[Any, Any] | None = None,
                   readout: Callable[[Any, float], tuple[Any, Any]] | None = None,
+                  sweep: Callable[[Any, float], tuple[Any, Any, Any]] | None = None,
                   finish: str = "input") -> LoopResult:
     r"""Solve the entropic transport dual by Sinkhorn iterations of the given soft-min(s).
 
@@ -235,6 +246,10 @@ def sinkhorn_loop(xp: Any, softmin_f: SoftMin, eps: float, *, n: int, tol: float
     readout : callable, optional
         ``readout(g, eps) -> (f, by-product)``, used instead of ``softmin_f`` at the target
         :math:`\varepsilon`; the by-product of the last call is returned as ``out``.
+    sweep : callable, optional
+        ``sweep(g, eps) -> (f, g', by-product)``: one whole alternating iteration
+        (:math:`f = \mathrm{softmin}_f(g)`, :math:`g' = \mathrm{softmin}_g(f)`), used at
+        the target :math:`\varepsilon` instead of ``readout``/``softmin_f`` and ``softmin_g``.
     finish : {"input", "image"}
         Which point a stopped stage hands on (and the loop returns as ``g``): the last
         iterate :math:`x` (its error is ``err``) or its image :math:`T(x)` (half a
@@ -250,6 +265,9 @@ def sinkhorn_loop(xp: Any, softmin_f: SoftMin, eps: float, *, n: int, tol: float
     if finish not in ("input", "image"):
         raise ValueError(f"finish must be 'input' or 'image', got {finish!r}")
     symmetric = softmin_g is None
+    if sweep is not None and (symmetric or safeguard == "dual"):
+        raise ValueError("a fused sweep needs the alternating update (softmin_g) and the "
+                         "residual safeguard")
     if safeguard == "dual" and (symmetric or marginals is None):
         raise ValueError("the dual safeguard needs the alternating update and the marginals")
     dtype = np.float64 if dtype is None else dtype
@@ -269,7 +287,8 @@ def sinkhorn_loop(xp: Any, softmin_f: SoftMin, eps: float, *, n: int, tol: float
         else Anderson(anderson)
     used = 0
     f, out, err, converged, reached = None, None, np.inf, False, False
-    stages = []
+    stages: list = []
+    errors: list = []
     for k, e in enumerate(schedule):
         final = k == len(schedule) - 1
         if final:
@@ -284,12 +303,14 @@ def sinkhorn_loop(xp: Any, softmin_f: SoftMin, eps: float, *, n: int, tol: float
             acc.reset()  # secants of another eps describe another problem
         acc.new_problem(n)
         rows = readout if final and readout is not None else None
+        fused = sweep if final else None
         if stage_tol is None:
             x, f, it, err = _sweeps(xp, softmin_f, softmin_g, x, e, budget)
             out = None
         else:
-            x, f, out, err, it = _stage(xp, softmin_f, softmin_g, rows, x, e, stage_tol,
-                                        budget, acc, safeguard, marginals, finish)
+            x, f, out, err, it = _stage(xp, softmin_f, softmin_g, rows, fused, x, e,
+                                        stage_tol, budget, acc, safeguard, marginals, finish,
+                                        errors if final else None)
         used += it
         stages.append((e, it, err))
         reached = final
@@ -302,7 +323,7 @@ def sinkhorn_loop(xp: Any, softmin_f: SoftMin, eps: float, *, n: int, tol: float
         f = x
     return LoopResult(f=f, g=x, n_iter=used, err=float(err), converged=converged,
                       reached_target=reached, out=out if reached else None, memory=acc,
-                      stages=stages)
+                      stages=stages, errors=errors)
 
 
 def _sweeps(xp, softmin_f, softmin_g, x, eps, count):
@@ -323,13 +344,13 @@ def _sweeps(xp, softmin_f, softmin_g, x, eps, count):
     return x, f, count, err
 
 
-def _stage(xp, softmin_f, softmin_g, readout, x, eps, tol, max_iter, acc, safeguard,
-           marginals, finish):
+def _stage(xp, softmin_f, softmin_g, readout, sweep, x, eps, tol, max_iter, acc, safeguard,
+           marginals, finish, history):
     r"""Safeguarded Anderson iteration at one ``eps`` (see the module docstring).
 
     Returns ``(x, f, out, err, iterations)``: the point handed on (``finish``), the row
     potential of the last evaluation, the readout's by-product, the error of the last
-    evaluated iterate.
+    evaluated iterate.  Appends every error to ``history`` (a list) when given.
     """
     symmetric = softmin_g is None
     inv = 1.0 / eps
@@ -340,13 +361,15 @@ def _stage(xp, softmin_f, softmin_g, readout, x, eps, tol, max_iter, acc, safegu
     f, out, err, it = None, None, np.inf, 0
     with np.errstate(invalid="ignore", over="ignore"):
         for it in range(1, max_iter + 1):
-            if readout is not None:
+            if sweep is not None:
+                f, Tx, out = sweep(x, eps)
+            elif readout is not None:
                 f, out = readout(x, eps)
             else:
                 f = softmin_f(x, eps)
             if symmetric:
                 Tx = f
-            else:
+            elif sweep is None:
                 if safeguard == "dual":
                     a, b = marginals
                     dual = float(a @ f + b @ x)
@@ -358,6 +381,8 @@ def _stage(xp, softmin_f, softmin_g, readout, x, eps, tol, max_iter, acc, safegu
                     best_dual = dual
                 Tx = softmin_g(f, eps)
             err = float(xp.max(xp.abs(Tx - x))) * inv
+            if history is not None:
+                history.append(err)
             if not np.isfinite(err) or err < tol:
                 if finish == "image":
                     x = Tx

@@ -85,6 +85,15 @@ def potentials_cases() -> dict:
                     out[key + "_warm_g"] = np.asarray(r2.g)
                     out[key + "_warm_out"] = _out(r2)
                     out[key + "_warm_it"] = np.array([r2.n_iter])
+    # positive weights: the Numba backend's fused sweep (one pass per iteration)
+    w = rng.uniform(0.5, 1.5, size=n)
+    logw = np.log(w / w.sum())
+    for bname in ("numpy", "numba"):
+        be = get_backend(bname)
+        r = sinkhorn_potentials(be, X @ A_GEN.T, X, logw, 0.5, values=vals)
+        key = f"pot_{bname}_gen_positive"
+        out[key + "_f"], out[key + "_g"] = np.asarray(r.f), np.asarray(r.g)
+        out[key + "_out"], out[key + "_it"] = _out(r), np.array([r.n_iter])
     return out
 
 

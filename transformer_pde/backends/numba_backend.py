@@ -753,6 +753,17 @@ class NumbaBackend:
             if n != old:
                 numba.set_num_threads(old)
 
+    def threads(self) -> int:
+        """Number of threads the kernels run on."""
+        return self._threads()
+
+    def launch(self, kernel: Any, work: int, *args: Any) -> None:
+        """Run a compiled parallel kernel of another module (e.g. the fused Sinkhorn
+        sweep of :mod:`transformer_pde.sinkhorn_kernels`) like the backend's own: on its
+        threads (fewer for small ``work``, the number of pair interactions), launches
+        serialised where the threading layer needs it."""
+        self._run(kernel, work, *args)
+
     def _groups(self, m: int, tile: int = 1) -> int:
         # several strided groups (of queries or of tiles of queries) per thread: balances
         # masked (triangular) work
