@@ -509,7 +509,7 @@ def test_fused_sweep_falls_back_where_columns_underflow():
     qx = X @ A_GEN.T
     rows, cols = ScoreSoftMin(nb, qx, X, logw), ScoreSoftMin(nb, X, qx, logw)
     sweep = FusedSweep(nb, rows, cols, None)
-    f, g1, out = sweep(np.zeros(200), 0.001)
+    _, g1, out = sweep(np.zeros(200), 0.001)
     assert sweep.fallbacks == 1 and out is None
     np.testing.assert_array_equal(g1, cols(rows(np.zeros(200), 0.001), 0.001))
     res = sinkhorn_potentials(nb, qx, X, logw, 1.0)

@@ -66,7 +66,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -315,7 +315,7 @@ class FusedSweep:
     #: smallest column sum used (float64, float32): far above the mass the kernel's
     #: exponential may flush to zero (N * 1e-308, N * 1e-38), so the column sums keep
     #: full relative accuracy
-    TINY = {np.dtype(np.float64): 1e-280, np.dtype(np.float32): 1e-20}
+    TINY: ClassVar[dict] = {np.dtype(np.float64): 1e-280, np.dtype(np.float32): 1e-20}
 
     def __init__(self, be: Any, rows: ScoreSoftMin, cols: ScoreSoftMin, values: Any):
         self.be, self.rows, self.cols, self.values = be, rows, cols, values
@@ -329,8 +329,8 @@ class FusedSweep:
         return getattr(be, "name", None) == "numba" and bool(np.all(np.isfinite(logw)))
 
     def __call__(self, g: Any, eps: float) -> tuple[Any, Any, Any]:
-        from .backends.numpy_backend import overflow_scale  # noqa: PLC0415
-        from .sinkhorn_kernels import fused_sweep  # noqa: PLC0415 (imports numba)
+        from .backends.numpy_backend import overflow_scale
+        from .sinkhorn_kernels import fused_sweep  # imports numba: only when used
 
         rows = self.rows
         qs = rows.scaled(eps)
