@@ -1,32 +1,30 @@
-"""Cost of a Sinkhorn-attention simulate step against a softmax step, and against POT.
+"""Cost of a Sinkhorn-attention simulate step against a softmax step (and, optionally, POT).
 
-Part 1 (steps): one RK4 step (4 field evaluations) of the particle flow for
-``kind="sinkhorn"`` (eps = 1, d = 2, A = K^T Q non-symmetric, and a symmetric A) and for
-``kind="softmax"`` with the same Q, K, V, on the same backend.  "cold" clears the
-potentials before every evaluation; "warm" is what ``simulate`` does (the field is told
-the index of each evaluation within the step, and each RK stage is predicted from the same
-stage of the previous steps; Anderson secants reused); "*_stageless" is the earlier warm
-start (extrapolation in t through the previous evaluations, stages mixed), measured in the
-same run for comparison.  Reported: seconds
-per step (median over the timed steps, after ``--warmup`` untimed warm steps, default 3;
-one for softmax and cold), the ratio to the
-softmax step, and Sinkhorn iterations / passes over all pairs per evaluation.
+Setting: d = 2, eps = 1, float64, Numba backend, Sinkhorn tolerance 1e-9 (log-domain
+marginal error), Q = [[1, .5], [-.3, .8]], K = I (A = K^T Q non-symmetric; "sym" uses a
+symmetric indefinite A), V = [[.5, -.5], [.5, .2]], N tokens from a standard normal.
 
-The same for the paper's time stepping, explicit Euler with h = 0.01 (one evaluation per
-step; cases ``euler_warm`` and ``euler_warm_sym``, compared with an Euler softmax step).
+Measured, all in one run (so the ratios share the machine's load; the 1-minute load
+average is printed and stored):
 
-Part 2 (POT): a cold solve of the same coupling (uniform weights, cost -s, eps = 1) by
-this library and by ``ot.sinkhorn(..., method="sinkhorn_log")`` to the same accuracy
-(log-domain marginal error 1e-9, i.e. POT's stopThr = 1e-9 / sqrt(N) on the L2 marginal
-violation), with the achieved errors and the largest difference between the couplings.
+* pass costs: one softmax pass (values), one lse pass, one fused Sinkhorn sweep (a whole
+  alternating iteration in one pass, ``transformer_pde.sinkhorn_kernels``), CPU seconds;
+* RK4 dt = 0.1 steps (4 evaluations each), as ``simulate`` runs them (per-stage warm
+  start, reused Anderson secants): "warm" (general A), "warm_two_pass" (the same with the
+  fused sweep switched off: two log-domain passes per iteration, as before), "warm_sym"
+  (symmetric A: one pass per iteration), each against a softmax RK4 step; and explicit
+  Euler h = 0.01 (the paper's stepping) "euler_warm" against a softmax Euler step;
+* where the passes go: iterations per evaluation (mean, per RK stage), the marginal error
+  of each stage's warm start (how good the prediction is) and the iterations of every
+  evaluation along the run.
 
-From ``--large-from`` tokens on (default 30 000: a warm Sinkhorn step there takes about
-ten minutes on 2 cores), the step costs are *estimated*, and labelled so: one softmax
-pass and one lse pass are timed at that N, and a step is 4 evaluations of (iterations
-per evaluation measured at the largest fully measured N) x (softmax + lse pass) for
-Sinkhorn, 4 softmax passes for softmax.  ``--large-from 1e9`` measures everything.
+Ratios are CPU-time ratios (all threads of this process): less sensitive than wall time
+to other processes on a shared machine, though not immune (caches, hyper-threads).  A
+step is timed after ``--warmup`` untimed steps (default 6: the per-stage prediction
+reaches its full degree after about 7).
 
-Run:  python benchmarks/sinkhorn.py [--quick] [--backend numba] [--sizes 1000 10000 50000]
+Run:  PYTHONPATH=$PWD python benchmarks/sinkhorn.py            (about 2 minutes, 2 cores)
+      PYTHONPATH=$PWD python benchmarks/sinkhorn.py --pot      (+ a cold solve against POT)
 Writes benchmarks/results/sinkhorn.json.
 """
 
@@ -42,6 +40,8 @@ from pathlib import Path
 import numpy as np
 
 import transformer_pde as tp
+import transformer_pde.sinkhorn as sk
+from transformer_pde.backends import get_backend
 from transformer_pde.fields import FieldEvaluator
 from transformer_pde.integrate import RK4, Euler
 from transformer_pde.sinkhorn import sinkhorn_potentials
@@ -52,29 +52,49 @@ Q_SYM = np.array([[1.0, 0.3], [0.3, -0.5]])       # A = K^T Q symmetric (indefin
 V = np.array([[0.5, -0.5], [0.5, 0.2]])
 DT = 0.1
 EPS = 1.0
-EULER_STEPS = 8       # timed Euler steps (h = 0.01) after EULER_WARMUP untimed ones
-EULER_WARMUP = 4
+TOL = 1e-9
 
 
-def time_steps(att, X, backend, n_steps, cold=False, tol=1e-9, solver=None, dt=DT,
-               warmup=1, staged=True):
-    """Median (wall, CPU) seconds per step after ``warmup`` untimed steps, and the iterations.
+class Recorder:
+    """Wraps ``sinkhorn_potentials`` to keep every solve's error history."""
 
-    CPU time (all threads of this process) is the cost measure: unlike wall time it does
-    not depend on what else runs on a shared machine.
-    """
-    ev = FieldEvaluator(att, X.shape[0], backend=backend, sinkhorn_tol=tol)
+    def __init__(self):
+        self.errors: list[list[float]] = []
+        self._orig = sk.sinkhorn_potentials
+
+    def __enter__(self):
+        def wrapped(*a, **k):
+            res = self._orig(*a, **k)
+            self.errors.append(list(res.errors))
+            return res
+        sk.sinkhorn_potentials = wrapped
+        return self
+
+    def __exit__(self, *exc):
+        sk.sinkhorn_potentials = self._orig
+
+
+class NoFusion:
+    """Switches the fused sweep off (two log-domain passes per iteration)."""
+
+    def __enter__(self):
+        self._orig = sk.FusedSweep.applies
+        sk.FusedSweep.applies = staticmethod(lambda be, logw: False)
+
+    def __exit__(self, *exc):
+        sk.FusedSweep.applies = self._orig
+
+
+def time_steps(att, X, backend, n_steps, *, solver=None, dt=DT, warmup=1):
+    """Median (wall, CPU) seconds per step after ``warmup`` untimed steps, the Sinkhorn
+    iterations of the timed evaluations and the error histories of all solves."""
+    ev = FieldEvaluator(att, X.shape[0], backend=backend, sinkhorn_tol=TOL)
     be = ev.be
-
-    stage = [None]
+    stage = [0]
 
     def field(t, y):
-        # as simulate does: pass the index of the evaluation within the step
-        ev.stage = stage[0]
-        if stage[0] is not None:
-            stage[0] += 1
-        if cold:
-            ev.state.clear()
+        ev.stage = stage[0]                      # as simulate does
+        stage[0] += 1
         return ev(t, y)
 
     y = be.asarray(X, np.float64)
@@ -82,100 +102,88 @@ def time_steps(att, X, backend, n_steps, cold=False, tol=1e-9, solver=None, dt=D
     t = 0.0
     walls, cpus = [], []
     n_warm = 0
-    for k in range(n_steps + warmup):
-        stage[0] = 0 if staged else None
-        t0, c0 = time.perf_counter(), time.process_time()
-        y = solver.step(field, t, y, dt)
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        t += dt
-        if k < warmup:
-            n_warm = len(ev.info.get("sinkhorn_iterations", []))
-        else:
-            walls.append(wall)
-            cpus.append(cpu)
-    its = ev.info.get("sinkhorn_iterations", [])[n_warm:]
-    return float(np.median(walls)), float(np.median(cpus)), its
+    with Recorder() as rec:
+        for k in range(n_steps + warmup):
+            stage[0] = 0
+            t0, c0 = time.perf_counter(), time.process_time()
+            y = solver.step(field, t, y, dt)
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            t += dt
+            if k < warmup:
+                n_warm = len(ev.info.get("sinkhorn_iterations", []))
+            else:
+                walls.append(wall)
+                cpus.append(cpu)
+    its = ev.info.get("sinkhorn_iterations", [])
+    return float(np.median(walls)), float(np.median(cpus)), its[n_warm:], its, rec.errors
 
 
-def estimate_large(n, backend, ref, rng):
-    """Step costs at large ``n`` from timed single passes and the reference iteration counts."""
-    from transformer_pde.backends import get_backend  # noqa: PLC0415
-    be = get_backend(backend)
+def pass_costs(n, rng, repeat=3):
+    """CPU seconds of one softmax pass, one lse pass and one fused sweep (min of ``repeat``)."""
+    from transformer_pde.sinkhorn_kernels import fused_sweep  # noqa: PLC0415
+    be = get_backend("numba")
     X = rng.normal(size=(n, 2))
     bias = np.full(n, -np.log(n))
+    w = np.full(n, 1.0 / n)
     qx = X @ (K.T @ Q).T
-    t0, c0 = time.perf_counter(), time.process_time()
-    be.softmax(qx, X, X @ V.T, bias, None)
-    t_soft, c_soft = time.perf_counter() - t0, time.process_time() - c0
-    t0, c0 = time.perf_counter(), time.process_time()
-    be.lse(qx, X, bias, None)
-    t_lse, c_lse = time.perf_counter() - t0, time.process_time() - c0
-    row = {"n": n, "estimated": True, "softmax_pass_s": t_soft, "lse_pass_s": t_lse,
-           "softmax_pass_cpu_s": c_soft, "lse_pass_cpu_s": c_lse,
-           "iterations_from_n": ref["n"], "softmax_s": 4 * t_soft, "softmax_cpu_s": 4 * c_soft}
-    its = ref["warm"]["iters_per_eval_mean"]
-    sec = 4 * its * (t_soft + t_lse)
-    cpu = 4 * its * (c_soft + c_lse)
-    row["warm"] = {"s_per_step": sec, "cpu_s_per_step": cpu,
-                   "ratio_to_softmax": cpu / row["softmax_cpu_s"],
-                   "iters_per_eval_mean": its, "iters_per_eval_max": ref["warm"]["iters_per_eval_max"],
-                   "passes_per_eval_mean": 2 * its, "iters_per_step_mean": 4 * its}
+    vx = X @ V.T
+    fused_sweep(be, qx[:64], X[:64], vx[:64], bias[:64], w[:64])
+
+    def cpu(fn):
+        best = np.inf
+        for _ in range(repeat):
+            c0 = time.process_time()
+            fn()
+            best = min(best, time.process_time() - c0)
+        return best
+    return {"softmax_pass_cpu_s": cpu(lambda: be.softmax(qx, X, vx, bias, None)),
+            "lse_pass_cpu_s": cpu(lambda: be.lse(qx, X, bias, None)),
+            "fused_sweep_cpu_s": cpu(lambda: fused_sweep(be, qx, X, vx, bias, w))}
+
+
+def case_row(sec, cpu, its, base_cpu, passes_per_it, n_evals, errors):
+    """One table entry, with where the passes go."""
+    its = np.asarray(its, float)
+    row = {"s_per_step": sec, "cpu_s_per_step": cpu, "ratio_to_softmax": cpu / base_cpu,
+           "iters_per_eval_mean": float(its.mean()), "iters_per_eval_max": int(its.max()),
+           "passes_per_eval_mean": float(its.mean() * passes_per_it),
+           "iters_per_eval_by_stage": [float(its[i::n_evals].mean()) for i in range(n_evals)]}
+    timed = errors[-len(its):]
+    row["start_error_by_stage"] = [float(np.median([e[0] for e in timed[i::n_evals] if e]))
+                                   for i in range(n_evals)]
     return row
 
 
-def case_row(sec, cpu, its, softmax_cpu, symmetric, n_steps):
-    """One table entry: times, CPU ratio to softmax, iterations and passes per evaluation."""
-    passes = np.asarray(its, float) * (1 if symmetric else 2)
-    return {"s_per_step": sec, "cpu_s_per_step": cpu, "ratio_to_softmax": cpu / softmax_cpu,
-            "iters_per_eval_mean": float(np.mean(its)), "iters_per_eval_max": int(np.max(its)),
-            "passes_per_eval_mean": float(passes.mean()),
-            "iters_per_step_mean": float(np.sum(its) / n_steps)}
+def part_steps(n, rng, steps, warmup):
+    X = rng.normal(size=(n, 2))
+    row = {"n": n, "steps_timed": steps, "warmup_steps": warmup}
+    sm = tp.Attention("softmax", Q, K, V)
+    row["softmax_s"], row["softmax_cpu_s"], *_ = time_steps(sm, X, "numba", steps, warmup=1)
+    for name, Qm, fused, passes in (("warm", Q, True, 1), ("warm_two_pass", Q, False, 2),
+                                    ("warm_sym", Q_SYM, True, 1)):
+        att = tp.Attention("sinkhorn", Qm, K, V, eps=EPS)
+        if fused:
+            sec, cpu, its, all_its, errs = time_steps(att, X, "numba", steps, warmup=warmup)
+        else:
+            with NoFusion():
+                sec, cpu, its, all_its, errs = time_steps(att, X, "numba", max(2, steps - 1),
+                                                          warmup=warmup)
+        row[name] = case_row(sec, cpu, its, row["softmax_cpu_s"], passes, 4, errs)
+        if name == "warm":
+            row[name]["iters_along_run"] = [int(i) for i in all_its]
+        print(f"  {name}: done", flush=True)
+    row["euler_softmax_s"], row["euler_softmax_cpu_s"], *_ = time_steps(
+        sm, X, "numba", 4, solver=Euler(), dt=0.01, warmup=1)
+    att = tp.Attention("sinkhorn", Q, K, V, eps=EPS)
+    sec, cpu, its, all_its, errs = time_steps(att, X, "numba", 4, solver=Euler(), dt=0.01,
+                                              warmup=8)
+    row["euler_warm"] = case_row(sec, cpu, its, row["euler_softmax_cpu_s"], 1, 1, errs)
+    return row
 
 
-def part_steps(sizes, backend, steps, large_from, rng, warmup=3):
-    rows = []
-    for n in sizes:
-        if n >= large_from and rows:
-            rows.append(estimate_large(n, backend, rows[-1], rng))
-            print(f"  N={n}: done (estimated)", flush=True)
-            continue
-        X = rng.normal(size=(n, 2))
-        ns = steps
-        row = {"n": n, "steps_timed": ns}
-        sm = tp.Attention("softmax", Q, K, V)
-        row["softmax_s"], row["softmax_cpu_s"], _ = time_steps(sm, X, backend, ns, warmup=1)
-        cases = [("warm", Q, False, 1e-9, True), ("warm_stageless", Q, False, 1e-9, False),
-                 ("cold", Q, True, 1e-9, True), ("warm_sym", Q_SYM, False, 1e-9, True),
-                 ("warm_sym_stageless", Q_SYM, False, 1e-9, False),
-                 ("warm_tol1e-6", Q, False, 1e-6, True)]
-        for name, Qm, cold, tol, staged in cases:
-            att = tp.Attention("sinkhorn", Qm, K, V, eps=EPS)
-            sec, cpu, its = time_steps(att, X, backend, ns, cold=cold, tol=tol, staged=staged,
-                                       warmup=1 if cold else warmup)
-            row[name] = case_row(sec, cpu, its, row["softmax_cpu_s"], "sym" in name, ns)
-        # the paper's time stepping: explicit Euler, h = 0.01 (one evaluation per step)
-        row["euler_softmax_s"], row["euler_softmax_cpu_s"], _ = time_steps(
-            sm, X, backend, EULER_STEPS, solver=Euler(), dt=0.01, warmup=EULER_WARMUP)
-        for name, Qm, staged in (("euler_warm", Q, True), ("euler_warm_stageless", Q, False),
-                                 ("euler_warm_sym", Q_SYM, True),
-                                 ("euler_warm_sym_stageless", Q_SYM, False)):
-            att = tp.Attention("sinkhorn", Qm, K, V, eps=EPS)
-            sec, cpu, its = time_steps(att, X, backend, EULER_STEPS, solver=Euler(), dt=0.01,
-                                       warmup=EULER_WARMUP, staged=staged)
-            row[name] = case_row(sec, cpu, its, row["euler_softmax_cpu_s"],
-                                 "sym" in name, EULER_STEPS)
-        rows.append(row)
-        print(f"  N={n}: done", flush=True)
-    return rows
-
-
-def part_pot(sizes, backend, rng):
-    try:
-        import ot  # noqa: PLC0415
-    except ImportError:
-        return []
-    from transformer_pde.backends import get_backend  # noqa: PLC0415
-    be = get_backend(backend)
+def part_pot(sizes, rng):
+    import ot  # noqa: PLC0415
+    be = get_backend("numba")
     out = []
     for n in sizes:
         X = rng.normal(size=(n, 2))
@@ -187,93 +195,74 @@ def part_pot(sizes, backend, rng):
         res = sinkhorn_potentials(be, qx, X, logw, EPS, tol=1e-9)
         t_ours, c_ours = time.perf_counter() - t0, time.process_time() - c0
         S = qx @ X.T
-        M = -S
         t0, c0 = time.perf_counter(), time.process_time()
-        pi_pot = ot.sinkhorn(w, w, M, EPS, method="sinkhorn_log", numItermax=100_000,
+        pi_pot = ot.sinkhorn(w, w, -S, EPS, method="sinkhorn_log", numItermax=100_000,
                              stopThr=1e-9 / np.sqrt(n))
         t_pot, c_pot = time.perf_counter() - t0, time.process_time() - c0
         f, g = be.to_numpy(res.f), be.to_numpy(res.g)
-        logpi = logw[:, None] + logw[None, :] + (f[:, None] + g[None, :] + S) / EPS
-        pi = np.exp(logpi)
-
-        def logerr(p):
-            return float(max(np.abs(np.log(p.sum(1) / w)).max(),
-                             np.abs(np.log(p.sum(0) / w)).max()))
-
+        pi = np.exp(logw[:, None] + logw[None, :] + (f[:, None] + g[None, :] + S) / EPS)
         out.append({"n": n, "ours_s": t_ours, "pot_s": t_pot, "speedup": t_pot / t_ours,
-                    "ours_cpu_s": c_ours, "pot_cpu_s": c_pot, "speedup_cpu": c_pot / c_ours,
-                    "ours_iters": res.n_iter, "ours_logerr": logerr(pi),
-                    "pot_logerr": logerr(pi_pot),
+                    "ours_cpu_s": c_ours, "pot_cpu_s": c_pot, "ours_iters": res.n_iter,
                     "max_abs_diff_rel": float(np.abs(pi - pi_pot).max() / pi.max())})
-        del S, M, pi, pi_pot, logpi
     return out
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="small sizes only (smoke run)")
-    p.add_argument("--backend", default="numba")
-    p.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 50_000])
+    p.add_argument("--n", type=int, default=10_000, help="tokens (default 1e4)")
     p.add_argument("--steps", type=int, default=3, help="timed RK4 steps per case")
-    p.add_argument("--warmup", type=int, default=3,
-                   help="untimed warm RK4 steps before the timed ones (the per-stage "
-                        "prediction reaches its full degree after 4 steps)")
-    p.add_argument("--large-from", type=float, default=30_000,
-                   help="estimate (not time) the steps from this N on")
-    p.add_argument("--pot-sizes", type=int, nargs="+", default=[1_000, 5_000])
+    p.add_argument("--warmup", type=int, default=6, help="untimed warm RK4 steps first")
+    p.add_argument("--pot", action="store_true", help="also a cold solve against POT")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "sinkhorn.json"))
     a = p.parse_args(argv)
-    if a.quick:
-        a.sizes, a.pot_sizes, a.steps = [500, 2_000], [500], 2
     rng = np.random.default_rng(0)
-    tp.velocity(tp.Attention("softmax", Q, K, V), rng.normal(size=(64, 2)), backend=a.backend)
-    tp.velocity(tp.Attention("sinkhorn", Q, K, V), rng.normal(size=(64, 2)), backend=a.backend)
-    print(f"backend={a.backend}, d=2, eps={EPS}, RK4 dt={DT}, float64, "
-          f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()})")
-    rows = part_steps(a.sizes, a.backend, a.steps, a.large_from, rng, a.warmup)
-    print("\nwall seconds per step (RK4 dt=0.1: 4 evaluations; euler_*: Euler h=0.01, one; "
-          "softmax column: the softmax step of the same method);\nratio = sinkhorn / softmax in CPU "
-          "time (all threads; robust to other load);\nit/ev = Sinkhorn iterations per "
-          "evaluation (mean), pass/ev = passes over all pairs, it/step = iterations per step")
-    hdr = f"{'N':>7} {'softmax':>9} | {'case':<24} {'s/step':>9} {'ratio':>7} {'it/ev':>6} " \
-          f"{'pass/ev':>7} {'it/step':>7}"
+    t_start = time.perf_counter()
+    tp.velocity(tp.Attention("softmax", Q, K, V), rng.normal(size=(64, 2)), backend="numba")
+    tp.velocity(tp.Attention("sinkhorn", Q, K, V), rng.normal(size=(64, 2)), backend="numba")
+    load0 = os.getloadavg()
+    print(f"numba backend, N={a.n}, d=2, eps={EPS}, tol={TOL:g}, float64, {os.cpu_count()} "
+          f"CPUs ({platform.processor() or platform.machine()}); load average "
+          f"{load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}", flush=True)
+    costs = pass_costs(a.n, rng)
+    row = part_steps(a.n, rng, a.steps, a.warmup)
+    load1 = os.getloadavg()
+    sm = costs["softmax_pass_cpu_s"]
+    print(f"\none pass (CPU s): softmax {sm:.3f}, lse {costs['lse_pass_cpu_s']:.3f} "
+          f"({costs['lse_pass_cpu_s'] / sm:.2f}x), fused sweep {costs['fused_sweep_cpu_s']:.3f} "
+          f"({costs['fused_sweep_cpu_s'] / sm:.2f}x)")
+    print("\nratio = CPU time of a Sinkhorn step / CPU time of a softmax step (same method)")
+    hdr = (f"{'case':<15} {'s/step':>8} {'ratio':>6} {'it/ev':>6} {'pass/ev':>7}  "
+           f"{'it/ev by stage':<22} start error by stage")
     print(hdr)
     print("-" * len(hdr))
-    for r in rows:
-        first = True
-        for name in ("warm", "warm_stageless", "cold", "warm_sym", "warm_sym_stageless",
-                     "warm_tol1e-6", "euler_warm", "euler_warm_stageless", "euler_warm_sym",
-                     "euler_warm_sym_stageless"):
-            if name not in r:
-                continue
-            c = r[name]
-            base = r["euler_softmax_s"] if name.startswith("euler") else r["softmax_s"]
-            lead = f"{r['n']:>7} {base:>9.3f}" if first or name == "euler_warm" else " " * 17
-            label = name + (" (est.)" if r.get("estimated") else "")
-            print(f"{lead} | {label:<24} {c['s_per_step']:>9.3f} {c['ratio_to_softmax']:>7.1f} "
-                  f"{c['iters_per_eval_mean']:>6.1f} {c['passes_per_eval_mean']:>7.1f} "
-                  f"{c['iters_per_step_mean']:>7.1f}")
-            first = False
-    pot = part_pot(a.pot_sizes, a.backend, rng)
-    if pot:
-        print("\ncold solve of the same coupling to log-marginal error 1e-9: this library "
-              f"({a.backend}) vs POT ot.sinkhorn(method='sinkhorn_log')")
-        print(f"{'N':>6} {'ours s':>8} {'POT s':>8} {'speedup':>8} {'cpu x':>6} {'ours err':>9} "
-              f"{'POT err':>9} {'|dpi|/max':>9}")
-        for r in pot:
-            print(f"{r['n']:>6} {r['ours_s']:>8.3f} {r['pot_s']:>8.3f} {r['speedup']:>8.1f} "
-                  f"{r['speedup_cpu']:>6.1f} "
-                  f"{r['ours_logerr']:>9.1e} {r['pot_logerr']:>9.1e} "
-                  f"{r['max_abs_diff_rel']:>9.1e}")
+    for name in ("warm", "warm_two_pass", "warm_sym", "euler_warm"):
+        c = row[name]
+        by = " ".join(f"{x:.1f}" for x in c["iters_per_eval_by_stage"])
+        st = " ".join(f"{x:.0e}" for x in c["start_error_by_stage"])
+        print(f"{name:<15} {c['s_per_step']:>8.3f} {c['ratio_to_softmax']:>6.2f} "
+              f"{c['iters_per_eval_mean']:>6.2f} {c['passes_per_eval_mean']:>7.2f}  {by:<22} {st}")
+    print(f"(softmax step: RK4 {row['softmax_s']:.3f} s wall / {row['softmax_cpu_s']:.3f} s CPU; "
+          f"Euler {row['euler_softmax_s']:.3f} / {row['euler_softmax_cpu_s']:.3f})")
+    print("iterations per evaluation along the warm RK4 run:",
+          " ".join(str(i) for i in row["warm"]["iters_along_run"]))
+    pot = part_pot([1_000, 5_000], rng) if a.pot else []
+    for r in pot:
+        print(f"POT N={r['n']}: ours {r['ours_s']:.3f} s, POT {r['pot_s']:.3f} s "
+              f"({r['speedup']:.1f}x), |dpi|/max {r['max_abs_diff_rel']:.1e}")
+    elapsed = time.perf_counter() - t_start
+    print(f"\nload average at the end {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; "
+          f"{elapsed:.0f} s in all")
     res = {"machine": {"cpus": os.cpu_count(), "processor": platform.processor(),
                        "platform": platform.platform()},
-           "backend": a.backend, "d": 2, "eps": EPS, "dt": DT, "method": "rk4",
-           "warmup_steps": a.warmup, "Q": Q.tolist(), "K": K.tolist(), "Q_sym": Q_SYM.tolist(), "V": V.tolist(),
-           "steps": rows, "pot": pot}
+           "load_average_start": load0, "load_average_end": load1, "elapsed_s": elapsed,
+           "command": "PYTHONPATH=$PWD python benchmarks/sinkhorn.py",
+           "backend": "numba", "d": 2, "eps": EPS, "tol": TOL, "dt": DT, "method": "rk4",
+           "Q": Q.tolist(), "K": K.tolist(), "Q_sym": Q_SYM.tolist(), "V": V.tolist(),
+           "pass_costs": costs, "steps": row, "pot": pot}
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2))
-    print(f"\nwrote {out}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
