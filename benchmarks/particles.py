@@ -4,8 +4,9 @@ One field evaluation of N tokens costs N² query–key pair interactions (masked
 skips about half of them; its rate is still quoted per N², the work an unmasked
 evaluation would do, so that rows compare wall time).  For each kind (softmax, l2,
 masked softmax), N and d this script times ``transformer_pde.velocity`` with the Numba
-backend (float64 and, for softmax, float32; for d >= 16 also its streaming kernels
-forced, ``NumbaBackend(kernel="streaming")``, to show the crossover to the tiled ones),
+backend (float64 and, for softmax, float32; where it picks its tiled kernels, d >= 8,
+also its streaming kernels forced, ``NumbaBackend(kernel="streaming")``, to show the
+crossover),
 the NumPy reference (the chunked BLAS-logits, exp, BLAS-values computation of
 ``transformer_pde.backends.numpy_backend``) and, when installed, pykeops on the CPU
 (softmax and l2 only: KeOps has no prefix masking).
@@ -185,6 +186,7 @@ def run(quick: bool, min_time: float, numpy_max_n: int, ns=None, ds=None, kinds=
                       else ["softmax", "l2", "masked softmax"])
     keops = _have_keops()
     streaming = NumbaBackend(kernel="streaming")
+    auto = NumbaBackend()
     rows = []
     for kind in kinds:
         for d in ds:
@@ -197,7 +199,7 @@ def run(quick: bool, min_time: float, numpy_max_n: int, ns=None, ds=None, kinds=
                 backends = [("numba", np.float64)]
                 if kind == "softmax":
                     backends.append(("numba", np.float32))
-                if d >= 16:
+                if auto.kernel_for(d) == "tiled":
                     backends.append(("numba-streaming", np.float64))
                 if n <= numpy_max_n:
                     backends.append(("numpy", np.float64))

@@ -34,28 +34,44 @@ scalar libm call that LLVM cannot vectorise, and it bounds the whole kernel (abo
 reduction :math:`x = n\ln 2 + r`, :math:`|r|\le \ln 2/2`, a Taylor polynomial of degree 12
 (float64; truncation error :math:`< (\ln 2/2)^{13}/13! \approx 2\cdot 10^{-16}`) or 7
 (float32; :math:`< 4\cdot 10^{-9}`), and builds :math:`2^n` by writing the exponent bits
-(an LLVM bitcast).  It is only used on arguments :math:`x \le 0`; below the smallest
+(an LLVM bitcast).  :math:`n` is rounded by adding :math:`1.5\cdot 2^{52}` (float32:
+:math:`1.5\cdot 2^{23}`), which leaves :math:`n` in the low bits of the sum, so no
+float-to-integer conversion is needed (AVX2 has none for float64 vectors: with one,
+LLVM extracted the four lanes to scalar conversions and the exponential cost 1.65 ns
+instead of 1.28 ns per float64, 0.96 instead of 0.35 ns per float32).  It is only used on arguments :math:`x \le 0`; below the smallest
 normal exponent (:math:`x < -708` in float64, :math:`x < -87` in float32) it returns 0,
 which changes a sum whose largest term is 1 by less than :math:`N\cdot 10^{-307}`.
 The test suite checks it against ``np.exp`` to a few ulp over that whole range.
 
 Tiled kernels (projection width :math:`r \ge` :data:`TILED_MIN_WIDTH`, FlashAttention on
 the CPU).  When a pair costs :math:`2r` multiply-adds and :math:`r` is a Transformer's
-head width (32–128), the streaming kernels are bound by their scalar-per-query dot
-products.  The tiled kernels instead take :data:`QTILE` queries against a block of
-:data:`KBLOCK` keys and compute the QTILE×KBLOCK logits and then the QTILE×c block of value sums as
-small matrix products, :data:`MR` = 3 queries by :data:`NR` = 4 keys (or value
-coordinates) at a time, with one register-blocked micro-kernel (:func:`_dot_tile`:
-twelve dot products sharing their loads, vectorised along the reduction), and the
-online log-sum-exp of each query between the two.  Memory stays
-:math:`O((N + M)(r + c))` plus a QTILE×KBLOCK logit tile and QTILE×c accumulators per
-thread.  Queries are sorted by masked prefix length (so a
+head width (32–128), the streaming kernels are bound by their per-query dot products.
+The tiled kernels instead take :data:`QTILE` queries against a block of :data:`KBLOCK`
+keys and compute the QTILE×KBLOCK logits and then the QTILE×c block of value sums as
+small matrix products, with the online log-sum-exp of each query between the two.
+Both products go through one register-blocked micro-kernel (:data:`_mk_store`,
+:data:`_mk_add`), written as an LLVM intrinsic because Numba's loop vectoriser only
+produces dot-product kernels (a horizontal sum per output, seven loads per twelve
+FMAs): :data:`MR` = 6 rows of the left operand by two AVX2 registers of the right one
+(:data:`NR` = 8 float64 or :data:`NR_F32` = 16 float32 columns), twelve vector
+accumulators, and per reduction step two vector loads, six broadcasts and twelve
+vector FMAs (``vfmadd231pd ymm``) — the outer-product form of an optimised BLAS.  The
+right operands are packed once per call so that the micro-kernel reads contiguous
+memory: keys in panels of NR (``k[p*NR:(p+1)*NR].T``, r×NR) for the logits, values in
+panels of NR coordinates (N×NR) for the value sums (a strided N×c array would alias in
+the L1 sets).  Memory stays :math:`O((N + M)(r + c))` plus a QTILE×KBLOCK logit tile
+and QTILE×c accumulators per thread.  Queries are sorted by masked prefix length (so a
 tile's queries see similar prefixes) and padded to a multiple of MR; keys and value
-coordinates are padded with zeros to multiples of :data:`NR` = 4.  BLAS calls on tiles
-inside the parallel loop were measured slower (OpenBLAS starts its own threads on
-each small product: 0.3–0.6 multiply-adds per CPU-nanosecond against 9–10 for the
-micro-kernel at
-r = 64–128) and are not used.
+coordinates are padded with zeros to multiples of NR.  Value sums over one key block
+are formed in the input precision and added to float64 accumulators.
+
+Where the time goes (one thread, N = 2e4, float64, per query–key pair, a loaded 2-core
+AMD EPYC (Zen 3) whose OpenBLAS DGEMM reaches about 20 multiply-adds per ns per core):
+at r = c = 128 the logit product takes 7 ns (18 multiply-adds per ns), the value
+product 8 ns (16 per ns), the bias, maximum, exponential and sum 1.8 ns; at r = 64:
+3.4, 3.7 and 1.9 ns.  BLAS calls on tiles inside the parallel loop were measured
+slower (OpenBLAS starts its own threads on each small product: 0.3–0.6 multiply-adds
+per CPU-nanosecond) and are not used.
 
 Keys of zero weight (bias :math:`-\infty`) are removed before the kernels run (masked
 prefix lengths are recounted), so the kernels only see finite numbers and can be
@@ -124,8 +140,8 @@ QTILE = 48
 KBLOCK = 128
 #: smallest projection width r for which the tiled kernels are used, float64 and float32
 #: (measured crossovers, see :meth:`NumbaBackend.kernel_for`)
-TILED_MIN_WIDTH = 16
-TILED_MIN_WIDTH_F32 = 24
+TILED_MIN_WIDTH = 8
+TILED_MIN_WIDTH_F32 = 12
 
 # Fast-math flags of the kernels: reassociation lets LLVM vectorise the sums, max
 # reductions and dot products; nnan/ninf are safe because the kernels only ever see
@@ -893,12 +909,15 @@ class NumbaBackend:
     def kernel_for(self, r: int, dtype: Any = np.float64) -> str:
         """``"tiled"`` or ``"streaming"``: the kernel used for projection width ``r``.
 
-        With ``kernel="auto"`` the tiled kernels (register-blocked 3×4 tile products) are
-        used from ``r >=`` :data:`TILED_MIN_WIDTH` (float64) or
-        :data:`TILED_MIN_WIDTH_F32` (float32): there a pair's ``r`` multiply-adds
+        With ``kernel="auto"`` the tiled kernels (register-blocked tile products) are
+        used from ``r >=`` :data:`TILED_MIN_WIDTH` = 8 (float64) or
+        :data:`TILED_MIN_WIDTH_F32` = 12 (float32): there a pair's ``r`` multiply-adds
         outweigh its exponential, and below it the streaming kernels (one query at a
         time, SIMD across keys) are faster.  Crossovers measured on a 2-core AVX2
-        machine at N = 2e4 (``benchmarks/particles.py`` records both kernels).
+        machine (AMD EPYC, Zen 3) at N = 2e4, c = r, one thread, streaming time over
+        tiled time: float64 0.87 (r = 2), 1.05 (4), 1.03 (6), 1.53 (8), 1.61 (16);
+        float32 0.78 (4), 0.93 (6), 1.04 (8), 1.30 (12), 1.64 (16)
+        (``benchmarks/particles.py`` records both kernels for d >= 8).
         """
         if self.kernel != "auto":
             return self.kernel
@@ -931,17 +950,19 @@ class NumbaBackend:
         qp[:m] = q
         limp = np.zeros(mp, dtype=np.int64)
         limp[:m] = lim
-        kp = np.zeros((npad, r), dtype=dtype)
-        kp[:n] = k
-        kpk = np.ascontiguousarray(kp.reshape(npad // nr, nr, r).transpose(0, 2, 1))
+        full = n // nr * nr                    # keys of the complete panels
+        kpk = np.zeros((npad // nr, r, nr), dtype=dtype)
+        kpk[:n // nr] = k[:full].reshape(n // nr, nr, r).transpose(0, 2, 1)
+        if full < n:
+            kpk[n // nr, :, :n - full] = k[full:].T
         bp = np.zeros(npad, dtype=dtype)
         bp[:n] = b
         c = 0 if vals is None else vals.shape[1]
-        cp = -(-c // nr) * nr
-        vp = np.zeros((npad, cp), dtype=dtype)
-        if c:
-            vp[:n, :c] = vals
-        vpk = np.ascontiguousarray(vp.reshape(npad, cp // nr, nr).transpose(1, 0, 2))
+        vpk = np.zeros((-(-c // nr), npad, nr), dtype=dtype)
+        for p in range(c // nr):
+            vpk[p, :n] = vals[:, p * nr:(p + 1) * nr]
+        if c % nr:
+            vpk[c // nr, :n, :c % nr] = vals[:, c // nr * nr:]
         return order, qp, kpk, vpk, bp, limp, nr
 
     @staticmethod
