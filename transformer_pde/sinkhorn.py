@@ -288,7 +288,7 @@ def fixed_point(xp, T, x, eps, tol, max_iter, acc, plain, damp=1.0):
     best_err, best = np.inf, None
     err, extra, it = np.inf, None, 0
     with np.errstate(invalid="ignore", over="ignore"):
-        for it in range(1, max_iter + 1):
+        for it in range(1, max_iter + 1):  # noqa: B007 - the count is returned
             Tx, extra = T(x)
             err = float(xp.max(xp.abs(Tx - x))) * inv
             if not np.isfinite(err) or err < tol:
@@ -440,8 +440,8 @@ class SinkhornWarmStart:
                 if j != i:
                     c *= (t - tj) / (ti - tj)
             coef.append(c)
-        g = sum(c * p[2] for c, p in zip(coef, pts))
-        f = g if f_last is g_last else sum(c * p[1] for c, p in zip(coef, pts))
+        g = sum(c * p[2] for c, p in zip(coef, pts, strict=True))
+        f = g if f_last is g_last else sum(c * p[1] for c, p in zip(coef, pts, strict=True))
         return f, g
 
     @staticmethod
@@ -475,7 +475,8 @@ class SinkhornWarmStart:
 
 # ------------------------------------------------------------------ fields and helpers
 def out_of_sample_potential(be: Any, q: Any, kx: Any, logw: Any, g: Any, eps: float) -> Any:
-    r"""Out-of-sample potential :math:`f(x) = -\varepsilon\,\mathrm{LSE}_j(\log w_j + (g_j + q(x)\cdot k_j)/\varepsilon)`.
+    r"""Out-of-sample potential
+    :math:`f(x) = -\varepsilon\,\mathrm{LSE}_j(\log w_j + (g_j + q(x)\cdot k_j)/\varepsilon)`.
 
     ``q`` holds the projected queries :math:`\beta Q x` (M, r).  At the tokens this is
     :math:`T_f(g)`; it makes :math:`\sum_j w_j k(x, x_j) = 1` at every point :math:`x`.
