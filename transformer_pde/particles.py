@@ -138,7 +138,7 @@ class ParticleTrajectory:
     positions : ndarray (N,) or None
         Token positions in [0, 1] (masked attention); they never move.
     status : Status
-        ``ok``: reached ``t_max``; ``blowup``: max |x| exceeded ``max_norm`` (the
+        ``ok``: reached ``t_max``; ``blowup``: max :math:`|x|` exceeded ``max_norm`` (the
         offending state is the last one saved); ``nonfinite``: a step produced NaN/inf
         (not saved); ``failed``: an inner solve (Sinkhorn, implicit step) or a user
         callable failed; ``max_steps``: the step budget ran out; ``interrupted``:
@@ -546,10 +546,16 @@ def _write_checkpoint(path: Path, fingerprint: dict, loop_state: dict, solver: A
             "field_info": _encode(dict(ev.info), arrays),
             "saver": _encode(saver.get_state(), arrays)}
     arrays["meta"] = np.array(json.dumps(meta))
+    # Written beside the target and renamed over it: a crash or Ctrl-C during the write leaves the
+    # previous checkpoint intact, and the partial file is removed.
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        np.savez(fh, **arrays)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _read_checkpoint(path: Path, fingerprint: dict, asarray: Any) -> dict:
