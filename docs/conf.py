@@ -31,7 +31,7 @@ import transformer_pde  # noqa: E402
 
 project = "transformer-pde"
 author = "the transformer-pde developers"
-copyright = "2026, the transformer-pde developers"  # noqa: A001
+copyright = "2026, the transformer-pde developers"
 release = version = transformer_pde.__version__
 
 extensions = [

@@ -23,7 +23,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from transformer_pde.paper import (EXTRA_RUNS, paper_figure, paper_figure_plot,  # noqa: E402
+from transformer_pde.paper import (EXTRA_RUNS, paper_figure, paper_figure_plot,
                                    run_figure_script)
 
 

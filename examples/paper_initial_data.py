@@ -33,11 +33,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import numpy as np
+from matplotlib.figure import Figure
 
-from transformer_pde import plot  # noqa: E402
-from transformer_pde.paper import (STATUS_COLOURS, paper_attention,  # noqa: E402
+from transformer_pde import plot
+from transformer_pde.paper import (STATUS_COLOURS, paper_attention,
                                  run_figure_script, slice_covariances, solve_paths)
 
 V = np.array([[-1.4, -1.2], [-1.3, -0.6]])

@@ -19,7 +19,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from transformer_pde.paper import paper_figure, paper_figure_plot, run_figure_script  # noqa: E402
+from transformer_pde.paper import paper_figure, paper_figure_plot, run_figure_script
 
 def figures(_args=None) -> dict:
     q = paper_figure("line").Q[0]

@@ -32,7 +32,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from transformer_pde.paper import rank_figure, rank_sweep, run_figure_script  # noqa: E402
+from transformer_pde.paper import rank_figure, rank_sweep, run_figure_script
 
 KINDS = ("softmax", "l2")
 VALUES = ("identity", "random")

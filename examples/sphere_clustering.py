@@ -31,11 +31,11 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from scipy.cluster.hierarchy import fcluster, linkage  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from scipy.cluster.hierarchy import fcluster, linkage
 
-import transformer_pde as tp  # noqa: E402
+import transformer_pde as tp
 
 
 def count_clusters(X: np.ndarray, delta: float) -> int:

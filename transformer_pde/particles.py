@@ -282,7 +282,7 @@ def _open_npz(path: Path, what: str) -> Any:
                                   "ParticleTrajectory.save)")
     try:
         return np.load(path, allow_pickle=False)
-    except Exception as exc:  # zipfile.BadZipFile, OSError, ValueError, EOFError
+    except Exception as exc:  # noqa: BLE001 - zipfile.BadZipFile, OSError, ValueError, EOFError
         raise TrajectoryFileError(f"{path} is not a readable {what} file "
                                   f"(truncated or corrupt archive: {exc})") from None
 
@@ -292,7 +292,7 @@ def _entry(z: Any, path: Path, key: str) -> np.ndarray:
         return z[key]
     except KeyError:
         raise TrajectoryFileError(f"{path}: missing array {key!r}") from None
-    except Exception as exc:  # corrupt member: BadZipFile, zlib.error, ValueError, EOFError
+    except Exception as exc:  # noqa: BLE001 - corrupt member: BadZipFile, zlib.error, ValueError, EOFError
         raise TrajectoryFileError(f"{path}: array {key!r} is unreadable (truncated or "
                                   f"corrupt file: {type(exc).__name__}: {exc})") from None
 
@@ -360,7 +360,7 @@ def load(path: str | Path) -> ParticleTrajectory:
                 att = Attention.from_dict(spec)
             except TrajectoryFileError:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure: the stored attention is invalid
                 raise TrajectoryFileError(f"{path}: the stored attention is invalid "
                                           f"({type(exc).__name__}: {exc})") from None
         return ParticleTrajectory(times=times, states=states, weights=weights,

@@ -380,7 +380,7 @@ class TimeLoop:
                 f"states saved up to t={self.last_saved:.6g} are kept")
         except (SinkhornNotConverged, SolverNotConverged) as exc:
             status, msg = Status.FAILED, str(exc)
-        except Exception as exc:  # a user callable (parameter, fn) went bad mid-run
+        except Exception as exc:  # noqa: BLE001 - a user callable (parameter, fn) went bad mid-run
             status, msg = Status.FAILED, (
                 f"{type(exc).__name__} in the step from t={st['t']:.6g}: {exc}; the states "
                 f"saved up to t={self.last_saved:.6g} are kept")
