@@ -87,7 +87,8 @@ def png_scraper(block, block_vars: dict, gallery_conf: dict) -> str:
     out = _out(block_vars["src_file"])
     pngs = sorted(out.glob("*.png"), key=lambda p: (p.stat().st_mtime_ns, p.name))
     images = []
-    for png, target in zip(pngs, block_vars["image_path_iterator"]):
+    # the iterator yields as many image paths as asked for
+    for png, target in zip(pngs, block_vars["image_path_iterator"], strict=False):
         shutil.copyfile(png, target)
         images.append(target)
     try:
