@@ -104,3 +104,12 @@ def test_ci_selects_the_derandomised_hypothesis_profile():
     in_ci = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
     assert settings.default.derandomize is in_ci
     assert settings.default.deadline is None
+
+
+def test_plain_pytest_runs_the_docstring_examples():
+    """The README's `pytest` collects the package's docstring examples too."""
+    ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "transformer_pde" in ini["testpaths"]
+    assert "--doctest-modules" in ini["addopts"].split()
+    n_examples = sum(path.read_text().count(">>> ") for path in PACKAGE.rglob("*.py"))
+    assert n_examples > 0
