@@ -1,4 +1,5 @@
-r"""Clustering of a 2-D token cloud under softmax self-attention.
+r"""Clustering of a 2-D token cloud under softmax self-attention
+============================================================
 
 Tokens :math:`x_i(0) \sim N(0, I_2)` follow the particle attention flow
 

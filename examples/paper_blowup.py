@@ -1,4 +1,5 @@
-r"""The paper's blow-up / divergence figure, all four panels, with the paper's parameters.
+r"""The paper's blow-up / divergence figure, all four panels, with the paper's parameters
+=====================================================================================
 
 Castin, Ablin, Carrillo & Peyré (arXiv:2501.18322); each run drawn as
 :math:`\Sigma/\operatorname{tr}\Sigma` in the unit disc (boundary: rank one).  Parameters

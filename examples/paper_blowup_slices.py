@@ -1,4 +1,5 @@
-r"""Blow-up and divergence of 2-D Gaussians, seen in the trace-normalised slice of the PSD cone.
+r"""Blow-up and divergence of 2-D Gaussians, seen in the trace-normalised slice of the PSD cone
+===========================================================================================
 
 Beyond the paper: blow-up / divergence slices in the style of the paper's figure (Castin, Ablin, Carrillo,
 Peyré 2025, Section 4, Gaussian initial data): for one set of parameters :math:`(Q, K, V)`,

@@ -1,4 +1,5 @@
-r"""Convergent covariance dynamics of 2-D Gaussians in the PSD cone (three figures).
+r"""Convergent covariance dynamics of 2-D Gaussians in the PSD cone (three figures)
+===============================================================================
 
 Beyond the paper: three closed-form cases of the paper's phase plots of converging Gaussian runs (Castin, Ablin,
 Carrillo, Peyré 2025, Section 4, Gaussian initial data): covariance trajectories

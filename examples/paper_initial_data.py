@@ -1,4 +1,5 @@
-r"""Convergence or blow-up depending on the initial covariance (2-D softmax Gaussians).
+r"""Convergence or blow-up depending on the initial covariance (2-D softmax Gaussians)
+==================================================================================
 
 Beyond the paper: a second example of the paper's finding that, for fixed attention parameters, the Gaussian
 dynamics can converge for some initial data and blow up in finite time for others (Castin,

@@ -1,4 +1,5 @@
-r"""The paper's "convergence to a plane" figure (2-head softmax) with the paper's parameters.
+r"""The paper's "convergence to a plane" figure (2-head softmax) with the paper's parameters
+========================================================================================
 
 Castin, Ablin, Carrillo & Peyré (arXiv:2501.18322).  Parameters
 (``transformer_pde.paper.paper_figure("plane")``): the "line" matrices, one-row

@@ -1,4 +1,5 @@
-r"""The paper's rank study, exact solver beside the paper's explicit Euler.
+r"""The paper's rank study, exact solver beside the paper's explicit Euler
+======================================================================
 
 Castin, Ablin, Carrillo & Peyré (arXiv:2501.18322), rank histograms of the limit covariance.
 Protocol (``transformer_pde.paper.paper_rank_study``): per trial

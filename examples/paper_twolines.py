@@ -1,4 +1,5 @@
-r"""The paper's "convergence to two lines" figure, softmax and L2, with the paper's parameters.
+r"""The paper's "convergence to two lines" figure, softmax and L2, with the paper's parameters
+==========================================================================================
 
 Castin, Ablin, Carrillo & Peyré (arXiv:2501.18322).  Parameters
 (``transformer_pde.paper.paper_figure("twolines")``):

@@ -1,4 +1,5 @@
-r"""The paper's "convergence to zero" figure, all four panels, with the paper's parameters.
+r"""The paper's "convergence to zero" figure, all four panels, with the paper's parameters
+======================================================================================
 
 Castin, Ablin, Carrillo & Peyré (arXiv:2501.18322), 2-D Gaussian covariance dynamics drawn in
 the PSD cone :math:`(u, w, v) = (a - b, 2c, a + b)`.  Parameters

@@ -1,8 +1,9 @@
-"""Rank histograms from a sweep's Zarr store (``transformer-pde sweep``).
+"""Rank histograms from a sweep's Zarr store (transformer-pde sweep)
+==================================================================
 
 Runs the study of ``examples/configs/sweep_ranks.toml`` (or reads an existing store with
 ``--store``) and draws one histogram of the final covariance rank per (kind, d), from the
-labelled results: the store is an xarray Dataset with the grid axes as coordinates.
+labelled results: the store is an xarray Dataset with the grid axes as coordinates::
 
     python examples/sweep_ranks.py --out figures
 """
