@@ -381,9 +381,9 @@ def test_simulate_validation_errors():
     cases = [
         (dict(solver="leapfrog"), ValueError, "solver must be one of"),
         (dict(solver=None), TypeError, "solver must be a solver name"),
-        (dict(t_max=0.0), ValueError, "t_max must be finite and > 0"),
-        (dict(t_max=np.inf), ValueError, "t_max must be finite and > 0"),
-        (dict(dt=-0.1), ValueError, "dt must be finite and > 0"),
+        (dict(t_max=0.0), ValueError, "t_max must be > 0"),
+        (dict(t_max=np.inf), ValueError, "t_max must be finite"),
+        (dict(dt=-0.1), ValueError, "dt must be > 0"),
         (dict(dt="x"), TypeError, "dt must be a real number"),
         (dict(saveat=3), TypeError, "saveat must be a transformer_pde.SaveAt"),
         (dict(block="sphere"), TypeError, "block must be a transformer_pde.Block"),
@@ -403,7 +403,7 @@ def test_simulate_validation_errors():
         with pytest.raises(exc, match=msg):
             tp.simulate(att, args.pop("X0"), **args)
     # option objects check their values when built
-    with pytest.raises(ValueError, match="max_norm must be finite and > 0"):
+    with pytest.raises(ValueError, match="max_norm must be > 0"):
         tp.Limits(max_norm=0)
     with pytest.raises(TypeError, match="max_steps must be an integer"):
         tp.Limits(max_steps=None)

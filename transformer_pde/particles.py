@@ -39,7 +39,7 @@ from .integrate.loop import Progress
 from . import labelled
 from .integrate.solvers import get_solver
 from .results import Status, warn_stop
-from .validation import points
+from .validation import points, positive
 
 __all__ = ["FieldOptions", "Limits", "Monitor", "ParticleTrajectory", "SaveAt",
            "TrajectoryFileError", "load", "simulate", "velocity"]
@@ -582,15 +582,6 @@ def _read_checkpoint(path: Path, fingerprint: dict, asarray: Any) -> dict:
 
 
 # ------------------------------------------------------------------ simulate
-def _check_positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ArgumentTypeError(f"{name} must be a real number, got {value!r}")
-    v = float(value)
-    if not (math.isfinite(v) and v > 0):
-        raise ArgumentError(f"{name} must be finite and > 0, got {value!r}")
-    return v
-
-
 def _option(name: str, value: Any, cls: type, default: Any) -> Any:
     if value is None:
         return default
@@ -674,8 +665,8 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
     if not isinstance(att, Attention):
         raise ArgumentTypeError(f"att must be a transformer_pde.Attention, got {type(att).__name__}")
     X0n = points("X0", np.asarray(X0) if not hasattr(X0, "get") else X0.get(), att.d)
-    t_max = _check_positive("t_max", t_max)
-    dt = _check_positive("dt", dt)
+    t_max = positive("t_max", t_max)
+    dt = positive("dt", dt)
     saveat = _option("saveat", saveat, SaveAt, SaveAt())
     block = _option("block", block, Block, None)
     fopts = _option("field", field, FieldOptions, FieldOptions())
