@@ -38,9 +38,10 @@ reduction :math:`x = n\ln 2 + r`, :math:`|r|\le \ln 2/2`, a Taylor polynomial of
 :math:`1.5\cdot 2^{23}`), which leaves :math:`n` in the low bits of the sum, so no
 float-to-integer conversion is needed (AVX2 has none for float64 vectors: with one,
 LLVM extracted the four lanes to scalar conversions and the exponential cost 1.65 ns
-instead of 1.28 ns per float64, 0.96 instead of 0.35 ns per float32).  It is only used on arguments :math:`x \le 0`; below the smallest
-normal exponent (:math:`x < -708` in float64, :math:`x < -87` in float32) it returns 0,
-which changes a sum whose largest term is 1 by less than :math:`N\cdot 10^{-307}`.
+instead of 1.28 ns per float64, 0.96 instead of 0.35 ns per float32).  It is only used
+on arguments :math:`x \le 0`; below the smallest normal exponent (:math:`x < -708` in
+float64, :math:`x < -87` in float32) it returns 0, which changes a sum whose largest
+term is 1 by less than :math:`N\cdot 10^{-307}`.
 The test suite checks it against ``np.exp`` to a few ulp over that whole range.
 
 Tiled kernels (projection width :math:`r \ge` :data:`TILED_MIN_WIDTH`, FlashAttention on
