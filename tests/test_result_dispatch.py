@@ -110,8 +110,8 @@ def test_gaussian_and_particle_moments_agree_in_kind_dispatch(runs):
     times, means, covs = diagnostics.common.trajectory_moments(g)
     np.testing.assert_array_equal(covs, g.covs)
     np.testing.assert_array_equal(means, g.means)
-    times, means, covs = diagnostics.common.trajectory_moments(runs["particles"])
-    m, S = runs["particles"].moments()
+    _, _, covs = diagnostics.common.trajectory_moments(runs["particles"])
+    _, S = runs["particles"].moments()
     np.testing.assert_allclose(covs, S, rtol=1e-12, atol=1e-15)
 
 

@@ -33,7 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .errors import ArgumentTypeError, EarlyStopWarning
 
-__all__ = ["Status", "Result", "ResultKind", "kind_of", "require_kind", "warn_stop"]
+__all__ = ["Result", "ResultKind", "Status", "kind_of", "require_kind", "warn_stop"]
 
 
 class Status(str, enum.Enum):
