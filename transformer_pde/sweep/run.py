@@ -2,8 +2,8 @@
 existing Dask cluster.
 
 Scheduling is Dask's (``distributed``): tasks are batches of cells, results come back to
-this process as they finish (``as_completed``) and are written to the store one cell at a
-time.  If a worker dies, Dask reschedules its tasks on the others; because every cell's
+this process as they finish (``as_completed``) and are written to the store in groups (at
+most one write per Zarr chunk and second).  If a worker dies, Dask reschedules its tasks on the others; because every cell's
 random stream is seeded from its place in the grid, the results are bit for bit those of
 a serial run whatever the scheduling.
 """
@@ -189,6 +189,7 @@ def run(study: Study, store: str | Path | None = None, *, scheduler: Any = None,
     # Connect before touching the store: an unreachable scheduler leaves nothing behind.
     ex = None if scheduler == "serial" else _connect(scheduler, workers, scheduler_file)
     bar = None
+    results = None
     t0 = time.perf_counter()
     try:
         results = ResultStore(study, store, resume=resume, attrs=attrs)
@@ -197,11 +198,19 @@ def run(study: Study, store: str | Path | None = None, *, scheduler: Any = None,
         pending = results.pending()
         bar = _bar(progress, study.grid.n_cells, study.grid.n_cells - len(pending), study.name)
         if ex is None:
-            for index in pending:
-                _record(results, run_cell(study.cell, study.grid, index, study.outputs), bar)
+            if getattr(type(study.cell), "run_batch", None) is None:
+                for index in pending:
+                    _record(results, run_cell(study.cell, study.grid, index, study.outputs),
+                            bar)
+            else:
+                for batch in _batches(pending, 1, batch_size):
+                    for res in run_cells(study.cell, study.grid, batch, study.outputs):
+                        _record(results, res, bar)
         elif pending:
             _run_dask(ex, study, results, pending, batch_size, bar)
     finally:
+        if results is not None:
+            results.flush()  # also on Ctrl-C: the finished cells are kept
         if bar is not None:
             bar.close()
         if ex is not None:
@@ -241,6 +250,7 @@ def _bar(progress: bool, total: int, done: int, name: str) -> Any:
 
 def _record(results: ResultStore, res: Any, bar: Any) -> None:
     results.record(res)
+    results.flush(force=False)  # grouped writes: at most one per second
     if bar is not None:
         bar.update(1)
 
@@ -258,8 +268,12 @@ def _run_dask(ex: _Executor, study: Study, results: ResultStore, pending: list[i
                                     key=f"{tag}-cells-{batch[0]}-{batch[-1]}")
                    for batch in _batches(pending, n_workers, batch_size)]
         for fut in as_completed(futures):
-            for res in fut.result():
-                _record(results, res, bar)
+            done = fut.result()
+            for res in done:
+                results.record(res)
+            results.flush(force=False)  # grouped writes: at most one per second
+            if bar is not None:
+                bar.update(len(done))
             fut.release()
 
 
