@@ -190,6 +190,7 @@ def test_other_commands_interrupted_write_nothing(tmp_path, monkeypatch, capsys)
 
     # Ctrl-C before any cell of the study finished
     monkeypatch.setattr(sweep.RankSweepCell, "run_batch", interrupted)
+    monkeypatch.setattr(sweep.RankSweepCell, "__call__", interrupted)
     out = tmp_path / "r"
     assert cli.main(["ranks", "--dims", "2", "--draws", "2", "--out", str(out),
                      "-q", "--scheduler", "serial"]) == ExitCode.INTERRUPTED

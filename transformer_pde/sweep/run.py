@@ -105,9 +105,15 @@ def _infer_outputs(study: Study, pending: list[int]) -> tuple[dict, list]:
         f"{len(tried)} cells failed (first error: {tried[0].message}); pass outputs=")
 
 
-def _batches(pending: list[int], n_workers: int, batch_size: int | None) -> list[list[int]]:
-    if batch_size is None:  # ~8 tasks per worker: balance without per-task overhead
-        batch_size = max(1, min(64, math.ceil(len(pending) / (8 * max(n_workers, 1)))))
+def _batches(pending: list[int], n_workers: int, batch_size: int | None,
+             serial: bool = False) -> list[list[int]]:
+    if batch_size is None and serial:  # in-process: 8 groups (progress), at most 64 cells
+        batch_size = max(1, min(64, math.ceil(len(pending) / 8)))
+    if batch_size is None:
+        # ~24 tasks per worker: cells differ in cost, and the last tasks decide when the
+        # study ends (with 8 per worker, one worker idled for up to a twelfth of the run);
+        # a task costs a few ms of scheduling, far below a cell of an ODE study
+        batch_size = max(1, min(64, math.ceil(len(pending) / (24 * max(n_workers, 1)))))
     return [pending[i:i + batch_size] for i in range(0, len(pending), batch_size)]
 
 
@@ -135,7 +141,8 @@ def run(study: Study, store: str | Path | None = None, *, scheduler: Any = None,
     resume : bool
         Complete an existing store: only missing and failed cells are computed.
     batch_size : int, optional
-        Cells per Dask task (default: about 8 tasks per worker, at most 64 cells each).
+        Cells per Dask task (default: about 24 tasks per worker, at most 64 cells each);
+        a cell function with ``run_batch`` gets a task's cells together.
     progress : bool
         Show a tqdm progress bar.
     config : dict, optional
@@ -203,7 +210,7 @@ def run(study: Study, store: str | Path | None = None, *, scheduler: Any = None,
                     _record(results, run_cell(study.cell, study.grid, index, study.outputs),
                             bar)
             else:
-                for batch in _batches(pending, 1, batch_size):
+                for batch in _batches(pending, 1, batch_size, serial=True):
                     for res in run_cells(study.cell, study.grid, batch, study.outputs):
                         _record(results, res, bar)
         elif pending:

@@ -196,19 +196,20 @@ def run_cell(fn: Callable, grid: Grid, index: int,
 def _single_threaded_numba() -> None:
     """Inside a Dask worker, run the package's Numba kernels on one thread: the cluster
     already has one worker process per core, so more threads would oversubscribe."""
+    import os  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
     try:
         from distributed import get_worker  # noqa: PLC0415
 
         get_worker()
     except (ImportError, ValueError):
         return
-    try:
-        import numba  # noqa: PLC0415
-
-        if numba.get_num_threads() != 1:
-            numba.set_num_threads(1)
-    except ImportError:
-        pass
+    numba = sys.modules.get("numba")
+    if numba is None:  # not imported (yet): no import just for this (it costs ~1 s)
+        os.environ["NUMBA_NUM_THREADS"] = "1"  # read by numba when it is first imported
+    elif numba.get_num_threads() != 1:
+        numba.set_num_threads(1)
 
 
 def _message(exc: BaseException) -> str:
