@@ -11,8 +11,9 @@ converges) over kinds {softmax, l2} x d {3, 4, 5} x draws, 204 cells by default.
   processes, writing the Zarr store, timed with its start-up, and on an already started
   cluster.
 
-The engine's per-cell overhead is measured on a cell that does nothing (in-process with a
-Zarr store, and on the started Dask cluster), divided by the number of cells.  The 1-minute
+The engine's overhead is measured on a cell that does nothing (in-process with a Zarr store,
+and on the started Dask cluster), with n and 4n cells: per cell = the slope
+(t(4n) - t(n)) / 3n, fixed = the rest (store creation, task submission).  The 1-minute
 load average (as ``uptime`` prints it) is stored at the start and at the end: with a load
 above the number of cores the speed-ups of the cluster are bounded by the cores left free.
 
@@ -43,6 +44,19 @@ def timed(fn):
     t0 = time.perf_counter()
     out = fn()
     return time.perf_counter() - t0, out
+
+
+def overhead(tmp: Path, n: int, **kw) -> tuple[float, float]:
+    """(seconds per cell, fixed seconds per study) of the engine on empty cells."""
+    t = []
+    for k in (n, 4 * n):
+        grid = sweep.Grid({"i": list(range(k))})
+        store = tmp / f"empty-{time.time_ns()}.zarr"
+        t0 = time.perf_counter()
+        sweep.run(sweep.Study(grid, nothing), store, progress=False, **kw)
+        t.append(time.perf_counter() - t0)
+    per_cell = max(0.0, (t[1] - t[0]) / (3 * n))
+    return per_cell, t[0] - n * per_cell
 
 
 def _worker_threads() -> dict:
@@ -83,11 +97,8 @@ def main() -> None:
         t_warm, ds = timed(lambda: sweep.run(sweep.Study(grid, cell), tmp / "warm.zarr",
                                              scheduler=client, progress=False))
         assert ds["rank"].equals(ref["rank"])
-        empty = sweep.Grid({"i": list(range(n))})
-        t_empty_dask, _ = timed(lambda: sweep.run(sweep.Study(empty, nothing), tmp / "e1.zarr",
-                                                  scheduler=client, progress=False))
-    t_empty_serial, _ = timed(lambda: sweep.run(sweep.Study(empty, nothing), tmp / "e2.zarr",
-                                                scheduler="serial", progress=False))
+        over_dask = overhead(tmp, n, scheduler=client)
+    over_serial = overhead(tmp, n, scheduler="serial")
     t_loop2, _ = timed(lambda: [cell(c.params, c.rng()) for c in grid])
     load1 = os.getloadavg()[0]
     shutil.rmtree(tmp, ignore_errors=True)
@@ -102,15 +113,18 @@ def main() -> None:
     print(f"{'run':<40s} {'seconds':>9s} {'speed-up vs loop':>17s}")
     for name, t in rows:
         print(f"{name:<40s} {t:9.2f} {t_loop / t:17.2f}")
-    print(f"engine overhead per cell: in-process + Zarr {1e3 * t_empty_serial / n:.2f} ms, "
-          f"Dask cluster {1e3 * t_empty_dask / n:.2f} ms; worker threads {env}")
+    print(f"engine overhead per cell: in-process + Zarr {1e3 * over_serial[0]:.2f} ms "
+          f"(+ {over_serial[1]:.2f} s per study), Dask cluster {1e3 * over_dask[0]:.2f} ms "
+          f"(+ {over_dask[1]:.2f} s per study); worker threads {env}")
     result = {"cells": n, "workers": args.workers, "loadavg_start": load0,
               "loadavg_end": load1, "machine": platform.machine(),
               "cpu_count": os.cpu_count(), "seconds": dict(rows),
               "speedup_vs_loop": {k: t_loop / v for k, v in rows},
               "loop_seconds_mean": t_loop,
-              "overhead_ms_per_cell": {"in_process_zarr": 1e3 * t_empty_serial / n,
-                                       "dask": 1e3 * t_empty_dask / n},
+              "overhead_ms_per_cell": {"in_process_zarr": 1e3 * over_serial[0],
+                                       "dask": 1e3 * over_dask[0]},
+              "overhead_s_per_study": {"in_process_zarr": over_serial[1],
+                                       "dask": over_dask[1]},
               "worker_thread_env": env,
               "command": "PYTHONPATH=. python benchmarks/sweep.py"
                          + (" --quick" if args.quick else "") + f" --workers {args.workers}"}
