@@ -525,8 +525,8 @@ def load(model_dir: str | Path) -> PretrainedEncoder:
                                          f"checkpoint needs {', '.join(_REQUIRED)})")
     c = _read_config(root / "config.json")
     try:
-        from safetensors.numpy import load_file
-        from tokenizers import Tokenizer
+        from safetensors.numpy import load_file  # noqa: PLC0415 - optional dependency
+        from tokenizers import Tokenizer  # noqa: PLC0415 - optional dependency
     except ImportError as exc:  # pragma: no cover - both are test dependencies
         raise ImportError(f"transformer_pde.pretrained needs 'safetensors' and 'tokenizers': "
                           f"{exc}") from exc
@@ -617,7 +617,7 @@ def depth_statistics(states: Any, *, cluster_tol: float = 0.05, rank_rtol: float
     point up to rounding: it counts as one cluster of rank 0 (without this floor, rounding
     noise would be counted as :math:`N` clusters of full rank).
     """
-    from .diagnostics import clusters, effective_rank, numerical_rank
+    from .diagnostics import clusters, effective_rank, numerical_rank  # noqa: PLC0415
 
     S = np.asarray(states, dtype=float)
     if S.ndim != 3 or S.shape[1] < 1:
@@ -692,10 +692,10 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
         The JSON summary: tokens, settings, and per flow the depths and
         :func:`depth_statistics`.
     """
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 - matplotlib only when plotting
 
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -749,7 +749,7 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
                f"layer {c_layer} repeated, continuous, t ≤ {continuous_long_time}")]
     fig, axes = plt.subplots(1, 4, figsize=(22, 5.5))
     mu, B = pca_basis(net)
-    for ax, (key, title) in zip(axes, panels):
+    for ax, (key, title) in zip(axes, panels, strict=True):
         S = flows[key]["states"]
         if key.startswith(("repeated", "continuous_repeated")):
             mu_k, B_k = pca_basis(S)
@@ -775,7 +775,7 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
     # ---------------------------------------------------------------- statistics
     for f in flows.values():
         st = f["statistics"]
-        st["relative_radius"] = [r / m for r, m in zip(st["radius"], st["mean_norm"])]
+        st["relative_radius"] = [r / m for r, m in zip(st["radius"], st["mean_norm"], strict=True)]
     keys = [("n_clusters", "clusters (5% of radius)"), ("effective_rank", "effective rank of Σ"),
             ("mean_cosine", "mean cosine similarity"),
             ("relative_radius", "radius / mean norm")]

@@ -175,9 +175,9 @@ def stability_bound(att: Attention, R0: float, times: Any, *, n_sub: int = 8
     int_L = 0.0
     bound = [1.0]
     radius = [R0]
-    for t0, t1 in zip(t[:-1], t[1:]):
+    for t0, t1 in zip(t[:-1], t[1:], strict=True):
         edges = np.linspace(t0, t1, int(n_sub) + 1)
-        for s0, s1 in zip(edges[:-1], edges[1:]):
+        for s0, s1 in zip(edges[:-1], edges[1:], strict=True):
             P = att.at(0.5 * (s0 + s1))
             v, _, _ = _softmax_constants(P, 0.0)
             int_v += v * (s1 - s0)
