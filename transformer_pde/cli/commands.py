@@ -488,12 +488,12 @@ def run_cone(cfg: dict, out: str | Path, *, force: bool = False, resume: bool = 
     with outdir:
         done = ds["cell_status"].values[:, 0] == 1
         status = [STATUS_CODES[c] if ok else "failed"
-                  for c, ok in zip(ds["status"].values[:, 0], done)]
+                  for c, ok in zip(ds["status"].values[:, 0], done, strict=True)]
         n_times = ds["n_times"].values[:, 0]
         times = [ds["times"].values[i, 0, :n_times[i]] for i in range(n)]
         covs = [ds["covs"].values[i, 0, :n_times[i]] for i in range(n)]
         paths = [covs[i] for i in range(n) if done[i]]
-        colours = ([STATUS_COLOURS.get(s, "black") for s, ok in zip(status, done) if ok]
+        colours = ([STATUS_COLOURS.get(s, "black") for s, ok in zip(status, done, strict=True) if ok]
                    if color_by == "status" else color_by)
         panels = ["cone", "slice"] if view == "both" else [view]
         if paths:
@@ -598,7 +598,7 @@ def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True, force: bool 
                     done = ds["cell_status"].values[i, j, m, :, 0] == 1
                     ranks = np.where(done, ds["rank"].values[i, j, m, :, 0], -1).astype(int)
                     status = np.array([STATUS_CODES[c] if ok else "failed" for c, ok in
-                                       zip(ds["status"].values[i, j, m, :, 0], done)])
+                                       zip(ds["status"].values[i, j, m, :, 0], done, strict=True)])
                     sweeps.append(RankSweep(k, int(d), v, ranks, status,
                                             float(full["threshold"] if dist == "paper"
                                                   else rtol),

@@ -294,7 +294,7 @@ class RankSweepCell(_Cell):
                  if k not in ("kind", "d", "value", "trial")}
             ranks, status = rank_sweep_trials(kind, d, [int(opts[j]["trial"]) for j in members],
                                               value=value, **o)
-            for j, r, s in zip(members, ranks, status):
+            for j, r, s in zip(members, ranks, status, strict=True):
                 out[j] = {"rank": int(r), "status": status_code(s)}
         return out
 

@@ -3,9 +3,9 @@ existing Dask cluster.
 
 Scheduling is Dask's (``distributed``): tasks are batches of cells, results come back to
 this process as they finish (``as_completed``) and are written to the store in groups (at
-most one write per Zarr chunk and second).  If a worker dies, Dask reschedules its tasks on the others; because every cell's
-random stream is seeded from its place in the grid, the results are bit for bit those of
-a serial run whatever the scheduling.
+most one write per Zarr chunk and second).  If a worker dies, Dask reschedules its tasks
+on the others; because every cell's random stream is seeded from its place in the grid,
+the results are bit for bit those of a serial run whatever the scheduling.
 """
 
 from __future__ import annotations

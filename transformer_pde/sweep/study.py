@@ -238,7 +238,7 @@ def run_cells(fn: Callable, grid: Grid, indices: list[int],
         return [run_cell(fn, grid, i, outputs) for i in indices]
     seconds = (time.perf_counter() - t0) / len(cells)
     out = []
-    for i, v in zip(indices, values):
+    for i, v in zip(indices, values, strict=True):
         if isinstance(v, BaseException):
             out.append(CellResult(i, FAILED, None, _message(v), seconds))
             continue
