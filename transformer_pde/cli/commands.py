@@ -32,6 +32,7 @@ __all__ = [
     "CLUSTER_TOL",
     "UsageError",
     "RANK_RTOL",
+    "StudyInterrupted",
     "benchmark_scripts",
     "run_bench",
     "run_cone",
