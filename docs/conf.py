@@ -115,10 +115,12 @@ html_css_files = ["custom.css"]
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
-    "secondary_sidebar_items": ["page-toc"],
+    # the benchmark tables need the whole width: no table of contents beside them
+    "secondary_sidebar_items": {"**": ["page-toc"], "benchmarks": []},
     "footer_start": ["copyright"],
     "footer_end": [],
 }
 html_show_sourcelink = False
+html_sidebars = {"benchmarks": []}
 copybutton_prompt_text = r">>> |\.\.\. |\$ "
 copybutton_prompt_is_regexp = True
