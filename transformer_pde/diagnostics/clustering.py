@@ -137,8 +137,8 @@ def clusters(X: Any, *, tol: float | None = None, weights: Any = None) -> Cluste
       their own spread are three clusters at any spread, a single Gaussian cloud is one,
       and tokens collapsed onto a few points (the clustering of attention dynamics) are
       as many clusters as points.
-    * ``tol`` given: a fixed scale, :math:`h = \mathrm{tol}\cdot\max_i |x_i - ar x|`
-      (``tol`` times the cloud's radius about its weighted mean :math:`ar x`).
+    * ``tol`` given: a fixed scale, :math:`h = \mathrm{tol}\cdot\max_i |x_i - \bar x|`
+      (``tol`` times the cloud's radius about its weighted mean :math:`\bar x`).
 
     Both are invariant under rotations, translations, scaling and permutations of the
     tokens.  A cloud of one point, or of identical points, is one cluster.  The weights
