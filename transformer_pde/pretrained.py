@@ -692,10 +692,9 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
         The JSON summary: tokens, settings, and per flow the depths and
         :func:`depth_statistics`.
     """
+    # Figure objects, not pyplot: the caller's backend and open figures are left alone
     import matplotlib  # noqa: PLC0415 - matplotlib only when plotting
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    from matplotlib.figure import Figure  # noqa: PLC0415
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -739,7 +738,7 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
         _, _, vt = np.linalg.svd(P - mu, full_matrices=False)
         return mu, vt[:2]
 
-    cmap = plt.get_cmap("viridis")
+    cmap = matplotlib.colormaps["viridis"]
     n = len(toks)
     colours = [cmap(i / max(n - 1, 1)) for i in range(n)]
     panels = [("network", f"the network ({L} layers)"),
@@ -747,7 +746,8 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
               (f"repeated_layer_{layers[-1]}", f"layer {layers[-1]} repeated, t ≤ {long_time}"),
               (f"continuous_repeated_layer_{c_layer}",
                f"layer {c_layer} repeated, continuous, t ≤ {continuous_long_time}")]
-    fig, axes = plt.subplots(1, 4, figsize=(22, 5.5))
+    fig = Figure(figsize=(22, 5.5))
+    axes = fig.subplots(1, 4)
     mu, B = pca_basis(net)
     for ax, (key, title) in zip(axes, panels, strict=True):
         S = flows[key]["states"]
@@ -770,7 +770,6 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
     fig.tight_layout()
     paths_png = out / f"{prefix}_paths.png"
     fig.savefig(paths_png, dpi=110)
-    plt.close(fig)
 
     # ---------------------------------------------------------------- statistics
     for f in flows.values():
@@ -779,7 +778,8 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
     keys = [("n_clusters", "clusters (5% of radius)"), ("effective_rank", "effective rank of Σ"),
             ("mean_cosine", "mean cosine similarity"),
             ("relative_radius", "radius / mean norm")]
-    fig, axes = plt.subplots(2, 4, figsize=(21, 8))
+    fig = Figure(figsize=(21, 8))
+    axes = fig.subplots(2, 4)
     for j, (k, lab) in enumerate(keys):
         ax = axes[0, j]
         for key, style in (("network", "o-"), ("continuous", "s--")):
@@ -807,7 +807,6 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
     fig.tight_layout()
     stats_png = out / f"{prefix}_statistics.png"
     fig.savefig(stats_png, dpi=110)
-    plt.close(fig)
 
     # ---------------------------------------------------------------- cosine matrices
     # the repeated layers ending with the fewest and with the most clusters
@@ -819,8 +818,8 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
     rows += [(f"repeated_layer_{ell}", f"layer {ell}×, t") for ell in shown]
     rows.append((f"continuous_repeated_layer_{c_layer}", f"layer {c_layer} cont., t"))
     ncol = max(L + 1, 7)
-    fig, axes = plt.subplots(len(rows), ncol, figsize=(2.1 * ncol + 1.0, 2.3 * len(rows)),
-                             layout="constrained", squeeze=False)
+    fig = Figure(figsize=(2.1 * ncol + 1.0, 2.3 * len(rows)), layout="constrained")
+    axes = fig.subplots(len(rows), ncol, squeeze=False)
     im = None
     for r, (key, lab) in enumerate(rows):
         f = flows[key]
@@ -839,7 +838,6 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
     fig.suptitle("cosine similarities between tokens (token order along the axes)", fontsize=11)
     cos_png = out / f"{prefix}_cosine.png"
     fig.savefig(cos_png, dpi=100)
-    plt.close(fig)
 
     summary: dict[str, Any] = {
         "text": text, "tokens": toks, "model_dir": str(model.model_dir),
