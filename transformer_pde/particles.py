@@ -25,7 +25,7 @@ import os
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -38,8 +38,8 @@ from .integrate.loop import Limits, Monitor, SaveAt, TimeLoop
 from .integrate.loop import Progress
 from . import labelled
 from .integrate.solvers import get_solver
-from .results import Status, warn_stop
-from .validation import points
+from .results import ResultKind, Status, warn_stop
+from .validation import points, positive
 
 __all__ = ["FieldOptions", "Limits", "Monitor", "ParticleTrajectory", "SaveAt",
            "TrajectoryFileError", "load", "simulate", "velocity"]
@@ -173,6 +173,9 @@ class ParticleTrajectory:
     saved_means: np.ndarray | None = field(default=None, repr=False)
     saved_covs: np.ndarray | None = field(default=None, repr=False)
 
+    #: :class:`~transformer_pde.results.ResultKind` of the result protocol
+    result_kind: ClassVar[ResultKind] = ResultKind.PARTICLES
+
     def __post_init__(self) -> None:
         self.status = Status.parse(self.status)
         if self.last is None and self.states is not None:
@@ -282,7 +285,7 @@ def _open_npz(path: Path, what: str) -> Any:
                                   "ParticleTrajectory.save)")
     try:
         return np.load(path, allow_pickle=False)
-    except Exception as exc:  # zipfile.BadZipFile, OSError, ValueError, EOFError
+    except Exception as exc:  # noqa: BLE001 - zipfile.BadZipFile, OSError, ValueError, EOFError
         raise TrajectoryFileError(f"{path} is not a readable {what} file "
                                   f"(truncated or corrupt archive: {exc})") from None
 
@@ -292,7 +295,7 @@ def _entry(z: Any, path: Path, key: str) -> np.ndarray:
         return z[key]
     except KeyError:
         raise TrajectoryFileError(f"{path}: missing array {key!r}") from None
-    except Exception as exc:  # corrupt member: BadZipFile, zlib.error, ValueError, EOFError
+    except Exception as exc:  # noqa: BLE001 - corrupt member: BadZipFile, zlib.error, ValueError, EOFError
         raise TrajectoryFileError(f"{path}: array {key!r} is unreadable (truncated or "
                                   f"corrupt file: {type(exc).__name__}: {exc})") from None
 
@@ -360,7 +363,7 @@ def load(path: str | Path) -> ParticleTrajectory:
                 att = Attention.from_dict(spec)
             except TrajectoryFileError:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure: the stored attention is invalid
                 raise TrajectoryFileError(f"{path}: the stored attention is invalid "
                                           f"({type(exc).__name__}: {exc})") from None
         return ParticleTrajectory(times=times, states=states, weights=weights,
@@ -582,15 +585,6 @@ def _read_checkpoint(path: Path, fingerprint: dict, asarray: Any) -> dict:
 
 
 # ------------------------------------------------------------------ simulate
-def _check_positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ArgumentTypeError(f"{name} must be a real number, got {value!r}")
-    v = float(value)
-    if not (math.isfinite(v) and v > 0):
-        raise ArgumentError(f"{name} must be finite and > 0, got {value!r}")
-    return v
-
-
 def _option(name: str, value: Any, cls: type, default: Any) -> Any:
     if value is None:
         return default
@@ -674,8 +668,8 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
     if not isinstance(att, Attention):
         raise ArgumentTypeError(f"att must be a transformer_pde.Attention, got {type(att).__name__}")
     X0n = points("X0", np.asarray(X0) if not hasattr(X0, "get") else X0.get(), att.d)
-    t_max = _check_positive("t_max", t_max)
-    dt = _check_positive("dt", dt)
+    t_max = positive("t_max", t_max)
+    dt = positive("dt", dt)
     saveat = _option("saveat", saveat, SaveAt, SaveAt())
     block = _option("block", block, Block, None)
     fopts = _option("field", field, FieldOptions, FieldOptions())

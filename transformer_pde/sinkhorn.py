@@ -469,8 +469,8 @@ class SinkhornWarmStart:
                 if j != i:
                     c *= (t - tj) / (ti - tj)
             coef.append(c)
-        g = sum(c * p[2] for c, p in zip(coef, pts))
-        f = g if f_last is g_last else sum(c * p[1] for c, p in zip(coef, pts))
+        g = sum(c * p[2] for c, p in zip(coef, pts, strict=True))
+        f = g if f_last is g_last else sum(c * p[1] for c, p in zip(coef, pts, strict=True))
         return f, g
 
     @staticmethod
@@ -504,7 +504,9 @@ class SinkhornWarmStart:
 
 # ------------------------------------------------------------------ fields and helpers
 def out_of_sample_potential(be: Any, q: Any, kx: Any, logw: Any, g: Any, eps: float) -> Any:
-    r"""Out-of-sample potential :math:`f(x) = -\varepsilon\,\mathrm{LSE}_j(\log w_j + (g_j + q(x)\cdot k_j)/\varepsilon)`.
+    r"""Out-of-sample Sinkhorn potential :math:`f(x)` at arbitrary points.
+
+    .. math:: f(x) = -\varepsilon\,\mathrm{LSE}_j\big(\log w_j + (g_j + q(x)\cdot k_j)/\varepsilon\big)
 
     ``q`` holds the projected queries :math:`\beta Q x` (M, r).  At the tokens this is
     :math:`T_f(g)`; it makes :math:`\sum_j w_j k(x, x_j) = 1` at every point :math:`x`.

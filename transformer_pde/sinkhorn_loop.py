@@ -360,7 +360,7 @@ def _stage(xp, softmin_f, softmin_g, readout, sweep, x, eps, tol, max_iter, acc,
     best_dual, plain_next = -np.inf, x     # "dual": best objective and the plain step
     f, out, err, it = None, None, np.inf, 0
     with np.errstate(invalid="ignore", over="ignore"):
-        for it in range(1, max_iter + 1):
+        for it in range(1, max_iter + 1):  # noqa: B007 - the count is returned
             if sweep is not None:
                 f, Tx, out = sweep(x, eps)
             elif readout is not None:

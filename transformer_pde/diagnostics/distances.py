@@ -397,7 +397,7 @@ def conditional_wasserstein(X: Any, Y: Any, positions_x: Any, positions_y: Any =
         raise ValueError("the two measures have different position marginals: no plan keeps "
                          "positions (positions_x/positions_y and weights must agree)")
     total = 0.0
-    for s, lam in zip(ux, mass_x):
+    for s, lam in zip(ux, mass_x, strict=True):
         ix = np.flatnonzero(px == s)
         iy = np.flatnonzero(py == s)
         if ix.size == 1 and iy.size == 1:

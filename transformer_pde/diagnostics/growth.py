@@ -25,7 +25,7 @@ import numpy as np
 from .. import validation
 from ..attention import KINDS, Attention, Layers
 from ..errors import ArgumentError
-from ..results import Status
+from ..results import ResultKind, Status, kind_of, require_kind
 from .common import trajectory_moments
 
 __all__ = ["Classification", "classify", "exponential_growth_bound"]
@@ -80,9 +80,9 @@ def exponential_growth_bound(traj: Any) -> float | None:
     bound, so they give ``None``.  Gaussian runs have unbounded support and can blow up:
     ``None``.
     """
-    if not hasattr(traj, "states"):
+    if require_kind(traj, "traj") is not ResultKind.PARTICLES:
         return None
-    att = getattr(traj, "attention", None)
+    att = traj.attention
     if not isinstance(att, Attention) or not KINDS[att.kind].normalized:
         return None
     mats = {}
@@ -109,7 +109,8 @@ def classify(traj: Any, *, window: float = 0.3, conv_tol: float = 1e-3,
     (:math:`t\to\infty`) or undecided, from the saved moments.
 
     With :math:`s(t) = \operatorname{tr}\Sigma(t) + |\alpha(t)|^2` (second moment; token
-    mean and covariance for particles) on the final ``window`` fraction of the saved times (at least ``min_points`` points):
+    mean and covariance for particles) on the final ``window`` fraction of the saved times (at least
+    ``min_points`` points):
 
     * **growing** when :math:`s` increases on the window by a factor at least
       ``1 + growth_tol``, or the run stopped early with status ``blowup``/``nonfinite``.
@@ -150,7 +151,7 @@ def classify(traj: Any, *, window: float = 0.3, conv_tol: float = 1e-3,
     times, means, covs = trajectory_moments(traj)
     status = str(getattr(traj, "status", "ok"))
     ev: dict[str, Any] = {"status": status}
-    if hasattr(traj, "states") and status == "blowup" and len(times) > 1:
+    if kind_of(traj) is ResultKind.PARTICLES and status == "blowup" and len(times) > 1:
         # the state saved at a max_norm stop overshoots the threshold by one step
         times, means, covs = times[:-1], means[:-1], covs[:-1]
         ev["excluded_overshoot"] = True
@@ -158,7 +159,7 @@ def classify(traj: Any, *, window: float = 0.3, conv_tol: float = 1e-3,
     if rate is not None:
         ev["growth_bound"] = rate
     finite = np.array([np.all(np.isfinite(c)) and np.all(np.isfinite(m))
-                       for m, c in zip(means, covs)])
+                       for m, c in zip(means, covs, strict=True)])
     n = int(np.argmin(finite)) if not finite.all() else len(times)
     times, means, covs = times[:n], means[:n], covs[:n]
     stopped = status in ("blowup", "nonfinite") or not finite.all()
