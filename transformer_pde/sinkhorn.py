@@ -77,6 +77,7 @@ import numpy as np
 
 from . import validation
 from .backends import get_backend
+from .backends.numpy_backend import overflow_scale
 from .errors import ArgumentError, SinkhornNotConverged
 from .sinkhorn_loop import EpsilonScaling, sinkhorn_loop
 
@@ -334,8 +335,7 @@ class FusedSweep:
         return getattr(be, "name", None) == "numba" and bool(np.all(np.isfinite(logw)))
 
     def __call__(self, g: Any, eps: float) -> tuple[Any, Any, Any]:
-        from .backends.numpy_backend import overflow_scale
-        from .sinkhorn_kernels import fused_sweep  # imports numba: only when used
+        from .sinkhorn_kernels import fused_sweep  # noqa: PLC0415 (compiles numba kernels: only on that backend)
 
         rows = self.rows
         qs = rows.scaled(eps)
