@@ -13,7 +13,7 @@ import numpy as np
 
 from ..attention import Attention
 from ..errors import ArgumentError, EarlyStopWarning
-from ..integrate.controller import initial_step
+from ..integrate.controller import PIController, initial_step
 from ..integrate.tableaux import DOPRI5
 from ..results import Status
 from . import kernels
@@ -137,13 +137,17 @@ def _numpy_advance(sysm: MomentSystem, Y: np.ndarray, ids: np.ndarray, h: np.nda
                    stops: np.ndarray, kstop: np.ndarray, eval_pos: np.ndarray,
                    trY: np.ndarray | None, rtol: float, atol_vec: np.ndarray, atol: float,
                    log_thr: float, convergence: str, converge_tol: float, budget: int,
-                   n_steps: np.ndarray, reason: np.ndarray) -> None:
+                   n_steps: np.ndarray, reason: np.ndarray, pi_prev: np.ndarray) -> None:
     """The NumPy integrator: advance members ``ids`` (rows of ``Y``, updated in place) with
     Dormand--Prince 5(4) and per-member step control until the last of ``stops`` (reason 0),
     the size threshold ``exp(log_thr)``, landed on to 1e-12 relative (1), convergence
-    (2, 5, 6) or ``budget`` attempts (3).  ``kstop`` is each member's next stop."""
+    (2, 5, 6) or ``budget`` attempts (3).  ``kstop`` is each member's next stop.  Step
+    sizes: the package's PI controller (:meth:`PIController.factors
+    <transformer_pde.integrate.controller.PIController.factors>`, exponents from the
+    pair's error order), one history per member in ``pi_prev`` (updated in place)."""
     B = Y.shape[0]
     tab = DOPRI5
+    ctrl = PIController(tab.error_order)
     ns = tab.n_stages
     t_prev_stop = np.where(kstop > 0, stops[np.maximum(kstop - 1, 0)], 0.0)
     t_prev_stop = np.minimum(t_prev_stop, Y[:, 0])
@@ -210,8 +214,11 @@ def _numpy_advance(sysm: MomentSystem, Y: np.ndarray, ids: np.ndarray, h: np.nda
         # in s on log(size) (nearly linear in s near a blow-up)
         over_sz = ok & (lnew > log_thr + _LAND)
         accept = ok & ~over & ~over_sz
-        fac = np.where(en == 0, 5.0, np.clip(0.9 * np.where(en > 0, en, 1.0) ** -0.2, 0.2, 5.0))
-        fac = np.where(ok, fac, np.minimum(fac, 0.9))
+        # the PI rule; a step that passed the error test but overshot a stop or the
+        # threshold is retried with a secant step below (its factor is not used) and does
+        # not enter the controller's history
+        fac, prev_new = ctrl.factors(en, pi_prev[ia], accept)
+        pi_prev[ia] = prev_new
         h_new = hA * fac
         # overshoot of a stop: secant correction in s
         h_new = np.where(over, hA * gap / np.maximum(tn - yA[:, 0], 1e-300), h_new)
@@ -385,10 +392,11 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
         h = initial_step(Y, sysm.rhs(Y, all_idx), rtol, atol_vec)
         n_steps = np.zeros(B, dtype=int)
         kstop = np.zeros(B, dtype=int)
+        pi_prev = np.ones(B)           # the PI controller's history per member
         run = np.nonzero(reason < 0)[0]
         if run.size:
             _numpy_advance(sysm, Y, run, h, stops, kstop, eval_pos, trY, rtol, atol_vec, atol,
-                           log_thr, convergence, converge_tol, budget, n_steps, reason)
+                           log_thr, convergence, converge_tol, budget, n_steps, reason, pi_prev)
         # continue the members on the threshold (no output, no final time) to measure the
         # blow-up, T* and the limit, or to see a transient crossing converge
         Yc = Y.copy()
@@ -399,7 +407,7 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
             kc = np.searchsorted(stops_c, Y[:, 0], side="right")
             _numpy_advance(sysm, Yc, cont, h.copy(), stops_c, kc, np.full(stops_c.size, -1),
                            None, rtol, atol_vec, atol, log_thr_c, convergence, converge_tol,
-                           budget, np.zeros(B, dtype=int), creason)
+                           budget, np.zeros(B, dtype=int), creason, pi_prev)
 
     if te is not None:
         bi, ti = np.nonzero(np.isfinite(trY[:, :, 0]))

@@ -7,14 +7,21 @@ The local error of an embedded pair whose estimator has order :math:`\hat p` beh
 .. math:: h_{new} = h \cdot \mathrm{clip}\big(s\, e_n^{-\alpha}\, e_{n-1}^{\beta},\,
           f_{min},\, f_{max}\big), \qquad \alpha = 0.7/k,\ \beta = 0.4/k,
 
-uses the current and the previous scaled error norms :math:`e_n, e_{n-1}`.  After a
-rejected step the integral part is dropped and the step only shrinks.  Steps are
+uses the current and the previous scaled error norms :math:`e_n, e_{n-1}`
+(:math:`e` floored at :math:`10^{-10}`; a non-finite error gives :math:`f_{min}`).  After
+a rejected step the integral part is dropped and the step only shrinks.  The rule is
+written once, for one error norm, in :func:`pi_factor` (plain scalar arithmetic, so that
+compiled kernels such as the numba kernel of :func:`transformer_pde.gaussian.solve_batch`
+compile this very function); :class:`PIController` applies it to one system, and
+:meth:`PIController.factors` to many independent systems at once (one row each, NumPy
+arrays: the NumPy path of ``solve_batch``).  Steps are
 clipped to the next stop (save time, final time) and to the next jump of a
 piecewise-constant parameter (:mod:`~.breakpoints`) by :func:`clip_step`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,7 +29,30 @@ import numpy as np
 
 from .breakpoints import next_jump
 
-__all__ = ["PIController", "clip_step", "initial_step"]
+__all__ = ["PIController", "clip_step", "initial_step", "pi_factor"]
+
+#: Floor of the scaled error norm in the PI rule (a zero error gives the largest step ratio).
+ERR_FLOOR = 1e-10
+
+
+def pi_factor(err: float, prev: float, accepted: bool, alpha: float, beta: float,
+              safety: float, fmin: float, fmax: float) -> tuple[float, float]:
+    r"""The PI rule for one system: ``(h_new / h, e_{n-1} after this step)``.
+
+    ``err`` is the scaled error norm of the step just tried, ``prev`` the norm of the last
+    accepted step (:math:`e_{n-1}`, 1 initially), ``accepted`` whether this step is taken.
+    Accepted: :math:`\mathrm{clip}(s\,e^{-\alpha} e_{n-1}^{\beta}, f_{min}, f_{max})` and
+    the history becomes :math:`e`; rejected: :math:`\mathrm{clip}(s\,e^{-\alpha}, f_{min},
+    1)`, history kept; non-finite ``err``: :math:`f_{min}`, history kept.  Plain scalar
+    arithmetic (numba compiles it unchanged)."""
+    if not math.isfinite(err):
+        return fmin, prev
+    e = max(err, ERR_FLOOR)
+    if accepted:
+        fac = safety * e ** (-alpha) * prev ** beta
+        return min(fmax, max(fmin, fac)), e
+    fac = safety * e ** (-alpha) * 1.0
+    return min(1.0, max(fmin, fac)), prev
 
 
 class PIController:
@@ -45,15 +75,41 @@ class PIController:
         self.prev = 1.0
 
     def factor(self, err: float, accepted: bool) -> float:
-        """Ratio :math:`h_{new}/h` after a step with scaled error ``err``."""
-        if not np.isfinite(err):
-            return self.fmin
-        err = max(err, 1e-10)
-        fac = self.safety * err ** (-self.alpha) * (self.prev ** self.beta if accepted else 1.0)
-        if accepted:
-            self.prev = err
-            return float(min(self.fmax, max(self.fmin, fac)))
-        return float(min(1.0, max(self.fmin, fac)))
+        """Ratio :math:`h_{new}/h` after a step with scaled error ``err`` (:func:`pi_factor`;
+        updates the history :attr:`prev` on accepted steps)."""
+        fac, self.prev = pi_factor(float(err), self.prev, bool(accepted), self.alpha,
+                                   self.beta, self.safety, self.fmin, self.fmax)
+        return float(fac)
+
+    def factors(self, err: Any, prev: Any, accepted: Any) -> tuple[np.ndarray, np.ndarray]:
+        r"""The same rule for many independent systems at once (one per row).
+
+        Parameters
+        ----------
+        err : array_like (B,)
+            Scaled error norm of each system's trial step.
+        prev : array_like (B,)
+            Each system's history :math:`e_{n-1}` (start from ones); not modified.
+        accepted : array_like of bool (B,)
+            Whether each system takes its step.
+
+        Returns
+        -------
+        factor, prev_new : ndarray (B,)
+            Row ``i`` equals ``pi_factor(err[i], prev[i], accepted[i], ...)`` (elementwise
+            NumPy arithmetic: the same operations as the scalar rule) and the updated
+            history.  This object's own :attr:`prev` is neither read nor changed.
+        """
+        err = np.asarray(err, dtype=float)
+        prev = np.asarray(prev, dtype=float)
+        acc = np.asarray(accepted, dtype=bool)
+        fin = np.isfinite(err)
+        e = np.where(fin, np.maximum(err, ERR_FLOOR), 1.0)
+        with np.errstate(over="ignore"):
+            fac = self.safety * e ** (-self.alpha) * np.where(acc, prev ** self.beta, 1.0)
+        fac = np.where(acc, np.minimum(self.fmax, np.maximum(self.fmin, fac)),
+                       np.minimum(1.0, np.maximum(self.fmin, fac)))
+        return np.where(fin, fac, self.fmin), np.where(fin & acc, e, prev)
 
 
 def clip_step(t: float, h: float, t_stop: float, tables: Iterable[Any] = ()) -> float:
