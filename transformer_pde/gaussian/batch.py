@@ -155,6 +155,7 @@ def _numpy_advance(sysm: MomentSystem, Y: np.ndarray, ids: np.ndarray, h: np.nda
     n_att = np.zeros(B, dtype=int)
     h_ctrl = h.copy()
     secant = np.zeros(B, dtype=bool)
+    sz_land = np.zeros(B, dtype=bool)    # landing on the size threshold (after an overshoot)
 
     def set_window(ia):
         st = stops[kstop[ia]]
@@ -227,11 +228,20 @@ def _numpy_advance(sysm: MomentSystem, Y: np.ndarray, ids: np.ndarray, h: np.nda
         h_new = np.where(over_sz, np.where(over, np.minimum(h_new, h_sz), h_sz), h_new)
         # after an aimed, accepted step keep the previous (larger) proposal
         h_new = np.where(accept & aiming, np.maximum(h[ia], h_new), h_new)
+        # landing on the threshold: once a step overshot it, every accepted step that stays
+        # below it is followed by a step aimed with that step's slope of log(size) (the
+        # controller's step would overshoot again and cost another retry)
+        sz_land[ia] |= over_sz
+        aim_sz = accept & sz_land[ia] & (lnew > l0) & (lnew < log_thr - _LAND)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            h_aim_sz = hA * (log_thr - lnew) / np.where(aim_sz, lnew - l0, 1.0)
+        aim_sz &= h_aim_sz < h_new
+        h_new = np.where(aim_sz, h_aim_sz, h_new)
         # the error controller's proposal after accepted steps (a continuation restarts from
         # it, not from the secant step that landed on the threshold)
         free = accept & ~aiming & ~secant[ia]
         h_ctrl[ia] = np.where(free, hA * fac, h_ctrl[ia])
-        secant[ia] = over | over_sz
+        secant[ia] = over | over_sz | aim_sz
         n_att[ia] += 1
         n_steps[ia] += accept
         acc_i = ia[accept]
@@ -389,7 +399,8 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
                                Y[:, 0], np.full((B, 4), np.inf))
         reason[code > 0] = code[code > 0]
         # initial step (Hairer-Wanner heuristic, per member: the package's controller)
-        h = initial_step(Y, sysm.rhs(Y, all_idx), rtol, atol_vec)
+        h = initial_step(Y, sysm.rhs(Y, all_idx), rtol, atol_vec,
+                         f=lambda z: sysm.rhs(z, all_idx), error_order=DOPRI5.error_order)
         n_steps = np.zeros(B, dtype=int)
         kstop = np.zeros(B, dtype=int)
         pi_prev = np.ones(B)           # the PI controller's history per member
@@ -440,13 +451,14 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
             traj_c[i, pos] = tr.covs
         means[i], covs[i] = tr.final_mean, tr.final_cov
         n_steps[i] += tr.nfev // 8
-    res = GaussianBatch(np.array([s.value for s in status]), Tstar, t_fin, means, covs, limit,
+    value = {st: st.value for st in Status}          # (enum attribute access is slow)
+    res = GaussianBatch(np.array([value[s] for s in status]), Tstar, t_fin, means, covs, limit,
                         n_steps, te, traj_m, traj_c, msgs)
-    early = [s for s in status if s.stopped_early]
-    if early:
+    early = np.isin(res.status, [st.value for st in Status if st.stopped_early])
+    if np.any(early):
         counts = {k: v for k, v in res.counts().items() if v and Status(k).stopped_early}
-        first = next(i for i, s in enumerate(status) if s.stopped_early)
-        warnings.warn(f"solve_batch: {len(early)} of {B} members stopped before t_max="
+        first = int(np.argmax(early))
+        warnings.warn(f"solve_batch: {int(early.sum())} of {B} members stopped before t_max="
                       f"{float(t_max):g} ({', '.join(f'{v} {k}' for k, v in counts.items())}); "
                       f"member {first}: {msgs[first]}", EarlyStopWarning, stacklevel=2)
     return res

@@ -208,6 +208,7 @@ def _nb_advance(y, K, d, linear, Vfm, Ahm, km, rtol, atol_vec, atol, stops, eval
     lsz = np.log(_nb_rhs(y, K[0], d, linear, Vfm, Ahm, km, S, S2, M, T, MG, al, bv, dm))
     h_ctrl = h
     secant = False
+    sz_land = False           # landing on the size threshold (after a first overshoot)
     while True:
         st = stops[k]
         gap = st - y[0]
@@ -281,8 +282,18 @@ def _nb_advance(y, K, d, linear, Vfm, Ahm, km, rtol, atol_vec, atol, stops, eval
             h_new = h_sz if (not over or h_sz < h_new) else h_new
         if accept and aiming:
             h_new = max(h, h_new)
+        # landing on the threshold: once a step overshot it, every accepted step that stays
+        # below it is followed by a step aimed with that step's slope of log(size) (the
+        # controller's step would overshoot again and cost another retry)
+        sz_land = sz_land or over_sz
+        aim_sz = False
+        if accept and sz_land and lsz < lnew < lthr - _LAND_LOG:
+            h_sz = hh * (lthr - lnew) / (lnew - lsz)
+            if h_sz < h_new:
+                h_new = h_sz
+                aim_sz = True
         secant_cur = secant
-        secant = over or over_sz
+        secant = over or over_sz or aim_sz
         natt += 1
         h = h_new
         if accept:
@@ -457,7 +468,10 @@ def run_compiled(sysm: Any, atts: Sequence[Attention], Y: np.ndarray, stops: np.
     ctrl = PIController(tab.error_order)
     pic = np.array([ctrl.alpha, ctrl.beta, ctrl.safety, ctrl.fmin, ctrl.fmax])
     # the first trial step of every member (the package's heuristic, on the NumPy field)
-    h0 = np.ascontiguousarray(initial_step(Y, sysm.rhs(Y, np.arange(B)), rtol, atol_vec))
+    idx = np.arange(B)
+    h0 = np.ascontiguousarray(initial_step(Y, sysm.rhs(Y, idx), rtol, atol_vec,
+                                           f=lambda z: sysm.rhs(z, idx),
+                                           error_order=tab.error_order))
     with _nb.parallel_chunksize(8):   # dynamic scheduling: members differ in cost
         run(Y, Yc, h0, d, sysm.kind == "linear", np.ascontiguousarray(np.stack(Vf)),
             np.ascontiguousarray(np.stack(Ah)), np.ascontiguousarray(sysm.kappa, float),
