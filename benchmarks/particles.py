@@ -141,7 +141,7 @@ def _velocity_call(att, X, pos, backend, dtype):
 
 
 def _keops_call(att, X, dtype):
-    from pykeops.numpy import LazyTensor  # noqa: F401 (availability checked by caller)
+    from pykeops.numpy import LazyTensor
 
     P = att.at(0.0)
     head = P.heads[0]
@@ -168,7 +168,7 @@ def _have_keops() -> bool:
     try:
         import pykeops  # noqa: F401
         from pykeops.numpy import LazyTensor  # noqa: F401
-    except Exception:  # ImportError, or a broken compiler setup
+    except Exception:  # noqa: BLE001 - ImportError, or a broken compiler setup
         return False
     return True
 

@@ -99,7 +99,7 @@ def time_steps(att, X, backend, n_steps, cold=False, tol=1e-9, solver=None, dt=D
 
 def estimate_large(n, backend, ref, rng):
     """Step costs at large ``n`` from timed single passes and the reference iteration counts."""
-    from transformer_pde.backends import get_backend  # noqa: PLC0415
+    from transformer_pde.backends import get_backend
     be = get_backend(backend)
     X = rng.normal(size=(n, 2))
     bias = np.full(n, -np.log(n))
@@ -171,10 +171,10 @@ def part_steps(sizes, backend, steps, large_from, rng, warmup=3):
 
 def part_pot(sizes, backend, rng):
     try:
-        import ot  # noqa: PLC0415
+        import ot
     except ImportError:
         return []
-    from transformer_pde.backends import get_backend  # noqa: PLC0415
+    from transformer_pde.backends import get_backend
     be = get_backend(backend)
     out = []
     for n in sizes:
@@ -196,7 +196,7 @@ def part_pot(sizes, backend, rng):
         logpi = logw[:, None] + logw[None, :] + (f[:, None] + g[None, :] + S) / EPS
         pi = np.exp(logpi)
 
-        def logerr(p):
+        def logerr(p, w=w):
             return float(max(np.abs(np.log(p.sum(1) / w)).max(),
                              np.abs(np.log(p.sum(0) / w)).max()))
 

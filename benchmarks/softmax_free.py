@@ -54,7 +54,7 @@ def main(argv=None) -> None:
                 row[kind] = None
                 continue
             att = tp.Attention(kind, Q, K, V, heads=a.heads)
-            row[kind] = best_time(lambda: tp.velocity(att, X), a.repeat)
+            row[kind] = best_time(lambda att=att, X=X: tp.velocity(att, X), a.repeat)
         rows.append(row)
     print(f"one velocity() call, numpy backend, d={d}, heads={a.heads}, float64 "
           f"(seconds, best of {a.repeat})")

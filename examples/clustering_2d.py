@@ -1,4 +1,5 @@
-r"""Clustering of a 2-D token cloud under softmax self-attention.
+r"""Clustering of a 2-D token cloud under softmax self-attention
+============================================================
 
 Tokens :math:`x_i(0) \sim N(0, I_2)` follow the particle attention flow
 
@@ -32,12 +33,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import numpy as np
+from matplotlib.figure import Figure
 
-import transformer_pde as tp  # noqa: E402
-from transformer_pde import plot  # noqa: E402
-from transformer_pde.diagnostics import clusters  # noqa: E402
+import transformer_pde as tp
+from transformer_pde import plot
+from transformer_pde.diagnostics import clusters
 
 #: single-linkage cut: a fraction of the cloud's radius about its mean
 CLUSTER_TOL = 0.02
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> Path:
 
     fig = Figure(figsize=(15, 4.8), layout="constrained")
     axes = fig.subplots(1, 3)
-    for ax, (name, traj) in zip(axes[:2], runs.items()):
+    for ax, (name, traj) in zip(axes[:2], runs.items(), strict=True):
         if traj.status != "ok":
             raise RuntimeError(f"{name} run stopped early: {traj.message}")
         Z = plot.rescaled_states(traj, I2)  # z = e^{-t} x

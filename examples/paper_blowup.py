@@ -1,4 +1,5 @@
-r"""The paper's blow-up / divergence figure, all four panels, with the paper's parameters.
+r"""The paper's blow-up / divergence figure, all four panels, with the paper's parameters
+=====================================================================================
 
 Castin, Ablin, Carrillo & Peyré (arXiv:2501.18322); each run drawn as
 :math:`\Sigma/\operatorname{tr}\Sigma` in the unit disc (boundary: rank one).  Parameters
@@ -21,7 +22,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from transformer_pde.paper import paper_figure_plot, run_figure_script  # noqa: E402
+from transformer_pde.paper import paper_figure_plot, run_figure_script
 
 
 def figures(args) -> dict:

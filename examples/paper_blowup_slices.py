@@ -1,4 +1,5 @@
-r"""Blow-up and divergence of 2-D Gaussians, seen in the trace-normalised slice of the PSD cone.
+r"""Blow-up and divergence of 2-D Gaussians, seen in the trace-normalised slice of the PSD cone
+===========================================================================================
 
 Beyond the paper: blow-up / divergence slices in the style of the paper's figure (Castin, Ablin, Carrillo,
 Peyré 2025, Section 4, Gaussian initial data): for one set of parameters :math:`(Q, K, V)`,
@@ -6,7 +7,8 @@ the covariance :math:`\Sigma(t)` of a Gaussian token measure evolves under softm
 multi-head (two heads), L2 and Sinkhorn attention, and each trajectory is drawn as
 :math:`\Sigma/\operatorname{tr}\Sigma` in the unit disc (boundary = rank-one matrices, centre =
 :math:`I/2`).  Softmax (single and multi-head) blows up in finite time; L2 and Sinkhorn cannot
-(:func:`transformer_pde.gaussian.blowup_law`) and diverge as :math:`t\to\infty`.  Two parameter sets give the two figures:
+(:func:`transformer_pde.gaussian.blowup_law`) and diverge as :math:`t\to\infty`.  Two parameter sets give the
+two figures:
 
 * ``figures/blowup_slice_symmetric.png``: :math:`V = I`, :math:`Q = \begin{pmatrix}1 & 0.5\\
   -0.3 & 1\end{pmatrix}`, :math:`K = I`;
@@ -30,11 +32,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import numpy as np
+from matplotlib.figure import Figure
 
-from transformer_pde import plot  # noqa: E402
-from transformer_pde.paper import (paper_attention, run_figure_script,  # noqa: E402
+from transformer_pde import plot
+from transformer_pde.paper import (paper_attention, run_figure_script,
                                  slice_covariances, solve_paths)
 
 Q = np.array([[1.0, 0.5], [-0.3, 1.0]])
@@ -50,7 +52,7 @@ def figure(V: np.ndarray, name: str) -> Figure:
     covs0 = slice_covariances(16, radius=0.6, trace=1.0)
     fig = Figure(figsize=(16, 4.4), layout="constrained")
     axes = fig.subplots(1, 4)
-    for ax, (kind, heads) in zip(axes, VARIANTS):
+    for ax, (kind, heads) in zip(axes, VARIANTS, strict=True):
         att = paper_attention(kind, Q, K, V, heads=heads)
         # each run reported at 400 evenly spaced times up to its own end (blow-up included)
         runs = solve_paths(att, covs0, t_max=50.0, n_eval=400, blowup_threshold=1e3,

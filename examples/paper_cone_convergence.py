@@ -1,4 +1,5 @@
-r"""Convergent covariance dynamics of 2-D Gaussians in the PSD cone (three figures).
+r"""Convergent covariance dynamics of 2-D Gaussians in the PSD cone (three figures)
+===============================================================================
 
 Beyond the paper: three closed-form cases of the paper's phase plots of converging Gaussian runs (Castin, Ablin,
 Carrillo, Peyré 2025, Section 4, Gaussian initial data): covariance trajectories
@@ -39,11 +40,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-from mpl_toolkits.mplot3d.art3d import Poly3DCollection  # noqa: E402
+import numpy as np
+from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
-from transformer_pde import plot  # noqa: E402
-from transformer_pde.paper import (paper_attention, run_figure_script,  # noqa: E402
+from transformer_pde import plot
+from transformer_pde.paper import (paper_attention, run_figure_script,
                                  slice_covariances, solve_paths)
 
 E1 = np.diag([1.0, 0.0])

@@ -1,5 +1,7 @@
-r"""The paper's "dependence on the initial data" figure, with the paper's parameters, plus a
-true 2-head variant (beyond the paper).
+r"""The paper's "dependence on the initial data" figure, plus a true 2-head variant
+===============================================================================
+
+With the paper's parameters; the 2-head variant is beyond the paper.
 
 Castin, Ablin, Carrillo & Peyré (arXiv:2501.18322).  Parameters
 (``transformer_pde.paper.paper_figure("initial")``): the "two lines" :math:`Q, K` and
@@ -21,7 +23,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from transformer_pde.paper import (EXTRA_RUNS, paper_figure, paper_figure_plot,  # noqa: E402
+from transformer_pde.paper import (EXTRA_RUNS, paper_figure, paper_figure_plot,
                                    run_figure_script)
 
 

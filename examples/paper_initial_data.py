@@ -1,4 +1,5 @@
-r"""Convergence or blow-up depending on the initial covariance (2-D softmax Gaussians).
+r"""Convergence or blow-up depending on the initial covariance (2-D softmax Gaussians)
+==================================================================================
 
 Beyond the paper: a second example of the paper's finding that, for fixed attention parameters, the Gaussian
 dynamics can converge for some initial data and blow up in finite time for others (Castin,
@@ -32,11 +33,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import numpy as np
+from matplotlib.figure import Figure
 
-from transformer_pde import plot  # noqa: E402
-from transformer_pde.paper import (STATUS_COLOURS, paper_attention,  # noqa: E402
+from transformer_pde import plot
+from transformer_pde.paper import (STATUS_COLOURS, paper_attention,
                                  run_figure_script, slice_covariances, solve_paths)
 
 V = np.array([[-1.4, -1.2], [-1.3, -0.6]])

@@ -1,4 +1,5 @@
-r"""The paper's "convergence to a line" figure (softmax and L2) with the paper's parameters.
+r"""The paper's "convergence to a line" figure (softmax and L2) with the paper's parameters
+=======================================================================================
 
 Castin, Ablin, Carrillo & Peyré (arXiv:2501.18322).  Parameters
 (``transformer_pde.paper.paper_figure("line")``): one-row
@@ -18,7 +19,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from transformer_pde.paper import paper_figure, paper_figure_plot, run_figure_script  # noqa: E402
+from transformer_pde.paper import paper_figure, paper_figure_plot, run_figure_script
 
 def figures(_args=None) -> dict:
     q = paper_figure("line").Q[0]

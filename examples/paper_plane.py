@@ -1,4 +1,5 @@
-r"""The paper's "convergence to a plane" figure (2-head softmax) with the paper's parameters.
+r"""The paper's "convergence to a plane" figure (2-head softmax) with the paper's parameters
+========================================================================================
 
 Castin, Ablin, Carrillo & Peyré (arXiv:2501.18322).  Parameters
 (``transformer_pde.paper.paper_figure("plane")``): the "line" matrices, one-row
@@ -19,7 +20,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from transformer_pde.paper import paper_figure_plot, run_figure_script  # noqa: E402
+from transformer_pde.paper import paper_figure_plot, run_figure_script
 
 def figures(_args=None) -> dict:
     fig, _ = paper_figure_plot("plane", view="cone", v_max=1.0, panel_size=5.5,

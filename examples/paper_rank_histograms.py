@@ -1,4 +1,5 @@
-r"""Rank histograms of the limit covariance, d = 3, 4, 5, softmax and L2, V = I and V random.
+r"""Rank histograms of the limit covariance, d = 3, 4, 5, softmax and L2, V = I and V random
+========================================================================================
 
 Beyond the paper: rank histograms over *square* random :math:`Q, K` -- not the paper's
 experiment, which ``examples/paper_ranks.py`` and ``examples/configs/paper_ranks.toml`` run
@@ -31,7 +32,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from transformer_pde.paper import rank_figure, rank_sweep, run_figure_script  # noqa: E402
+from transformer_pde.paper import rank_figure, rank_sweep, run_figure_script
 
 KINDS = ("softmax", "l2")
 VALUES = ("identity", "random")

@@ -1,4 +1,5 @@
-r"""The paper's rank study, exact solver beside the paper's explicit Euler.
+r"""The paper's rank study, exact solver beside the paper's explicit Euler
+======================================================================
 
 Castin, Ablin, Carrillo & Peyré (arXiv:2501.18322), rank histograms of the limit covariance.
 Protocol (``transformer_pde.paper.paper_rank_study``): per trial
@@ -30,10 +31,10 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import numpy as np
+from matplotlib.figure import Figure
 
-from transformer_pde.paper import paper_rank_study, run_figure_script  # noqa: E402
+from transformer_pde.paper import paper_rank_study, run_figure_script
 
 KINDS = ("softmax", "l2")
 VALUES = ("identity", "psd")
@@ -70,7 +71,7 @@ def figures(args) -> dict:
         kept.append(int(np.sum(st.euler_ranks >= 0)))
     x = np.arange(len(labels))
     bars = ax_a.bar(x, agree, color="tab:blue")
-    for b, n in zip(bars, kept):
+    for b, n in zip(bars, kept, strict=True):
         ax_a.annotate(f"{n}", (b.get_x() + b.get_width() / 2, b.get_height()),
                       ha="center", va="bottom", fontsize="x-small")
     ax_a.set_xticks(x, labels, fontsize="x-small", rotation=60)
@@ -98,8 +99,10 @@ def figures(args) -> dict:
                    "(the exact trace never grows: Euler artefacts)")
     fig.suptitle(f"The paper's rank study: {args.trials} trials per case (seed {args.seed})")
     for (k, v, d), st in studies.items():
-        print(f"{k:>8s} V={v:<8s} d={d}: exact ranks {np.bincount(st.ranks[st.ranks >= 0], minlength=d + 1).tolist()}"
-              f", redraws {int(st.redraws.sum())}, Euler {dict(zip(*np.unique(st.euler_outcome, return_counts=True)))}"
+        exact = np.bincount(st.ranks[st.ranks >= 0], minlength=d + 1).tolist()
+        euler = dict(zip(*np.unique(st.euler_outcome, return_counts=True), strict=True))
+        print(f"{k:>8s} V={v:<8s} d={d}: exact ranks {exact}"
+              f", redraws {int(st.redraws.sum())}, Euler {euler}"
               f", agreement {st.agreement():.2f}")
     return {"paper_ranks": fig}
 

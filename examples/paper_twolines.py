@@ -1,4 +1,5 @@
-r"""The paper's "convergence to two lines" figure, softmax and L2, with the paper's parameters.
+r"""The paper's "convergence to two lines" figure, softmax and L2, with the paper's parameters
+==========================================================================================
 
 Castin, Ablin, Carrillo & Peyré (arXiv:2501.18322).  Parameters
 (``transformer_pde.paper.paper_figure("twolines")``):
@@ -20,7 +21,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from transformer_pde.paper import paper_figure_plot, run_figure_script  # noqa: E402
+from transformer_pde.paper import paper_figure_plot, run_figure_script
 
 
 def figures(_args=None) -> dict:

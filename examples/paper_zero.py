@@ -1,4 +1,5 @@
-r"""The paper's "convergence to zero" figure, all four panels, with the paper's parameters.
+r"""The paper's "convergence to zero" figure, all four panels, with the paper's parameters
+======================================================================================
 
 Castin, Ablin, Carrillo & Peyré (arXiv:2501.18322), 2-D Gaussian covariance dynamics drawn in
 the PSD cone :math:`(u, w, v) = (a - b, 2c, a + b)`.  Parameters
@@ -21,7 +22,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from transformer_pde.paper import paper_figure_plot, run_figure_script  # noqa: E402
+from transformer_pde.paper import paper_figure_plot, run_figure_script
 
 
 def figures(_args=None) -> dict:

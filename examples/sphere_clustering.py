@@ -1,7 +1,8 @@
-"""Clustering of tokens on the sphere S^2 under normalised self-attention.
+"""Clustering of tokens on the sphere S^2 under normalised self-attention
+======================================================================
 
 The normalised dynamics of Geshkovski, Letrouit, Polyanskiy and Rigollet ("A mathematical
-perspective on Transformers"): tokens x_i on the unit sphere S^{d-1}, Q = K = V = I,
+perspective on Transformers"): tokens x_i on the unit sphere S^{d-1}, Q = K = V = I::
 
     dx_i/dt = P_{x_i}^perp ( sum_j e^{beta <x_i, x_j>} x_j / sum_j e^{beta <x_i, x_j>} ),
 
@@ -13,8 +14,11 @@ and their number grows with beta.  This script counts clusters against beta and 
 Clusters: single-linkage at an absolute chord distance ``--delta`` (0.05): on the sphere the
 natural scale is fixed (the cloud cannot shrink to a point while clusters are apart).
 
-Run:  python examples/sphere_clustering.py            (about a minute on one core)
-      python examples/sphere_clustering.py --quick    (a few seconds; smoke test)
+Run::
+
+    python examples/sphere_clustering.py            # about a minute on one core
+    python examples/sphere_clustering.py --quick    # a few seconds; smoke test
+
 Writes figures/sphere_clustering.png (and prints the table of cluster counts).
 """
 
@@ -27,11 +31,11 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from scipy.cluster.hierarchy import fcluster, linkage  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from scipy.cluster.hierarchy import fcluster, linkage
 
-import transformer_pde as tp  # noqa: E402
+import transformer_pde as tp
 
 
 def count_clusters(X: np.ndarray, delta: float) -> int:

@@ -1,8 +1,9 @@
-"""Rank histograms from a sweep's Zarr store (``transformer-pde sweep``).
+"""Rank histograms from a sweep's Zarr store (transformer-pde sweep)
+==================================================================
 
 Runs the study of ``examples/configs/sweep_ranks.toml`` (or reads an existing store with
 ``--store``) and draws one histogram of the final covariance rank per (kind, d), from the
-labelled results: the store is an xarray Dataset with the grid axes as coordinates.
+labelled results: the store is an xarray Dataset with the grid axes as coordinates::
 
     python examples/sweep_ranks.py --out figures
 """
@@ -37,7 +38,7 @@ def main() -> None:
     fig = Figure(figsize=(4.0 * len(kinds), 3.2), layout="constrained")
     axes = fig.subplots(1, len(kinds), squeeze=False)[0]
     width = 0.8 / len(dims)
-    for ax, kind in zip(axes, kinds):
+    for ax, kind in zip(axes, kinds, strict=True):
         for j, d in enumerate(dims):
             sel = ds["rank"].sel(kind=kind, d=d).where(done.sel(kind=kind, d=d), drop=True)
             counts = np.bincount(sel.values.astype(int), minlength=max(dims) + 1)

@@ -29,8 +29,8 @@ settings.register_profile(
     "ci", parent=settings.get_profile("default"), derandomize=True, print_blob=True)
 settings.register_profile(
     "thorough", parent=settings.get_profile("default"), max_examples=500)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE",
-                                    "ci" if os.environ.get("CI") else "default"))
+_IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if _IN_CI else "default"))
 
 
 @pytest.fixture

@@ -157,7 +157,7 @@ def test_to_dict_from_dict_roundtrip(rng):
         a, b = att.at(t), back.at(t)
         assert (a.kind, a.beta, a.eps, a.l2_beta, a.masked) == \
             (b.kind, b.beta, b.eps, b.l2_beta, b.masked)
-        for ha, hb in zip(a.heads, b.heads):
+        for ha, hb in zip(a.heads, b.heads, strict=True):
             for name in ("Q", "K", "V"):
                 np.testing.assert_array_equal(getattr(ha, name), getattr(hb, name))
         np.testing.assert_array_equal(a.W_O, b.W_O)

@@ -38,13 +38,13 @@ def reference(kind, X, Q, K, V, bQ, bK, bV, *, heads=1, beta=1.0, eps=1.0, l2_be
         r = slice(h * k, (h + 1) * k) if heads > 1 else slice(0, Q.shape[0])
         rv = slice(h * k, (h + 1) * k) if heads > 1 else slice(0, d)
 
-        def q(x):
+        def q(x, r=r):
             return Q[r] @ x + bQ[r]
 
-        def kk(y):
+        def kk(y, r=r):
             return K[r] @ y + bK[r]
 
-        def v(y):
+        def v(y, rv=rv):
             return V[rv] @ y + bV[rv]
 
         if kind == "sinkhorn":

@@ -312,7 +312,7 @@ def test_layernorm_is_the_nearest_point_projection(X, var):
     np.testing.assert_allclose(ln(P), P, atol=1e-12)            # idempotent
     # nearest point: the residual X - P lies in the normal space span{1, P} of the
     # manifold {mean 0, |x|^2 = d var} at P
-    for x, p in zip(X, P):
+    for x, p in zip(X, P, strict=True):
         B = np.stack([np.ones(d), p], axis=1)
         res = x - p
         coef = np.linalg.lstsq(B, res, rcond=None)[0]
@@ -411,7 +411,7 @@ def test_multistep_block_restarts_at_mlp_layer_boundaries():
     mlp = MLP(tp.Layers(W1s, layer_time=0.5), W2)
     y = X0.ravel()
     for ell, (a, b) in enumerate([(0.0, 0.5), (0.5, 1.05)]):
-        y = solve_ivp(lambda t, z: (softmax_heads(z.reshape(X0.shape), np.eye(d), np.eye(d),
+        y = solve_ivp(lambda t, z, ell=ell: (softmax_heads(z.reshape(X0.shape), np.eye(d), np.eye(d),
                                                   0.5 * np.eye(d), 1)
                                     + mlp_ref(z.reshape(X0.shape), W1s[ell], b1, W2, b2)
                                     ).ravel(),

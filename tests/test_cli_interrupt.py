@@ -196,3 +196,21 @@ def test_other_commands_interrupted_write_nothing(tmp_path, monkeypatch, capsys)
                      "-q"]) == ExitCode.INTERRUPTED
     assert capsys.readouterr().err == "transformer-pde ranks: interrupted; nothing was written\n"
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_log_lines_never_break_the_progress_bar(tmp_path):
+    """With a progress bar and INFO lines on one stderr, every log line starts a line of its
+    own: the bar is cleared before it and redrawn after it (tqdm.write)."""
+    cfg = tmp_path / "short.toml"
+    cfg.write_text(LONG.replace("9000.0", "30.0").replace("save_every = 50", "save_every = 500"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
+    proc = subprocess.run([sys.executable, "-m", "transformer_pde.cli", "simulate", str(cfg),
+                           "--out", str(tmp_path / "o"), "--verbose", "--report-every", "0.02"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    logged = [line for line in proc.stderr.split("\n") if "INFO" in line]
+    assert len(logged) >= 3, proc.stderr
+    # what a terminal shows of each such line is the text after its last carriage return
+    for line in logged:
+        assert line.rsplit("\r", 1)[-1].startswith("INFO"), repr(line)
+    assert "%|" in proc.stderr  # the bar was drawn

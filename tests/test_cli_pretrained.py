@@ -16,8 +16,18 @@ needs_model = pytest.mark.skipif(
 
 
 @needs_model
-def test_pretrained_command_writes_figures_and_summary(tmp_path, capsys):
+def test_pretrained_command_writes_figures_and_summary(tmp_path, capsys, monkeypatch):
     pytest.importorskip("safetensors")
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    # the report draws on Figure objects: the caller's backend and pyplot figures stay as they are
+    def no_switch(*args, **kwargs):
+        raise AssertionError("the report must not switch the matplotlib backend")
+
+    user_fig = plt.figure()
+    monkeypatch.setattr(matplotlib, "use", no_switch)
+    monkeypatch.setattr(plt, "switch_backend", no_switch)
     out = tmp_path / "run"
     rc = main(["pretrained", "The cat sat.", "--out", str(out), "--long-time", "3",
                "--continuous-long-time", "2", "--steps-per-layer", "1", "--layers", "5"])
@@ -35,6 +45,8 @@ def test_pretrained_command_writes_figures_and_summary(tmp_path, capsys):
     c = s["flows"]["continuous"]["statistics"]["mean_cosine"]
     assert c[0] == s["flows"]["network"]["statistics"]["mean_cosine"][0]
     assert "6 tokens through 6 layers" in capsys.readouterr().out
+    assert plt.get_fignums() == [user_fig.number]
+    plt.close(user_fig)
 
 
 @needs_model

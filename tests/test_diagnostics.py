@@ -439,7 +439,7 @@ def test_clusters_match_scipy_single_linkage(m, tol):
         return  # a link exactly at the threshold: < versus <= conventions differ
     ref = fcluster(linkage(X, "single"), t=cl.scale, criterion="distance")
     # same partition: labels are a bijection of each other
-    pairs = set(zip(cl.labels.tolist(), ref.tolist()))
+    pairs = set(zip(cl.labels.tolist(), ref.tolist(), strict=True))
     assert len(pairs) == cl.n_clusters == len(set(ref.tolist()))
     # centres are the cluster means
     for k in range(cl.n_clusters):

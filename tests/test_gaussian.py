@@ -218,7 +218,7 @@ def test_identity_value_exact_blowup_and_limit():
         np.testing.assert_allclose(b.limit[i], np.outer(u, u) / (u @ u), atol=1e-8)
         tr = g.solve(att, np.zeros(d), S0, t_max=100.0, t_eval=np.linspace(0, 0.99 * T, 9))
         assert abs(tr.blowup_time / T - 1) < 1e-8
-        for t, S in zip(tr.times, tr.covs):
+        for t, S in zip(tr.times, tr.covs, strict=True):
             ex = g.exact_softmax_identity_value(A, S0, t, beta=0.5)
             np.testing.assert_allclose(S, ex, rtol=1e-8, atol=1e-8 * np.abs(ex).max())
 
@@ -236,7 +236,7 @@ def test_commuting_exact():
     te = np.linspace(0, 0.95 * Tstar, 7)
     tr = g.solve(att, m0, S0, t_max=5.0, t_eval=te)
     assert tr.status == "blowup" and abs(tr.blowup_time / Tstar - 1) < 1e-8
-    for t, m, S in zip(tr.times, tr.means, tr.covs):
+    for t, m, S in zip(tr.times, tr.means, tr.covs, strict=True):
         mex, Sex, _ = g.exact_softmax_commuting(V, A, m0, S0, t)
         np.testing.assert_allclose(S, Sex, rtol=1e-8, atol=1e-9 * np.abs(Sex).max())
         np.testing.assert_allclose(m, mex, rtol=1e-8, atol=1e-9 * np.abs(mex).max())
@@ -268,7 +268,7 @@ def test_rank_one_stays_rank_one(seed):
     Tb = b.blowup_time[0] if b.status[0] == "blowup" else np.inf
     near = ts <= 0.9 * Tb          # the reference clock tau(t) itself diverges at T*
     U = g.exact_rank_one_softmax(V, A, u0, ts[near])
-    for S, u in zip(covs[near], U):
+    for S, u in zip(covs[near], U, strict=True):
         np.testing.assert_allclose(S, np.outer(u, u), rtol=1e-8, atol=1e-9 * (u @ u))
     # other kinds keep the rank as well (factor integration)
     for kind in ("linear", "l2", "sinkhorn"):
@@ -393,7 +393,7 @@ def test_sinkhorn_cross_covariance_matches_pot():
     """
     ot = pytest.importorskip("ot")
     rng = np.random.default_rng(2)
-    d, N = 2, 1500
+    N = 1500
     Q = np.array([[0.8, 0.3], [-0.2, 0.6]])
     K = np.array([[1.0, 0.0], [0.4, 0.7]])
     beta, eps = 0.9, 0.7
@@ -564,7 +564,8 @@ def test_blowup_law_by_kind():
 def test_l2_singular_keys_blow_up(u2, extra):
     # K = diag(1, 0), Q = e1 e2^T, V = diag(0, 1), beta' = 1/2 (so 2 beta' = 1) and
     # Sigma0 = u u^T, u = (1, u2): M = V Sigma K^T (I + K Sigma K^T)^-1 Q = u1/(1 + u1^2) V u e2^T,
-    # u' = M u = u1 u2/(1 + u1^2) (0, u2): u1 stays 1, u2' = u2^2 / 2, so u2 = 2 u2(0)/(2 - u2(0) t), T* = 2/u2(0) exactly and
+    # u' = M u = u1 u2/(1 + u1^2) (0, u2): u1 stays 1, u2' = u2^2 / 2, so u2 = 2 u2(0)/(2 - u2(0) t),
+    # T* = 2/u2(0) exactly and
     # tr Sigma ~ 4/(T* - t)^2 (q -> 1/2, the extremal l2 law): the claim "l2 never blows up"
     # holds only for full-rank K.  (extra > 0: a full-rank Sigma0, T* only checked to exist.)
     att = Attention("l2", [[0.0, 1.0], [0.0, 0.0]], np.diag([1.0, 0.0]), np.diag([0.0, 1.0]))

@@ -172,7 +172,7 @@ def test_multistep_restarts_at_layer_boundaries(method, order):
     y = X0.ravel()
     for ell, (a, b) in enumerate([(0.0, 0.5), (0.5, T_END)]):
         layer = tp.Attention("softmax", P.Q, P.K, Vs[ell])
-        y = solve_ivp(lambda t, z: _softmax_field(layer, z.reshape(X0.shape)).ravel(),
+        y = solve_ivp(lambda t, z, layer=layer: _softmax_field(layer, z.reshape(X0.shape)).ravel(),
                       (a, b), y, method="DOP853", rtol=1e-13, atol=1e-14).y[:, -1]
     ref = y.reshape(X0.shape)
     dts = [0.1, 0.05, 0.025, 0.0125]

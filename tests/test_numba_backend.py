@@ -83,7 +83,10 @@ def problems(draw, dtype=np.float64, max_scale=1e3):
     if draw(st.booleans()):
         limits = rng.integers(0, n + 1, m)
         limits[0] = draw(st.sampled_from([0, n]))
-    cast = (lambda a: a.astype(dtype))
+
+    def cast(a):
+        return a.astype(dtype)
+
     return cast(q), cast(k), cast(v), cast(bias), limits
 
 

@@ -6,12 +6,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from transformer_pde import Attention, plot  # noqa: E402
+from transformer_pde import Attention, plot
 
 
 def _random_psd_paths(rng, n=4, T=7):
@@ -56,7 +56,7 @@ def test_cone_lines_match_input_and_surface_drawn():
     ax = fig.axes[0]
     lines = _lines_by_gid(ax)
     assert len(lines) == len(paths)
-    for ln, covs in zip(lines, paths):
+    for ln, covs in zip(lines, paths, strict=True):
         x, y, z = ln.get_data_3d()
         np.testing.assert_array_equal(np.stack([x, y, z], 1), plot.cone_coordinates(covs))
     assert any(c.get_gid() == "cone-surface" for c in ax.collections)
@@ -101,7 +101,7 @@ def test_cone_accepts_gaussian_batch_and_drops_nonfinite():
     fig = plot.cone(res)
     lines = _lines_by_gid(fig.axes[0])
     assert len(lines) == 2
-    for ln, covs in zip(lines, res.traj_covs):
+    for ln, covs in zip(lines, res.traj_covs, strict=True):
         np.testing.assert_array_equal(np.stack(ln.get_data_3d(), 1), plot.cone_coordinates(covs))
     padded = np.concatenate([res.traj_covs[0], np.full((2, 2, 2), np.nan)])
     (ln,) = _lines_by_gid(plot.cone(padded).axes[0])
@@ -125,7 +125,7 @@ def test_cone_slice_normalises_and_rank_one_on_circle():
     rank_one = np.einsum("ti,tj->tij", a, a) * 7.0
     fig = plot.cone_slice(list(paths) + [rank_one], color_by=np.arange(4.0))
     lines = _lines_by_gid(fig.axes[0])
-    for ln, covs in zip(lines, list(paths) + [rank_one]):
+    for ln, covs in zip(lines, list(paths) + [rank_one], strict=True):
         p = plot.cone_coordinates(covs)
         np.testing.assert_allclose(np.stack(ln.get_data(), 1), p[:, :2] / p[:, 2:], rtol=1e-14)
         assert np.all(np.hypot(*ln.get_data()) <= 1 + 1e-12)

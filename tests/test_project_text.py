@@ -16,7 +16,7 @@ def test_no_file_cites_a_specification_users_do_not_have():
     offenders = []
     for path in ROOT.rglob("*"):
         if (path.suffix not in _SUFFIXES or not path.is_file() or path.resolve() == this
-                or any(part.startswith(".") or part in {"build", "dist", "__pycache__"}
+                or any(part.startswith(".") or part in {"build", "_build", "dist", "__pycache__"}
                        or part.endswith(".egg-info") for part in path.relative_to(ROOT).parts)):
             continue
         for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):

@@ -279,6 +279,32 @@ def test_resume_with_a_block_and_a_solver_object(tmp_path):
                     **{**kw, "solver": tp.ImplicitMidpoint(tol=1e-10)})
 
 
+def test_ctrl_c_during_a_checkpoint_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    """Ctrl-C while the checkpoint is being written: no partial file is left behind, the
+    previous checkpoint stays readable and resuming from it equals the uninterrupted run."""
+    att = softmax_att()
+    kw = dict(t_max=0.6, dt=0.05)
+    ref = tp.simulate(att, X0, **kw)
+    path = tmp_path / "run.ckpt"
+    real_savez, calls = np.savez, []
+
+    def savez(fh, **arrays):
+        calls.append(1)
+        if len(calls) == 4:
+            fh.write(b"partial")
+            raise KeyboardInterrupt
+        real_savez(fh, **arrays)
+    monkeypatch.setattr(np, "savez", savez)
+    with pytest.warns(EarlyStopWarning, match="interrupted"):
+        cut = tp.simulate(att, X0, monitor=tp.Monitor(checkpoint=path, checkpoint_every=1e-9),
+                          **kw)
+    monkeypatch.setattr(np, "savez", real_savez)
+    assert cut.status == "interrupted"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.ckpt"]
+    again = tp.simulate(att, X0, monitor=tp.Monitor(checkpoint=path, resume=True), **kw)
+    np.testing.assert_array_equal(again.states, ref.states)
+
+
 def test_resume_refuses_a_checkpoint_of_another_run(tmp_path):
     path = tmp_path / "run.ckpt"
     att = softmax_att()

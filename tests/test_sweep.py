@@ -15,7 +15,7 @@ from transformer_pde import sweep
 from transformer_pde.errors import ArgumentError, ArgumentTypeError
 
 sys.path.insert(0, str(Path(__file__).parent))
-import sweep_cells  # noqa: E402
+import sweep_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -444,7 +444,7 @@ def test_particle_trajectory_round_trips_through_netcdf_and_zarr(tmp_path):
 
 def test_gaussian_trajectory_as_dataset():
     import transformer_pde as tp
-    from transformer_pde import gaussian, labelled
+    from transformer_pde import gaussian
 
     att = tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2))
     g = gaussian.solve(att, np.zeros(2), 0.3 * np.eye(2), t_max=1.0, t_eval=[0.0, 0.5, 1.0])
@@ -489,6 +489,6 @@ def test_statistic_only_trajectory_round_trips(tmp_path):
     assert traj.states is None
     back = tp.load(traj.save(tmp_path / "s.zarr"))
     assert back.states is None and np.array_equal(back.values, traj.values)
-    for a, b in zip(back.moments(), traj.moments()):
+    for a, b in zip(back.moments(), traj.moments(), strict=True):
         assert np.array_equal(a, b)
     assert np.array_equal(back.last, traj.last)

@@ -20,7 +20,7 @@ convergence; a singular or non-finite solve clears the memory and takes the plai
 The memory works on any array namespace with ``stack`` and ``@`` (NumPy, CuPy): the
 small :math:`m\times m` system is solved on the host.  Callers add their own safeguard
 (restart from a plain iterate when the residual grows, as in
-:func:`transformer_pde.sinkhorn.fixed_point`): Anderson mixing alone is not globally
+:func:`transformer_pde.sinkhorn_loop.sinkhorn_loop`): Anderson mixing alone is not globally
 convergent.
 
 This module imports nothing from the package.

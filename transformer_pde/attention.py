@@ -134,8 +134,10 @@ class Layers:
     --------
     >>> import numpy as np
     >>> Qs = Layers(np.stack([np.eye(2), 2 * np.eye(2)]))
-    >>> Qs(0.5)[0, 0], Qs(1.0)[0, 0], Qs(7.0)[0, 0]
-    (1.0, 2.0, 2.0)
+    >>> [float(Qs(t)[0, 0]) for t in (0.5, 1.0, 7.0)]  # layer 1 from t = 1; clamped after t = 2
+    [1.0, 2.0, 2.0]
+    >>> Qs.index(1.0), Qs.index(1.0, left=True)  # right-continuous; the left limit is layer 0
+    (1, 0)
     """
 
     # tolerance so that t = l * layer_time computed in floating point maps to layer l

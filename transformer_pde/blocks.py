@@ -13,7 +13,8 @@ mathematical explanation of Transformers").
 
 :class:`Block` gathers these options (``simulate(..., block=Block(mlp=..., layernorm=...,
 constraint=..., splitting=...))``); :class:`BlockStepper` wraps any fixed-step solver of
-:mod:`transformer_pde.integrate.solvers` and advances one step of size :math:`h` by operator splitting of the attention flow
+:mod:`transformer_pde.integrate.solvers` and advances one step of size :math:`h` by operator splitting of the
+attention flow
 :math:`\mathcal A` and the MLP flow :math:`\mathcal M` (each sub-flow integrated by the
 wrapped solver, followed by the projections :math:`\mathcal P`):
 

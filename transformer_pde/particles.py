@@ -39,7 +39,7 @@ from .integrate.loop import Progress
 from . import labelled
 from .integrate.solvers import get_solver
 from .results import Status, warn_stop
-from .validation import points
+from .validation import points, positive
 
 __all__ = ["FieldOptions", "Limits", "Monitor", "ParticleTrajectory", "SaveAt",
            "TrajectoryFileError", "load", "simulate", "velocity"]
@@ -138,7 +138,7 @@ class ParticleTrajectory:
     positions : ndarray (N,) or None
         Token positions in [0, 1] (masked attention); they never move.
     status : Status
-        ``ok``: reached ``t_max``; ``blowup``: max |x| exceeded ``max_norm`` (the
+        ``ok``: reached ``t_max``; ``blowup``: max :math:`|x|` exceeded ``max_norm`` (the
         offending state is the last one saved); ``nonfinite``: a step produced NaN/inf
         (not saved); ``failed``: an inner solve (Sinkhorn, implicit step) or a user
         callable failed; ``max_steps``: the step budget ran out; ``interrupted``:
@@ -282,7 +282,7 @@ def _open_npz(path: Path, what: str) -> Any:
                                   "ParticleTrajectory.save)")
     try:
         return np.load(path, allow_pickle=False)
-    except Exception as exc:  # zipfile.BadZipFile, OSError, ValueError, EOFError
+    except Exception as exc:  # noqa: BLE001 - zipfile.BadZipFile, OSError, ValueError, EOFError
         raise TrajectoryFileError(f"{path} is not a readable {what} file "
                                   f"(truncated or corrupt archive: {exc})") from None
 
@@ -292,7 +292,7 @@ def _entry(z: Any, path: Path, key: str) -> np.ndarray:
         return z[key]
     except KeyError:
         raise TrajectoryFileError(f"{path}: missing array {key!r}") from None
-    except Exception as exc:  # corrupt member: BadZipFile, zlib.error, ValueError, EOFError
+    except Exception as exc:  # noqa: BLE001 - corrupt member: BadZipFile, zlib.error, ValueError, EOFError
         raise TrajectoryFileError(f"{path}: array {key!r} is unreadable (truncated or "
                                   f"corrupt file: {type(exc).__name__}: {exc})") from None
 
@@ -360,7 +360,7 @@ def load(path: str | Path) -> ParticleTrajectory:
                 att = Attention.from_dict(spec)
             except TrajectoryFileError:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure: the stored attention is invalid
                 raise TrajectoryFileError(f"{path}: the stored attention is invalid "
                                           f"({type(exc).__name__}: {exc})") from None
         return ParticleTrajectory(times=times, states=states, weights=weights,
@@ -546,10 +546,16 @@ def _write_checkpoint(path: Path, fingerprint: dict, loop_state: dict, solver: A
             "field_info": _encode(dict(ev.info), arrays),
             "saver": _encode(saver.get_state(), arrays)}
     arrays["meta"] = np.array(json.dumps(meta))
+    # Written beside the target and renamed over it: a crash or Ctrl-C during the write leaves the
+    # previous checkpoint intact, and the partial file is removed.
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        np.savez(fh, **arrays)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _read_checkpoint(path: Path, fingerprint: dict, asarray: Any) -> dict:
@@ -576,15 +582,6 @@ def _read_checkpoint(path: Path, fingerprint: dict, asarray: Any) -> dict:
 
 
 # ------------------------------------------------------------------ simulate
-def _check_positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ArgumentTypeError(f"{name} must be a real number, got {value!r}")
-    v = float(value)
-    if not (math.isfinite(v) and v > 0):
-        raise ArgumentError(f"{name} must be finite and > 0, got {value!r}")
-    return v
-
-
 def _option(name: str, value: Any, cls: type, default: Any) -> Any:
     if value is None:
         return default
@@ -668,8 +665,8 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
     if not isinstance(att, Attention):
         raise ArgumentTypeError(f"att must be a transformer_pde.Attention, got {type(att).__name__}")
     X0n = points("X0", np.asarray(X0) if not hasattr(X0, "get") else X0.get(), att.d)
-    t_max = _check_positive("t_max", t_max)
-    dt = _check_positive("dt", dt)
+    t_max = positive("t_max", t_max)
+    dt = positive("dt", dt)
     saveat = _option("saveat", saveat, SaveAt, SaveAt())
     block = _option("block", block, Block, None)
     fopts = _option("field", field, FieldOptions, FieldOptions())

@@ -216,8 +216,8 @@ def cone(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any = Non
         # relative slack keeps a curve that starts on the rim (a trace reconstructed as
         # 1 + a few ulp with v_max = 1) instead of cutting it at its first point
         above = [p[:, 2] > vtop * (1.0 + _RIM_RTOL) for p in paths]
-        cut = [int(np.argmax(a)) if np.any(a) else len(p) for p, a in zip(paths, above)]
-        paths = [p[:max(k, 1)] for p, k in zip(paths, cut)]
+        cut = [int(np.argmax(a)) if np.any(a) else len(p) for p, a in zip(paths, above, strict=True)]
+        paths = [p[:max(k, 1)] for p, k in zip(paths, cut, strict=True)]
     else:
         vtop = max(float(np.max(p[:, 2])) for p in paths)
         if not vtop > 0:
@@ -234,7 +234,7 @@ def cone(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any = Non
     key = [p[0] if _is_start(color_by) else p[-1] for p in paths]
     key = [k[:2] / k[2] if k[2] > 0 else k[:2] for k in key]
     colours = _colours(len(paths), color_by, key, cmap)
-    for i, (p, col) in enumerate(zip(paths, colours)):
+    for i, (p, col) in enumerate(zip(paths, colours, strict=True)):
         ax.plot(p[:, 0], p[:, 1], p[:, 2], color=col, lw=linewidth, gid=f"trajectory-{i}")
         ax.scatter([p[0, 0]], [p[0, 1]], [p[0, 2]], color=col, s=10, marker="o")
         ax.scatter([p[-1, 0]], [p[-1, 1]], [p[-1, 2]], color=col, s=18, marker="x")
@@ -287,7 +287,7 @@ def cone_slice(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any
     ax.plot(np.cos(th), np.sin(th), color="0.3", lw=1.0, gid="rank-one-circle")
     key = [p[0] if _is_start(color_by) else p[-1] for p in paths]
     colours = _colours(len(paths), color_by, key, cmap)
-    for i, (p, col) in enumerate(zip(paths, colours)):
+    for i, (p, col) in enumerate(zip(paths, colours, strict=True)):
         ax.plot(p[:, 0], p[:, 1], color=col, lw=linewidth, gid=f"trajectory-{i}")
         ax.plot(p[0, 0], p[0, 1], "o", color=col, ms=3)
         ax.plot(p[-1, 0], p[-1, 1], "x", color=col, ms=5)
@@ -346,7 +346,7 @@ def rescaled_states(traj: Any, rescale: Any) -> np.ndarray:
     d = states.shape[2]
     if V.shape != (d, d):
         raise ValueError(f"rescale matrix must have shape {(d, d)}, got {V.shape}")
-    return np.stack([x @ expm(-t * V).T for t, x in zip(times, states)])
+    return np.stack([x @ expm(-t * V).T for t, x in zip(times, states, strict=True)])
 
 
 def particles(traj: Any, *, labels: Any = None, rescale: Any = None, dims: tuple[int, int] = (0, 1),

@@ -525,8 +525,8 @@ def load(model_dir: str | Path) -> PretrainedEncoder:
                                          f"checkpoint needs {', '.join(_REQUIRED)})")
     c = _read_config(root / "config.json")
     try:
-        from safetensors.numpy import load_file
-        from tokenizers import Tokenizer
+        from safetensors.numpy import load_file  # noqa: PLC0415 - optional dependency
+        from tokenizers import Tokenizer  # noqa: PLC0415 - optional dependency
     except ImportError as exc:  # pragma: no cover - both are test dependencies
         raise ImportError(f"transformer_pde.pretrained needs 'safetensors' and 'tokenizers': "
                           f"{exc}") from exc
@@ -617,7 +617,7 @@ def depth_statistics(states: Any, *, cluster_tol: float = 0.05, rank_rtol: float
     point up to rounding: it counts as one cluster of rank 0 (without this floor, rounding
     noise would be counted as :math:`N` clusters of full rank).
     """
-    from .diagnostics import clusters, effective_rank, numerical_rank
+    from .diagnostics import clusters, effective_rank, numerical_rank  # noqa: PLC0415
 
     S = np.asarray(states, dtype=float)
     if S.ndim != 3 or S.shape[1] < 1:
@@ -692,10 +692,9 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
         The JSON summary: tokens, settings, and per flow the depths and
         :func:`depth_statistics`.
     """
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    # Figure objects, not pyplot: the caller's backend and open figures are left alone
+    import matplotlib  # noqa: PLC0415 - matplotlib only when plotting
+    from matplotlib.figure import Figure  # noqa: PLC0415
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -739,7 +738,7 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
         _, _, vt = np.linalg.svd(P - mu, full_matrices=False)
         return mu, vt[:2]
 
-    cmap = plt.get_cmap("viridis")
+    cmap = matplotlib.colormaps["viridis"]
     n = len(toks)
     colours = [cmap(i / max(n - 1, 1)) for i in range(n)]
     panels = [("network", f"the network ({L} layers)"),
@@ -747,9 +746,10 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
               (f"repeated_layer_{layers[-1]}", f"layer {layers[-1]} repeated, t ≤ {long_time}"),
               (f"continuous_repeated_layer_{c_layer}",
                f"layer {c_layer} repeated, continuous, t ≤ {continuous_long_time}")]
-    fig, axes = plt.subplots(1, 4, figsize=(22, 5.5))
+    fig = Figure(figsize=(22, 5.5))
+    axes = fig.subplots(1, 4)
     mu, B = pca_basis(net)
-    for ax, (key, title) in zip(axes, panels):
+    for ax, (key, title) in zip(axes, panels, strict=True):
         S = flows[key]["states"]
         if key.startswith(("repeated", "continuous_repeated")):
             mu_k, B_k = pca_basis(S)
@@ -770,16 +770,16 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
     fig.tight_layout()
     paths_png = out / f"{prefix}_paths.png"
     fig.savefig(paths_png, dpi=110)
-    plt.close(fig)
 
     # ---------------------------------------------------------------- statistics
     for f in flows.values():
         st = f["statistics"]
-        st["relative_radius"] = [r / m for r, m in zip(st["radius"], st["mean_norm"])]
+        st["relative_radius"] = [r / m for r, m in zip(st["radius"], st["mean_norm"], strict=True)]
     keys = [("n_clusters", "clusters (5% of radius)"), ("effective_rank", "effective rank of Σ"),
             ("mean_cosine", "mean cosine similarity"),
             ("relative_radius", "radius / mean norm")]
-    fig, axes = plt.subplots(2, 4, figsize=(21, 8))
+    fig = Figure(figsize=(21, 8))
+    axes = fig.subplots(2, 4)
     for j, (k, lab) in enumerate(keys):
         ax = axes[0, j]
         for key, style in (("network", "o-"), ("continuous", "s--")):
@@ -807,7 +807,6 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
     fig.tight_layout()
     stats_png = out / f"{prefix}_statistics.png"
     fig.savefig(stats_png, dpi=110)
-    plt.close(fig)
 
     # ---------------------------------------------------------------- cosine matrices
     # the repeated layers ending with the fewest and with the most clusters
@@ -819,8 +818,8 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
     rows += [(f"repeated_layer_{ell}", f"layer {ell}×, t") for ell in shown]
     rows.append((f"continuous_repeated_layer_{c_layer}", f"layer {c_layer} cont., t"))
     ncol = max(L + 1, 7)
-    fig, axes = plt.subplots(len(rows), ncol, figsize=(2.1 * ncol + 1.0, 2.3 * len(rows)),
-                             layout="constrained", squeeze=False)
+    fig = Figure(figsize=(2.1 * ncol + 1.0, 2.3 * len(rows)), layout="constrained")
+    axes = fig.subplots(len(rows), ncol, squeeze=False)
     im = None
     for r, (key, lab) in enumerate(rows):
         f = flows[key]
@@ -839,7 +838,6 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
     fig.suptitle("cosine similarities between tokens (token order along the axes)", fontsize=11)
     cos_png = out / f"{prefix}_cosine.png"
     fig.savefig(cos_png, dpi=100)
-    plt.close(fig)
 
     summary: dict[str, Any] = {
         "text": text, "tokens": toks, "model_dir": str(model.model_dir),

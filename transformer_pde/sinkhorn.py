@@ -23,8 +23,13 @@ evaluated at any query point.
 
 Solver
 ------
-Everything is computed in the log domain with the backend's streaming ``lse`` /
-``softmax`` primitives (no :math:`N\times N` matrix outside the NumPy reference backend), so
+The iterations are those of the package's one Sinkhorn loop,
+:func:`transformer_pde.sinkhorn_loop.sinkhorn_loop` (also behind the Sinkhorn divergence of
+:func:`transformer_pde.diagnostics.wasserstein`), with the soft-min
+:class:`ScoreSoftMin`: the backend's streaming ``lse`` over the scores, and its
+``softmax`` for the readout of the field.
+Everything is computed in the log domain with these
+primitives (no :math:`N\times N` matrix outside the NumPy reference backend), so
 :math:`\varepsilon = 10^{-3}` with scores of :math:`10^3` stays finite, and any backend of the
 protocol (NumPy, Numba, a future CuPy one) runs the same code.
 
@@ -59,17 +64,19 @@ round-off; the tolerance actually used is ``max(tol, 8 * floor)`` and is reporte
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
 from . import validation
-from .anderson import Anderson
 from .backends import get_backend
 from .errors import ArgumentError, SinkhornNotConverged
+from .sinkhorn_loop import EpsilonScaling, sinkhorn_loop
 
 __all__ = [
+    "ScoreSoftMin",
     "SinkhornNotConverged",
     "SinkhornResult",
     "SinkhornWarmStart",
@@ -119,6 +126,9 @@ class SinkhornResult:
     memory : object
         The Anderson memory after the solve (pass it back as ``memory=`` to reuse the
         secant pairs in a warm-started solve of a nearby problem).
+    reached_eps : bool
+        Whether the iterations reached the target :math:`\varepsilon` (``False`` when the
+        budget ran out on the :math:`\varepsilon`-scaling ladder; ``err`` is then ``inf``).
 
     Unpacks as ``f, g, n_iter, err`` (the tuple of earlier versions).
     """
@@ -132,9 +142,18 @@ class SinkhornResult:
     symmetric: bool
     out: Any = None
     memory: Any = field(default=None, repr=False)
+    reached_eps: bool = True
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.f, self.g, self.n_iter, self.err))
+
+    def failure(self) -> str:
+        """Why the solve did not converge, in words (for error messages)."""
+        if not self.reached_eps:
+            return (f"the epsilon-scaling ladder used all {self.n_iter} sweeps before "
+                    "reaching eps")
+        return (f"log-domain marginal error {self.err:.3g} >= tol={self.tol:.3g} after "
+                f"{self.n_iter} sweeps")
 
 
 # ------------------------------------------------------------------ solver
@@ -209,140 +228,65 @@ def sinkhorn_potentials(be: Any, qx: Any, kx: Any, logw: Any, eps: float, *,
     # few units of round-off, i.e. an absolute error u * (|s|/eps + |log w|)
     tol_used = max(float(tol), 8.0 * unit * (1.0 + span / eps + lw))
 
-    cold = g0 is None and f0 is None
-    if symmetric:
-        start = g0 if g0 is not None else f0
-        g = xp.zeros(n, dtype=dtype) if start is None else xp.asarray(start, dtype=dtype)
-    elif g0 is not None:
-        g = xp.asarray(g0, dtype=dtype)
-    elif f0 is not None:
-        g = -eps * be.lse(kx * (1.0 / eps), qx, logw + xp.asarray(f0, dtype=dtype) / eps, None)
-    else:
-        g = xp.zeros(n, dtype=dtype)
-
-    if eps_scaling is None:
-        eps_scaling = cold and span / eps > 30.0
-    schedule = [eps]
-    if eps_scaling:
-        # geometric ladder from eps * (range / 10) down to eps, factor 4 per stage
-        e = eps * max(1.0, span / eps / 10.0)
-        stages = []
-        while e > eps * 1.0001:
-            stages.append(e)
-            e /= 4.0
-        schedule = stages + [eps]
-
-    acc = memory if isinstance(memory, Anderson) and memory.m == anderson \
-        else Anderson(anderson)
-    solve = _solve_symmetric if symmetric else _solve_alternating
-    used = 0
-    last = None
-    reached_final = False
-    for stage, e in enumerate(schedule):
-        final = stage == len(schedule) - 1
-        stage_tol = tol_used if final else max(tol_used, 1e-3)
-        budget = max_iter - used if final else min(max_iter - used, 200)
-        if budget <= 0:
-            break
-        if len(schedule) > 1:
-            acc.reset()  # secants of another eps describe another problem
-        acc.new_problem(n)
-        last = solve(be, qx, kx, logw, e, g, stage_tol, budget, values if final else None, acc)
-        used += last.n_iter
-        g = last.g
-        reached_final = final
-        if not np.isfinite(last.err):
-            break
-    assert last is not None
-    ok = reached_final and last.converged
-    f, g = last.f, last.g
+    # geometric ladder from eps * (range / 10) down to eps, factor 4 per stage, each
+    # coarse stage to a marginal error of 1e-3 within 200 iterations; by default only for
+    # cold starts (the loop skips it when warm) with a score range above 30
+    use = span / eps > 30.0 if eps_scaling is None else bool(eps_scaling)
+    scaling = EpsilonScaling(start=eps * max(1.0, span / eps / 10.0), factor=0.25,
+                             stage_tol=max(tol_used, 1e-3), stage_max_iter=200, margin=1e-4,
+                             warm=eps_scaling is not None) if use else None
+    rows = ScoreSoftMin(be, qx, kx, logw)
+    res = sinkhorn_loop(xp, rows, eps, n=n, tol=tol_used, max_iter=max_iter,
+                        softmin_g=None if symmetric else ScoreSoftMin(be, kx, qx, logw),
+                        g0=g0, f0=f0,
+                        dtype=dtype, anderson=anderson, memory=memory, scaling=scaling,
+                        readout=None if values is None else rows.with_values(values))
+    ok = res.converged
+    f, g = res.f, res.g
     if ok and not symmetric:
         # fix the gauge (f + c, g - c) by equal weighted means: keeps warm starts comparable
         c = 0.5 * float(xp.exp(logw) @ (g - f))
         f, g = f + c, g - c
-    return SinkhornResult(f=f, g=g, n_iter=used, err=last.err, tol=tol_used, converged=ok,
-                          symmetric=symmetric, out=last.out if ok else None, memory=acc)
+    return SinkhornResult(f=f, g=g, n_iter=res.n_iter, err=res.err, tol=tol_used, converged=ok,
+                          symmetric=symmetric, out=res.out if ok else None, memory=res.memory,
+                          reached_eps=res.reached_target)
 
 
-def _soft_min(be, qs, kx, logw, h, eps, values):
-    r"""One pass: :math:`-\varepsilon\,\mathrm{LSE}_j(\log w_j + h_j/\varepsilon + q_i\cdot k_j)` and,
-    when ``values`` is given, the matching softmax average of the values (else ``None``)."""
-    if values is None:
-        return -eps * be.lse(qs, kx, logw + h * (1.0 / eps), None), None
-    out, lse = be.softmax(qs, kx, values, logw + h * (1.0 / eps), None)
-    return -eps * lse, out
+class ScoreSoftMin:
+    r"""The soft-min of Sinkhorn attention over scores :math:`s_{ij} = q_i\cdot k_j`, on a backend.
 
+    ``ScoreSoftMin(be, q, k, logw)(h, eps)`` is
 
-def fixed_point(xp, T, x, eps, tol, max_iter, acc, plain, damp=1.0):
-    r"""Safeguarded Anderson iteration of a potential map (both solvers here; the symmetric
-    debiasing terms of :mod:`~transformer_pde.diagnostics`).
+    .. math:: -\varepsilon\,\mathrm{LSE}_j\big(\log w_j + h_j/\varepsilon + q_i\cdot k_j/\varepsilon\big)
 
-    ``T(x)`` returns :math:`(Tx, \text{extra})`; the error is
-    :math:`\|Tx - x\|_\infty/\varepsilon` and the iteration stops below ``tol``.  Anderson
-    mixes :math:`x/\varepsilon` with residual ``damp`` :math:`(Tx - x)/\varepsilon`; when the
-    error grows tenfold over the best one, the memory is cleared and the iteration restarts
-    from ``plain(x, Tx)`` (the unaccelerated iterate) of that best step.  Returns
-    ``(x, extra, err, iterations)`` with ``extra`` from the last evaluation of ``T``.
+    for every row :math:`i` (the cost is :math:`C = -s`), one streaming ``lse`` pass of the
+    backend: no :math:`N\times N` matrix.  Swapping ``q`` and ``k`` gives the column
+    soft-min.  :meth:`with_values` is the readout that also averages values with the
+    softmax of the same logits (one ``softmax`` pass), the attention field at the tokens.
+    The scaled queries :math:`q/\varepsilon` are kept for the last ``eps`` used.
     """
-    inv = 1.0 / eps
-    best_err, best = np.inf, None
-    err, extra, it = np.inf, None, 0
-    with np.errstate(invalid="ignore", over="ignore"):
-        for it in range(1, max_iter + 1):
-            Tx, extra = T(x)
-            err = float(xp.max(xp.abs(Tx - x))) * inv
-            if not np.isfinite(err) or err < tol:
-                break
-            if err < best_err:
-                best_err, best = err, plain(x, Tx)
-            elif err > 10.0 * best_err:
-                # Anderson went astray: restart from the best plain iterate
-                acc.reset()
-                x = best
-                continue
-            x = eps * acc.step(xp, x * inv, (Tx - x) * (damp * inv))
-    return x, extra, err, it
 
+    def __init__(self, be: Any, q: Any, k: Any, logw: Any):
+        self.be, self.q, self.k, self.logw = be, q, k, logw
+        self._eps: float | None = None
+        self._qs: Any = None
 
-def _solve_alternating(be, qx, kx, logw, eps, g, tol, max_iter, values, acc):
-    r"""Anderson-accelerated alternating Sinkhorn :math:`g \mapsto T_g(T_f(g))` at one ``eps``.
+    def scaled(self, eps: float) -> Any:
+        r""":math:`q/\varepsilon` (cached for the last ``eps``)."""
+        if eps != self._eps:
+            self._eps, self._qs = eps, self.q * (1.0 / eps)
+        return self._qs
 
-    Each iteration: :math:`f = T_f(g)` (a softmax pass that also averages ``values``), then
-    :math:`g' = T_g(f)`.  The pair :math:`(f, g)` has exact row marginals and column
-    log-error :math:`\|g' - g\|_\infty/\varepsilon` -- the stopping test.
-    """
-    inv = 1.0 / eps
-    qs = qx * inv
-    ks = kx * inv
+    def __call__(self, h: Any, eps: float) -> Any:
+        return -eps * self.be.lse(self.scaled(eps), self.k, self.logw + h * (1.0 / eps), None)
 
-    def T(g):
-        f, out = _soft_min(be, qs, kx, logw, g, eps, values)
-        return _soft_min(be, ks, qx, logw, f, eps, None)[0], (f, out)
-
-    g, (f, out), err, it = fixed_point(be.xp, T, g, eps, tol, max_iter, acc,
-                                        plain=lambda g, g_new: g_new)
-    converged = bool(err < tol)
-    return SinkhornResult(f=f, g=g, n_iter=it, err=err, tol=tol, converged=converged,
-                          symmetric=False, out=out if converged else None)
-
-
-def _solve_symmetric(be, qx, kx, logw, eps, f, tol, max_iter, values, acc):
-    r"""Symmetric fixed point :math:`f = Tf`, Anderson-accelerated (or averaged when not).
-
-    ``err`` is :math:`\|Tf - f\|_\infty/\varepsilon`, the marginal error of :math:`(f, f)`;
-    one pass per iteration.  Anderson acts on :math:`T` itself (its constant mode
-    :math:`T(f + c) = Tf - c` is harmless to the secant model, measured 30 % fewer
-    iterations than on the averaged map); unaccelerated, and for the safeguard's restart
-    point, the averaged map :math:`(f + Tf)/2` is used (plain :math:`T` oscillates on that
-    mode).
-    """
-    qs = qx * (1.0 / eps)
-    f, out, err, it = fixed_point(
-        be.xp, lambda f: _soft_min(be, qs, kx, logw, f, eps, values), f, eps, tol, max_iter,
-        acc, plain=lambda f, Tf: 0.5 * (f + Tf), damp=1.0 if acc.m > 0 else 0.5)
-    converged = bool(err < tol)
-    return SinkhornResult(f=f, g=f, n_iter=it, err=err, tol=tol, converged=converged,
-                          symmetric=True, out=out if converged else None)
+    def with_values(self, values: Any) -> Callable[[Any, float], tuple[Any, Any]]:
+        """The readout ``(h, eps) -> (soft-min, softmax average of values)``."""
+        def readout(h: Any, eps: float) -> tuple[Any, Any]:
+            out, lse = self.be.softmax(self.scaled(eps), self.k, values,
+                                       self.logw + h * (1.0 / eps), None)
+            return -eps * lse, out
+        return readout
 
 
 # ------------------------------------------------------------------ warm start
@@ -440,8 +384,8 @@ class SinkhornWarmStart:
                 if j != i:
                     c *= (t - tj) / (ti - tj)
             coef.append(c)
-        g = sum(c * p[2] for c, p in zip(coef, pts))
-        f = g if f_last is g_last else sum(c * p[1] for c, p in zip(coef, pts))
+        g = sum(c * p[2] for c, p in zip(coef, pts, strict=True))
+        f = g if f_last is g_last else sum(c * p[1] for c, p in zip(coef, pts, strict=True))
         return f, g
 
     @staticmethod
@@ -475,7 +419,9 @@ class SinkhornWarmStart:
 
 # ------------------------------------------------------------------ fields and helpers
 def out_of_sample_potential(be: Any, q: Any, kx: Any, logw: Any, g: Any, eps: float) -> Any:
-    r"""Out-of-sample potential :math:`f(x) = -\varepsilon\,\mathrm{LSE}_j(\log w_j + (g_j + q(x)\cdot k_j)/\varepsilon)`.
+    r"""Out-of-sample Sinkhorn potential :math:`f(x)` at arbitrary points.
+
+    .. math:: f(x) = -\varepsilon\,\mathrm{LSE}_j\big(\log w_j + (g_j + q(x)\cdot k_j)/\varepsilon\big)
 
     ``q`` holds the projected queries :math:`\beta Q x` (M, r).  At the tokens this is
     :math:`T_f(g)`; it makes :math:`\sum_j w_j k(x, x_j) = 1` at every point :math:`x`.
@@ -536,8 +482,7 @@ def sinkhorn_field(be: Any, qx: Any, kx: Any, vx: Any, logw: Any, eps: float, *,
             state.clear()
         where = f" for {label}" if label else ""
         raise SinkhornNotConverged(
-            f"Sinkhorn did not converge{where} at t={t:.6g}: log-domain marginal error "
-            f"{res.err:.3g} >= tol={res.tol:.3g} after {res.n_iter} sweeps (eps={eps:g}); "
+            f"Sinkhorn did not converge{where} at t={t:.6g}: {res.failure()} (eps={eps:g}); "
             "raise sinkhorn_max_iter, loosen sinkhorn_tol or increase eps")
     if state is not None:
         state.update(t, res.f, res.g, stage, memory=res.memory)
@@ -605,8 +550,7 @@ def sinkhorn_coupling(X: Any, A: Any, *, weights: Any = None, eps: float = 1.0,
                               tol=tol, max_iter=max_iter, symmetric=sym)
     if not res.converged:
         raise SinkhornNotConverged(
-            f"Sinkhorn did not converge: marginal error {res.err:.3g} >= tol={res.tol:.3g} "
-            f"after {res.n_iter} sweeps (eps={eps:g})")
+            f"Sinkhorn did not converge: {res.failure()} (eps={eps:g})")
     f = be.to_numpy(res.f)
     g = be.to_numpy(res.g)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -180,7 +180,7 @@ def rotations(d: int) -> st.SearchStrategy:
 
     def build(angles: Sequence[float]) -> np.ndarray:
         R = np.eye(d)
-        for (i, j), a in zip(pairs, angles):
+        for (i, j), a in zip(pairs, angles, strict=True):
             G = np.eye(d)
             c, s = np.cos(a), np.sin(a)
             G[i, i] = G[j, j] = c

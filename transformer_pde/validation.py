@@ -246,7 +246,10 @@ def covariance(name: str, value: Any, d: int | None = None, *, batch: bool = Fal
     scale = np.maximum(np.abs(cc).max(axis=(1, 2)), 1e-300)
     asym = np.abs(cc - np.swapaxes(cc, 1, 2)).max(axis=(1, 2))
     bad = np.nonzero(asym > SYMMETRY_RTOL * scale)[0]
-    member = (lambda i: f" (member {i})" if batch else "")
+
+    def member(i: int) -> str:
+        return f" (member {i})" if batch else ""
+
     if bad.size:
         i = int(bad[0])
         raise ArgumentError(f"{name} must be symmetric{member(i)}: max |C - C^T| = "

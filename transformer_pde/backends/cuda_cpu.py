@@ -84,7 +84,7 @@ class CpuLauncher:
             n_jobs = max(1, min(os.cpu_count() or 1, len(names) // 8))
             groups = [names[i::n_jobs] for i in range(n_jobs)]
             with ThreadPoolExecutor(n_jobs) as pool:
-                for g, lib in zip(groups, pool.map(self._compile, groups)):
+                for g, lib in zip(groups, pool.map(self._compile, groups), strict=True):
                     self._load(g, lib)
 
     def _build(self, names: list[str]) -> None:

@@ -259,7 +259,7 @@ class CupyLauncher:
 
     def __init__(self, device: int | None = None):
         try:
-            import cupy
+            import cupy  # noqa: PLC0415 - optional dependency
         except ImportError as exc:
             raise BackendNotAvailable(
                 f"backend='cupy' needs CuPy, which is not installed ({exc}); "

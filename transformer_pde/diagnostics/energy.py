@@ -76,7 +76,7 @@ def kinetic_energy(traj: Any, att: Attention | None = None, *, w2_method: str = 
     power = np.array([
         float(w @ np.sum(velocity(att, X, weights=w, positions=traj.positions, t=float(t),
                                   backend=backend) ** 2, axis=1))
-        for t, X in zip(times, np.asarray(traj.states, dtype=float))])
+        for t, X in zip(times, np.asarray(traj.states, dtype=float), strict=True)])
     w2 = token_distance(traj.states[0], traj.states[-1], w, w, traj.positions, w2_method)
     return _kinetic(times, power, w2)
 
@@ -98,7 +98,7 @@ def _gaussian_kinetic_energy(traj: Any, att: Attention | None) -> KineticEnergy:
     if len(times) < 2 or not (np.all(np.isfinite(means)) and np.all(np.isfinite(covs))):
         raise ValueError("traj needs at least two finite saved states")
     power = []
-    for t, m, S in zip(times, means, covs):
+    for t, m, S in zip(times, means, covs, strict=True):
         M, b = affine_field(att, m, S, float(t))
         power.append(float(np.trace(M @ S @ M.T) + np.sum((M @ m + b) ** 2)))
     return _kinetic(times, np.asarray(power),

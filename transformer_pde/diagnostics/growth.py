@@ -109,7 +109,8 @@ def classify(traj: Any, *, window: float = 0.3, conv_tol: float = 1e-3,
     (:math:`t\to\infty`) or undecided, from the saved moments.
 
     With :math:`s(t) = \operatorname{tr}\Sigma(t) + |\alpha(t)|^2` (second moment; token
-    mean and covariance for particles) on the final ``window`` fraction of the saved times (at least ``min_points`` points):
+    mean and covariance for particles) on the final ``window`` fraction of the saved times (at least
+    ``min_points`` points):
 
     * **growing** when :math:`s` increases on the window by a factor at least
       ``1 + growth_tol``, or the run stopped early with status ``blowup``/``nonfinite``.
@@ -158,7 +159,7 @@ def classify(traj: Any, *, window: float = 0.3, conv_tol: float = 1e-3,
     if rate is not None:
         ev["growth_bound"] = rate
     finite = np.array([np.all(np.isfinite(c)) and np.all(np.isfinite(m))
-                       for m, c in zip(means, covs)])
+                       for m, c in zip(means, covs, strict=True)])
     n = int(np.argmin(finite)) if not finite.all() else len(times)
     times, means, covs = times[:n], means[:n], covs[:n]
     stopped = status in ("blowup", "nonfinite") or not finite.all()

@@ -104,7 +104,7 @@ def rank_profile(traj: Any, rtol: float = 1e-6) -> RankProfile:
         m2 = np.trace(covs, axis1=1, axis2=2) + np.sum(means ** 2, axis=1)
         floors = (1e3 * np.finfo(float).eps) ** 2 * m2
     num, eff, stb = [], [], []
-    for S, floor in zip(covs, floors):
+    for S, floor in zip(covs, floors, strict=True):
         if not np.all(np.isfinite(S)):
             num.append(-1)
             eff.append(np.nan)

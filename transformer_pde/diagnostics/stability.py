@@ -100,39 +100,12 @@ def stability_bound(att: Attention, R0: float, times: Any, *, n_sub: int = 8
         L_x &= \|W_O\| \big(\textstyle\sum_h \|V_h\|^2 a_h^2\big)^{1/2}, \qquad
         L_\mu = \|W_O\| \big(\textstyle\sum_h \|V_h\|^2 e^{2 a_h} (1 + a_h)^2\big)^{1/2}.
 
-    **Derivation.**  (i) *Support.*  Head :math:`h` outputs :math:`V_h m_h(x)` with
-    :math:`m_h(x)` a convex combination of tokens, so :math:`|\Gamma_\mu(x)| \le v R` when
-    :math:`\mathrm{supp}\,\mu \subset B(0,R)`; then :math:`r(t) = \max_i |x_i(t)|` obeys
-    :math:`D^+ r \le v r` and stays below :math:`R(t)` (the radius growth of the conventions page).
-    (ii) *Lipschitz in x.*  :math:`\partial_x m_h = \beta\, \mathrm{Cov}_{P_x}(y)\, A_h`
-    where :math:`P_x` is the attention distribution on :math:`B(0,R)`, whose covariance has
-    norm at most :math:`R^2`; stacking heads gives :math:`L_x`.
-    (iii) *Lipschitz in the measure.*  Let :math:`\pi` couple :math:`(\mu, \nu)` (both on
-    :math:`B(0,R)`), :math:`D_\pi^2 = \int|y - y'|^2 d\pi`, and interpolate
-    :math:`y_\theta = y + \theta\Delta`, :math:`\Delta = y' - y`, :math:`\theta\in[0,1]`
-    (still in the ball).  With :math:`k(z) = e^{\beta z^\top A_h x}` and :math:`E_\theta` the
-    expectation under :math:`k(y_\theta)\,d\pi / Z_\theta`, the head average
-    :math:`m(\theta)` of :math:`\mathrm{law}(y_\theta)` satisfies
-    :math:`m'(\theta) = E_\theta[\Delta] + \beta E_\theta[(y_\theta - m)(A_h x)^\top\Delta]`.
-    The exponent of :math:`k` varies by at most :math:`2a_h` on the ball, so
-    :math:`k/Z_\theta \le e^{2a_h}` and, by Cauchy--Schwarz with :math:`E_\pi[k/Z_\theta] = 1`,
-    :math:`E_\theta|\Delta| \le (E_\theta|\Delta|^2)^{1/2} \le e^{a_h} D_\pi`; with
-    :math:`E_\theta|y_\theta - m|^2 \le R^2` and :math:`|A_h x| \le \|A_h\| R` this gives
-    :math:`|m_{h,\mu}(x) - m_{h,\nu}(x)| \le e^{a_h}(1 + a_h)\,D_\pi`; stacking heads gives
-    :math:`L_\mu`.
-    (iv) *Grönwall.*  Push the optimal coupling :math:`\pi_0` of :math:`(\mu_0,\nu_0)` forward
-    by the two flows: :math:`\pi_t` couples :math:`(\mu_t,\nu_t)`, and
-    :math:`D(t)^2 = \int |x - y|^2 d\pi_t \ge W_2^2(\mu_t,\nu_t)` satisfies
-    :math:`\tfrac{d}{dt} D^2 = 2\int (x - y)\cdot(\Gamma_{\mu_t}(x) - \Gamma_{\nu_t}(y))\,d\pi_t
-    \le 2 D\,(L_x D + L_\mu D)`, using (ii), (iii) (with :math:`\pi = \pi_t`) and
-    Cauchy--Schwarz with the common
-    radius :math:`R(t)` of both supports.  So :math:`D(t) \le e^{\int L} D(0)` and
-    :math:`D(0) = W_2(\mu_0,\nu_0)`.  The argument holds for any measures, empirical ones
+    **Derivation.**  The bound of the support (:math:`R(t)`), the Lipschitz constants in the
+    query (:math:`L_x`) and in the measure (:math:`L_\mu`) and the Grönwall argument on a
+    pushed-forward coupling are derived on the documentation's theory page
+    ``docs/theory/stability.md``.  The argument holds for any measures, empirical ones
     included, with any weights; it is tight for :math:`A = 0, V = vI` and translated
-    measures (ratio :math:`e^{vt}` exactly), and very loose when :math:`a_h \gtrsim 1`
-    (the factor :math:`e^{a_h}` comes from the worst-case concentration of the attention
-    weights, and :math:`R(t)` grows whether or not the tokens do, so :math:`a_h` grows like
-    :math:`e^{2\int v}`).
+    measures (ratio :math:`e^{vt}` exactly), and very loose when :math:`a_h \gtrsim 1`.
 
     **Quadrature.**  Each interval between consecutive ``times`` is split into ``n_sub``
     pieces; :math:`\int v` uses the parameters at each piece's midpoint (exact for constant
@@ -175,9 +148,9 @@ def stability_bound(att: Attention, R0: float, times: Any, *, n_sub: int = 8
     int_L = 0.0
     bound = [1.0]
     radius = [R0]
-    for t0, t1 in zip(t[:-1], t[1:]):
+    for t0, t1 in zip(t[:-1], t[1:], strict=True):
         edges = np.linspace(t0, t1, int(n_sub) + 1)
-        for s0, s1 in zip(edges[:-1], edges[1:]):
+        for s0, s1 in zip(edges[:-1], edges[1:], strict=True):
             P = att.at(0.5 * (s0 + s1))
             v, _, _ = _softmax_constants(P, 0.0)
             int_v += v * (s1 - s0)

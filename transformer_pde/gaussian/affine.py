@@ -173,7 +173,7 @@ def affine_batch(pb: ParamBatch, mean: np.ndarray, S: np.ndarray, F: np.ndarray 
     B, d = mean.shape
     M = np.zeros((B, d, d))
     b = np.zeros((B, d))
-    for Q, K, V, rows in zip(pb.Q, pb.K, pb.V, pb.rows):
+    for Q, K, V, rows in zip(pb.Q, pb.K, pb.V, pb.rows, strict=True):
         Mh, bh = head_affine(pb.kind, Q, K, V, pb.beta, pb.eps, pb.l2b, mean, S, F)
         M[:, rows] += Mh
         b[:, rows] += bh

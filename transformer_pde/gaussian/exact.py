@@ -152,7 +152,7 @@ def exact_rank_one_softmax(V: Any, A: Any, u0: Any, t: Any, beta: float = 1.0,
 
     Returns ``u(t)`` with shape ``(len(t), d)`` (``t`` sorted, before blow-up).
     """
-    from scipy.linalg import expm
+    from scipy.linalg import expm  # noqa: PLC0415
 
     V = np.asarray(V, float)
     A = beta * np.asarray(A, float)

@@ -64,7 +64,8 @@ def blowup_law(att: Attention, t: float = 0.0) -> float:
       exponential.
 
     The solvers call a run that reaches ``blowup_threshold`` ``"blowup"`` only when
-    :math:`q_{\max}/2 < q \le 1.5\,q_{\max}` (:mod:`transformer_pde.gaussian`, *Statuses*).  Ranks use :func:`numpy.linalg.matrix_rank` (default tolerance):
+    :math:`q_{\max}/2 < q \le 1.5\,q_{\max}` (:mod:`transformer_pde.gaussian`, *Statuses*).  Ranks use
+    :func:`numpy.linalg.matrix_rank` (default tolerance):
     an ill-conditioned but full-rank ``K`` cannot blow up, though it may grow like a blow-up
     until :math:`\nu \sim 1/(2\beta'\sigma_{\min}(K)^2)`.
     """

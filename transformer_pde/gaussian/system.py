@@ -52,7 +52,7 @@ class MomentSystem:
         if self.kind != "l2":
             return np.full(len(idx), law_q_max(self.atts[0].at(0.0)))
         out = np.empty(len(idx))
-        for j, (i, tt) in enumerate(zip(idx, t)):
+        for j, (i, tt) in enumerate(zip(idx, t, strict=True)):
             a = self.atts[i] if self.per_member else self.atts[0]
             out[j] = law_q_max(a.at(float(tt) if a.time_dependent else 0.0))
         return out
@@ -66,7 +66,7 @@ class MomentSystem:
         lo, hi = self.lo[idx], self.hi[idx]
         tc = np.minimum(np.maximum(t, lo), hi)
         sel = [self.atts[i] for i in idx] if self.per_member else [self.atts[0]] * len(idx)
-        return stack_params([a.at(float(tt)) for a, tt in zip(sel, tc)])
+        return stack_params([a.at(float(tt)) for a, tt in zip(sel, tc, strict=True)])
 
     # ---------------------------------------------------------------- packing
     def pack(self, t: np.ndarray, means: np.ndarray, F: np.ndarray, idx: np.ndarray) -> np.ndarray:

@@ -35,6 +35,7 @@ import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError, SinkhornNotConverged, SolverNotConverged
 from ..results import Status
+from ..validation import positive
 from .breakpoints import is_jump
 from .controller import clip_step
 
@@ -128,7 +129,7 @@ class Limits:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        set_(self, "max_norm", _positive("max_norm", self.max_norm))
+        set_(self, "max_norm", positive("max_norm", self.max_norm))
         ms = self.max_steps
         if isinstance(ms, bool) or not isinstance(ms, (int, np.integer)):
             raise ArgumentTypeError(f"max_steps must be an integer, got {ms!r}")
@@ -136,7 +137,7 @@ class Limits:
             raise ArgumentError(f"max_steps must be >= 1, got {ms!r}")
         set_(self, "max_steps", int(ms))
         if self.max_memory is not None:
-            set_(self, "max_memory", _positive("max_memory", self.max_memory))
+            set_(self, "max_memory", positive("max_memory", self.max_memory))
 
     def memory_limit(self) -> float:
         """``max_memory``, or the smaller of 8 GiB and half the physical memory."""
@@ -196,8 +197,8 @@ class Monitor:
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ArgumentTypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
             set_(self, name, bool(getattr(self, name)))
-        set_(self, "report_every", _positive("report_every", self.report_every))
-        set_(self, "checkpoint_every", _positive("checkpoint_every", self.checkpoint_every))
+        set_(self, "report_every", positive("report_every", self.report_every))
+        set_(self, "checkpoint_every", positive("checkpoint_every", self.checkpoint_every))
         if self.checkpoint is not None:
             if not isinstance(self.checkpoint, (str, os.PathLike)):
                 raise ArgumentTypeError(
@@ -205,15 +206,6 @@ class Monitor:
             set_(self, "checkpoint", Path(self.checkpoint))
         elif self.resume:
             raise ArgumentError("resume=True needs checkpoint=PATH")
-
-
-def _positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ArgumentTypeError(f"{name} must be a real number, got {value!r}")
-    v = float(value)
-    if not (math.isfinite(v) and v > 0):
-        raise ArgumentError(f"{name} must be finite and > 0, got {value!r}")
-    return v
 
 
 # ------------------------------------------------------------------ progress
@@ -380,7 +372,7 @@ class TimeLoop:
                 f"states saved up to t={self.last_saved:.6g} are kept")
         except (SinkhornNotConverged, SolverNotConverged) as exc:
             status, msg = Status.FAILED, str(exc)
-        except Exception as exc:  # a user callable (parameter, fn) went bad mid-run
+        except Exception as exc:  # noqa: BLE001 - a user callable (parameter, fn) went bad mid-run
             status, msg = Status.FAILED, (
                 f"{type(exc).__name__} in the step from t={st['t']:.6g}: {exc}; the states "
                 f"saved up to t={self.last_saved:.6g} are kept")

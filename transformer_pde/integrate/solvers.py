@@ -250,7 +250,7 @@ class AdamsBashforth:
         else:
             b = adams_bashforth_weights([h] + self._hs[:self.k - 1])
             incr = b[0] * self._fs[0]
-            for bi, fi in zip(b[1:], self._fs[1:]):
+            for bi, fi in zip(b[1:], self._fs[1:], strict=True):
                 incr = incr + bi * fi
             y_new = y + h * incr
         self._hs.insert(0, float(h))

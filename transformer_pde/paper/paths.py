@@ -60,7 +60,7 @@ def solve_paths(att: Any, covs0: Any, *, t_max: float, n_eval: int = 400, means0
     ends = gaussian.solve_batch(att, means0, covs0, t_max=t_max, **options).t_final
     return [gaussian.solve(att, m0, S0, t_max=t_max, t_eval=np.linspace(0.0, t_end, int(n_eval)),
                            **options)
-            for m0, S0, t_end in zip(means0, covs0, ends)]
+            for m0, S0, t_end in zip(means0, covs0, ends, strict=True)]
 
 
 #: colours of the Gaussian statuses in figures

@@ -53,7 +53,8 @@ def rank_sweep(kind: str, d: int, *, value: str = "identity", draws: int = 100, 
     ``t_max`` should be long (algebraic convergence, e.g. 2000); ``status`` is
     ``"converged"`` or ``"failed"`` (no draw converged, rank -1).
 
-    ``distribution="square"`` (default; not the paper's experiment): each draw takes :math:`Q, K` with i.i.d. :math:`N(0, 1)` entries, :math:`V = I` or
+    ``distribution="square"`` (default; not the paper's experiment): each draw takes :math:`Q, K` with
+    i.i.d. :math:`N(0, 1)` entries, :math:`V = I` or
     (``value="random"``) i.i.d. :math:`N(0, 1)`, and :math:`\Sigma_0 = FF^\top/d` with
     :math:`F` standard normal; the attention uses the paper's scalings
     (:func:`paper_attention`).  All draws are integrated together with

@@ -257,7 +257,7 @@ def paper_rank_study(kind: str, d: int, value: str = "identity", *, trials: int 
                                    t_max=t_max, blowup_threshold=1e3, rtol=rtol, atol=atol,
                                    convergence="absolute", converge_tol=converge_tol)
         ok = np.asarray(res.status) == "converged"
-        for i, c in zip(todo[ok], res.covs[ok]):
+        for i, c in zip(todo[ok], res.covs[ok], strict=True):
             ranks[i] = count_rank(c, threshold)
         todo = todo[~ok]
         if todo.size == 0:
@@ -270,7 +270,7 @@ def paper_rank_study(kind: str, d: int, value: str = "identity", *, trials: int 
                             cov0, **opts)
         out.euler_outcome = e.outcome
         out.euler_ranks = np.array([count_rank(c, threshold) if o == "converged" else -1
-                                    for c, o in zip(e.covs, e.outcome)])
+                                    for c, o in zip(e.covs, e.outcome, strict=True)])
         mx = np.full(n, np.nan)
         ex = np.flatnonzero(e.outcome == "exceeded")
         if ex.size:

@@ -17,7 +17,7 @@ def run_figure_script(doc: str, make: Callable[[argparse.Namespace], dict],
     """Command line of the ``examples/`` figure scripts: parse ``--out`` (default: the
     repository's ``figures/``) and any extra ``options``, call ``make(args)`` -> ``{name:
     Figure}`` and save each figure as ``<out>/<name>.png``; returns the paths written."""
-    p = argparse.ArgumentParser(description=doc.strip().split("\n\n")[0])
+    p = argparse.ArgumentParser(description=doc.strip().splitlines()[0])  # the title
     p.add_argument("--out", default=str(Path.cwd() / "figures"),
                    help="output directory (default: ./figures)")
     if options is not None:

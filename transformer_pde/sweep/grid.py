@@ -135,7 +135,7 @@ class Grid:
 
     def cell(self, index: int) -> Cell:
         pos = self.position(index)
-        params = {name: values[i] for (name, values), i in zip(self.axes.items(), pos)}
+        params = {name: values[i] for (name, values), i in zip(self.axes.items(), pos[:-1], strict=True)}
         return Cell(int(index), params, pos[-1],
                     np.random.SeedSequence(self.seed, spawn_key=(int(index),)))
 

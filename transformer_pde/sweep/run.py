@@ -54,7 +54,7 @@ class _Executor:
             if obj is not None:
                 try:
                     obj.close()
-                except Exception:  # noqa: BLE001 -- best effort on shutdown
+                except Exception:
                     logger.debug("error while closing %r", obj, exc_info=True)
 
 

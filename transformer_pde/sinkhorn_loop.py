@@ -1,0 +1,376 @@
+r"""One log-domain Sinkhorn loop, parametrised by its soft-min.
+
+Entropic optimal transport between :math:`\alpha = \sum_i a_i\delta_{x_i}` and
+:math:`\beta = \sum_j b_j\delta_{y_j}` for a cost :math:`C_{ij}` and a regularisation
+:math:`\varepsilon > 0` looks for dual potentials :math:`(f, g)` whose plan
+:math:`\pi_{ij} = a_i b_j\, e^{(f_i + g_j - C_{ij})/\varepsilon}` has marginals
+:math:`a` and :math:`b`.  Both marginal equations are fixed-point equations of a
+*soft-min*,
+
+.. math:: f_i = \mathrm{softmin}_\varepsilon(g)_i
+              = -\varepsilon\log\sum_j b_j\, e^{(g_j - C_{ij})/\varepsilon},\qquad
+          g_j = -\varepsilon\log\sum_i a_i\, e^{(f_i - C_{ij})/\varepsilon},
+
+and Sinkhorn's algorithm alternates them.  Everything that depends on the cost, the
+weights and the hardware -- dense blocks of squared distances, a streaming backend
+``lse`` kernel over scores :math:`q_i\cdot k_j`, ... -- lives in the soft-min, a callable
+``softmin(h, eps) -> potential`` handed to :func:`sinkhorn_loop`.  The loop owns
+everything else, once:
+
+**Updates.**  *Alternating* (two soft-mins, ``softmin_f`` and ``softmin_g``): the map
+:math:`g \mapsto T(g) = \mathrm{softmin}_g(\mathrm{softmin}_f(g))`, two passes over the
+pairs per iteration.  After :math:`f = \mathrm{softmin}_f(g)` the row marginals are exact
+and the column log-error is :math:`\|T(g) - g\|_\infty/\varepsilon`.  *Symmetric* (one
+soft-min; :math:`\alpha = \beta` and :math:`C = C^\top`, e.g. the self-coupling of a
+symmetric score or the debiasing terms of a Sinkhorn divergence): the potentials are
+equal, :math:`f = g`, and solve :math:`f = T(f) = \mathrm{softmin}(f)`, one pass per
+iteration, error :math:`\|Tf - f\|_\infty/\varepsilon`.  Plain :math:`T` oscillates on
+constants (:math:`T(f + c) = Tf - c`), so the unaccelerated iteration is the symmetric
+averaging :math:`f \leftarrow (f + Tf)/2` (the geometric mean :math:`u \leftarrow
+\sqrt{u\,Tu}` of the scalings :math:`u = e^{f/\varepsilon}`).
+
+**Stopping rule.**  Stop when the log-domain marginal error
+:math:`\|T(x) - x\|_\infty/\varepsilon` of the current pair is below the tolerance, or when
+it is not finite, or when the iteration budget is spent.
+
+**Acceleration and safeguard.**  Anderson mixing (:class:`~transformer_pde.anderson.Anderson`)
+of :math:`x/\varepsilon` with residual :math:`(T(x) - x)/\varepsilon` (halved for the
+unaccelerated symmetric map, i.e. the averaging above).  Anderson alone is not globally
+convergent; two safeguards are offered.  ``"residual"``: when the error grows tenfold over
+the best one seen, the memory is cleared and the iteration restarts from the plain
+(unaccelerated) iterate of that best step.  ``"dual"`` (alternating update only, needs
+the marginals ``a, b``): after :math:`f = \mathrm{softmin}_f(g)` the dual objective
+:math:`\langle a, f\rangle + \langle b, g\rangle - \varepsilon\langle a\otimes b,
+e^{(f\oplus g - C)/\varepsilon}\rangle + \varepsilon` equals
+:math:`\langle a, f\rangle + \langle b, g\rangle`, for free; plain Sinkhorn increases it at
+every step, so an Anderson extrapolation that decreases it is rejected (memory cleared,
+plain step from the last accepted point instead): the worst case is plain Sinkhorn, which
+converges.
+
+**ε-scaling.**  Far from the solution and at small :math:`\varepsilon` Sinkhorn crawls; a
+cold start walks down a geometric ladder :math:`\varepsilon_0 > \varepsilon_0\theta >
+\dots > \varepsilon` (:class:`EpsilonScaling`), each stage warm-started from the last and
+solved loosely (or by a fixed number of plain sweeps), the secant memory cleared between
+stages (secants of another :math:`\varepsilon` describe another problem).
+
+**Warm starts.**  Starting potentials (``g0``, or ``f0`` alone, from which
+:math:`g = \mathrm{softmin}_g(f_0)`) skip the ladder unless it asks to run warm too, and
+the Anderson memory of a previous solve of a nearby problem can be passed back in
+(``memory``): its secant pairs are a good model of the new Jacobian.
+
+**Readout.**  A by-product of the last row soft-min -- the attention field's value
+average :math:`\sum_j \pi_{ij} v_j / a_i` -- comes at no extra pass when the caller gives
+a ``readout(h, eps) -> (potential, by-product)`` that replaces ``softmin_f`` at the target
+:math:`\varepsilon`.
+
+Users: :func:`transformer_pde.sinkhorn.sinkhorn_potentials` (Sinkhorn attention, soft-min =
+the backend's streaming ``lse``) and :func:`transformer_pde.diagnostics.wasserstein`
+(debiased Sinkhorn divergence, soft-min = dense blocks of squared distances).
+
+This module imports nothing from the package but :mod:`transformer_pde.anderson`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .anderson import Anderson
+
+__all__ = ["EpsilonScaling", "LoopResult", "SoftMin", "sinkhorn_loop"]
+
+#: ``softmin(h, eps) -> potential``: :math:`-\varepsilon\log\sum_j b_j e^{(h_j - C_{ij})/\varepsilon}`
+#: for every row :math:`i` (any array namespace).
+SoftMin = Callable[[Any, float], Any]
+
+
+@dataclass(frozen=True)
+class EpsilonScaling:
+    r"""The :math:`\varepsilon`-scaling ladder of a cold start.
+
+    Stages :math:`\varepsilon_k = \varepsilon_0\,\theta^k` for as long as
+    :math:`\varepsilon_k > \varepsilon(1 + \text{margin})`, then the target
+    :math:`\varepsilon`.
+
+    Parameters
+    ----------
+    start : float
+        :math:`\varepsilon_0`, where the problem is nearly solved by one iteration (a
+        multiple of the cost range).  No ladder when it is not above the target.
+    factor : float
+        Ratio :math:`\theta \in (0, 1)` of consecutive stages.
+    stage_tol : float or None
+        Tolerance of the coarse stages (their own marginal error).  ``None``: no
+        stopping test, ``stage_max_iter`` plain sweeps per stage (the symmetric
+        averaging, or a plain alternating sweep).
+    stage_max_iter : int
+        Iteration budget of one coarse stage (always bounded by what is left of the
+        total budget).
+    margin : float
+        Relative margin: a stage within ``eps * (1 + margin)`` of the target is skipped.
+    warm : bool
+        Also walk the ladder when the loop is warm-started (default: only cold starts).
+    """
+
+    start: float
+    factor: float
+    stage_tol: float | None
+    stage_max_iter: int
+    margin: float = 0.0
+    warm: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.factor < 1.0:
+            raise ValueError(f"factor must be in (0, 1), got {self.factor!r}")
+        if int(self.stage_max_iter) < 1:
+            raise ValueError(f"stage_max_iter must be >= 1, got {self.stage_max_iter!r}")
+
+    def ladder(self, eps: float) -> list[float]:
+        """The stages down to ``eps`` (the last entry is ``eps`` itself)."""
+        stages = []
+        e = float(self.start)
+        stop = eps * (1.0 + self.margin)
+        while e > stop:
+            stages.append(e)
+            e *= self.factor
+        return stages + [eps]
+
+
+@dataclass
+class LoopResult:
+    r"""Outcome of :func:`sinkhorn_loop`.
+
+    Attributes
+    ----------
+    f, g : arrays
+        Potentials.  Alternating update: ``f = softmin_f(g)`` (exact row marginals; column
+        log-error ``err``).  Symmetric update: ``f is g``.  With ``finish="image"`` a
+        stopped solve returns the last image :math:`T(x)` instead of :math:`x` as ``g``
+        (and ``f`` is then that of the previous half-step: recompute it if the pair must
+        be exact on the rows).
+    n_iter : int
+        Iterations, all stages together (one iteration = two passes over the pairs on the
+        alternating update, one on the symmetric one).
+    err : float
+        Marginal log-error at the target :math:`\varepsilon` (``inf`` when the ladder ran
+        out of budget before reaching it).
+    converged : bool
+        ``err < tol`` at the target :math:`\varepsilon`.
+    reached_target : bool
+        Whether the target :math:`\varepsilon` was iterated at all.
+    out : object
+        The readout's by-product of the last row soft-min at the target, else ``None``.
+    memory : Anderson
+        The secant memory after the solve (pass back as ``memory=`` for a nearby problem).
+    stages : list of (float, int, float)
+        ``(eps, iterations, err)`` of every stage run.
+    """
+
+    f: Any
+    g: Any
+    n_iter: int
+    err: float
+    converged: bool
+    reached_target: bool
+    out: Any = None
+    memory: Any = field(default=None, repr=False)
+    stages: list = field(default_factory=list)
+
+
+def sinkhorn_loop(xp: Any, softmin_f: SoftMin, eps: float, *, n: int, tol: float,
+                  max_iter: int, softmin_g: SoftMin | None = None, g0: Any = None,
+                  f0: Any = None, dtype: Any = None, anderson: int = 10, memory: Any = None,
+                  scaling: EpsilonScaling | None = None, safeguard: str = "residual",
+                  marginals: tuple[Any, Any] | None = None,
+                  readout: Callable[[Any, float], tuple[Any, Any]] | None = None,
+                  finish: str = "input") -> LoopResult:
+    r"""Solve the entropic transport dual by Sinkhorn iterations of the given soft-min(s).
+
+    The dual update is
+
+    .. math:: f_i \leftarrow -\varepsilon\log\sum_j b_j\,e^{(g_j - C_{ij})/\varepsilon},\qquad
+              g_j \leftarrow -\varepsilon\log\sum_i a_i\,e^{(f_i - C_{ij})/\varepsilon}
+
+    (``softmin_f`` then ``softmin_g``), or :math:`f \leftarrow \mathrm{softmin}(f)` for the
+    symmetric problem (``softmin_g=None``); see the module docstring for the stopping rule,
+    the acceleration, the safeguards and :math:`\varepsilon`-scaling.
+
+    Parameters
+    ----------
+    xp : module
+        Array namespace of the potentials (``numpy``, ``cupy``).
+    softmin_f : SoftMin
+        ``softmin_f(g, eps)``: the row potentials from the column ones.  Alone: the
+        symmetric map.
+    eps : float
+        Target regularisation.
+    n : int
+        Length of the iterated potential (``g``; ``f`` on the symmetric path), for the cold
+        start and the Anderson memory.
+    tol : float
+        Marginal log-error tolerance at ``eps``.
+    max_iter : int
+        Iteration budget, all stages together.
+    softmin_g : SoftMin, optional
+        ``softmin_g(f, eps)``: the column potentials from the row ones (alternating update).
+    g0, f0 : arrays, optional
+        Warm start: ``g0`` (the iterated potential), else ``f0``; on the alternating path
+        ``f0`` alone starts from :math:`g = \mathrm{softmin}_g(f_0)`.  Neither: zeros
+        (cold start).
+    dtype : dtype, optional
+        Of the cold start's zeros and of the warm start (default float64).
+    anderson : int
+        Anderson memory (0: plain iteration).
+    memory : Anderson, optional
+        Secant memory of a previous solve (used when its size ``m`` equals ``anderson``).
+    scaling : EpsilonScaling, optional
+        :math:`\varepsilon`-scaling ladder of a cold start.
+    safeguard : {"residual", "dual"}
+        See the module docstring (``"dual"`` needs ``marginals`` and the alternating update).
+    marginals : (a, b), optional
+        The marginal weights, for the ``"dual"`` safeguard.
+    readout : callable, optional
+        ``readout(g, eps) -> (f, by-product)``, used instead of ``softmin_f`` at the target
+        :math:`\varepsilon`; the by-product of the last call is returned as ``out``.
+    finish : {"input", "image"}
+        Which point a stopped stage hands on (and the loop returns as ``g``): the last
+        iterate :math:`x` (its error is ``err``) or its image :math:`T(x)` (half a
+        Sinkhorn step further).
+
+    Returns
+    -------
+    LoopResult
+        Never raises on non-convergence: check ``converged``.
+    """
+    if safeguard not in ("residual", "dual"):
+        raise ValueError(f"safeguard must be 'residual' or 'dual', got {safeguard!r}")
+    if finish not in ("input", "image"):
+        raise ValueError(f"finish must be 'input' or 'image', got {finish!r}")
+    symmetric = softmin_g is None
+    if safeguard == "dual" and (symmetric or marginals is None):
+        raise ValueError("the dual safeguard needs the alternating update and the marginals")
+    dtype = np.float64 if dtype is None else dtype
+    cold = g0 is None and f0 is None
+    if g0 is not None:
+        x = xp.asarray(g0, dtype=dtype)
+    elif f0 is not None:
+        f0 = xp.asarray(f0, dtype=dtype)
+        x = f0 if symmetric else softmin_g(f0, eps)
+    else:
+        x = xp.zeros(n, dtype=dtype)
+
+    schedule = [eps]
+    if scaling is not None and (cold or scaling.warm):
+        schedule = scaling.ladder(eps)
+    acc = memory if isinstance(memory, Anderson) and memory.m == anderson \
+        else Anderson(anderson)
+    used = 0
+    f, out, err, converged, reached = None, None, np.inf, False, False
+    stages = []
+    for k, e in enumerate(schedule):
+        final = k == len(schedule) - 1
+        if final:
+            stage_tol, budget = tol, max_iter - used
+        else:
+            assert scaling is not None
+            stage_tol = scaling.stage_tol
+            budget = min(max_iter - used, int(scaling.stage_max_iter))
+        if budget <= 0:
+            break
+        if len(schedule) > 1:
+            acc.reset()  # secants of another eps describe another problem
+        acc.new_problem(n)
+        rows = readout if final and readout is not None else None
+        if stage_tol is None:
+            x, f, it, err = _sweeps(xp, softmin_f, softmin_g, x, e, budget)
+            out = None
+        else:
+            x, f, out, err, it = _stage(xp, softmin_f, softmin_g, rows, x, e, stage_tol,
+                                        budget, acc, safeguard, marginals, finish)
+        used += it
+        stages.append((e, it, err))
+        reached = final
+        converged = bool(err < stage_tol) if stage_tol is not None else False
+        if not np.isfinite(err):
+            break
+    if not reached:
+        err, converged, out = np.inf, False, None
+    if symmetric:
+        f = x
+    return LoopResult(f=f, g=x, n_iter=used, err=float(err), converged=converged,
+                      reached_target=reached, out=out if reached else None, memory=acc,
+                      stages=stages)
+
+
+def _sweeps(xp, softmin_f, softmin_g, x, eps, count):
+    r"""``count`` plain sweeps without a stopping test: the symmetric averaging
+    :math:`f \leftarrow (f + Tf)/2`, or :math:`g \leftarrow T(g)`.  Returns
+    ``(x, f, count, err)`` with ``err`` the marginal error of the last sweep's input."""
+    f, err = None, np.inf
+    with np.errstate(invalid="ignore", over="ignore"):
+        for _ in range(count):
+            if softmin_g is None:
+                Tx = softmin_f(x, eps)
+                f = Tx
+            else:
+                f = softmin_f(x, eps)
+                Tx = softmin_g(f, eps)
+            err = float(xp.max(xp.abs(Tx - x))) * (1.0 / eps)
+            x = 0.5 * (x + Tx) if softmin_g is None else Tx
+    return x, f, count, err
+
+
+def _stage(xp, softmin_f, softmin_g, readout, x, eps, tol, max_iter, acc, safeguard,
+           marginals, finish):
+    r"""Safeguarded Anderson iteration at one ``eps`` (see the module docstring).
+
+    Returns ``(x, f, out, err, iterations)``: the point handed on (``finish``), the row
+    potential of the last evaluation, the readout's by-product, the error of the last
+    evaluated iterate.
+    """
+    symmetric = softmin_g is None
+    inv = 1.0 / eps
+    # the unaccelerated symmetric map is the averaging (f + Tf)/2: residual halved
+    damp = 0.5 if symmetric and acc.m <= 0 else 1.0
+    best_err, best = np.inf, None          # "residual": best error and its plain iterate
+    best_dual, plain_next = -np.inf, x     # "dual": best objective and the plain step
+    f, out, err, it = None, None, np.inf, 0
+    with np.errstate(invalid="ignore", over="ignore"):
+        for it in range(1, max_iter + 1):  # noqa: B007 - the count is returned
+            if readout is not None:
+                f, out = readout(x, eps)
+            else:
+                f = softmin_f(x, eps)
+            if symmetric:
+                Tx = f
+            else:
+                if safeguard == "dual":
+                    a, b = marginals
+                    dual = float(a @ f + b @ x)
+                    if dual < best_dual - 1e-13 * (abs(best_dual) + eps):
+                        # the extrapolation lost dual objective: plain step instead
+                        acc.reset()
+                        x = plain_next
+                        continue
+                    best_dual = dual
+                Tx = softmin_g(f, eps)
+            err = float(xp.max(xp.abs(Tx - x))) * inv
+            if not np.isfinite(err) or err < tol:
+                if finish == "image":
+                    x = Tx
+                break
+            if safeguard == "residual":
+                if err < best_err:
+                    best_err, best = err, (0.5 * (x + Tx) if symmetric else Tx)
+                elif err > 10.0 * best_err:
+                    # Anderson went astray: restart from the best plain iterate
+                    acc.reset()
+                    x = best
+                    continue
+            else:
+                plain_next = Tx
+            x = eps * acc.step(xp, x * inv, (Tx - x) * (damp * inv))
+    return x, f, out, err, it
