@@ -64,7 +64,7 @@ def test_pi_rule_vectorised_equals_scalar_rule():
         for acc in (np.ones(err.size, bool), np.zeros(err.size, bool), rng.random(err.size) < .5):
             fac, new = ctrl.factors(err, prev, acc)
             ref = np.array([pi_factor(e, p, a, ctrl.alpha, ctrl.beta, ctrl.safety, ctrl.fmin,
-                                      ctrl.fmax) for e, p, a in zip(err, prev, acc)])
+                                      ctrl.fmax) for e, p, a in zip(err, prev, acc, strict=True)])
             np.testing.assert_allclose(fac, ref[:, 0], rtol=1e-15, atol=0)
             np.testing.assert_array_equal(new, ref[:, 1])
     # the rule itself: accepted steps grow at most 5x and update the history; rejected ones
@@ -165,7 +165,7 @@ def test_exact_blowup_times_states_and_limits(use_numba, d):
     np.testing.assert_allclose(b.blowup_time, T, rtol=1e-8)
     for i, S0 in enumerate(covs):
         np.testing.assert_allclose(b.limit[i], _exact_limit(A, S0), rtol=0, atol=1e-8)
-        for t, S in zip(te, b.traj_covs[i]):
+        for t, S in zip(te, b.traj_covs[i], strict=True):
             ex = g.exact_softmax_identity_value(A, S0, t)
             np.testing.assert_allclose(S, ex, rtol=1e-8, atol=1e-8 * np.abs(ex).max())
         # the final state lies on the threshold (1e8), reached at the exact time tr Sigma(t)

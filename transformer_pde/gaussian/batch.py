@@ -221,10 +221,13 @@ def _numpy_advance(sysm: MomentSystem, Y: np.ndarray, ids: np.ndarray, h: np.nda
         fac, prev_new = ctrl.factors(en, pi_prev[ia], accept)
         pi_prev[ia] = prev_new
         h_new = hA * fac
-        # overshoot of a stop: secant correction in s
-        h_new = np.where(over, hA * gap / np.maximum(tn - yA[:, 0], 1e-300), h_new)
         l0 = lsz[ia]
-        h_sz = hA * (log_thr - l0) / np.maximum(lnew - l0, 1e-300)
+        # (the secant steps are computed for every member and used only where they apply:
+        # elsewhere, e.g. after a rejected step with lnew = -inf, they may overflow)
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            # overshoot of a stop: secant correction in s
+            h_new = np.where(over, hA * gap / np.maximum(tn - yA[:, 0], 1e-300), h_new)
+            h_sz = hA * (log_thr - l0) / np.maximum(lnew - l0, 1e-300)
         h_new = np.where(over_sz, np.where(over, np.minimum(h_new, h_sz), h_sz), h_new)
         # after an aimed, accepted step keep the previous (larger) proposal
         h_new = np.where(accept & aiming, np.maximum(h[ia], h_new), h_new)
