@@ -55,7 +55,9 @@ class GaussianBatch:
         Final states (on the blow-up threshold, :math:`\nu = ` ``blowup_threshold`` to
         1e-12 relative, for members that reached it).
     limit : ndarray (B, d, d)
-        :math:`\Sigma/\operatorname{tr}\Sigma`, extrapolated to :math:`T^*` on blow-up.
+        :math:`\Sigma/\operatorname{tr}\Sigma`, extrapolated to :math:`T^*` on blow-up
+        (linearly from the continuation size; where that leaves the positive semi-definite
+        cone, the shape at that size, and the member's message says so).
     n_steps : ndarray (B,)
         Accepted explicit steps per member up to the final state (members handed to Radau
         add ``nfev // 8``).
