@@ -1,20 +1,25 @@
 """Benchmark: a rank study through ``transformer_pde.sweep`` against the serial loop.
 
 Setting: ``RankCell()`` (the paper's rank trial: exact moment solves until the covariance
-converges) over kinds {softmax, l2}
-x d {3, 4, 5} x draws, 200 cells by default.
+converges) over kinds {softmax, l2} x d {3, 4, 5} x draws, 204 cells by default.
 
-* serial loop: the cell function called in a plain Python loop (no engine at all);
+* serial loop: the cell function called in a plain Python loop (no engine at all), timed
+  at the start and again at the end of the run (on a shared machine the two differ: the
+  ratios use their mean, and both are printed);
 * ``sweep.run(scheduler="serial")``: the engine in-process (outputs, bookkeeping, Zarr store);
 * ``sweep.run(workers=W)``: the embedded Dask LocalCluster with W single-threaded worker
-  processes, writing the Zarr store; timed with and without the cluster's start-up (the
-  second by running the study on an already started cluster).
+  processes, writing the Zarr store, timed with its start-up, and on an already started
+  cluster.
 
-The engine's per-cell overhead is measured on a cell that does nothing (in-process engine
-with a Zarr store, and the Dask cluster), divided by the number of cells.  The machine may be
-shared: the 1-minute load average is printed and stored.
+The engine's overhead is measured on a cell that does nothing (in-process with a Zarr store,
+and on the started Dask cluster), with n and 4n cells: per cell = the slope
+(t(4n) - t(n)) / 3n, fixed = the rest (store creation, task submission).  The 1-minute
+load average (as ``uptime`` prints it) is stored at the start and at the end: with a load
+above the number of cores the speed-ups of the cluster are bounded by the cores left free.
 
-Run:  python benchmarks/sweep.py [--quick] [--workers 2]   (writes benchmarks/results/sweep.json)
+Run:  PYTHONPATH=. python benchmarks/sweep.py [--quick] [--workers 2]
+(writes benchmarks/results/sweep.json; about a minute on an idle 2-core machine, 3 on a
+loaded one)
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -40,20 +46,42 @@ def timed(fn):
     return time.perf_counter() - t0, out
 
 
+def overhead(tmp: Path, n: int, **kw) -> tuple[float, float]:
+    """(seconds per cell, fixed seconds per study) of the engine on empty cells."""
+    t = []
+    for k in (n, 4 * n):
+        grid = sweep.Grid({"i": list(range(k))})
+        store = tmp / f"empty-{time.time_ns()}.zarr"
+        t0 = time.perf_counter()
+        sweep.run(sweep.Study(grid, nothing), store, progress=False, **kw)
+        t.append(time.perf_counter() - t0)
+    per_cell = max(0.0, (t[1] - t[0]) / (3 * n))
+    return per_cell, t[0] - n * per_cell
+
+
+def _worker_threads() -> dict:
+    return {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                           "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="48 cells instead of 200")
+    ap.add_argument("--quick", action="store_true", help="48 cells instead of 204")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "sweep.json"))
     args = ap.parse_args()
-    draws = 8 if args.quick else 34  # 6 (kind, d) pairs x draws ~ 200 cells
+    draws = 8 if args.quick else 34  # 6 (kind, d) pairs x draws = 204 cells
     grid = sweep.Grid({"kind": ["softmax", "l2"], "d": [3, 4, 5]}, draws=draws, seed=0)
     cell = sweep.RankCell()
     n = grid.n_cells
     load0 = os.getloadavg()[0]
     tmp = Path(tempfile.mkdtemp())
+    # warm this process (imports of scipy, xarray, zarr) so that no timing pays for them
+    cell(grid.cell(0).params, grid.cell(0).rng())
+    sweep.run(sweep.Study(sweep.Grid({"i": [0]}), nothing), tmp / "warm0.zarr",
+              scheduler="serial", progress=False)
 
-    t_loop, _ = timed(lambda: [cell(c.params, c.rng()) for c in grid])
+    t_loop1, _ = timed(lambda: [cell(c.params, c.rng()) for c in grid])
     t_serial, ref = timed(lambda: sweep.run(sweep.Study(grid, cell), tmp / "serial.zarr",
                                             scheduler="serial", progress=False))
     t_dask, ds = timed(lambda: sweep.run(sweep.Study(grid, cell), tmp / "dask.zarr",
@@ -64,31 +92,44 @@ def main() -> None:
 
     with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
                       dashboard_address=":0") as cluster, Client(cluster) as client:
-        client.run(lambda: __import__("transformer_pde.gaussian"))  # warm the workers
-        t_warm, _ = timed(lambda: sweep.run(sweep.Study(grid, cell), tmp / "warm.zarr",
-                                            scheduler=client, progress=False))
-        empty = sweep.Grid({"i": list(range(n))})
-        t_empty_dask, _ = timed(lambda: sweep.run(sweep.Study(empty, nothing), tmp / "e1.zarr",
-                                                  scheduler=client, progress=False))
-    t_empty_serial, _ = timed(lambda: sweep.run(sweep.Study(empty, nothing), tmp / "e2.zarr",
-                                                scheduler="serial", progress=False))
-    rows = [("serial loop (no engine)", t_loop), ("engine, in-process + Zarr", t_serial),
+        client.run(lambda: __import__("transformer_pde.paper"))  # warm the workers
+        env = next(iter(client.run(_worker_threads).values()))
+        t_warm, ds = timed(lambda: sweep.run(sweep.Study(grid, cell), tmp / "warm.zarr",
+                                             scheduler=client, progress=False))
+        assert ds["rank"].equals(ref["rank"])
+        over_dask = overhead(tmp, n, scheduler=client)
+    over_serial = overhead(tmp, n, scheduler="serial")
+    t_loop2, _ = timed(lambda: [cell(c.params, c.rng()) for c in grid])
+    load1 = os.getloadavg()[0]
+    shutil.rmtree(tmp, ignore_errors=True)
+    t_loop = 0.5 * (t_loop1 + t_loop2)
+    rows = [("serial loop (no engine), first", t_loop1),
+            ("serial loop (no engine), last", t_loop2),
+            ("engine, in-process + Zarr", t_serial),
             (f"Dask LocalCluster x{args.workers}, incl. start", t_dask),
             (f"Dask cluster x{args.workers}, started", t_warm)]
-    print(f"rank study: {n} cells; load average at start {load0:.2f}")
+    print(f"rank study: {n} cells, {args.workers} workers, {os.cpu_count()} cores; "
+          f"load average {load0:.2f} at start, {load1:.2f} at end")
     print(f"{'run':<40s} {'seconds':>9s} {'speed-up vs loop':>17s}")
     for name, t in rows:
         print(f"{name:<40s} {t:9.2f} {t_loop / t:17.2f}")
-    print(f"engine overhead per cell: in-process + Zarr {1e3 * t_empty_serial / n:.2f} ms, "
-          f"Dask cluster {1e3 * t_empty_dask / n:.2f} ms")
+    print(f"engine overhead per cell: in-process + Zarr {1e3 * over_serial[0]:.2f} ms "
+          f"(+ {over_serial[1]:.2f} s per study), Dask cluster {1e3 * over_dask[0]:.2f} ms "
+          f"(+ {over_dask[1]:.2f} s per study); worker threads {env}")
     result = {"cells": n, "workers": args.workers, "loadavg_start": load0,
-              "loadavg_end": os.getloadavg()[0], "machine": platform.machine(),
+              "loadavg_end": load1, "machine": platform.machine(),
               "cpu_count": os.cpu_count(), "seconds": dict(rows),
               "speedup_vs_loop": {k: t_loop / v for k, v in rows},
-              "overhead_ms_per_cell": {"in_process_zarr": 1e3 * t_empty_serial / n,
-                                       "dask": 1e3 * t_empty_dask / n}}
+              "loop_seconds_mean": t_loop,
+              "overhead_ms_per_cell": {"in_process_zarr": 1e3 * over_serial[0],
+                                       "dask": 1e3 * over_dask[0]},
+              "overhead_s_per_study": {"in_process_zarr": over_serial[1],
+                                       "dask": over_dask[1]},
+              "worker_thread_env": env,
+              "command": "PYTHONPATH=. python benchmarks/sweep.py"
+                         + (" --quick" if args.quick else "") + f" --workers {args.workers}"}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -121,6 +121,6 @@ html_theme_options = {
     "footer_end": [],
 }
 html_show_sourcelink = False
-html_sidebars = {"benchmarks": []}
+html_sidebars = {"benchmarks": [], "getting-started": [], "architecture": []}
 copybutton_prompt_text = r">>> |\.\.\. |\$ "
 copybutton_prompt_is_regexp = True

@@ -123,7 +123,7 @@ color_by = "status"
 rank_one_line = [1.0, 0.0]
 """)
     out = tmp_path / "c"
-    assert cli.main(["cone", cfg, "--out", str(out)]) == 0
+    assert cli.main(["cone", cfg, "--out", str(out), "--scheduler", "serial"]) == 0
     with np.load(out / "cone.npz") as z:
         for i in range(4):
             times, covs = z[f"times_{i}"], z[f"covs_{i}"]
@@ -142,7 +142,8 @@ rank_one_line = [1.0, 0.0]
 def test_ranks_tiny(tmp_path):
     out = tmp_path / "r"
     assert cli.main(["ranks", "--dims", "2", "--draws", "4", "--kinds", "softmax",
-                     "--values", "identity", "--out", str(out), "-q"]) == 0
+                     "--values", "identity", "--out", str(out), "-q", "--scheduler",
+                     "serial"]) == 0
     s = json.loads((out / "summary.json").read_text())
     (sw,) = s["sweeps"]
     assert sum(sw["rank_counts"]) == 4 and sw["d"] == 2

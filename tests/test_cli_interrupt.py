@@ -182,18 +182,18 @@ def test_demo_interrupted_keeps_its_files(tmp_path, monkeypatch, capsys):
 
 
 def test_other_commands_interrupted_write_nothing(tmp_path, monkeypatch, capsys):
-    import functools
 
-    from transformer_pde import cli, paper
+    from transformer_pde import cli, sweep
 
-    @functools.wraps(paper.rank_sweep)  # same signature: the [ranks] keys are read from it
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(paper, "rank_sweep", interrupted)
+    # Ctrl-C before any cell of the study finished
+    monkeypatch.setattr(sweep.RankSweepCell, "run_batch", interrupted)
+    monkeypatch.setattr(sweep.RankSweepCell, "__call__", interrupted)
     out = tmp_path / "r"
     assert cli.main(["ranks", "--dims", "2", "--draws", "2", "--out", str(out),
-                     "-q"]) == ExitCode.INTERRUPTED
+                     "-q", "--scheduler", "serial"]) == ExitCode.INTERRUPTED
     assert capsys.readouterr().err == "transformer-pde ranks: interrupted; nothing was written\n"
     assert not out.exists() and list(tmp_path.iterdir()) == []
 

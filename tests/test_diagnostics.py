@@ -8,7 +8,6 @@ clustering, and hypothesis-generated measures/attentions from transformer_pde.te
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,6 +19,8 @@ from scipy.optimize import linear_sum_assignment
 
 import transformer_pde as tp
 from transformer_pde import diagnostics as D
+from transformer_pde.gaussian import GaussianTrajectory
+from transformer_pde.particles import ParticleTrajectory
 from transformer_pde.testing import (
     attentions,
     compact_measures,
@@ -29,6 +30,15 @@ from transformer_pde.testing import (
 )
 
 FAST = settings(max_examples=25, deadline=None)
+
+
+def _ptraj(states, times=None, attention=None, status="ok"):
+    """A ParticleTrajectory holding ``states`` (T, N, d) with equal weights."""
+    states = np.asarray(states, dtype=float)
+    T, N = states.shape[:2]
+    times = np.arange(T, dtype=float) if times is None else np.asarray(times, dtype=float)
+    return ParticleTrajectory(times, states, np.full(N, 1 / N), None, status, "",
+                              attention=attention)
 
 
 def _entropy(w):
@@ -453,15 +463,15 @@ def test_clusters_separated_blobs_and_counts():
     cl = D.clusters(X, tol=0.05)
     assert cl.n_clusters == 3
     np.testing.assert_allclose(np.sort(cl.masses), [1 / 3] * 3)
-    traj = SimpleNamespace(states=np.stack([X, 0 * X + 1.0]), weights=np.full(60, 1 / 60))
+    traj = _ptraj(np.stack([X, 0 * X + 1.0]))
     np.testing.assert_array_equal(D.cluster_counts(traj, tol=0.05), [3, 1])
 
 
 def _gaussian_traj(times, covs, means=None, status="ok", blowup_time=float("nan")):
     covs = np.asarray(covs, dtype=float)
     means = np.zeros(covs.shape[:2]) if means is None else np.asarray(means)
-    return SimpleNamespace(times=np.asarray(times), means=means, covs=covs, status=status,
-                           blowup_time=blowup_time)
+    return GaussianTrajectory(np.asarray(times, dtype=float), means, covs, status, blowup_time,
+                              covs[-1] / np.trace(covs[-1]), float(np.asarray(times)[-1]), "")
 
 
 def test_rank_collapse_exact_solution():
@@ -483,7 +493,7 @@ def test_rank_profile_particles_match_covariance():
     rng = np.random.default_rng(7)
     X = rng.normal(size=(40, 3))
     X[:, 2] = X[:, 0] + X[:, 1]  # rank 2
-    traj = SimpleNamespace(times=np.array([0.0]), states=X[None], weights=np.full(40, 1 / 40))
+    traj = _ptraj(X[None])
     prof = D.rank_profile(traj)
     assert prof.numerical[0] == 2
     assert prof.stable[0] == pytest.approx(D.stable_rank(np.cov(X.T)), rel=1e-10)
@@ -530,8 +540,7 @@ def test_classify_particles_contracting():
     traj = tp.simulate(att, X0, t_max=20.0, dt=0.5)
     assert D.classify(traj).kind == "converged"
     # a collapsed cloud far from the origin has rank 0, not round-off rank
-    one = SimpleNamespace(times=np.array([0.0]), states=np.full((1, 5, 2), 7.3),
-                          weights=np.full(5, 0.2))
+    one = _ptraj(np.full((1, 5, 2), 7.3))
     assert D.rank_profile(one).numerical[0] == 0
 
 
@@ -607,8 +616,7 @@ def test_mean_field_rate_n_to_minus_half():
 def _particle_traj(att, t, scale, status="ok"):
     X0 = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]])
     states = scale[:, None, None] * X0[None]
-    return SimpleNamespace(times=t, states=states, weights=np.full(3, 1 / 3), attention=att,
-                           status=status)
+    return _ptraj(states, times=t, attention=att, status=status)
 
 
 def test_classify_uses_the_results_status_vocabulary():
@@ -618,8 +626,7 @@ def test_classify_uses_the_results_status_vocabulary():
     c = D.classify(_gaussian_traj(t, np.exp(2 * t)[:, None, None]))
     assert isinstance(c.kind, Status) and c.status is c.kind is Status.DIVERGING
     # an undecided run that ended early keeps its own status
-    rot = SimpleNamespace(times=t[:3], means=np.zeros((3, 1)), covs=np.ones((3, 1, 1)),
-                          status="nonfinite")
+    rot = _gaussian_traj(t[:3], np.ones((3, 1, 1)), status="nonfinite")
     assert D.classify(rot).kind is Status.NONFINITE
 
 
@@ -663,18 +670,18 @@ def test_exponential_growth_bound():
 
     V = np.diag([1.0, 2.0, 3.0, 4.0])
     att = tp.Attention("softmax", np.eye(4), np.eye(4), V, heads=2, W_O=2 * np.eye(4))
-    traj = SimpleNamespace(states=np.zeros((1, 1, 4)), attention=att)
+    traj = _ptraj(np.zeros((1, 1, 4)), attention=att)
     assert bound(traj) == pytest.approx(2 * math.sqrt(2.0 ** 2 + 4.0 ** 2))
     layers = tp.Layers(np.stack([np.eye(2), 5 * np.eye(2)]))
-    traj = SimpleNamespace(states=np.zeros((1, 1, 2)),
-                           attention=tp.Attention("softmax", np.eye(2), np.eye(2), layers))
+    traj = _ptraj(np.zeros((1, 1, 2)),
+                  attention=tp.Attention("softmax", np.eye(2), np.eye(2), layers))
     assert bound(traj) == pytest.approx(5.0)
     callable_v = tp.Attention("softmax", np.eye(2), np.eye(2), lambda s: np.eye(2) / (1 - s))
-    assert bound(SimpleNamespace(states=np.zeros((1, 1, 2)), attention=callable_v)) is None
-    assert bound(SimpleNamespace(states=np.zeros((1, 1, 2)),
-                                 attention=tp.Attention("linear", np.eye(2), np.eye(2),
-                                                        np.eye(2)))) is None
-    assert bound(SimpleNamespace(times=[0.0], means=[[0.0]], covs=[[[1.0]]])) is None
+    assert bound(_ptraj(np.zeros((1, 1, 2)), attention=callable_v)) is None
+    assert bound(_ptraj(np.zeros((1, 1, 2)),
+                        attention=tp.Attention("linear", np.eye(2), np.eye(2),
+                                               np.eye(2)))) is None
+    assert bound(_gaussian_traj([0.0], [[[1.0]]])) is None
 
 
 # ------------------------------------------------------------- issue 13 item 7: clusters

@@ -276,7 +276,8 @@ def test_rank_sweep_paper_distribution_and_cli_config(tmp_path):
     cfg = tmp_path / "r.toml"
     cfg.write_text('[ranks]\ndistribution = "paper"\nkinds = ["softmax"]\nvalues = ["psd"]\n'
                    'dims = [3]\ndraws = 3\nseed = 2\nt_max = 5000.0\n')
-    assert cli.main(["ranks", str(cfg), "--out", str(tmp_path / "o"), "-q"]) == 0
+    assert cli.main(["ranks", str(cfg), "--out", str(tmp_path / "o"), "-q",
+                     "--scheduler", "serial"]) == 0
     s = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert s["sweeps"][0]["rank_counts"] == np.bincount(sw.ranks, minlength=4).tolist()
     cfg.write_text('[ranks]\ndistribution = "paper"\nvalues = ["random"]\n')

@@ -139,11 +139,9 @@ def test_particles_offsets_and_rescaling():
     times = np.array([0.0, 0.5, 1.0])
     states = rng.normal(size=(3, 10, 2))
 
-    class Traj:  # any object with times/states works
-        pass
+    from transformer_pde.particles import ParticleTrajectory
 
-    tr = Traj()
-    tr.times, tr.states = times, states
+    tr = ParticleTrajectory(times, states, np.full(10, 0.1), None, "ok", "")
     labels = np.repeat([0, 1], 5)
     fig = plot.particles(tr, labels=labels)
     ax = fig.axes[0]

@@ -1,14 +1,19 @@
-"""transformer-pde: deep Transformers as a mean-field PDE on token measures.
+r"""transformer-pde: deep Transformers as a mean-field PDE on token measures.
 
-Tokens are a probability measure on R^d, depth is time, and each residual attention
-layer is one Euler step of dx/dt = Gamma_mu(x).  Main entry points:
+Tokens are a probability measure on :math:`\mathbb R^d`, depth is time, and each residual
+attention layer is one Euler step of :math:`dx/dt = \Gamma_\mu(x)`.  Main entry points:
 
-- :class:`Attention` / :class:`Layers` -- the attention specification (attention.py)
-- :func:`velocity` / :func:`simulate` / :func:`load` -- the particle engine (particles.py)
+- :class:`~transformer_pde.attention.Attention` / :class:`~transformer_pde.attention.Layers`
+  -- the attention specification (attention.py)
+- :func:`~transformer_pde.fields.velocity` / :func:`~transformer_pde.particles.simulate` /
+  :func:`~transformer_pde.particles.load` -- the particle engine (particles.py)
 - :mod:`transformer_pde.gaussian` -- closed-form mean/covariance ODEs
 - :mod:`transformer_pde.diagnostics` -- stability, rank collapse, blow-up, clusters
 - :mod:`transformer_pde.plot` -- covariance cone, particles, rank histograms
 - :mod:`transformer_pde.pretrained` -- a pretrained BERT-family encoder as a token flow
+
+The conventions (score without hidden :math:`1/\sqrt d`, temperatures, kernels, multi-head
+layout) are in ``docs/conventions.md``.
 """
 
 import importlib

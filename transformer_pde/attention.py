@@ -79,6 +79,7 @@ class Kind:
     description: str
 
 
+#: The registry of attention kinds, name -> :class:`Kind` (:func:`register_kind` adds one).
 KINDS: dict[str, Kind] = {}
 
 

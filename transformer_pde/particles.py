@@ -25,7 +25,7 @@ import os
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from .integrate.loop import Limits, Monitor, SaveAt, TimeLoop
 from .integrate.loop import Progress
 from . import labelled
 from .integrate.solvers import get_solver
-from .results import Status, warn_stop
+from .results import ResultKind, Status, warn_stop
 from .validation import points, positive
 
 __all__ = ["FieldOptions", "Limits", "Monitor", "ParticleTrajectory", "SaveAt",
@@ -172,6 +172,9 @@ class ParticleTrajectory:
     last: np.ndarray | None = None
     saved_means: np.ndarray | None = field(default=None, repr=False)
     saved_covs: np.ndarray | None = field(default=None, repr=False)
+
+    #: :class:`~transformer_pde.results.ResultKind` of the result protocol
+    result_kind: ClassVar[ResultKind] = ResultKind.PARTICLES
 
     def __post_init__(self) -> None:
         self.status = Status.parse(self.status)

@@ -26,6 +26,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .errors import ArgumentError, ArgumentTypeError
+from .results import ResultKind, kind_of, require_kind
+
 __all__ = [
     "cone",
     "cone_coordinates",
@@ -74,17 +77,20 @@ def cone_coordinates(covs: Any) -> np.ndarray:
 def _covariance_paths(trajectories: Any) -> list[np.ndarray]:
     """Normalise the accepted inputs to a list of (T_i, 2, 2) float arrays (finite rows only).
 
-    Accepts one trajectory or a sequence of them, each an object with a ``covs``
-    attribute (e.g. :class:`transformer_pde.gaussian.GaussianTrajectory`) or an array
-    (T, 2, 2); also a single array (n, T, 2, 2) and a
+    Accepts one trajectory or a sequence of them, each a result of the package
+    (:class:`transformer_pde.gaussian.GaussianTrajectory`, or a
+    :class:`~transformer_pde.ParticleTrajectory` in d = 2: the covariance of its tokens) or
+    an array (T, 2, 2); also a single array (n, T, 2, 2) and a
     :class:`transformer_pde.gaussian.GaussianBatch` solved with ``t_eval`` (its
     ``traj_covs``).  Non-finite rows (after a member stopped) are dropped.
     """
-    if getattr(trajectories, "traj_covs", None) is not None:  # GaussianBatch with t_eval
+    kind = kind_of(trajectories)
+    if kind is ResultKind.GAUSSIAN_BATCH:
+        if trajectories.traj_covs is None:
+            raise ArgumentError("a GaussianBatch holds trajectories only when solved with "
+                                "t_eval=...")
         items: list[Any] = list(np.asarray(trajectories.traj_covs, dtype=float))
-    elif hasattr(trajectories, "traj_covs"):
-        raise ValueError("a GaussianBatch holds trajectories only when solved with t_eval=...")
-    elif hasattr(trajectories, "covs"):
+    elif kind is not None:
         items = [trajectories]
     elif isinstance(trajectories, np.ndarray):
         if trajectories.ndim == 3:
@@ -97,12 +103,16 @@ def _covariance_paths(trajectories: Any) -> list[np.ndarray]:
     elif isinstance(trajectories, Iterable):
         items = list(trajectories)
     else:
-        raise TypeError("trajectories must be a trajectory with a 'covs' attribute, an "
-                        "array (n, T, 2, 2) or a sequence of them, got "
-                        f"{type(trajectories).__name__}")
+        raise ArgumentTypeError("trajectories must be a GaussianTrajectory, a GaussianBatch, "
+                                "an array (n, T, 2, 2) or a sequence of them, got "
+                                f"{type(trajectories).__name__}")
     paths = []
     for i, item in enumerate(items):
-        covs = np.asarray(getattr(item, "covs", item), dtype=float)
+        item_kind = kind_of(item)
+        if item_kind is ResultKind.GAUSSIAN_BATCH:
+            raise ArgumentTypeError(f"trajectories[{i}] is a GaussianBatch: pass it alone, "
+                                    "not inside a sequence")
+        covs = np.asarray(item.moments()[1] if item_kind is not None else item, dtype=float)
         if covs.ndim == 4 and covs.shape[-2:] == (2, 2):
             paths.extend(_covariance_paths(covs))
             continue
@@ -307,11 +317,18 @@ def cone_slice(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any
 
 # --------------------------------------------------------------------------- particles
 def _particle_states(traj: Any, min_d: int = 2) -> tuple[np.ndarray, np.ndarray]:
-    if hasattr(traj, "states"):
+    if kind_of(traj) is not None:
+        require_kind(traj, "traj", (ResultKind.PARTICLES,))
+        if traj.states is None:
+            raise ArgumentError("traj holds no states (it was saved with SaveAt(fn=...))")
         states = np.asarray(traj.states, dtype=float)
-        times = np.asarray(getattr(traj, "times", np.arange(len(states))), dtype=float)
+        times = np.asarray(traj.times, dtype=float)
     else:
-        states = np.asarray(traj, dtype=float)
+        try:
+            states = np.asarray(traj, dtype=float)
+        except (TypeError, ValueError):
+            raise ArgumentTypeError(f"traj must be a ParticleTrajectory or an array of states "
+                                    f"(T, N, d), got {type(traj).__name__}") from None
         times = np.arange(states.shape[0], dtype=float)
     if states.ndim != 3 or states.shape[2] < min_d:
         raise ValueError(f"traj must hold states of shape (T, N, d) with d >= {min_d}, "

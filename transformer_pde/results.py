@@ -13,9 +13,14 @@ a batch) exposes the same attributes:
     ``status.success``: the run did what was asked (see :class:`Status`).
 ``moments()``
     ``(means, covs)`` of shape ``(T, d)`` and ``(T, d, d)`` at the saved times.
+``result_kind``
+    A :class:`ResultKind` (a class attribute): what the result holds --
+    ``PARTICLES`` (token states and weights), ``GAUSSIAN`` (one mean and covariance path)
+    or ``GAUSSIAN_BATCH`` (many members at common times).
 
-Diagnostics and plots accept any object satisfying :class:`Result` instead of testing
-attributes with ``hasattr``.
+Diagnostics and plots dispatch on :func:`kind_of` / :func:`require_kind` (the declared
+``result_kind``) instead of testing attributes with ``hasattr``; a wrong type is an
+:class:`~transformer_pde.errors.ArgumentTypeError` naming the argument.
 
 This module imports nothing from the package but :mod:`transformer_pde.errors`.
 """
@@ -26,9 +31,9 @@ import enum
 import warnings
 from typing import Any, Protocol, runtime_checkable
 
-from .errors import EarlyStopWarning
+from .errors import ArgumentTypeError, EarlyStopWarning
 
-__all__ = ["Status", "Result", "warn_stop"]
+__all__ = ["Result", "ResultKind", "Status", "kind_of", "require_kind", "warn_stop"]
 
 
 class Status(str, enum.Enum):
@@ -92,10 +97,38 @@ _EARLY = frozenset({Status.BLOWUP, Status.NONFINITE, Status.FAILED, Status.MAX_S
                     Status.INTERRUPTED})
 
 
+class ResultKind(str, enum.Enum):
+    """What a result holds; declared by each result class as ``result_kind``.
+
+    ``PARTICLES``
+        :class:`~transformer_pde.ParticleTrajectory`: token states ``(T, N, d)`` (or, when
+        saved with ``SaveAt(fn=...)``, only their moments) and weights.
+    ``GAUSSIAN``
+        :class:`~transformer_pde.gaussian.GaussianTrajectory`: ``means (T, d)`` and
+        ``covs (T, d, d)`` of one Gaussian solve.
+    ``GAUSSIAN_BATCH``
+        :class:`~transformer_pde.gaussian.GaussianBatch`: many members, final states, and
+        paths at common times when solved with ``t_eval``.
+    """
+
+    PARTICLES = "particles"
+    GAUSSIAN = "gaussian"
+    GAUSSIAN_BATCH = "gaussian_batch"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_CLASS_NAMES = {ResultKind.PARTICLES: "ParticleTrajectory",
+                ResultKind.GAUSSIAN: "GaussianTrajectory",
+                ResultKind.GAUSSIAN_BATCH: "GaussianBatch"}
+
+
 @runtime_checkable
 class Result(Protocol):
     """What every trajectory-like result provides (see the module docstring)."""
 
+    result_kind: ResultKind
     times: Any
     status: Status
     message: str
@@ -104,6 +137,38 @@ class Result(Protocol):
     def success(self) -> bool: ...
 
     def moments(self) -> tuple[Any, Any]: ...
+
+
+def kind_of(obj: Any) -> ResultKind | None:
+    """The :class:`ResultKind` declared by ``obj``'s class, or ``None`` when ``obj`` is not
+    one of the package's results (an array, a list, ...)."""
+    kind = getattr(type(obj), "result_kind", None)
+    return kind if isinstance(kind, ResultKind) else None
+
+
+def require_kind(obj: Any, name: str, accept: tuple[ResultKind, ...] = tuple(ResultKind)
+                 ) -> ResultKind:
+    """:func:`kind_of` ``obj``, which must be one of ``accept``.
+
+    Raises
+    ------
+    ArgumentTypeError
+        Naming ``name``, the accepted result classes and the type received.
+
+    Examples
+    --------
+    >>> require_kind([1.0], "traj")
+    Traceback (most recent call last):
+    ...
+    transformer_pde.errors.ArgumentTypeError: traj must be a ParticleTrajectory, \
+GaussianTrajectory or GaussianBatch, got list
+    """
+    kind = kind_of(obj)
+    if kind is None or kind not in accept:
+        names = [_CLASS_NAMES[k] for k in accept]
+        wanted = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+        raise ArgumentTypeError(f"{name} must be a {wanted}, got {type(obj).__name__}")
+    return kind
 
 
 def warn_stop(status: Status, message: str, *, stacklevel: int = 3) -> None:

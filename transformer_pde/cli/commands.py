@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -25,12 +26,13 @@ from ..errors import ConfigError, TransformerPDEError
 from .config import (Table, build_attention, build_simulate, build_tokens, check_memory,
                      covariance, human_bytes, library_call, read_options, sections,
                      typed_parameters)
-from .output import OutputDir
+from .output import OutputDir, OutputError
 
 __all__ = [
     "CLUSTER_TOL",
     "UsageError",
     "RANK_RTOL",
+    "StudyInterrupted",
     "benchmark_scripts",
     "run_bench",
     "run_cone",
@@ -354,20 +356,104 @@ def run_gaussian(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
     return summary
 
 
+# =========================================================================== studies
+class StudyInterrupted(TransformerPDEError):
+    """Ctrl-C during a ``ranks`` / ``cone`` study; ``store`` holds the finished cells (or is
+    ``None`` when none had finished: nothing was written)."""
+
+    def __init__(self, store: Path | None) -> None:
+        self.store = store
+        kept = (f"the cells finished so far are in {store}; rerun with --resume to complete it"
+                if store is not None else "nothing was written")
+        super().__init__(f"interrupted; {kept}")
+
+
+def _run_study(study: Any, out: str | Path, cfg: dict, *, force: bool, resume: bool,
+               scheduler: Any, scheduler_file: str | Path | None, workers: int | None,
+               progress: bool) -> tuple[Any, OutputDir]:
+    """Run ``study`` with :func:`transformer_pde.sweep.run` into ``out/results.zarr`` and
+    return its Dataset and the (staged) :class:`OutputDir` for the command's other files.
+
+    ``results.zarr`` is written in ``out`` itself as cells finish (so that ``--resume`` can
+    complete it after a crash or Ctrl-C); without ``--resume`` an existing one is refused
+    (``--force`` never replaces it).  A run that fails or is interrupted before any cell
+    finished leaves nothing behind."""
+    from .. import sweep  # noqa: PLC0415  (dask, xarray, zarr are imported only here)
+
+    out = Path(out)
+    store = out / "results.zarr"
+    if store.exists() and not resume:
+        raise OutputError(f"--out {out}: holds the results.zarr of an earlier run; pass "
+                             "--resume to complete it (same configuration), or choose a new "
+                             "directory (nothing was changed)")
+    outdir = OutputDir(out, force=force,
+                       replaceable=(lambda p: (p / "results.zarr").is_dir()) if resume else None)
+    created = not out.exists()
+    try:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"--out {out}: cannot create it ({exc.strerror})") from None
+        fresh = not store.exists()
+        try:
+            ds = sweep.run(study, store, scheduler=scheduler, workers=workers,
+                           scheduler_file=scheduler_file, resume=resume, progress=progress,
+                           config={k: v for k, v in cfg.items() if k != "__dir__"})
+        except BaseException as exc:
+            kept = store.exists() and _finished_cells(store) > 0
+            if fresh and store.exists() and not kept:
+                shutil.rmtree(store, ignore_errors=True)
+            if created and out.exists() and not any(out.iterdir()):
+                out.rmdir()
+            if isinstance(exc, KeyboardInterrupt):
+                raise StudyInterrupted(store if kept else None) from None
+            raise
+    except BaseException:
+        outdir.discard()
+        raise
+    return ds, outdir
+
+
+def _finished_cells(store: Path) -> int:
+    from ..sweep import StoreError, open_results  # noqa: PLC0415
+
+    try:
+        return int((open_results(store)["cell_status"].values != 0).sum())
+    except StoreError:
+        return 0
+
+
+def _study_summary(ds: Any) -> dict:
+    from ..sweep import summary  # noqa: PLC0415
+
+    return {"store": "results.zarr", **summary(ds)}
+
+
 # =========================================================================== cone
 CONE_KEYS = ("n", "init", "radius", "trace", "seed", "n_eval", "view", "color_by",
              "rank_one_line", "v_max")
 
 
-def run_cone(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
+def run_cone(cfg: dict, out: str | Path, *, force: bool = False, resume: bool = False,
+             scheduler: Any = None, scheduler_file: str | Path | None = None,
+             workers: int | None = None, progress: bool = True) -> dict:
     """Phase plot of many 2-D covariance trajectories (tables ``attention`` and ``cone``).
 
-    Writes ``cone.npz`` (``covs0``; ``times_<i>``, ``covs_<i>`` per run, each up to its own
-    end; ``status``, ``blowup_time``, ``limit``), ``summary.json`` and ``cone.png``."""
+    A study of the sweep engine (:mod:`transformer_pde.sweep`): one cell per initial
+    covariance (:class:`~transformer_pde.sweep.ConePathCell`, the numbers of
+    :func:`transformer_pde.paper.solve_paths`), run on an embedded Dask cluster (``workers``
+    processes), an existing one (``scheduler`` address or ``scheduler_file``) or in this
+    process (``scheduler="serial"``), written to ``results.zarr`` as cells finish
+    (``resume`` completes it).  Writes ``cone.npz`` (``covs0``; ``times_<i>``,
+    ``covs_<i>`` per run, each up to its own end; ``status``, ``blowup_time``, ``limit``),
+    ``summary.json`` and ``cone.png``."""
     from matplotlib.figure import Figure  # noqa: PLC0415
 
-    from .. import plot  # noqa: PLC0415
-    from ..paper import STATUS_COLOURS, slice_covariances, solve_paths  # noqa: PLC0415
+    from .. import gaussian, plot  # noqa: PLC0415
+    from ..gaussian.affine import check_attention  # noqa: PLC0415
+    from ..gaussian.system import check_solver_args  # noqa: PLC0415
+    from ..paper import STATUS_COLOURS, slice_covariances  # noqa: PLC0415
+    from ..sweep import STATUS_CODES, ConePathCell, Grid, Study  # noqa: PLC0415
 
     sections(cfg, ("attention", "cone", "title"))
     att = build_attention(cfg.get("attention"))
@@ -387,35 +473,56 @@ def run_cone(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
     color_by = sec.choice("color_by", "start", ("start", "end", "status"))
     line = sec.vector("rank_one_line", 2) if sec.has("rank_one_line") else None
     v_max = sec.number("v_max", 0.0, positive=True) if sec.has("v_max") else None
-    with OutputDir(out, force=force) as outdir:
-        runs = library_call("cone", solve_paths, att, covs0, t_max=t_max, n_eval=n_eval,
-                            names=opts, strict=False, **opts)
-        status = [str(r.status) for r in runs]
-        colours = ([STATUS_COLOURS.get(s, "black") for s in status] if color_by == "status"
-                   else color_by)
+    # the library's own argument checks, before any cell runs (errors name the key)
+    spec = typed_parameters(gaussian.solve, exclude=("att", "mean0", "cov0", "t_max", "t_eval"))
+    solver = {k: opts.get(k, default) for k, (_, default) in spec.items()}
+    library_call("cone", check_solver_args, t_max, solver["rtol"], solver["atol"],
+                 solver["blowup_threshold"], solver["converge_tol"], solver["convergence"],
+                 names=opts)
+    library_call("attention", check_attention, att)
+    cell = ConePathCell(att, tuple(tuple(map(tuple, c)) for c in covs0.tolist()), t_max,
+                        n_eval, tuple(sorted(opts.items())),
+                        json.dumps(cfg.get("attention", {}), sort_keys=True, default=str))
+    study = Study(Grid({"run": list(range(n))}, draws=1), cell, name="cone")
+    ds, outdir = _run_study(study, out, cfg, force=force, resume=resume, scheduler=scheduler,
+                            scheduler_file=scheduler_file, workers=workers, progress=progress)
+    with outdir:
+        done = ds["cell_status"].values[:, 0] == 1
+        status = [STATUS_CODES[c] if ok else "failed"
+                  for c, ok in zip(ds["status"].values[:, 0], done, strict=True)]
+        n_times = ds["n_times"].values[:, 0]
+        times = [ds["times"].values[i, 0, :n_times[i]] for i in range(n)]
+        covs = [ds["covs"].values[i, 0, :n_times[i]] for i in range(n)]
+        paths = [covs[i] for i in range(n) if done[i]]
+        colours = ([STATUS_COLOURS.get(s, "black") for s, ok in zip(status, done, strict=True) if ok]
+                   if color_by == "status" else color_by)
         panels = ["cone", "slice"] if view == "both" else [view]
-        fig = Figure(figsize=(5.5 * len(panels), 5.0), layout="constrained")
-        for i, panel in enumerate(panels):
-            if panel == "cone":
-                ax = fig.add_subplot(1, len(panels), i + 1, projection="3d")
-                plot.cone(runs, color_by=colours, rank_one_line=line, v_max=v_max, ax=ax)
-            else:
-                ax = fig.add_subplot(1, len(panels), i + 1)
-                plot.cone_slice(runs, color_by=colours, rank_one_line=line, ax=ax)
-        fig.suptitle(str(cfg.get("title", repr(att))))
-        outdir.savefig(fig, "cone.png")
+        if paths:
+            fig = Figure(figsize=(5.5 * len(panels), 5.0), layout="constrained")
+            for i, panel in enumerate(panels):
+                if panel == "cone":
+                    ax = fig.add_subplot(1, len(panels), i + 1, projection="3d")
+                    plot.cone(paths, color_by=colours, rank_one_line=line, v_max=v_max, ax=ax)
+                else:
+                    ax = fig.add_subplot(1, len(panels), i + 1)
+                    plot.cone_slice(paths, color_by=colours, rank_one_line=line, ax=ax)
+            fig.suptitle(str(cfg.get("title", repr(att))))
+            outdir.savefig(fig, "cone.png")
         arrays = {"covs0": covs0, "status": np.asarray(status, dtype=str),
-                  "blowup_time": np.array([r.blowup_time for r in runs]),
-                  "limit": np.stack([r.limit for r in runs])}
-        for i, r in enumerate(runs):
-            arrays[f"times_{i}"], arrays[f"covs_{i}"] = r.times, r.covs
+                  "blowup_time": ds["blowup_time"].values[:, 0],
+                  "limit": ds["limit"].values[:, 0]}
+        for i in range(n):
+            arrays[f"times_{i}"], arrays[f"covs_{i}"] = times[i], covs[i]
         np.savez(outdir.path("cone.npz"), **arrays)
         summary = {"command": "cone", "attention": repr(att), "n": n,
                    "status_counts": {k: status.count(k) for k in dict.fromkeys(
                        [*STATUS_COLOURS, *status])},
                    "blowup_times": arrays["blowup_time"],
-                   "t_final": [r.t_final for r in runs],
-                   "files": {"data": "cone.npz", "figure": "cone.png"}}
+                   "t_final": ds["t_final"].values[:, 0].tolist(),
+                   "study": _study_summary(ds),
+                   "files": {"data": "cone.npz", "figure": "cone.png", "store": "results.zarr"}}
+        if not paths:
+            del summary["files"]["figure"]
         outdir.write_json("summary.json", summary)
     return summary
 
@@ -425,14 +532,23 @@ RANK_KINDS = ("softmax", "l2", "sinkhorn")
 RANK_VALUES = ("identity", "random", "psd")
 
 
-def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True,
-              force: bool = False) -> dict:
+def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True, force: bool = False,
+              resume: bool = False, scheduler: Any = None,
+              scheduler_file: str | Path | None = None, workers: int | None = None) -> dict:
     """Rank-histogram sweep (table ``ranks``); writes ``ranks.npz``, ``summary.json`` and
     ``ranks.png`` (:func:`transformer_pde.paper.rank_figure`: one panel per (kind, value),
-    bars grouped by dimension)."""
-    from tqdm.auto import tqdm  # noqa: PLC0415
+    bars grouped by dimension).
 
-    from ..paper import rank_figure, rank_sweep  # noqa: PLC0415
+    A study of the sweep engine (:mod:`transformer_pde.sweep`) over (kind, value, d, draw),
+    one cell per draw (:class:`~transformer_pde.sweep.RankSweepCell`: the numbers of
+    :func:`transformer_pde.paper.rank_sweep` with the same options; the draws of a task that
+    share (kind, value, d) are solved together), run on an embedded Dask cluster
+    (``workers`` processes), an existing one (``scheduler`` address or ``scheduler_file``)
+    or in this process (``scheduler="serial"``), written to ``results.zarr`` as cells
+    finish (``resume`` completes it).  A draw whose computation raised is recorded as
+    failed (rank -1, status ``failed``) and the study goes on."""
+    from ..paper import RankSweep, rank_figure, rank_sweep, rank_sweep_trials  # noqa: PLC0415
+    from ..sweep import STATUS_CODES, Grid, RankSweepCell, Study  # noqa: PLC0415
 
     sections(cfg, ("ranks", "title"))
     spec = typed_parameters(rank_sweep, exclude=("kind", "d", "value"))
@@ -454,24 +570,41 @@ def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True,
         sec.integer("draws", minimum=1, maximum=10**6)
     if opts.get("rtol", 0.5) >= 1:
         raise ConfigError(f"{sec.key('rtol')}: expected a number in (0, 1), got {opts['rtol']}")
-    rtol = opts.get("rtol", spec["rtol"][1])
-    draws = opts.get("draws", spec["draws"][1])
+    full = {k: opts.get(k, default) for k, (_, default) in spec.items()}
+    rtol, draws, dist = full["rtol"], int(full["draws"]), full["distribution"]
     # distribution = "paper": the paper's study (K = -Q of rank floor(d/2), V = I or W^T W,
     # converged runs only, eigenvalues above `threshold`); see transformer_pde.paper
-    dist = opts.get("distribution", spec["distribution"][1])
     allowed = ("identity", "psd") if dist == "paper" else ("identity", "random")
     if any(v not in allowed for v in values):
         raise ConfigError(f"{sec.key('values')}: with distribution = {dist!r} the values are "
                           f"{', '.join(map(repr, allowed))}, got {values!r}")
     if dist == "paper" and any(d < 2 for d in dims):
         raise ConfigError(f"{sec.key('dims')}: the paper's study needs d >= 2, got {dims!r}")
-    jobs = [(k, v, d) for k in kinds for v in values for d in dims]
-    with OutputDir(out, force=force) as outdir:
+    for k in kinds:  # the library's argument checks, before any cell runs (no draw solved)
+        for v in values:
+            for d in dims:
+                library_call("ranks", rank_sweep_trials, k, d, [], value=v, names=opts,
+                             **full)
+    cell = RankSweepCell(**full)
+    grid = Grid({"kind": kinds, "value": values, "d": dims, "trial": list(range(draws))},
+                draws=1, seed=int(full["seed"]))
+    study = Study(grid, cell, name="ranks")
+    ds, outdir = _run_study(study, out, cfg, force=force, resume=resume, scheduler=scheduler,
+                            scheduler_file=scheduler_file, workers=workers, progress=progress)
+    with outdir:
         sweeps = []
-        for k, v, d in tqdm(jobs, desc="ranks", disable=not progress or len(jobs) < 2,
-                            file=sys.stderr):
-            sweeps.append(library_call("ranks", rank_sweep, k, d, value=v, names=opts,
-                                       strict=False, **opts))
+        for i, k in enumerate(kinds):
+            for j, v in enumerate(values):
+                for m, d in enumerate(dims):
+                    done = ds["cell_status"].values[i, j, m, :, 0] == 1
+                    ranks = np.where(done, ds["rank"].values[i, j, m, :, 0], -1).astype(int)
+                    status = np.array([STATUS_CODES[c] if ok else "failed" for c, ok in
+                                       zip(ds["status"].values[i, j, m, :, 0], done, strict=True)])
+                    sweeps.append(RankSweep(k, int(d), v, ranks, status,
+                                            float(full["threshold"] if dist == "paper"
+                                                  else rtol),
+                                            float(full["blowup_threshold"]),
+                                            float(full["t_max"])))
         fig = rank_figure(sweeps, str(cfg.get(
             "title", f"numerical rank (rtol {rtol:g}) of the limit covariance, "
                      f"{draws} draws")))
@@ -480,7 +613,9 @@ def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True,
                  **{f"{s.kind}_{s.value}_d{s.d}": s.ranks for s in sweeps},
                  **{f"{s.kind}_{s.value}_d{s.d}_status": s.status.astype(str) for s in sweeps})
         summary = {"command": "ranks", "sweeps": [s.summary() for s in sweeps],
-                   "files": {"data": "ranks.npz", "figure": "ranks.png"}}
+                   "study": _study_summary(ds),
+                   "files": {"data": "ranks.npz", "figure": "ranks.png",
+                             "store": "results.zarr"}}
         outdir.write_json("summary.json", summary)
     return summary
 

@@ -168,12 +168,39 @@ def _cmd_gaussian(args: argparse.Namespace) -> int:
     return _status_exit(s["status"])
 
 
+def _study_options(args: argparse.Namespace) -> dict:
+    """The sweep-engine options of ``ranks`` / ``cone`` (as for ``sweep``)."""
+    return {"scheduler": args.scheduler, "scheduler_file": args.scheduler_file,
+            "workers": args.workers, "resume": args.resume, "progress": not args.quiet,
+            "force": args.force}
+
+
+def _study_end(args: argparse.Namespace, s: dict) -> int:
+    """Report the cells that failed; exit status 1 when some did."""
+    study = s["study"]
+    for message, count in study["failures"].items():
+        sys.stdout.write(f"  {count} cell(s) failed: {message}\n")
+    if study["failed"]:
+        sys.stdout.write(f"{study['failed']} of {study['cells']} cells failed; "
+                         f"--resume retries them\n")
+    return ExitCode.OK if study["done"] == study["cells"] else ExitCode.UNSUCCESSFUL
+
+
+def _interrupted(args: argparse.Namespace, exc: commands.StudyInterrupted) -> int:
+    sys.stderr.write(f"transformer-pde {args.command}: {exc}\n")
+    return ExitCode.INTERRUPTED
+
+
 def _cmd_cone(args: argparse.Namespace) -> int:
-    s = commands.run_cone(load_config(args.config), args.out, force=args.force)
+    try:
+        s = commands.run_cone(load_config(args.config), args.out, **_study_options(args))
+    except commands.StudyInterrupted as exc:
+        return _interrupted(args, exc)
     counts = ", ".join(f"{k} {v}" for k, v in s["status_counts"].items() if v)
+    files = ", ".join([*s["files"].values(), "summary.json"])
     sys.stdout.write(f"cone: {s['n']} trajectories ({counts}); files in {args.out}: "
-                     "cone.png, cone.npz, summary.json\n")
-    return ExitCode.OK
+                     f"{files}\n")
+    return _study_end(args, s)
 
 
 def _cmd_ranks(args: argparse.Namespace) -> int:
@@ -182,13 +209,16 @@ def _cmd_ranks(args: argparse.Namespace) -> int:
     for key in ("kinds", "dims", "values", "draws", "seed"):
         if getattr(args, key) is not None:
             table[key] = getattr(args, key)
-    s = commands.run_ranks({**cfg, "ranks": table}, args.out, progress=not args.quiet,
-                           force=args.force)
+    try:
+        s = commands.run_ranks({**cfg, "ranks": table}, args.out, **_study_options(args))
+    except commands.StudyInterrupted as exc:
+        return _interrupted(args, exc)
     for sw in s["sweeps"]:
         sys.stdout.write(f"{sw['kind']:>8s} V={sw['value']:<8s} d={sw['d']}: ranks "
                          f"0..{sw['d']} -> {sw['rank_counts']}\n")
-    sys.stdout.write(f"files in {args.out}: ranks.png, ranks.npz, summary.json\n")
-    return ExitCode.OK
+    sys.stdout.write(f"files in {args.out}: ranks.png, ranks.npz, results.zarr, "
+                     "summary.json\n")
+    return _study_end(args, s)
 
 
 def _cmd_pretrained(args: argparse.Namespace) -> int:
@@ -293,6 +323,28 @@ def _config_command(sub: Any, name: str, func: Callable, help_: str,
 
 _SUB_EPILOG = "Exit statuses: see 'transformer-pde --help'."
 
+_STUDY_TEXT = ("Each draw / run is a cell of a study on the sweep engine (as 'transformer-pde "
+               "sweep'): an embedded Dask cluster of one worker process per core by default, "
+               "results written to OUT/results.zarr as cells finish; a cell that raises is "
+               "recorded as failed (exit status 1) and the others go on; --resume completes "
+               "an interrupted run without recomputing finished cells.")
+
+
+def _study_arguments(p: argparse.ArgumentParser) -> None:
+    """``--scheduler`` / ``--scheduler-file`` / ``--workers``, ``--resume``, ``-q``."""
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="run on an existing Dask cluster (e.g. tcp://10.0.0.5:8786), or "
+                            "'serial' to run every cell in this process")
+    where.add_argument("--scheduler-file", metavar="FILE",
+                       help="the JSON file written by 'dask scheduler --scheduler-file'")
+    where.add_argument("--workers", type=_positive_int,
+                       help="worker processes of the embedded cluster (default: the cores)")
+    p.add_argument("--resume", action="store_true",
+                   help="complete OUT/results.zarr of an interrupted run (same configuration "
+                        "only; finished cells are not recomputed)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``transformer-pde`` argument parser."""
@@ -347,16 +399,19 @@ def build_parser() -> argparse.ArgumentParser:
                     "(tables [attention], [gaussian]); write gaussian.npz, gaussian.png and "
                     "summary.json.")
 
-    _config_command(sub, "cone", _cmd_cone, "phase plot of 2-D covariances in the PSD cone",
-                    "Solve many 2-D Gaussian runs from CONFIG.toml (tables [attention] with "
-                    "d = 2, [cone]) and draw them in the PSD cone and its trace-normalised "
-                    "slice; write cone.png, cone.npz and summary.json.")
+    c = _config_command(sub, "cone", _cmd_cone, "phase plot of 2-D covariances in the PSD cone",
+                        "Solve many 2-D Gaussian runs from CONFIG.toml (tables [attention] with "
+                        "d = 2, [cone]) and draw them in the PSD cone and its trace-normalised "
+                        "slice; write cone.png, cone.npz, summary.json and results.zarr. "
+                        f"{_STUDY_TEXT}")
+    _study_arguments(c)
 
     r = sub.add_parser("ranks", help="rank histogram sweep over random draws",
                        description="Numerical rank of the limit covariance over random "
                                    "parameters and initial covariances, per kind, value matrix "
-                                   "and dimension; write ranks.png, ranks.npz, summary.json. "
-                                   "Options override the [ranks] table of CONFIG.",
+                                   "and dimension; write ranks.png, ranks.npz, summary.json "
+                                   "and results.zarr. Options override the [ranks] table of "
+                                   f"CONFIG. {_STUDY_TEXT}",
                        epilog=_SUB_EPILOG)
     r.add_argument("config", nargs="?", help="optional TOML file with a [ranks] table")
     _out(r, "transformer-pde-ranks")
@@ -367,7 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="value matrices V (default identity random)")
     r.add_argument("--draws", type=_positive_int, help="random draws per case (default 100)")
     r.add_argument("--seed", type=_nonneg_int, help="random seed (default 0)")
-    r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    _study_arguments(r)
     _common(r, top=False)
     r.set_defaults(func=_cmd_ranks)
 

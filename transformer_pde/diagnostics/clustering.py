@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 
 from .. import validation
+from ..errors import ArgumentError
+from ..results import ResultKind, require_kind
 
 __all__ = ["EXACT_MST_MAX", "GAP_RATIO", "Clusters", "cluster_counts", "clusters"]
 
@@ -135,8 +137,8 @@ def clusters(X: Any, *, tol: float | None = None, weights: Any = None) -> Cluste
       their own spread are three clusters at any spread, a single Gaussian cloud is one,
       and tokens collapsed onto a few points (the clustering of attention dynamics) are
       as many clusters as points.
-    * ``tol`` given: a fixed scale, :math:`h = \mathrm{tol}\cdot\max_i |x_i - ar x|`
-      (``tol`` times the cloud's radius about its weighted mean :math:`ar x`).
+    * ``tol`` given: a fixed scale, :math:`h = \mathrm{tol}\cdot\max_i |x_i - \bar x|`
+      (``tol`` times the cloud's radius about its weighted mean :math:`\bar x`).
 
     Both are invariant under rotations, translations, scaling and permutations of the
     tokens.  A cloud of one point, or of identical points, is one cluster.  The weights
@@ -193,8 +195,10 @@ def clusters(X: Any, *, tol: float | None = None, weights: Any = None) -> Cluste
 def cluster_counts(traj: Any, *, tol: float | None = None) -> np.ndarray:
     """Number of :func:`clusters` (with ``tol``; default: the largest-gap cut) at every
     saved time of a particle trajectory (-1 for non-finite states)."""
-    if not hasattr(traj, "states"):
-        raise TypeError(f"traj must be a ParticleTrajectory, got {type(traj).__name__}")
+    require_kind(traj, "traj", (ResultKind.PARTICLES,))
+    if traj.states is None:
+        raise ArgumentError("traj holds no states (it was saved with SaveAt(fn=...)); count "
+                            "clusters in the statistic instead")
     out = []
     for X in traj.states:
         out.append(clusters(X, tol=tol, weights=traj.weights).n_clusters

@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from ..results import ResultKind, require_kind
+
 __all__ = ["entropy", "trajectory_moments", "weighted_moments"]
 
 
@@ -24,16 +26,19 @@ def entropy(w: np.ndarray) -> float:
 
 
 def trajectory_moments(traj: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(times, means (T, d), covs (T, d, d)) of a particle or Gaussian trajectory."""
-    if hasattr(traj, "covs") and hasattr(traj, "means"):
-        return (np.asarray(traj.times, dtype=float), np.asarray(traj.means, dtype=float),
-                np.asarray(traj.covs, dtype=float))
-    if hasattr(traj, "states"):
-        states = np.asarray(traj.states, dtype=float)
-        w = np.asarray(traj.weights, dtype=float)
-        means = np.einsum("n,tnd->td", w, states)
-        Y = states - means[:, None, :]
-        covs = np.einsum("n,tni,tnj->tij", w, Y, Y)
-        return np.asarray(traj.times, dtype=float), means, 0.5 * (covs + covs.transpose(0, 2, 1))
-    raise TypeError("traj must be a ParticleTrajectory (times, states, weights) or a Gaussian "
-                    f"trajectory (times, means, covs), got {type(traj).__name__}")
+    """(times, means (T, d), covs (T, d, d)) of a particle or Gaussian trajectory.
+
+    Raises :class:`~transformer_pde.errors.ArgumentTypeError` naming ``traj`` for anything
+    else (a :class:`~transformer_pde.gaussian.GaussianBatch` included: pass one member)."""
+    kind = require_kind(traj, "traj", (ResultKind.PARTICLES, ResultKind.GAUSSIAN))
+    times = np.asarray(traj.times, dtype=float)
+    if kind is ResultKind.GAUSSIAN or traj.states is None:
+        # Gaussian paths; particle runs saved with SaveAt(fn=...) kept their moments
+        means, covs = traj.moments()
+        return times, np.asarray(means, dtype=float), np.asarray(covs, dtype=float)
+    states = np.asarray(traj.states, dtype=float)
+    w = np.asarray(traj.weights, dtype=float)
+    means = np.einsum("n,tnd->td", w, states)
+    Y = states - means[:, None, :]
+    covs = np.einsum("n,tni,tnj->tij", w, Y, Y)
+    return times, means, 0.5 * (covs + covs.transpose(0, 2, 1))

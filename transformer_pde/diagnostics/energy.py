@@ -10,7 +10,9 @@ import numpy as np
 
 from .. import validation
 from ..attention import Attention
+from ..errors import ArgumentError
 from ..fields import velocity
+from ..results import ResultKind, require_kind
 from .common import trajectory_moments
 from .distances import bures_wasserstein, token_distance
 
@@ -60,11 +62,12 @@ def kinetic_energy(traj: Any, att: Attention | None = None, *, w2_method: str = 
     :math:`\int|\Gamma|^2 d\mu = \operatorname{tr}(M\Sigma M^\top) + |M\alpha + b|^2`, and
     :func:`bures_wasserstein` for the transport cost.
     """
-    if hasattr(traj, "covs") and hasattr(traj, "means"):
+    kind = require_kind(traj, "traj", (ResultKind.PARTICLES, ResultKind.GAUSSIAN))
+    if kind is ResultKind.GAUSSIAN:
         return _gaussian_kinetic_energy(traj, att)
-    if not hasattr(traj, "states"):
-        raise TypeError(f"traj must be a ParticleTrajectory or a Gaussian trajectory, got "
-                        f"{type(traj).__name__}")
+    if traj.states is None:
+        raise ArgumentError("traj holds no states (it was saved with SaveAt(fn=...)): the "
+                            "kinetic energy re-evaluates the field at the saved states")
     att = traj.attention if att is None else att
     if not isinstance(att, Attention):
         raise ValueError("att is required (the trajectory does not carry its attention)")

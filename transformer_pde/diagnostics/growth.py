@@ -25,7 +25,7 @@ import numpy as np
 from .. import validation
 from ..attention import KINDS, Attention, Layers
 from ..errors import ArgumentError
-from ..results import Status
+from ..results import ResultKind, Status, kind_of, require_kind
 from .common import trajectory_moments
 
 __all__ = ["Classification", "classify", "exponential_growth_bound"]
@@ -80,9 +80,9 @@ def exponential_growth_bound(traj: Any) -> float | None:
     bound, so they give ``None``.  Gaussian runs have unbounded support and can blow up:
     ``None``.
     """
-    if not hasattr(traj, "states"):
+    if require_kind(traj, "traj") is not ResultKind.PARTICLES:
         return None
-    att = getattr(traj, "attention", None)
+    att = traj.attention
     if not isinstance(att, Attention) or not KINDS[att.kind].normalized:
         return None
     mats = {}
@@ -151,7 +151,7 @@ def classify(traj: Any, *, window: float = 0.3, conv_tol: float = 1e-3,
     times, means, covs = trajectory_moments(traj)
     status = str(getattr(traj, "status", "ok"))
     ev: dict[str, Any] = {"status": status}
-    if hasattr(traj, "states") and status == "blowup" and len(times) > 1:
+    if kind_of(traj) is ResultKind.PARTICLES and status == "blowup" and len(times) > 1:
         # the state saved at a max_norm stop overshoots the threshold by one step
         times, means, covs = times[:-1], means[:-1], covs[:-1]
         ev["excluded_overshoot"] = True

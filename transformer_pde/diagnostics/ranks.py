@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import validation
 from ..errors import ArgumentError
+from ..results import ResultKind, kind_of
 from .common import entropy, trajectory_moments
 
 __all__ = ["SPECTRUM_RTOL", "RankCollapse", "RankProfile", "effective_rank", "numerical_rank",
@@ -100,7 +101,7 @@ def rank_profile(traj: Any, rtol: float = 1e-6) -> RankProfile:
     """
     times, means, covs = trajectory_moments(traj)
     floors = np.zeros(len(times))
-    if hasattr(traj, "states"):
+    if kind_of(traj) is ResultKind.PARTICLES:
         m2 = np.trace(covs, axis1=1, axis2=2) + np.sum(means ** 2, axis=1)
         floors = (1e3 * np.finfo(float).eps) ** 2 * m2
     num, eff, stb = [], [], []

@@ -7,7 +7,7 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -15,7 +15,7 @@ from ..attention import Attention
 from ..errors import ArgumentError, EarlyStopWarning
 from ..integrate.controller import PIController, initial_step
 from ..integrate.tableaux import DOPRI5
-from ..results import Status
+from ..results import ResultKind, Status
 from . import kernels
 from .affine import check_attention, check_mean_cov, psd_factor
 from .system import (
@@ -79,6 +79,9 @@ class GaussianBatch:
     traj_means: np.ndarray | None = None
     traj_covs: np.ndarray | None = None
     messages: list = field(default_factory=list)
+
+    #: :class:`~transformer_pde.results.ResultKind` of the result protocol
+    result_kind: ClassVar[ResultKind] = ResultKind.GAUSSIAN_BATCH
 
     def __len__(self) -> int:
         return self.status.shape[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy.integrate import solve_ivp
@@ -13,7 +13,7 @@ from scipy.integrate import solve_ivp
 from ..attention import Attention
 from ..errors import ArgumentError
 from ..integrate.breakpoints import jump_times, layer_tables
-from ..results import Status, warn_stop
+from ..results import ResultKind, Status, warn_stop
 from .affine import check_attention, check_mean_cov, psd_factor
 from .system import (
     CLASSIFY_SIZE,
@@ -67,6 +67,9 @@ class GaussianTrajectory:
     nfev: int = 0
     final_mean: np.ndarray | None = None
     final_cov: np.ndarray | None = None
+
+    #: :class:`~transformer_pde.results.ResultKind` of the result protocol
+    result_kind: ClassVar[ResultKind] = ResultKind.GAUSSIAN
 
     @property
     def success(self) -> bool:

@@ -51,7 +51,7 @@ from .rankstudy import (
     rank_trial,
 )
 from .paths import STATUS_COLOURS, slice_covariances, solve_paths
-from .ranks import RankSweep, rank_figure, rank_sweep
+from .ranks import RankSweep, rank_figure, rank_sweep, rank_sweep_trials
 from .scalings import paper_attention
 from .scripts import run_figure_script
 
@@ -88,6 +88,7 @@ __all__ = [
     "paper_attention",
     "rank_figure",
     "rank_sweep",
+    "rank_sweep_trials",
     "run_figure_script",
     "slice_covariances",
     "solve_paths",

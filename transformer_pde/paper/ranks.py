@@ -10,7 +10,7 @@ import numpy as np
 from .paths import STATUS_COLOURS
 from .scalings import paper_attention
 
-__all__ = ["RankSweep", "rank_figure", "rank_sweep"]
+__all__ = ["RankSweep", "rank_figure", "rank_sweep", "rank_sweep_trials"]
 
 _VALUE_LABELS = {"identity": "I", "random": "random", "psd": "W^T W"}
 
@@ -68,6 +68,37 @@ def rank_sweep(kind: str, d: int, *, value: str = "identity", draws: int = 100, 
     in finite time (:func:`transformer_pde.gaussian.blowup_law`): their runs end
     ``"diverging"`` and ``limit`` is the final shape.
     """
+    ranks, status = rank_sweep_trials(
+        kind, d, range(int(draws)) if int(draws) >= 1 else [], value=value, draws=draws,
+        seed=seed, t_max=t_max, blowup_threshold=blowup_threshold, rtol=rtol,
+        solver_rtol=solver_rtol, solver_atol=solver_atol, max_steps=max_steps,
+        distribution=distribution, threshold=threshold, converge_tol=converge_tol,
+        max_redraws=max_redraws)
+    return RankSweep(kind, int(d), value, ranks, status,
+                     float(threshold if distribution == "paper" else rtol),
+                     float(blowup_threshold), float(t_max))
+
+
+def rank_sweep_trials(kind: str, d: int, trials: Sequence[int], *, value: str = "identity",
+                      draws: int = 100, seed: int = 0, t_max: float = 30.0,
+                      blowup_threshold: float = 1e3, rtol: float = 1e-3,
+                      solver_rtol: float = 1e-6, solver_atol: float = 1e-9,
+                      max_steps: int = 2000, distribution: str = "square",
+                      threshold: float = 0.1, converge_tol: float = 1e-4,
+                      max_redraws: int = 20) -> tuple[np.ndarray, np.ndarray]:
+    """Ranks and statuses of the draws ``trials`` (indices in ``0 … draws-1``) of
+    :func:`rank_sweep` with the same arguments, solved together.
+
+    Each draw is bit for bit its entry in the full sweep: its parameters are the same
+    numbers of the same random stream, and the members of a batch solve are independent
+    (per-member steps and events), so a study can compute the draws in any grouping and
+    order (this is what the ``ranks`` command's cells do).
+
+    Returns
+    -------
+    ranks : ndarray of int, status : ndarray of str
+        One entry per element of ``trials``.
+    """
     from .. import gaussian  # noqa: PLC0415
     from ..diagnostics import numerical_rank  # noqa: PLC0415
     from .rankstudy import paper_rank_study  # noqa: PLC0415
@@ -75,30 +106,34 @@ def rank_sweep(kind: str, d: int, *, value: str = "identity", draws: int = 100, 
     if distribution == "paper":
         st = paper_rank_study(kind, d, value, trials=draws, seed=seed, threshold=threshold,
                               converge_tol=converge_tol, t_max=t_max, max_redraws=max_redraws,
-                              rtol=solver_rtol, atol=solver_atol)
-        status = np.where(st.ranks >= 0, "converged", "failed")
-        return RankSweep(kind, int(d), value, st.ranks, status, float(threshold),
-                         float(blowup_threshold), float(t_max))
+                              rtol=solver_rtol, atol=solver_atol, indices=trials)
+        return st.ranks, np.where(st.ranks >= 0, "converged", "failed")
     if distribution != "square":
         raise ValueError(f"distribution must be 'square' or 'paper', got {distribution!r}")
     if value not in ("identity", "random"):
         raise ValueError(f"value must be 'identity' or 'random', got {value!r}")
     if int(d) < 1 or int(draws) < 1:
         raise ValueError(f"d and draws must be >= 1, got d={d!r}, draws={draws!r}")
+    idx = [int(i) for i in trials]
+    if any(not 0 <= i < int(draws) for i in idx):
+        raise ValueError(f"trials must be in [0, {int(draws)}), got {idx!r}")
+    # the whole stream of the sweep (cheap: a few d x d normal draws each), then the draws
     rng = np.random.default_rng([int(seed), int(d), 0 if value == "identity" else 1])
-    atts = []
+    params = []
     for _ in range(int(draws)):
         Q, K = rng.normal(size=(d, d)), rng.normal(size=(d, d))
         V = np.eye(d) if value == "identity" else rng.normal(size=(d, d))
-        atts.append(paper_attention(kind, Q, K, V))
+        params.append((Q, K, V))
     F = rng.normal(size=(int(draws), d, d))
     covs0 = F @ np.swapaxes(F, -1, -2) / d
-    res = gaussian.solve_batch(atts, np.zeros((int(draws), d)), covs0, t_max=t_max,
+    if not idx:
+        return np.zeros(0, dtype=int), np.zeros(0, dtype=str)
+    atts = [paper_attention(kind, *params[i]) for i in idx]
+    res = gaussian.solve_batch(atts, np.zeros((len(idx), d)), covs0[idx], t_max=t_max,
                                blowup_threshold=blowup_threshold, rtol=solver_rtol,
                                atol=solver_atol, max_steps=max_steps)
     ranks = np.array([numerical_rank(L, rtol) for L in res.limit], dtype=int)
-    return RankSweep(kind, int(d), value, ranks, np.asarray(res.status), float(rtol),
-                     float(blowup_threshold), float(t_max))
+    return ranks, np.asarray(res.status)
 
 
 def rank_figure(sweeps: Sequence[RankSweep], title: str,

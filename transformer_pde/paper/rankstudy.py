@@ -213,7 +213,8 @@ class RankStudyResult:
 def paper_rank_study(kind: str, d: int, value: str = "identity", *, trials: int = 100,
                      seed: int = 0, threshold: float = RANK_THRESHOLD, converge_tol: float = 1e-4,
                      t_max: float = 2000.0, max_redraws: int = 20, euler: dict | None = None,
-                     rtol: float = 1e-8, atol: float = 1e-10) -> RankStudyResult:
+                     rtol: float = 1e-8, atol: float = 1e-10,
+                     indices: Any = None) -> RankStudyResult:
     r"""The paper's rank study over ``trials`` trials, all solved together.
 
     Trial ``i`` draws from ``numpy.random.default_rng([seed, d, i])`` exactly what
@@ -227,6 +228,11 @@ def paper_rank_study(kind: str, d: int, value: str = "identity", *, trials: int 
     kind, d, value, threshold, converge_tol, t_max, max_redraws, rtol, atol
         As in :func:`rank_trial` (``distribution="paper"``).
     trials, seed : int
+    indices : sequence of int, optional
+        Run only these trials (of ``0 … trials-1``; default all): the result's arrays follow
+        ``indices``, and each trial equals its entry in the full study bit for bit (every
+        trial has its own generator and the members of a batch solve are independent), so
+        a study can be computed in pieces, in any order.
     euler : dict, optional
         ``{"step": h, "tol_high": ..., "max_iter": ...}`` (``tol_low`` defaults to
         ``converge_tol``): run :func:`~transformer_pde.paper.euler_reference` on every kept
@@ -240,8 +246,17 @@ def paper_rank_study(kind: str, d: int, value: str = "identity", *, trials: int 
     from .. import gaussian  # noqa: PLC0415
 
     _check(kind, d, value, "paper")
-    d, n = int(d), int(trials)
-    rngs = [np.random.default_rng([int(seed), d, i]) for i in range(n)]
+    d = int(d)
+    if indices is None:
+        indices = range(int(trials))
+    indices = [int(i) for i in indices]
+    if any(not 0 <= i < int(trials) for i in indices):
+        raise ValueError(f"indices must be in [0, {int(trials)}), got {indices!r}")
+    n = len(indices)
+    if n == 0:
+        return RankStudyResult(kind, d, value, np.zeros(0, dtype=int), np.zeros(0, dtype=int),
+                               np.zeros((0, d, d)))
+    rngs = [np.random.default_rng([int(seed), d, i]) for i in indices]
     params = [draw_rank_parameters(d, value, g) for g in rngs]
     atts = [paper_attention(kind, *p) for p in params]
     cov0 = np.stack([draw_rank_covariance(d, g) for g in rngs])

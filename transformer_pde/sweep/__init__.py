@@ -20,12 +20,14 @@ Example
 (2, 3)
 """
 
-from .cells import CELLS, STATUS_CODES, ClusterCell, ConeCell, RankCell, StabilityCell, status_code
+from .cells import (CELLS, STATUS_CODES, ClusterCell, ConeCell, ConePathCell, RankCell,
+                    RankSweepCell, StabilityCell, status_code)
 from .grid import Cell, Grid
 from .run import CellFailureWarning, SchedulerError, run, summary
 from .store import StoreError, open_results
 from .study import DONE, FAILED, MISSING, Output, Study
 
 __all__ = ["CELLS", "STATUS_CODES", "Cell", "CellFailureWarning", "ClusterCell", "ConeCell",
+           "ConePathCell", "RankSweepCell",
            "DONE", "FAILED", "Grid", "MISSING", "Output", "RankCell", "SchedulerError", "StabilityCell",
            "StoreError", "Study", "open_results", "run", "status_code", "summary"]

@@ -20,8 +20,8 @@ from ..results import Status
 from .grid import Grid
 from .study import Output
 
-__all__ = ["RankCell", "ConeCell", "ClusterCell", "StabilityCell", "status_code", "STATUS_CODES",
-           "CELLS"]
+__all__ = ["RankCell", "RankSweepCell", "ConeCell", "ConePathCell", "ClusterCell",
+           "StabilityCell", "status_code", "STATUS_CODES", "CELLS"]
 
 #: ``status`` outputs hold ``STATUS_CODES.index(status)``
 STATUS_CODES: tuple[str, ...] = tuple(s.value for s in Status)
@@ -235,6 +235,129 @@ class StabilityCell(_Cell):
         bound, _ = diagnostics.stability_bound(att, R0, np.array([0.0, float(o["t_max"])]))
         return {"w2_0": float(w0), "w2_t": float(wt), "ratio": float(wt / w0),
                 "bound": float(np.asarray(bound)[-1])}
+
+
+@dataclass(frozen=True)
+class RankSweepCell(_Cell):
+    r"""One draw of :func:`transformer_pde.paper.rank_sweep` (the ``ranks`` command).
+
+    The grid axes are ``kind``, ``value``, ``d`` and ``trial`` (``0 … draws-1``); the other
+    fields are :func:`~transformer_pde.paper.rank_sweep`'s keywords.  The draw's parameters
+    come from ``rank_sweep``'s own random streams (seeded by ``(seed, d, …)``), not from
+    the cell's generator, so a study gives exactly the numbers of ``rank_sweep`` with the
+    same arguments, whatever the scheduling (:func:`~transformer_pde.paper.rank_sweep_trials`).
+    :meth:`run_batch` solves the draws of a task that share (kind, value, d) in one batched
+    solve, as ``rank_sweep`` does.
+
+    Outputs: ``rank`` (numerical rank of the limit; -1 when the paper's study kept no
+    converged draw) and ``status`` (code, see ``STATUS_CODES``).
+    """
+
+    kind: str = "softmax"
+    d: int = 3
+    value: str = "identity"
+    trial: int = 0
+    draws: int = 100
+    seed: int = 0
+    t_max: float = 30.0
+    blowup_threshold: float = 1e3
+    rtol: float = 1e-3
+    solver_rtol: float = 1e-6
+    solver_atol: float = 1e-9
+    max_steps: int = 2000
+    distribution: str = "square"
+    threshold: float = 0.1
+    converge_tol: float = 1e-4
+    max_redraws: int = 20
+
+    def outputs(self, grid: Grid) -> dict:
+        self.check_axes(grid)
+        return {"rank": Output((), "int64"), "status": Output((), "int8")}
+
+    def __call__(self, params: dict, rng: np.random.Generator) -> dict:
+        return self._solve([params])[0]
+
+    def run_batch(self, params_list: list, rngs: list) -> list:
+        """The cells of one task, grouped by (kind, value, d): one batched solve each."""
+        return self._solve(params_list)
+
+    def _solve(self, params_list: list) -> list:
+        from ..paper import rank_sweep_trials  # noqa: PLC0415
+
+        opts = [self.options(p) for p in params_list]
+        groups: dict[tuple, list[int]] = {}
+        for j, o in enumerate(opts):
+            groups.setdefault((o["kind"], int(o["d"]), o["value"]), []).append(j)
+        out: list = [None] * len(opts)
+        for (kind, d, value), members in groups.items():
+            o = {k: v for k, v in opts[members[0]].items()
+                 if k not in ("kind", "d", "value", "trial")}
+            ranks, status = rank_sweep_trials(kind, d, [int(opts[j]["trial"]) for j in members],
+                                              value=value, **o)
+            for j, r, s in zip(members, ranks, status, strict=True):
+                out[j] = {"rank": int(r), "status": status_code(s)}
+        return out
+
+
+@dataclass(frozen=True)
+class ConePathCell:
+    r"""One run of the ``cone`` command: the Gaussian path from ``covs0[run]`` under
+    ``attention``, reported at ``n_eval`` evenly spaced times up to its own end
+    (:func:`transformer_pde.paper.solve_paths`, whose numbers it equals).
+
+    The grid has one axis, ``run`` (indices into ``covs0``).  ``solver`` holds the keyword
+    options of :func:`transformer_pde.gaussian.solve` as ``(name, value)`` pairs; ``label``
+    identifies ``attention`` in the study's fingerprint (the CLI uses its ``[attention]``
+    table).  :meth:`run_batch` finds the ends of a task's runs in one batched solve.
+
+    Outputs: ``n_times`` (points reported: ``n_eval``, or fewer when the solve stopped
+    before the end of the batched pass, at a blow-up), ``times (time)`` and
+    ``covs (time, row, col)`` (NaN after ``n_times``), ``status`` (code), ``blowup_time``,
+    ``t_final`` and ``limit (row, col)``.
+    """
+
+    attention: Any
+    covs0: tuple
+    t_max: float
+    n_eval: int
+    solver: tuple = ()
+    label: str = ""
+
+    def outputs(self, grid: Grid) -> dict:
+        if tuple(grid.axes) != ("run",):
+            raise ArgumentError(f"ConePathCell needs the single grid axis 'run', got "
+                                f"{list(grid.axes)}")
+        n = int(self.n_eval)
+        return {"n_times": Output((), "int64"), "times": Output((n,), dims=("time",)),
+                "covs": Output((n, 2, 2), dims=("time", "row", "col")),
+                "status": Output((), "int8"), "blowup_time": Output(), "t_final": Output(),
+                "limit": Output((2, 2), dims=("row", "col"))}
+
+    def config(self) -> dict:
+        return {"cell": type(self).__name__, "attention": self.label,
+                "covs0": np.asarray(self.covs0, dtype=float).tolist(), "t_max": self.t_max,
+                "n_eval": self.n_eval, "solver": dict(self.solver)}
+
+    def __call__(self, params: dict, rng: np.random.Generator) -> dict:
+        return self.run_batch([params], [rng])[0]
+
+    def run_batch(self, params_list: list, rngs: list) -> list:
+        from ..paper import solve_paths  # noqa: PLC0415
+
+        idx = [int(p["run"]) for p in params_list]
+        runs = solve_paths(self.attention, np.asarray(self.covs0, dtype=float)[idx],
+                           t_max=float(self.t_max), n_eval=int(self.n_eval),
+                           **dict(self.solver))
+        n = int(self.n_eval)
+        out = []
+        for r in runs:
+            k = len(r.times)
+            times, covs = np.full(n, np.nan), np.full((n, 2, 2), np.nan)
+            times[:k], covs[:k] = r.times, r.covs
+            out.append({"n_times": k, "times": times, "covs": covs,
+                        "status": status_code(r.status), "blowup_time": float(r.blowup_time),
+                        "t_final": float(r.t_final), "limit": np.asarray(r.limit, dtype=float)})
+        return out
 
 
 #: built-in cell functions by the name used in study configuration files

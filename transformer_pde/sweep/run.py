@@ -2,10 +2,10 @@
 existing Dask cluster.
 
 Scheduling is Dask's (``distributed``): tasks are batches of cells, results come back to
-this process as they finish (``as_completed``) and are written to the store one cell at a
-time.  If a worker dies, Dask reschedules its tasks on the others; because every cell's
-random stream is seeded from its place in the grid, the results are bit for bit those of
-a serial run whatever the scheduling.
+this process as they finish (``as_completed``) and are written to the store in groups (at
+most one write per Zarr chunk and second).  If a worker dies, Dask reschedules its tasks
+on the others; because every cell's random stream is seeded from its place in the grid,
+the results are bit for bit those of a serial run whatever the scheduling.
 """
 
 from __future__ import annotations
@@ -105,9 +105,15 @@ def _infer_outputs(study: Study, pending: list[int]) -> tuple[dict, list]:
         f"{len(tried)} cells failed (first error: {tried[0].message}); pass outputs=")
 
 
-def _batches(pending: list[int], n_workers: int, batch_size: int | None) -> list[list[int]]:
-    if batch_size is None:  # ~8 tasks per worker: balance without per-task overhead
-        batch_size = max(1, min(64, math.ceil(len(pending) / (8 * max(n_workers, 1)))))
+def _batches(pending: list[int], n_workers: int, batch_size: int | None,
+             serial: bool = False) -> list[list[int]]:
+    if batch_size is None and serial:  # in-process: 8 groups (progress), at most 64 cells
+        batch_size = max(1, min(64, math.ceil(len(pending) / 8)))
+    if batch_size is None:
+        # ~24 tasks per worker: cells differ in cost, and the last tasks decide when the
+        # study ends (with 8 per worker, one worker idled for up to a twelfth of the run);
+        # a task costs a few ms of scheduling, far below a cell of an ODE study
+        batch_size = max(1, min(64, math.ceil(len(pending) / (24 * max(n_workers, 1)))))
     return [pending[i:i + batch_size] for i in range(0, len(pending), batch_size)]
 
 
@@ -135,7 +141,8 @@ def run(study: Study, store: str | Path | None = None, *, scheduler: Any = None,
     resume : bool
         Complete an existing store: only missing and failed cells are computed.
     batch_size : int, optional
-        Cells per Dask task (default: about 8 tasks per worker, at most 64 cells each).
+        Cells per Dask task (default: about 24 tasks per worker, at most 64 cells each);
+        a cell function with ``run_batch`` gets a task's cells together.
     progress : bool
         Show a tqdm progress bar.
     config : dict, optional
@@ -189,6 +196,7 @@ def run(study: Study, store: str | Path | None = None, *, scheduler: Any = None,
     # Connect before touching the store: an unreachable scheduler leaves nothing behind.
     ex = None if scheduler == "serial" else _connect(scheduler, workers, scheduler_file)
     bar = None
+    results = None
     t0 = time.perf_counter()
     try:
         results = ResultStore(study, store, resume=resume, attrs=attrs)
@@ -197,11 +205,19 @@ def run(study: Study, store: str | Path | None = None, *, scheduler: Any = None,
         pending = results.pending()
         bar = _bar(progress, study.grid.n_cells, study.grid.n_cells - len(pending), study.name)
         if ex is None:
-            for index in pending:
-                _record(results, run_cell(study.cell, study.grid, index, study.outputs), bar)
+            if getattr(type(study.cell), "run_batch", None) is None:
+                for index in pending:
+                    _record(results, run_cell(study.cell, study.grid, index, study.outputs),
+                            bar)
+            else:
+                for batch in _batches(pending, 1, batch_size, serial=True):
+                    for res in run_cells(study.cell, study.grid, batch, study.outputs):
+                        _record(results, res, bar)
         elif pending:
             _run_dask(ex, study, results, pending, batch_size, bar)
     finally:
+        if results is not None:
+            results.flush()  # also on Ctrl-C: the finished cells are kept
         if bar is not None:
             bar.close()
         if ex is not None:
@@ -241,6 +257,7 @@ def _bar(progress: bool, total: int, done: int, name: str) -> Any:
 
 def _record(results: ResultStore, res: Any, bar: Any) -> None:
     results.record(res)
+    results.flush(force=False)  # grouped writes: at most one per second
     if bar is not None:
         bar.update(1)
 
@@ -258,8 +275,12 @@ def _run_dask(ex: _Executor, study: Study, results: ResultStore, pending: list[i
                                     key=f"{tag}-cells-{batch[0]}-{batch[-1]}")
                    for batch in _batches(pending, n_workers, batch_size)]
         for fut in as_completed(futures):
-            for res in fut.result():
-                _record(results, res, bar)
+            done = fut.result()
+            for res in done:
+                results.record(res)
+            results.flush(force=False)  # grouped writes: at most one per second
+            if bar is not None:
+                bar.update(len(done))
             fut.release()
 
 

@@ -10,14 +10,17 @@ dimensions ``(*grid axes, "draw", *output dims)``, the int8 variable ``cell_stat
 - ``name``, ``config`` (JSON), ``versions`` (software versions),
 - ``failures``: JSON ``{flat cell index: message}`` of the failed cells.
 
-Only the process that runs the study writes to the store, one cell after another, so no
-locking is needed; a cell's outputs are written before its status, so a cell marked done
-is complete even if the writer is killed in the middle of the next one.
+Only the process that runs the study writes to the store, so no locking is needed.  Finished
+cells are kept in memory and written in groups (:meth:`ResultStore.flush`: every chunk that
+holds a new cell is written once, at most every ``flush_interval`` seconds and at the end),
+not one Zarr write per cell and variable; the outputs of a group are written before its
+statuses, so a cell marked done is complete even if the writer is killed in between.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -80,6 +83,9 @@ class ResultStore:
                               "failures": "{}", **attrs})
         self.failures: dict[str, str] = {}
         self._group = None
+        self._dirty: set[tuple[int, ...]] = set()
+        self._failures_dirty = False
+        self._last_flush = time.monotonic()
         if self.path is None:
             return
         if self.path.exists():
@@ -151,25 +157,46 @@ class ResultStore:
 
     # ------------------------------------------------------------------ writing
     def record(self, res: CellResult) -> None:
+        """Keep one finished cell in memory; it reaches the store at the next :meth:`flush`."""
         pos = self.study.grid.position(res.index)
         key = str(res.index)
         was_failed = key in self.failures
         if res.status == DONE:
             for name, value in res.values.items():
                 self.ds[name].values[pos] = value
-                if self._group is not None:
-                    self._group[name][pos] = value
             self.failures.pop(key, None)
         else:
             for name, spec in self.study.outputs.items():
                 self.ds[name].values[pos] = spec.fill
             self.failures[key] = res.message
-        if self._group is not None and (res.status == FAILED or was_failed):
-            self._group.attrs["failures"] = json.dumps(self.failures, sort_keys=True)
+        self._failures_dirty |= res.status == FAILED or was_failed
         self.ds["cell_status"].values[pos] = res.status
-        if self._group is not None:  # status last: a cell marked done is complete
-            self._group["cell_status"][pos] = res.status
         self.ds.attrs["failures"] = json.dumps(self.failures, sort_keys=True)
+        self._dirty.add(pos)
+
+    def flush(self, *, force: bool = True, interval: float = 1.0) -> None:
+        """Write the cells recorded since the last flush (if ``force`` or ``interval``
+        seconds have passed): each Zarr chunk holding one of them is written once, the
+        outputs first and ``cell_status`` last."""
+        if self._group is None or not self._dirty:
+            return
+        if not force and time.monotonic() - self._last_flush < interval:
+            return
+        n_grid = len(self.study.grid.dims)
+        names = [*self.study.outputs, "cell_status"]  # status last
+        for name in names:
+            arr = self._group[name]
+            rows = arr.chunks[n_grid - 1]
+            values = self.ds[name].values
+            blocks = {(*p[:-1], p[-1] // rows) for p in self._dirty}
+            for b in sorted(blocks):
+                sl = (*b[:-1], slice(b[-1] * rows, (b[-1] + 1) * rows))
+                arr[sl] = values[sl]
+        if self._failures_dirty:
+            self._group.attrs["failures"] = json.dumps(self.failures, sort_keys=True)
+            self._failures_dirty = False
+        self._dirty.clear()
+        self._last_flush = time.monotonic()
 
     def dataset(self) -> Any:
         return self.ds.copy()

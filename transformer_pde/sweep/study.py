@@ -6,6 +6,13 @@ parameters (a dict, one value per grid axis) and its own seeded
 Module-level functions and instances of module-level classes are picklable; closures are
 shipped by value with cloudpickle when the study runs on Dask.
 
+A cell function may also compute many cells at once: an object with a method
+``run_batch(params_list, rngs) -> list`` (one mapping per cell, or an exception instance
+for a cell that failed) is handed each task's cells together, so that it can vectorise
+over them (one batched ODE solve instead of many small ones).  Its results must equal the
+cell-by-cell ones; if ``run_batch`` raises, the cells are run one by one (so only the
+failing cells fail).
+
 The outputs are declared by an :class:`Output` per name (shape, dtype, names of the extra
 dimensions).  Built-in cell functions declare them through an ``outputs(grid)`` method;
 for other functions pass ``outputs=`` or let :func:`~transformer_pde.sweep.run` infer them
@@ -182,33 +189,61 @@ def run_cell(fn: Callable, grid: Grid, index: int,
     try:
         values = _check_values(fn(dict(cell.params), cell.rng()), outputs)
     except Exception as exc:  # noqa: BLE001 -- recorded, the study goes on
-        tb = traceback.extract_tb(exc.__traceback__)
-        where = f" (at {tb[-1].filename}:{tb[-1].lineno})" if tb else ""
-        return CellResult(index, FAILED, None, f"{type(exc).__name__}: {exc}{where}",
-                          time.perf_counter() - t0)
+        return CellResult(index, FAILED, None, _message(exc), time.perf_counter() - t0)
     return CellResult(index, DONE, values, "", time.perf_counter() - t0)
 
 
 def _single_threaded_numba() -> None:
     """Inside a Dask worker, run the package's Numba kernels on one thread: the cluster
     already has one worker process per core, so more threads would oversubscribe."""
+    import os  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
     try:
         from distributed import get_worker  # noqa: PLC0415
 
         get_worker()
     except (ImportError, ValueError):
         return
-    try:
-        import numba  # noqa: PLC0415
+    numba = sys.modules.get("numba")
+    if numba is None:  # not imported (yet): no import just for this (it costs ~1 s)
+        os.environ["NUMBA_NUM_THREADS"] = "1"  # read by numba when it is first imported
+    elif numba.get_num_threads() != 1:
+        numba.set_num_threads(1)
 
-        if numba.get_num_threads() != 1:
-            numba.set_num_threads(1)
-    except ImportError:
-        pass
+
+def _message(exc: BaseException) -> str:
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {tb[-1].filename}:{tb[-1].lineno})" if tb else ""
+    return f"{type(exc).__name__}: {exc}{where}"
 
 
 def run_cells(fn: Callable, grid: Grid, indices: list[int],
               outputs: Mapping[str, Output] | None) -> list[CellResult]:
-    """Run a batch of cells (one Dask task)."""
+    """Run a batch of cells (one Dask task): together through ``fn.run_batch`` when the
+    cell function has one (see the module docstring), else one by one."""
+    import time  # noqa: PLC0415
+
     _single_threaded_numba()
-    return [run_cell(fn, grid, i, outputs) for i in indices]
+    batch = getattr(type(fn), "run_batch", None)
+    if batch is None or len(indices) < 2:
+        return [run_cell(fn, grid, i, outputs) for i in indices]
+    cells = [grid.cell(i) for i in indices]
+    t0 = time.perf_counter()
+    try:
+        values = fn.run_batch([dict(c.params) for c in cells], [c.rng() for c in cells])
+        if len(values) != len(cells):
+            raise ValueError(f"run_batch returned {len(values)} results for {len(cells)} cells")
+    except Exception:  # noqa: BLE001 -- isolate the failing cells: run them one by one
+        return [run_cell(fn, grid, i, outputs) for i in indices]
+    seconds = (time.perf_counter() - t0) / len(cells)
+    out = []
+    for i, v in zip(indices, values, strict=True):
+        if isinstance(v, BaseException):
+            out.append(CellResult(i, FAILED, None, _message(v), seconds))
+            continue
+        try:
+            out.append(CellResult(i, DONE, _check_values(v, outputs), "", seconds))
+        except Exception as exc:  # noqa: BLE001
+            out.append(CellResult(i, FAILED, None, _message(exc), seconds))
+    return out
