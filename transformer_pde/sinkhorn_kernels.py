@@ -140,7 +140,7 @@ def fused_sweep(be: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray | None, bia
           else np.ascontiguousarray(np.asarray(v).T, dtype=dtype))
     out = np.zeros((m, vT.shape[0]), dtype=dtype)
     lse = np.empty(m, dtype=dtype)
-    n_chunks = max(1, min(m, 2 * be.threads()))
+    n_chunks = max(1, min(m, 2 * be.threads(m * n)))
     colacc = np.empty((n_chunks, n))
     be.launch(_sweep_kernel, m * n, q, kT, vT, np.ascontiguousarray(bias, dtype=dtype),
               np.ascontiguousarray(w, dtype=np.float64), n_chunks, out, lse, colacc)
