@@ -552,3 +552,22 @@ def test_warm_started_run_matches_cold_tight_solves_along_the_trajectory(rng, ba
         cold = tp.velocity(att, y_k, t=t_k, sinkhorn_tol=1e-13)
         scale = np.abs(y_k @ V.T).max()
         np.testing.assert_allclose(v_k, cold, atol=1e-9 * scale)
+
+
+def test_fused_sweep_does_not_depend_on_the_threads(rng):
+    from transformer_pde.backends.numba_backend import NumbaBackend
+    from transformer_pde.sinkhorn_kernels import fused_sweep
+    _numba()
+    X = rng.normal(size=(400, 2))
+    bias = rng.normal(size=400) * 0.1 - np.log(400)
+    w = np.full(400, 1 / 400)
+    one = fused_sweep(NumbaBackend(n_threads=1), X @ A_GEN.T, X, X, bias, w)
+    all_ = fused_sweep(NumbaBackend(), X @ A_GEN.T, X, X, bias, w)
+    for a, b in zip(one, all_):
+        np.testing.assert_array_equal(a, b)
+    ref_out, ref_lse = NP.softmax(X @ A_GEN.T, X, X, bias, None)
+    np.testing.assert_allclose(one[0], ref_out, atol=1e-14)
+    np.testing.assert_allclose(one[1], ref_lse, atol=1e-13)
+    logits = (X @ A_GEN.T) @ X.T + bias
+    np.testing.assert_allclose(one[2], (w[:, None] * np.exp(logits - ref_lse[:, None])).sum(0),
+                               rtol=1e-13)
