@@ -4,8 +4,9 @@ One field evaluation of N tokens costs N² query–key pair interactions (masked
 skips about half of them; its rate is still quoted per N², the work an unmasked
 evaluation would do, so that rows compare wall time).  For each kind (softmax, l2,
 masked softmax), N and d this script times ``transformer_pde.velocity`` with the Numba
-backend (float64 and, for softmax, float32; for d >= 16 also its streaming kernels
-forced, ``NumbaBackend(kernel="streaming")``, to show the crossover to the tiled ones),
+backend (float64 and, for softmax, float32; where it picks its tiled kernels, d >= 8,
+also its streaming kernels forced, ``NumbaBackend(kernel="streaming")``, to show the
+crossover),
 the NumPy reference (the chunked BLAS-logits, exp, BLAS-values computation of
 ``transformer_pde.backends.numpy_backend``) and, when installed, pykeops on the CPU
 (softmax and l2 only: KeOps has no prefix masking).
@@ -16,8 +17,9 @@ multiply-adds over the wall time, and over the process CPU time.  A softmax pair
 2·d multiply-adds (d for its logit, d for its value sum), so the "% DGEMM" column is
 numba f64 pairs per CPU-second × 2d over the DGEMM's multiply-adds per CPU-second.
 
-Large N are timed on a subset of M ≥ 1024 queries against all N keys (the rate
-M·N / time is what a full evaluation achieves: every query does the same work),
+Large N are timed on a subset of M ≥ max(1024, 32 d) queries against all N keys (the
+rate M·N / time is what a full evaluation achieves: every query does the same work, and
+the per-call O(N d²) key and value projections, d/M of the pair work, stay ≤ 3 %),
 growing M until a call takes ``--min-time`` seconds.  Peak memory is the
 ``tracemalloc`` peak of one timed call (NumPy allocations; the kernels' own per-thread
 buffers are a few KB).
@@ -29,6 +31,8 @@ Usage::
     python benchmarks/particles.py            # full grid, writes benchmarks/results/particles.json
     python benchmarks/particles.py --quick    # N <= 2e4, d <= 8: writes particles_quick.json
     python benchmarks/particles.py --ns 20000 --dims 2,8,32,64,128   # the table of docs/benchmarks.md
+    python benchmarks/particles.py --ns 20000 --dims 32,64,128 --kinds softmax \
+        --out benchmarks/results/particles_heads.json   # head widths only (~1 min idle)
 
 The machine may be shared: the load average before and after is recorded.  The table
 gives the Numba wall-clock rate, then rates per CPU-second (pairs divided by the CPU time
@@ -93,8 +97,9 @@ def _time_call(fn, min_time: float, repeats: int = 3) -> tuple[float, float]:
 def _measure(call, n: int, min_time: float, m0: int = 1024):
     """Grow the number of queries M (up to N) until one call takes ``min_time``.
 
-    M starts at 1024 so that the O(N d^2) projections and copies of a call stay a few
-    per cent of its O(M N d) pair work.
+    M starts at ``m0`` = max(1024, 32 d) so that the O(N d^2) projections and copies of
+    a call stay a few per cent of its O(M N d) pair work (at d = 128 and M = 1024 they
+    were 12 %, and diluted the ratio between backends).
     """
     m = min(n, m0)
     call(m)  # warm-up (compilation is cached, but the first call loads it)
@@ -185,6 +190,7 @@ def run(quick: bool, min_time: float, numpy_max_n: int, ns=None, ds=None, kinds=
                       else ["softmax", "l2", "masked softmax"])
     keops = _have_keops()
     streaming = NumbaBackend(kernel="streaming")
+    auto = NumbaBackend()
     rows = []
     for kind in kinds:
         for d in ds:
@@ -197,7 +203,7 @@ def run(quick: bool, min_time: float, numpy_max_n: int, ns=None, ds=None, kinds=
                 backends = [("numba", np.float64)]
                 if kind == "softmax":
                     backends.append(("numba", np.float32))
-                if d >= 16:
+                if auto.kernel_for(d) == "tiled":
                     backends.append(("numba-streaming", np.float64))
                 if n <= numpy_max_n:
                     backends.append(("numpy", np.float64))
@@ -210,7 +216,7 @@ def run(quick: bool, min_time: float, numpy_max_n: int, ns=None, ds=None, kinds=
                         call = _velocity_call(att, X, pos, streaming, dtype)
                     else:
                         call = _velocity_call(att, X, pos, be, dtype)
-                    res = _measure(call, n, min_time)
+                    res = _measure(call, n, min_time, m0=max(1024, 32 * d))
                     res.update(kind=kind, n=n, d=d, backend=be, dtype=np.dtype(dtype).name)
                     rows.append(res)
                     print(f"{kind:15s} N={n:6d} d={d:3d} {be:15s} {res['dtype']:8s} "

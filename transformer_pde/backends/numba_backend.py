@@ -34,28 +34,45 @@ scalar libm call that LLVM cannot vectorise, and it bounds the whole kernel (abo
 reduction :math:`x = n\ln 2 + r`, :math:`|r|\le \ln 2/2`, a Taylor polynomial of degree 12
 (float64; truncation error :math:`< (\ln 2/2)^{13}/13! \approx 2\cdot 10^{-16}`) or 7
 (float32; :math:`< 4\cdot 10^{-9}`), and builds :math:`2^n` by writing the exponent bits
-(an LLVM bitcast).  It is only used on arguments :math:`x \le 0`; below the smallest
-normal exponent (:math:`x < -708` in float64, :math:`x < -87` in float32) it returns 0,
-which changes a sum whose largest term is 1 by less than :math:`N\cdot 10^{-307}`.
+(an LLVM bitcast).  :math:`n` is rounded by adding :math:`1.5\cdot 2^{52}` (float32:
+:math:`1.5\cdot 2^{23}`), which leaves :math:`n` in the low bits of the sum, so no
+float-to-integer conversion is needed (AVX2 has none for float64 vectors: with one,
+LLVM extracted the four lanes to scalar conversions and the exponential cost 1.65 ns
+instead of 1.28 ns per float64, 0.96 instead of 0.35 ns per float32).  It is only used
+on arguments :math:`x \le 0`; below the smallest normal exponent (:math:`x < -708` in
+float64, :math:`x < -87` in float32) it returns 0, which changes a sum whose largest
+term is 1 by less than :math:`N\cdot 10^{-307}`.
 The test suite checks it against ``np.exp`` to a few ulp over that whole range.
 
 Tiled kernels (projection width :math:`r \ge` :data:`TILED_MIN_WIDTH`, FlashAttention on
 the CPU).  When a pair costs :math:`2r` multiply-adds and :math:`r` is a Transformer's
-head width (32–128), the streaming kernels are bound by their scalar-per-query dot
-products.  The tiled kernels instead take :data:`QTILE` queries against a block of
-:data:`KBLOCK` keys and compute the QTILE×KBLOCK logits and then the QTILE×c block of value sums as
-small matrix products, :data:`MR` = 3 queries by :data:`NR` = 4 keys (or value
-coordinates) at a time, with one register-blocked micro-kernel (:func:`_dot_tile`:
-twelve dot products sharing their loads, vectorised along the reduction), and the
-online log-sum-exp of each query between the two.  Memory stays
-:math:`O((N + M)(r + c))` plus a QTILE×KBLOCK logit tile and QTILE×c accumulators per
-thread.  Queries are sorted by masked prefix length (so a
+head width (32–128), the streaming kernels are bound by their per-query dot products.
+The tiled kernels instead take :data:`QTILE` queries against a block of :data:`KBLOCK`
+keys and compute the QTILE×KBLOCK logits and then the QTILE×c block of value sums as
+small matrix products, with the online log-sum-exp of each query between the two.
+Both products go through one register-blocked micro-kernel (:data:`_mk_store`,
+:data:`_mk_add`), written as an LLVM intrinsic because Numba's loop vectoriser only
+produces dot-product kernels (a horizontal sum per output, seven loads per twelve
+FMAs): :data:`MR` = 6 rows of the left operand by two AVX2 registers of the right one
+(:data:`NR` = 8 float64 or :data:`NR_F32` = 16 float32 columns), twelve vector
+accumulators, and per reduction step two vector loads, six broadcasts and twelve
+vector FMAs (``vfmadd231pd ymm``) — the outer-product form of an optimised BLAS.  The
+right operands are packed once per call so that the micro-kernel reads contiguous
+memory: keys in panels of NR (``k[p*NR:(p+1)*NR].T``, r×NR) for the logits, values in
+panels of NR coordinates (N×NR) for the value sums (a strided N×c array would alias in
+the L1 sets).  Memory stays :math:`O((N + M)(r + c))` plus a QTILE×KBLOCK logit tile
+and QTILE×c accumulators per thread.  Queries are sorted by masked prefix length (so a
 tile's queries see similar prefixes) and padded to a multiple of MR; keys and value
-coordinates are padded with zeros to multiples of :data:`NR` = 4.  BLAS calls on tiles
-inside the parallel loop were measured slower (OpenBLAS starts its own threads on
-each small product: 0.3–0.6 multiply-adds per CPU-nanosecond against 9–10 for the
-micro-kernel at
-r = 64–128) and are not used.
+coordinates are padded with zeros to multiples of NR.  Value sums over one key block
+are formed in the input precision and added to float64 accumulators.
+
+Where the time goes (one thread, N = 2e4, float64, per query–key pair, a loaded 2-core
+AMD EPYC (Zen 3) whose OpenBLAS DGEMM reaches about 20 multiply-adds per ns per core):
+at r = c = 128 the logit product takes 7 ns (18 multiply-adds per ns), the value
+product 8 ns (16 per ns), the bias, maximum, exponential and sum 1.8 ns; at r = 64:
+3.4, 3.7 and 1.9 ns.  BLAS calls on tiles inside the parallel loop were measured
+slower (OpenBLAS starts its own threads on each small product: 0.3–0.6 multiply-adds
+per CPU-nanosecond) and are not used.
 
 Keys of zero weight (bias :math:`-\infty`) are removed before the kernels run (masked
 prefix lengths are recounted), so the kernels only see finite numbers and can be
@@ -100,6 +117,7 @@ __all__ = [
     "KBLOCK",
     "MR",
     "NR",
+    "NR_F32",
     "QTILE",
     "TILE",
     "TILED_MIN_WIDTH",
@@ -114,16 +132,17 @@ logger = logging.getLogger(__name__)
 BLOCK = 256
 #: consecutive queries that share each block of keys (read once, reused from L1)
 TILE = 8
-#: tiled kernels: queries × keys (or value coordinates) of one register tile
-MR, NR = 3, 4
+#: tiled kernels: queries × keys (or value coordinates) of one register tile: MR × NR in
+#: float64, MR × NR_F32 in float32 (two AVX2 registers of keys per query)
+MR, NR, NR_F32 = 6, 8, 16
 #: tiled kernels: queries sharing each block of keys (a multiple of MR)
-QTILE = 24
+QTILE = 48
 #: tiled kernels: keys per block (the per-thread logit tile is QTILE × KBLOCK)
 KBLOCK = 128
 #: smallest projection width r for which the tiled kernels are used, float64 and float32
 #: (measured crossovers, see :meth:`NumbaBackend.kernel_for`)
-TILED_MIN_WIDTH = 16
-TILED_MIN_WIDTH_F32 = 24
+TILED_MIN_WIDTH = 8
+TILED_MIN_WIDTH_F32 = 12
 
 # Fast-math flags of the kernels: reassociation lets LLVM vectorise the sums, max
 # reductions and dot products; nnan/ninf are safe because the kernels only ever see
@@ -194,6 +213,28 @@ def _bits_to_f32(typingctx, x):
 
 
 @intrinsic
+def _f64_to_bits(typingctx, x):
+    """The bits of a float64 as an int64 (LLVM bitcast)."""
+    if x != types.float64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+    return types.int64(types.float64), codegen
+
+
+@intrinsic
+def _f32_to_bits(typingctx, x):
+    """The bits of a float32 as an int32 (LLVM bitcast)."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+    return types.int32(types.float32), codegen
+
+
+@intrinsic
 def _fmax(typingctx, a, b):
     """``llvm.maxnum`` of two floats of the same type.
 
@@ -218,13 +259,19 @@ _LN2_HI = 0.693147180369123816490
 _LN2_LO = 1.90821492927058770002e-10
 _LN2_HI32 = np.float32(0.693359375)           # 8 significant bits: n * hi exact in float32
 _LN2_LO32 = np.float32(-2.12194440e-4)
+# round-to-nearest shifters: for |t| < 2**51 (2**22), t + 1.5*2**52 (1.5*2**23) rounds t to
+# an integer n held in the low bits of the sum, so 2**n is built from those bits with
+# integer adds and shifts (AVX2 has no vector float64 -> int64 conversion)
+_SHIFT = 6755399441055744.0
+_SHIFT32 = np.float32(12582912.0)
 
 
 @njit(fastmath=_FM_EXP, cache=True)
 def _vexp64(x):
     # valid for x <= 0; returns 0 below -708 (results would be subnormal)
     xc = max(x, -708.0)
-    n = np.floor(xc * _LOG2E + 0.5)
+    t = xc * _LOG2E + _SHIFT                  # not reassociated (_FM_EXP): t - _SHIFT is
+    n = t - _SHIFT                            # round(xc / ln 2), exactly
     r = (xc - n * _LN2_HI) - n * _LN2_LO
     p = 1.0 / 479001600.0
     p = p * r + 1.0 / 39916800.0
@@ -239,7 +286,7 @@ def _vexp64(x):
     p = p * r + 0.5
     p = p * r + 1.0
     p = p * r + 1.0
-    scale = _bits_to_f64((np.int64(n) + 1023) << 52)
+    scale = _bits_to_f64((_f64_to_bits(t) + 1023) << 52)   # low 12 bits of t's: n mod 2**12
     return p * scale if x >= -708.0 else 0.0
 
 
@@ -247,7 +294,8 @@ def _vexp64(x):
 def _vexp32(x):
     # valid for x <= 0; returns 0 below -87 (results would be subnormal)
     xc = max(x, np.float32(-87.0))
-    n = np.floor(xc * np.float32(_LOG2E) + np.float32(0.5))
+    t = xc * np.float32(_LOG2E) + _SHIFT32
+    n = t - _SHIFT32
     r = (xc - n * _LN2_HI32) - n * _LN2_LO32
     p = np.float32(1.0 / 5040.0)
     p = p * r + np.float32(1.0 / 720.0)
@@ -257,7 +305,7 @@ def _vexp32(x):
     p = p * r + np.float32(0.5)
     p = p * r + np.float32(1.0)
     p = p * r + np.float32(1.0)
-    scale = _bits_to_f32((np.int64(n) + 127) << 23)
+    scale = _bits_to_f32((_f32_to_bits(t) + np.int32(127)) << np.int32(23))
     return p * scale if x >= np.float32(-87.0) else np.float32(0.0)
 
 
@@ -481,104 +529,160 @@ def _pointwise_kernel(phi, q, kT, vT, w, zb, limits, n_groups, out):
 
 
 # --------------------------------------------------------------------------- tiled kernels
+def _make_micro_kernel(accumulate: bool):
+    """Build the register-blocked micro-kernel as an LLVM intrinsic (see :func:`_mk_store`)."""
+
+    def typer(typingctx, a, a_off, a_rs, b, b_off, b_rs, n_red, c, c_off, c_rs):
+        if not all(isinstance(x, types.Array) and x.layout == "C" for x in (a, b, c)):
+            return None
+        dt = a.dtype
+        if dt not in (types.float32, types.float64) or b.dtype != dt:
+            return None
+        # the product is formed in the inputs' precision; an accumulating call may add
+        # float32 products into float64 totals
+        if not (c.dtype == dt or (accumulate and c.dtype == types.float64)):
+            return None
+        lanes = 4 if dt == types.float64 else 8
+        wide = c.dtype != dt
+        sig = types.void(a, types.intp, types.intp, b, types.intp, types.intp, types.intp,
+                         c, types.intp, types.intp)
+
+        def codegen(context, builder, signature, args):
+            a_v, a_off_v, a_rs_v, b_v, b_off_v, b_rs_v, n_v, c_v, c_off_v, c_rs_v = args
+            fty = ir.DoubleType() if dt == types.float64 else ir.FloatType()
+            vty = ir.VectorType(fty, lanes)
+            wty = ir.VectorType(ir.DoubleType(), lanes)
+            i64 = ir.IntType(64)
+            i32 = ir.IntType(32)
+            align = dt.bitwidth // 8
+            fma = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(vty, [vty, vty, vty]),
+                f"llvm.fma.v{lanes}{'f64' if dt == types.float64 else 'f32'}")
+            aptr = context.make_array(signature.args[0])(context, builder, a_v).data
+            bptr = context.make_array(signature.args[3])(context, builder, b_v).data
+            cptr = context.make_array(signature.args[7])(context, builder, c_v).data
+            zero = ir.Constant(vty, [ir.Constant(fty, 0.0)] * lanes)
+            undef = ir.Constant(vty, ir.Undefined)
+            splat = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
+            a0 = builder.gep(aptr, [a_off_v])
+            b0 = builder.gep(bptr, [b_off_v])
+            arows = [builder.gep(a0, [builder.mul(a_rs_v, ir.Constant(i64, i))])
+                     for i in range(MR)]
+            pre = builder.block
+            loop = builder.function.append_basic_block("mk.loop")
+            done = builder.function.append_basic_block("mk.done")
+            builder.cbranch(builder.icmp_signed(">", n_v, ir.Constant(i64, 0)), loop, done)
+            builder.position_at_end(loop)
+            ll = builder.phi(i64)
+            ll.add_incoming(ir.Constant(i64, 0), pre)
+            accs = [[builder.phi(vty) for _ in range(2)] for _ in range(MR)]
+            for row in accs:
+                for p in row:
+                    p.add_incoming(zero, pre)
+            brow = builder.gep(b0, [builder.mul(ll, b_rs_v)])
+            bvec = [builder.load(builder.bitcast(builder.gep(brow, [ir.Constant(i64, h * lanes)]),
+                                                 vty.as_pointer()), align=align)
+                    for h in range(2)]
+            new = []
+            for i in range(MR):
+                x = builder.load(builder.gep(arows[i], [ll]))
+                xs = builder.shuffle_vector(builder.insert_element(undef, x, ir.Constant(i32, 0)),
+                                            undef, splat)
+                new.append([builder.call(fma, [xs, bvec[h], accs[i][h]]) for h in range(2)])
+            ll1 = builder.add(ll, ir.Constant(i64, 1))
+            body = builder.block
+            ll.add_incoming(ll1, body)
+            for i in range(MR):
+                for h in range(2):
+                    accs[i][h].add_incoming(new[i][h], body)
+            builder.cbranch(builder.icmp_signed("<", ll1, n_v), loop, done)
+            builder.position_at_end(done)
+            res = []
+            for i in range(MR):
+                row = []
+                for h in range(2):
+                    p = builder.phi(vty)
+                    p.add_incoming(zero, pre)
+                    p.add_incoming(new[i][h], body)
+                    row.append(p)
+                res.append(row)
+            c0 = builder.gep(cptr, [c_off_v])
+            sty = wty if wide else vty
+            for i in range(MR):
+                crow = builder.gep(c0, [builder.mul(c_rs_v, ir.Constant(i64, i))])
+                for h in range(2):
+                    ptr = builder.bitcast(builder.gep(crow, [ir.Constant(i64, h * lanes)]),
+                                          sty.as_pointer())
+                    val = builder.fpext(res[i][h], wty) if wide else res[i][h]
+                    if accumulate:
+                        val = builder.fadd(builder.load(ptr, align=8 if wide else align), val)
+                    builder.store(val, ptr, align=8 if wide else align)
+            return context.get_dummy_value()
+        return sig, codegen
+
+    typer.__name__ = "_mk_add" if accumulate else "_mk_store"
+    return intrinsic(typer)
+
+
+#: ``_mk_store(A, a0, lda, B, b0, ldb, L, C, c0, ldc)``:
+#: ``C[c0 + i*ldc + j] = sum_{l<L} A[a0 + i*lda + l] * B[b0 + l*ldb + j]`` for ``i < MR``,
+#: ``j <`` two SIMD registers (NR = 8 float64 or 16 float32): an MR×NR block of a matrix
+#: product as twelve vector accumulators (outer products: one broadcast of ``A`` and two
+#: vector loads of ``B`` per six pairs of FMAs).  Arrays are C-contiguous, indices flat
+#: and unchecked: the callers guarantee the bounds (padded layouts).
+_mk_store = _make_micro_kernel(False)
+#: as :data:`_mk_store` but ``C += ...`` (``C`` may be float64 for float32 ``A``, ``B``)
+_mk_add = _make_micro_kernel(True)
+
+
 @njit(fastmath=_FM_KERNEL, cache=True)
-def _dot_tile(A, ia, ao, B, jb, bo, L, C, ci, cj):
-    """C[ci:ci+MR, cj:cj+NR] = A[ia:ia+MR, ao:ao+L] @ B[jb:jb+NR, bo:bo+L].T  (MR = 3, NR = 4).
-
-    The register-blocked micro-kernel of the tiled kernels: twelve dot products of
-    length ``L`` share their loads (three rows of ``A``, four of ``B``); with
-    reassociation LLVM vectorises each along ``L`` (twelve vector accumulators, one
-    horizontal sum each at the end).  Rows of both operands are contiguous.
-    """
-    a0 = A[ia, ao:ao + L]
-    a1 = A[ia + 1, ao:ao + L]
-    a2 = A[ia + 2, ao:ao + L]
-    b0 = B[jb, bo:bo + L]
-    b1 = B[jb + 1, bo:bo + L]
-    b2 = B[jb + 2, bo:bo + L]
-    b3 = B[jb + 3, bo:bo + L]
-    z = A.dtype.type(0.0)
-    c00 = c01 = c02 = c03 = c10 = c11 = c12 = c13 = c20 = c21 = c22 = c23 = z
-    for l in range(L):
-        x0 = a0[l]
-        x1 = a1[l]
-        x2 = a2[l]
-        y = b0[l]
-        c00 += x0 * y
-        c10 += x1 * y
-        c20 += x2 * y
-        y = b1[l]
-        c01 += x0 * y
-        c11 += x1 * y
-        c21 += x2 * y
-        y = b2[l]
-        c02 += x0 * y
-        c12 += x1 * y
-        c22 += x2 * y
-        y = b3[l]
-        c03 += x0 * y
-        c13 += x1 * y
-        c23 += x2 * y
-    C[ci, cj] = c00
-    C[ci, cj + 1] = c01
-    C[ci, cj + 2] = c02
-    C[ci, cj + 3] = c03
-    C[ci + 1, cj] = c10
-    C[ci + 1, cj + 1] = c11
-    C[ci + 1, cj + 2] = c12
-    C[ci + 1, cj + 3] = c13
-    C[ci + 2, cj] = c20
-    C[ci + 2, cj + 1] = c21
-    C[ci + 2, cj + 2] = c22
-    C[ci + 2, cj + 3] = c23
-
-
-@njit(fastmath=_FM_KERNEL, cache=True)
-def _tile_logits(S, q, i0, nt, k, j0, nb4):
-    """S[:nt, :nb4] = q[i0:i0+nt] @ k[j0:j0+nb4].T; the NR keys of a group stay in L1
-    while every group of MR queries of the tile uses them."""
+def _tile_logits(S, q, i0, nt, kpk, j0, nbp, nr):
+    """S[:nt, :nbp] = q[i0:i0+nt] @ k[j0:j0+nbp].T from the packed key panels ``kpk``
+    (keys ``p*nr … p*nr + nr - 1`` stored as an r×nr block): each panel (r·nr numbers, in
+    L1) is used by every group of MR queries of the tile."""
     r = q.shape[1]
-    for jj in range(0, nb4, NR):
+    kb = S.shape[1]
+    for jj in range(0, nbp, nr):
+        boff = (j0 + jj) * r                  # panel (j0 + jj) / nr starts at its keys' offset
         for u in range(0, nt, MR):
-            _dot_tile(q, i0 + u, 0, k, j0 + jj, 0, r, S, u, jj)
+            _mk_store(q, (i0 + u) * r, r, kpk, boff, nr, r, S, u * kb + jj, kb)
 
 
 @njit(fastmath=_FM_KERNEL, cache=True)
-def _tile_values(acc, nt, S, vT, j0, nb4, T):
-    """acc[:nt, c] += sum_j S[t, j] vT[c, j0 + j] (block sums in the input precision)."""
-    cp = vT.shape[0]
-    for cc in range(0, cp, NR):
+def _tile_values(acc, nt, S, vpk, j0, nbp, nr):
+    """acc[:nt] += S[:nt, :nbp] @ v[j0:j0+nbp] from the packed value panels ``vpk``
+    (value coordinates ``p*nr … p*nr + nr - 1`` of every key, an N×nr block); products
+    in the inputs' precision over one key block, added to the float64 totals."""
+    n_pan, npad = vpk.shape[0], vpk.shape[1]
+    cp = n_pan * nr
+    kb = S.shape[1]
+    for pan in range(n_pan):
+        boff = (pan * npad + j0) * nr
         for u in range(0, nt, MR):
-            _dot_tile(S, u, 0, vT, cc, j0, nb4, T, u, cc)
-    for t in range(nt):
-        at = acc[t]
-        tt = T[t]
-        for cc in range(cp):
-            at[cc] += tt[cc]
+            _mk_add(S, u * kb, kb, vpk, boff, nr, nbp, acc, u * cp + pan * nr, cp)
 
 
 @njit(parallel=True, fastmath=_FM_KERNEL, cache=True)
-def _softmax_tiled_kernel(q, k, vT, bias, limits, n_groups, out, lse):
+def _softmax_tiled_kernel(q, kpk, vpk, bias, limits, nr, n_groups, out, lse):
     """Softmax / lse with logits and value sums as register-blocked tile products.
 
-    Shapes: ``q`` (M, r) with M a multiple of :data:`MR`, ``k`` (N, r) and ``bias`` (N,)
-    with N a multiple of :data:`NR`, ``vT`` (c, N) with c a multiple of NR (c = 0: lse
-    only), ``out`` (M, c).  Queries are taken in tiles of :data:`QTILE`; for each block
-    of :data:`KBLOCK` keys: the QTILE×KBLOCK logits by :func:`_dot_tile` (each group of
-    NR keys is used by every group of MR queries while it sits in L1), the online
+    Shapes: ``q`` (M, r) with M a multiple of :data:`MR`; keys packed by
+    :meth:`NumbaBackend._tiled_layout` into ``kpk`` (N·r numbers, N a multiple of ``nr``
+    = NR or NR_F32), ``bias`` (N,), values packed into ``vpk`` (c/nr, N, nr), c a
+    multiple of nr (c = 0: lse only), ``out`` (M, c).  Queries are taken in tiles of :data:`QTILE`; for each block
+    of :data:`KBLOCK` keys: the QTILE×KBLOCK logits (:data:`_mk_store`), the online
     log-sum-exp of each row over its visible keys ``j < limits[i]`` (invisible entries
-    are set to 0 after the exponential), then the QTILE×c value sums by
-    :func:`_dot_tile` again.  Every query sees its keys in the same order and blocks
-    whatever the threads, so results do not depend on the thread count.
+    are set to 0 after the exponential), then the QTILE×c value sums
+    (:data:`_mk_add`, into float64 accumulators).  Every query sees its keys in the same
+    order and blocks whatever the threads, so results do not depend on the thread count.
     """
     m_q = q.shape[0]
-    cp = vT.shape[0]
+    cp = vpk.shape[0] * nr
     cw = max(cp, 1)
     zero = q.dtype.type(0.0)
     n_tiles = (m_q + QTILE - 1) // QTILE
     for g in prange(n_groups):
         S = np.empty((QTILE, KBLOCK), dtype=q.dtype)
-        T = np.empty((QTILE, cw), dtype=q.dtype)
         acc = np.empty((QTILE, cw), dtype=np.float64)
         m_run = np.empty(QTILE, dtype=q.dtype)
         s_run = np.empty(QTILE, dtype=np.float64)
@@ -589,21 +693,21 @@ def _softmax_tiled_kernel(q, k, vT, bias, limits, n_groups, out, lse):
             s_run[:] = 0.0
             for j0 in range(0, most, KBLOCK):
                 nbt = min(KBLOCK, most - j0)
-                nb4 = (nbt + NR - 1) // NR * NR
-                _tile_logits(S, q, i0, nt, k, j0, nb4)
+                nbp = (nbt + nr - 1) // nr * nr
+                _tile_logits(S, q, i0, nt, kpk, j0, nbp, nr)
                 for t in range(nt):
                     row = S[t]
                     nb = min(KBLOCK, limits[i0 + t] - j0)
                     if nb <= 0:
-                        for j in range(nb4):
+                        for j in range(nbp):
                             row[j] = zero
                         continue
                     bb = bias[j0:j0 + nb]
+                    mb = row[0] + bb[0]
                     for j in range(nb):
-                        row[j] += bb[j]
-                    mb = row[0]
-                    for j in range(1, nb):
-                        mb = _fmax(mb, row[j])
+                        x = row[j] + bb[j]
+                        row[j] = x
+                        mb = _fmax(mb, x)
                     if j0 == 0:
                         m_run[t] = mb
                     elif mb > m_run[t]:
@@ -619,11 +723,11 @@ def _softmax_tiled_kernel(q, k, vT, bias, limits, n_groups, out, lse):
                         p = vexp(row[j] - mt)
                         row[j] = p
                         sb += p
-                    for j in range(nb, nb4):
+                    for j in range(nb, nbp):
                         row[j] = zero
                     s_run[t] += sb
                 if cp > 0:
-                    _tile_values(acc, nt, S, vT, j0, nb4, T)
+                    _tile_values(acc, nt, S, vpk, j0, nbp, nr)
             for t in range(nt):
                 i = i0 + t
                 if limits[i] <= 0:
@@ -635,27 +739,26 @@ def _softmax_tiled_kernel(q, k, vT, bias, limits, n_groups, out, lse):
 
 
 @njit(parallel=True, fastmath=_FM_KERNEL, cache=True)
-def _pointwise_tiled_kernel(phi, q, k, vT, w, limits, n_groups, out):
+def _pointwise_tiled_kernel(phi, q, kpk, vpk, w, limits, nr, n_groups, out):
     """Tiled ``out[i] = sum_{j < limits[i]} w_j phi(q_i . k_j) v_j`` (shapes as in
     :func:`_softmax_tiled_kernel`; ``w`` (N,) padded with zeros)."""
     m_q = q.shape[0]
-    cp = vT.shape[0]
+    cp = vpk.shape[0] * nr
     zero = q.dtype.type(0.0)
     one = q.dtype.type(1.0)
     n_tiles = (m_q + QTILE - 1) // QTILE
     for g in prange(n_groups):
         S = np.empty((QTILE, KBLOCK), dtype=q.dtype)
-        T = np.empty((QTILE, cp), dtype=q.dtype)
-        acc = np.empty((QTILE, cp), dtype=np.float64)
+        acc = np.empty((QTILE, max(cp, 1)), dtype=np.float64)
         for tile in range(g, n_tiles, n_groups):
             i0 = tile * QTILE
             nt = min(QTILE, m_q - i0)
             most = _start_tile(acc, limits, i0, nt)
             for j0 in range(0, most, KBLOCK):
                 nbt = min(KBLOCK, most - j0)
-                nb4 = (nbt + NR - 1) // NR * NR
-                _tile_logits(S, q, i0, nt, k, j0, nb4)
-                wb = w[j0:j0 + nb4]
+                nbp = (nbt + nr - 1) // nr * nr
+                _tile_logits(S, q, i0, nt, kpk, j0, nbp, nr)
+                wb = w[j0:j0 + nbp]
                 for t in range(nt):
                     row = S[t]
                     nb = max(0, min(KBLOCK, limits[i0 + t] - j0))
@@ -670,9 +773,9 @@ def _pointwise_tiled_kernel(phi, q, k, vT, w, limits, n_groups, out):
                     else:
                         for j in range(nb):
                             row[j] = wb[j] * row[j]
-                    for j in range(nb, nb4):
+                    for j in range(nb, nbp):
                         row[j] = zero
-                _tile_values(acc, nt, S, vT, j0, nb4, T)
+                _tile_values(acc, nt, S, vpk, j0, nbp, nr)
             for t in range(nt):
                 for cc in range(cp):
                     out[i0 + t, cc] = acc[t, cc]
@@ -807,12 +910,15 @@ class NumbaBackend:
     def kernel_for(self, r: int, dtype: Any = np.float64) -> str:
         """``"tiled"`` or ``"streaming"``: the kernel used for projection width ``r``.
 
-        With ``kernel="auto"`` the tiled kernels (register-blocked 3×4 tile products) are
-        used from ``r >=`` :data:`TILED_MIN_WIDTH` (float64) or
-        :data:`TILED_MIN_WIDTH_F32` (float32): there a pair's ``r`` multiply-adds
+        With ``kernel="auto"`` the tiled kernels (register-blocked tile products) are
+        used from ``r >=`` :data:`TILED_MIN_WIDTH` = 8 (float64) or
+        :data:`TILED_MIN_WIDTH_F32` = 12 (float32): there a pair's ``r`` multiply-adds
         outweigh its exponential, and below it the streaming kernels (one query at a
         time, SIMD across keys) are faster.  Crossovers measured on a 2-core AVX2
-        machine at N = 2e4 (``benchmarks/particles.py`` records both kernels).
+        machine (AMD EPYC, Zen 3) at N = 2e4, c = r, one thread, streaming time over
+        tiled time: float64 0.87 (r = 2), 1.05 (4), 1.03 (6), 1.53 (8), 1.61 (16);
+        float32 0.78 (4), 0.93 (6), 1.04 (8), 1.30 (12), 1.64 (16)
+        (``benchmarks/particles.py`` records both kernels for d >= 8).
         """
         if self.kernel != "auto":
             return self.kernel
@@ -821,31 +927,44 @@ class NumbaBackend:
 
     @staticmethod
     def _tiled_layout(dtype, q, k, vals, b, lim):
-        """Pad for the tiled kernels: queries sorted by prefix length and padded to a
-        multiple of MR (limit 0), keys and value coordinates to multiples of NR (zeros)."""
+        """Pad and pack for the tiled kernels.
+
+        Queries sorted by prefix length (masked calls) and padded to a multiple of MR
+        (limit 0); keys, bias and value coordinates padded with zeros to multiples of
+        ``nr`` (:data:`NR` float64, :data:`NR_F32` float32), then packed in the
+        operand layouts of the micro-kernels: key panel ``p`` holds
+        ``k[p*nr:(p+1)*nr].T`` (r×nr, contiguous), value panel ``p`` holds
+        ``v[:, p*nr:(p+1)*nr]`` (N×nr, contiguous), so that the micro-kernels read
+        contiguous memory (a strided N×c array would alias in the L1 sets).
+        Returns ``(order, qp, kpk, vpk, bp, limp, nr)``.
+        """
         m, r = q.shape
         n = k.shape[0]
+        nr = NR_F32 if dtype == np.float32 else NR
         order = None
         if lim.min(initial=0) < n:             # masked: similar prefixes share a tile
             order = np.argsort(lim, kind="stable")
             q, lim = q[order], lim[order]
         mp = -(-m // MR) * MR
-        npad = -(-n // NR) * NR
+        npad = -(-n // nr) * nr
         qp = np.zeros((mp, r), dtype=dtype)
         qp[:m] = q
         limp = np.zeros(mp, dtype=np.int64)
         limp[:m] = lim
-        kp = np.zeros((npad, r), dtype=dtype)
-        kp[:n] = k
+        full = n // nr * nr                    # keys of the complete panels
+        kpk = np.zeros((npad // nr, r, nr), dtype=dtype)
+        kpk[:n // nr] = k[:full].reshape(n // nr, nr, r).transpose(0, 2, 1)
+        if full < n:
+            kpk[n // nr, :, :n - full] = k[full:].T
         bp = np.zeros(npad, dtype=dtype)
         bp[:n] = b
-        if vals is None:
-            vT = np.zeros((0, npad), dtype=dtype)
-        else:
-            c = vals.shape[1]
-            vT = np.zeros((-(-c // NR) * NR, npad), dtype=dtype)
-            vT[:c, :n] = vals.T
-        return order, qp, kp, vT, bp, limp
+        c = 0 if vals is None else vals.shape[1]
+        vpk = np.zeros((-(-c // nr), npad, nr), dtype=dtype)
+        for p in range(c // nr):
+            vpk[p, :n] = vals[:, p * nr:(p + 1) * nr]
+        if c % nr:
+            vpk[c // nr, :n, :c % nr] = vals[:, c // nr * nr:]
+        return order, qp, kpk, vpk, bp, limp, nr
 
     @staticmethod
     def _unpermute(a, order, m):
@@ -866,11 +985,11 @@ class NumbaBackend:
         c = 0 if v is None else oo[0].shape[1]
         work = int(lim.sum())
         if self.kernel_for(r, dtype) == "tiled":
-            order, qp, kp, vT, bp, limp = self._tiled_layout(dtype, qc, kk, oo[0] if oo else None,
-                                                             b, lim)
-            out = np.zeros((qp.shape[0], vT.shape[0]), dtype=dtype)
+            order, qp, kpk, vpk, bp, limp, nr = self._tiled_layout(
+                dtype, qc, kk, oo[0] if oo else None, b, lim)
+            out = np.zeros((qp.shape[0], vpk.shape[0] * nr), dtype=dtype)
             lse = np.full(qp.shape[0], -np.inf, dtype=dtype)
-            self._run(_softmax_tiled_kernel, work, qp, kp, vT, bp, limp,
+            self._run(_softmax_tiled_kernel, work, qp, kpk, vpk, bp, limp, nr,
                       self._groups(qp.shape[0], QTILE), out, lse)
             return (self._unpermute(out[:, :c], order, m),
                     self._unpermute(lse, order, m))
@@ -920,9 +1039,10 @@ class NumbaBackend:
         code = np.int64(_PHI_CODES[phi])
         work = int(lim.sum())
         if self.kernel_for(r, dtype) == "tiled":
-            order, qp, kp, vT, wp, limp = self._tiled_layout(dtype, qc, kk, vv, ww[:, 0], lim)
-            out = np.zeros((qp.shape[0], vT.shape[0]), dtype=dtype)
-            self._run(_pointwise_tiled_kernel, work, code, qp, kp, vT, wp, limp,
+            order, qp, kpk, vpk, wp, limp, nr = self._tiled_layout(dtype, qc, kk, vv, ww[:, 0],
+                                                                  lim)
+            out = np.zeros((qp.shape[0], vpk.shape[0] * nr), dtype=dtype)
+            self._run(_pointwise_tiled_kernel, work, code, qp, kpk, vpk, wp, limp, nr,
                       self._groups(qp.shape[0], QTILE), out)
             return self._unpermute(out[:, :c], order, m)
         kT = np.ascontiguousarray(kk.T, dtype=dtype)
