@@ -635,7 +635,9 @@ def depth_statistics(states: Any, *, cluster_tol: float = 0.05, rank_rtol: float
         if r <= collapse_rtol * norm:
             k, nr, er = 1, 0, 0.0
         else:
-            cov = c.T @ c / n
+            # the nonzero spectrum of the d x d covariance c^T c / n is that of the n x n Gram
+            # matrix c c^T / n: decompose the smaller (a sentence has n << d tokens), same ranks
+            cov = c.T @ c / n if n >= c.shape[1] else c @ c.T / n
             k = clusters(X, tol=cluster_tol).n_clusters
             nr = numerical_rank(cov, rtol=rank_rtol)
             er = effective_rank(cov)

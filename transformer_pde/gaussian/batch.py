@@ -13,7 +13,7 @@ import numpy as np
 
 from ..attention import Attention
 from ..errors import ArgumentError, EarlyStopWarning
-from ..integrate.controller import initial_step
+from ..integrate.controller import PIController, initial_step
 from ..integrate.tableaux import DOPRI5
 from ..results import ResultKind, Status
 from . import kernels
@@ -55,7 +55,9 @@ class GaussianBatch:
         Final states (on the blow-up threshold, :math:`\nu = ` ``blowup_threshold`` to
         1e-12 relative, for members that reached it).
     limit : ndarray (B, d, d)
-        :math:`\Sigma/\operatorname{tr}\Sigma`, extrapolated to :math:`T^*` on blow-up.
+        :math:`\Sigma/\operatorname{tr}\Sigma`, extrapolated to :math:`T^*` on blow-up
+        (linearly from the continuation size; where that leaves the positive semi-definite
+        cone, the shape at that size, and the member's message says so).
     n_steps : ndarray (B,)
         Accepted explicit steps per member up to the final state (members handed to Radau
         add ``nfev // 8``).
@@ -140,13 +142,17 @@ def _numpy_advance(sysm: MomentSystem, Y: np.ndarray, ids: np.ndarray, h: np.nda
                    stops: np.ndarray, kstop: np.ndarray, eval_pos: np.ndarray,
                    trY: np.ndarray | None, rtol: float, atol_vec: np.ndarray, atol: float,
                    log_thr: float, convergence: str, converge_tol: float, budget: int,
-                   n_steps: np.ndarray, reason: np.ndarray) -> None:
+                   n_steps: np.ndarray, reason: np.ndarray, pi_prev: np.ndarray) -> None:
     """The NumPy integrator: advance members ``ids`` (rows of ``Y``, updated in place) with
     Dormand--Prince 5(4) and per-member step control until the last of ``stops`` (reason 0),
     the size threshold ``exp(log_thr)``, landed on to 1e-12 relative (1), convergence
-    (2, 5, 6) or ``budget`` attempts (3).  ``kstop`` is each member's next stop."""
+    (2, 5, 6) or ``budget`` attempts (3).  ``kstop`` is each member's next stop.  Step
+    sizes: the package's PI controller (:meth:`PIController.factors
+    <transformer_pde.integrate.controller.PIController.factors>`, exponents from the
+    pair's error order), one history per member in ``pi_prev`` (updated in place)."""
     B = Y.shape[0]
     tab = DOPRI5
+    ctrl = PIController(tab.error_order)
     ns = tab.n_stages
     t_prev_stop = np.where(kstop > 0, stops[np.maximum(kstop - 1, 0)], 0.0)
     t_prev_stop = np.minimum(t_prev_stop, Y[:, 0])
@@ -154,6 +160,7 @@ def _numpy_advance(sysm: MomentSystem, Y: np.ndarray, ids: np.ndarray, h: np.nda
     n_att = np.zeros(B, dtype=int)
     h_ctrl = h.copy()
     secant = np.zeros(B, dtype=bool)
+    sz_land = np.zeros(B, dtype=bool)    # landing on the size threshold (after an overshoot)
 
     def set_window(ia):
         st = stops[kstop[ia]]
@@ -213,21 +220,36 @@ def _numpy_advance(sysm: MomentSystem, Y: np.ndarray, ids: np.ndarray, h: np.nda
         # in s on log(size) (nearly linear in s near a blow-up)
         over_sz = ok & (lnew > log_thr + _LAND)
         accept = ok & ~over & ~over_sz
-        fac = np.where(en == 0, 5.0, np.clip(0.9 * np.where(en > 0, en, 1.0) ** -0.2, 0.2, 5.0))
-        fac = np.where(ok, fac, np.minimum(fac, 0.9))
+        # the PI rule; a step that passed the error test but overshot a stop or the
+        # threshold is retried with a secant step below (its factor is not used) and does
+        # not enter the controller's history
+        fac, prev_new = ctrl.factors(en, pi_prev[ia], accept)
+        pi_prev[ia] = prev_new
         h_new = hA * fac
-        # overshoot of a stop: secant correction in s
-        h_new = np.where(over, hA * gap / np.maximum(tn - yA[:, 0], 1e-300), h_new)
         l0 = lsz[ia]
-        h_sz = hA * (log_thr - l0) / np.maximum(lnew - l0, 1e-300)
+        # (the secant steps are computed for every member and used only where they apply:
+        # elsewhere, e.g. after a rejected step with lnew = -inf, they may overflow)
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            # overshoot of a stop: secant correction in s
+            h_new = np.where(over, hA * gap / np.maximum(tn - yA[:, 0], 1e-300), h_new)
+            h_sz = hA * (log_thr - l0) / np.maximum(lnew - l0, 1e-300)
         h_new = np.where(over_sz, np.where(over, np.minimum(h_new, h_sz), h_sz), h_new)
         # after an aimed, accepted step keep the previous (larger) proposal
         h_new = np.where(accept & aiming, np.maximum(h[ia], h_new), h_new)
+        # landing on the threshold: once a step overshot it, every accepted step that stays
+        # below it is followed by a step aimed with that step's slope of log(size) (the
+        # controller's step would overshoot again and cost another retry)
+        sz_land[ia] |= over_sz
+        aim_sz = accept & sz_land[ia] & (lnew > l0) & (lnew < log_thr - _LAND)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            h_aim_sz = hA * (log_thr - lnew) / np.where(aim_sz, lnew - l0, 1.0)
+        aim_sz &= h_aim_sz < h_new
+        h_new = np.where(aim_sz, h_aim_sz, h_new)
         # the error controller's proposal after accepted steps (a continuation restarts from
         # it, not from the secant step that landed on the threshold)
         free = accept & ~aiming & ~secant[ia]
         h_ctrl[ia] = np.where(free, hA * fac, h_ctrl[ia])
-        secant[ia] = over | over_sz
+        secant[ia] = over | over_sz | aim_sz
         n_att[ia] += 1
         n_steps[ia] += accept
         acc_i = ia[accept]
@@ -385,13 +407,15 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
                                Y[:, 0], np.full((B, 4), np.inf))
         reason[code > 0] = code[code > 0]
         # initial step (Hairer-Wanner heuristic, per member: the package's controller)
-        h = initial_step(Y, sysm.rhs(Y, all_idx), rtol, atol_vec)
+        h = initial_step(Y, sysm.rhs(Y, all_idx), rtol, atol_vec,
+                         f=lambda z: sysm.rhs(z, all_idx), error_order=DOPRI5.error_order)
         n_steps = np.zeros(B, dtype=int)
         kstop = np.zeros(B, dtype=int)
+        pi_prev = np.ones(B)           # the PI controller's history per member
         run = np.nonzero(reason < 0)[0]
         if run.size:
             _numpy_advance(sysm, Y, run, h, stops, kstop, eval_pos, trY, rtol, atol_vec, atol,
-                           log_thr, convergence, converge_tol, budget, n_steps, reason)
+                           log_thr, convergence, converge_tol, budget, n_steps, reason, pi_prev)
         # continue the members on the threshold (no output, no final time) to measure the
         # blow-up, T* and the limit, or to see a transient crossing converge
         Yc = Y.copy()
@@ -402,7 +426,7 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
             kc = np.searchsorted(stops_c, Y[:, 0], side="right")
             _numpy_advance(sysm, Yc, cont, h.copy(), stops_c, kc, np.full(stops_c.size, -1),
                            None, rtol, atol_vec, atol, log_thr_c, convergence, converge_tol,
-                           budget, np.zeros(B, dtype=int), creason)
+                           budget, np.zeros(B, dtype=int), creason, pi_prev)
 
     if te is not None:
         bi, ti = np.nonzero(np.isfinite(trY[:, :, 0]))
@@ -435,13 +459,14 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
             traj_c[i, pos] = tr.covs
         means[i], covs[i] = tr.final_mean, tr.final_cov
         n_steps[i] += tr.nfev // 8
-    res = GaussianBatch(np.array([s.value for s in status]), Tstar, t_fin, means, covs, limit,
+    value = {st: st.value for st in Status}          # (enum attribute access is slow)
+    res = GaussianBatch(np.array([value[s] for s in status]), Tstar, t_fin, means, covs, limit,
                         n_steps, te, traj_m, traj_c, msgs)
-    early = [s for s in status if s.stopped_early]
-    if early:
+    early = np.isin(res.status, [st.value for st in Status if st.stopped_early])
+    if np.any(early):
         counts = {k: v for k, v in res.counts().items() if v and Status(k).stopped_early}
-        first = next(i for i, s in enumerate(status) if s.stopped_early)
-        warnings.warn(f"solve_batch: {len(early)} of {B} members stopped before t_max="
+        first = int(np.argmax(early))
+        warnings.warn(f"solve_batch: {int(early.sum())} of {B} members stopped before t_max="
                       f"{float(t_max):g} ({', '.join(f'{v} {k}' for k, v in counts.items())}); "
                       f"member {first}: {msgs[first]}", EarlyStopWarning, stacklevel=2)
     return res

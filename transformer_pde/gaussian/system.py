@@ -239,6 +239,14 @@ def classify(sysm: MomentSystem, Y: np.ndarray, idx: np.ndarray, converge_tol: f
         Tstar[sel] = tc[isb] + rem[isb]
         limit[big[pos]] = shape_now[pos]
         lsel = isb & pos
+        # the linear extrapolation is a small correction when the shape moves like T* - t;
+        # when it moves faster (e.g. like (T* - t)^g, g < 1, seen with random V) it can leave
+        # the positive semi-definite cone: then the shape measured at the continuation size
+        # (CLASSIFY_SIZE) is the limit
+        not_psd = np.zeros(big.size, dtype=bool)
+        if np.any(lsel):
+            not_psd[lsel] = np.linalg.eigvalsh(lim_b[lsel])[:, 0] < -PSD_TOL
+        lsel &= ~not_psd
         limit[big[lsel]] = lim_b[lsel]
         # messages from Python floats (formatting NumPy scalars is several times slower)
         nu_l, q_l, qm_l = info["nu"].tolist(), q.tolist(), qmax.tolist()
@@ -251,6 +259,9 @@ def classify(sysm: MomentSystem, Y: np.ndarray, idx: np.ndarray, converge_tol: f
                 status[i] = Status.BLOWUP
                 msgs[i] = (f"finite-time blow-up: {at}, q={q_l[j]:.4g} (power law exponent "
                            f"{1 / q_l[j]:.4g}), T*={T_l[i]:.12g}")
+                if not_psd[j]:
+                    msgs[i] += ("; limit: the shape at the measuring size (its linear "
+                                "extrapolation to T* is not positive semi-definite)")
             else:
                 status[i] = Status.DIVERGING
                 why = (f"the {sysm.kind} law has bounded M (no finite-time blow-up)"
@@ -282,6 +293,9 @@ def classify(sysm: MomentSystem, Y: np.ndarray, idx: np.ndarray, converge_tol: f
 #: ``blowup_threshold`` is continued (without output) to measure the blow-up exponent,
 #: :math:`T^*` and the limit shape, so that they do not depend on the drawing threshold.
 CLASSIFY_SIZE = 1e10
+#: Smallest eigenvalue (of a trace-one matrix) below which an extrapolated limit shape is
+#: not positive semi-definite (rounding of extrapolated 1e-10-accurate states stays far below).
+PSD_TOL = 1e-6
 #: Algebraic convergence: the rate :math:`R \propto t^{-k}` with :math:`k \ge` ``ALG_K_MIN``
 #: (integrable: the state has a limit) and ``k`` steady to ``ALG_STEADY`` (relative) while
 #: ``t`` doubles.

@@ -232,11 +232,15 @@ def _continue_past(sysm: MomentSystem, att: Attention, Y: np.ndarray, log_thr_c:
             return y[0] - stop
         ev_time.terminal = True
         ev_time.direction = 1
-        count = [0]
+        count = [0, math.inf]
 
         def ev_budget(s_, y, count=count):
+            # a function of s only, as in solve_from_factor (root finding re-evaluates it: a
+            # counter alone gave the same sign at both ends and a ValueError from brentq)
             count[0] += 1
-            return 1.0 if count[0] <= STIFF_STEPS else -1.0
+            if count[0] > STIFF_STEPS and count[1] == math.inf:
+                count[1] = s_ - 1e-12 * max(1.0, abs(s_))
+            return count[1] - s_ if count[1] < math.inf else 1.0
         ev_budget.terminal = True
         sol = solve_ivp(fun, (s0, 1e300), Y, method=method, rtol=rtol, atol=atol_vec,
                         events=[ev_size, ev_time, ev_budget, ev_conv, ev_alg])

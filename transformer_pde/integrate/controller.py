@@ -7,22 +7,53 @@ The local error of an embedded pair whose estimator has order :math:`\hat p` beh
 .. math:: h_{new} = h \cdot \mathrm{clip}\big(s\, e_n^{-\alpha}\, e_{n-1}^{\beta},\,
           f_{min},\, f_{max}\big), \qquad \alpha = 0.7/k,\ \beta = 0.4/k,
 
-uses the current and the previous scaled error norms :math:`e_n, e_{n-1}`.  After a
-rejected step the integral part is dropped and the step only shrinks.  Steps are
+uses the current and the previous scaled error norms :math:`e_n, e_{n-1}`
+(:math:`e` floored at :math:`10^{-10}`; a non-finite error gives :math:`f_{min}`).  After
+a rejected step the integral part is dropped and the step only shrinks.  The rule is
+written once, for one error norm, in :func:`pi_factor` (plain scalar arithmetic, so that
+compiled kernels such as the numba kernel of :func:`transformer_pde.gaussian.solve_batch`
+compile this very function); :class:`PIController` applies it to one system, and
+:meth:`PIController.factors` to many independent systems at once (one row each, NumPy
+arrays: the NumPy path of ``solve_batch``).  Steps are
 clipped to the next stop (save time, final time) and to the next jump of a
 piecewise-constant parameter (:mod:`~.breakpoints`) by :func:`clip_step`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
+from ..errors import ArgumentError
 from .breakpoints import next_jump
 
-__all__ = ["PIController", "clip_step", "initial_step"]
+__all__ = ["PIController", "clip_step", "initial_step", "pi_factor"]
+
+#: Floor of the scaled error norm in the PI rule (a zero error gives the largest step ratio).
+ERR_FLOOR = 1e-10
+
+
+def pi_factor(err: float, prev: float, accepted: bool, alpha: float, beta: float,
+              safety: float, fmin: float, fmax: float) -> tuple[float, float]:
+    r"""The PI rule for one system: ``(h_new / h, e_{n-1} after this step)``.
+
+    ``err`` is the scaled error norm of the step just tried, ``prev`` the norm of the last
+    accepted step (:math:`e_{n-1}`, 1 initially), ``accepted`` whether this step is taken.
+    Accepted: :math:`\mathrm{clip}(s\,e^{-\alpha} e_{n-1}^{\beta}, f_{min}, f_{max})` and
+    the history becomes :math:`e`; rejected: :math:`\mathrm{clip}(s\,e^{-\alpha}, f_{min},
+    1)`, history kept; non-finite ``err``: :math:`f_{min}`, history kept.  Plain scalar
+    arithmetic (numba compiles it unchanged)."""
+    if not math.isfinite(err):
+        return fmin, prev
+    e = max(err, ERR_FLOOR)
+    if accepted:
+        fac = safety * e ** (-alpha) * prev ** beta
+        return min(fmax, max(fmin, fac)), e
+    fac = safety * e ** (-alpha) * 1.0
+    return min(1.0, max(fmin, fac)), prev
 
 
 class PIController:
@@ -45,15 +76,41 @@ class PIController:
         self.prev = 1.0
 
     def factor(self, err: float, accepted: bool) -> float:
-        """Ratio :math:`h_{new}/h` after a step with scaled error ``err``."""
-        if not np.isfinite(err):
-            return self.fmin
-        err = max(err, 1e-10)
-        fac = self.safety * err ** (-self.alpha) * (self.prev ** self.beta if accepted else 1.0)
-        if accepted:
-            self.prev = err
-            return float(min(self.fmax, max(self.fmin, fac)))
-        return float(min(1.0, max(self.fmin, fac)))
+        """Ratio :math:`h_{new}/h` after a step with scaled error ``err`` (:func:`pi_factor`;
+        updates the history :attr:`prev` on accepted steps)."""
+        fac, self.prev = pi_factor(float(err), self.prev, bool(accepted), self.alpha,
+                                   self.beta, self.safety, self.fmin, self.fmax)
+        return float(fac)
+
+    def factors(self, err: Any, prev: Any, accepted: Any) -> tuple[np.ndarray, np.ndarray]:
+        r"""The same rule for many independent systems at once (one per row).
+
+        Parameters
+        ----------
+        err : array_like (B,)
+            Scaled error norm of each system's trial step.
+        prev : array_like (B,)
+            Each system's history :math:`e_{n-1}` (start from ones); not modified.
+        accepted : array_like of bool (B,)
+            Whether each system takes its step.
+
+        Returns
+        -------
+        factor, prev_new : ndarray (B,)
+            Row ``i`` equals ``pi_factor(err[i], prev[i], accepted[i], ...)`` (elementwise
+            NumPy arithmetic: the same operations as the scalar rule) and the updated
+            history.  This object's own :attr:`prev` is neither read nor changed.
+        """
+        err = np.asarray(err, dtype=float)
+        prev = np.asarray(prev, dtype=float)
+        acc = np.asarray(accepted, dtype=bool)
+        fin = np.isfinite(err)
+        e = np.where(fin, np.maximum(err, ERR_FLOOR), 1.0)
+        with np.errstate(over="ignore"):
+            fac = self.safety * e ** (-self.alpha) * np.where(acc, prev ** self.beta, 1.0)
+        fac = np.where(acc, np.minimum(self.fmax, np.maximum(self.fmin, fac)),
+                       np.minimum(1.0, np.maximum(self.fmin, fac)))
+        return np.where(fin, fac, self.fmin), np.where(fin & acc, e, prev)
 
 
 def clip_step(t: float, h: float, t_stop: float, tables: Iterable[Any] = ()) -> float:
@@ -64,19 +121,37 @@ def clip_step(t: float, h: float, t_stop: float, tables: Iterable[Any] = ()) -> 
 
 
 def initial_step(y: np.ndarray, f0: np.ndarray, rtol: float, atol: Any,
-                 h_max: float = 0.1) -> np.ndarray:
-    r"""First trial step of each row (Hairer–Wanner's heuristic, first part).
+                 h_max: float = 0.1, f: Callable[[np.ndarray], np.ndarray] | None = None,
+                 error_order: int | None = None) -> np.ndarray:
+    r"""First trial step of each row (Hairer–Wanner's heuristic).
 
     With :math:`s = \mathrm{atol} + \mathrm{rtol}|y|`, :math:`d_0 = \mathrm{rms}(y/s)`,
-    :math:`d_1 = \mathrm{rms}(f_0/s)`: :math:`h = 0.01\,d_0/d_1`, or :math:`10^{-6}` when
-    either is below :math:`10^{-5}`; at most ``h_max``.  ``y`` and ``f0`` are
-    ``(B, n)`` (one row per system) or ``(n,)``."""
+    :math:`d_1 = \mathrm{rms}(f_0/s)`: :math:`h_0 = 0.01\,d_0/d_1`, or :math:`10^{-6}` when
+    either is below :math:`10^{-5}`.  Given the field ``f`` (rows in, rows out) and the
+    pair's ``error_order`` :math:`\hat p`, the second part of the heuristic follows
+    (Hairer, Nørsett & Wanner, *Solving ODEs I*, §II.4): one explicit Euler step of
+    :math:`h_0` estimates the second derivative, :math:`d_2 = \mathrm{rms}((f(y + h_0 f_0) -
+    f_0)/s)/h_0`, and :math:`h = \min(100 h_0, (0.01/\max(d_1, d_2))^{1/(\hat p + 1)})`
+    (:math:`\max(10^{-6}, 10^{-3} h_0)` when both are below :math:`10^{-15}`), a step whose
+    local error is about 1 % of the tolerance instead of one sized on the first derivative
+    alone.  At most ``h_max``.  ``y`` and ``f0`` are ``(B, n)`` (one row per system) or
+    ``(n,)``."""
     y = np.asarray(y, dtype=float)
     f0 = np.asarray(f0, dtype=float)
     scale = atol + rtol * np.abs(y)
     d0 = np.sqrt(np.mean((y / scale) ** 2, axis=-1))
     d1 = np.sqrt(np.mean((f0 / scale) ** 2, axis=-1))
     h = np.where((d0 < 1e-5) | (d1 < 1e-5), 1e-6, 0.01 * d0 / np.maximum(d1, 1e-300))
+    if f is not None:
+        if error_order is None:
+            raise ArgumentError("initial_step: f needs error_order (the pair's error order)")
+        h0 = np.asarray(h)
+        f1 = np.asarray(f(y + h0[..., None] * f0 if y.ndim > 1 else y + h0 * f0), dtype=float)
+        with np.errstate(over="ignore", invalid="ignore"):
+            d2 = np.sqrt(np.mean(((f1 - f0) / scale) ** 2, axis=-1)) / h0
+            dm = np.maximum(d1, d2)
+            h1 = np.where(dm <= 1e-15, np.maximum(1e-6, 1e-3 * h0),
+                          (0.01 / np.where(dm > 0, dm, 1.0)) ** (1.0 / (error_order + 1)))
+        # a non-finite second evaluation keeps the first part's step
+        h = np.where(np.isfinite(h1), np.minimum(100.0 * h0, h1), h0)
     return np.minimum(h, h_max)
-
-
