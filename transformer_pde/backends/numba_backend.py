@@ -422,16 +422,31 @@ def _start_tile(acc, limits, i0, nt):
     return most
 
 
+@njit(cache=True)
+def _first_tile(g, n_groups, n_threads):
+    """First tile of group ``g`` (which takes every ``n_groups``-th tile from there).
+
+    ``n_groups = n_threads * k``; Numba's static schedule hands thread ``t`` the
+    contiguous groups ``t*k … t*k + k - 1``, which this maps to first tiles ``t, t + T,
+    … t + (k-1)T``: thread ``t`` then takes every T-th tile, so the threads' tile counts
+    differ by at most one and tiles of sorted masked prefixes alternate between them.
+    (Contiguous groups with first tile ``g`` gave one thread 14 of 22 tiles.)  Any
+    schedule is correct: each tile is one group's, whichever thread runs it.
+    """
+    k = n_groups // n_threads
+    return (g % k) * n_threads + g // k
+
+
 @njit(parallel=True, fastmath=_FM_KERNEL, cache=True)
-def _softmax_kernel(q, kT, vT, bias, limits, n_groups, out, lse):
+def _softmax_kernel(q, kT, vT, bias, limits, n_groups, n_threads, out, lse):
     """Streaming softmax / lse over tiles of :data:`TILE` consecutive queries.
 
     Within a tile the key blocks are the outer loop, so one block of keys and values is
     read from memory once and reused, from L1, by every query of the tile; each query
     keeps its own running maximum, sum and values and still sees its keys in order, so
-    the result of a query does not depend on the tiling or the threads.  Tiles
-    ``g, g + n_groups, ...`` form group ``g`` (strided groups balance the threads when
-    masked prefix lengths are sorted).  A query with no visible key (``limits[i] == 0``)
+    the result of a query does not depend on the tiling or the threads.  Group ``g``
+    takes every ``n_groups``-th tile from :func:`_first_tile` (strided groups balance
+    the threads when masked prefix lengths are sorted).  A query with no visible key (``limits[i] == 0``)
     is left untouched in ``out`` and ``lse``.
     """
     m_q = q.shape[0]
@@ -443,7 +458,7 @@ def _softmax_kernel(q, kT, vT, bias, limits, n_groups, out, lse):
         acc = np.empty((TILE, c), dtype=np.float64)
         m_run = np.empty(TILE, dtype=q.dtype)
         s_run = np.empty(TILE, dtype=np.float64)
-        for tile in range(g, n_tiles, n_groups):
+        for tile in range(_first_tile(g, n_groups, n_threads), n_tiles, n_groups):
             i0 = tile * TILE
             nt = min(TILE, m_q - i0)
             most = _start_tile(acc, limits, i0, nt)
@@ -486,7 +501,7 @@ def _softmax_kernel(q, kT, vT, bias, limits, n_groups, out, lse):
 
 
 @njit(parallel=True, fastmath=_FM_KERNEL, cache=True)
-def _pointwise_kernel(phi, q, kT, vT, w, zb, limits, n_groups, out):
+def _pointwise_kernel(phi, q, kT, vT, w, zb, limits, n_groups, n_threads, out):
     """out[i] = sum_{j < limits[i]} w_j phi(q_i . k_j) v_j; phi: 0 id, 1 sigmoid, 2 relu.
 
     Same tiling of queries as :func:`_softmax_kernel` (no running maximum is needed).
@@ -499,7 +514,7 @@ def _pointwise_kernel(phi, q, kT, vT, w, zb, limits, n_groups, out):
     for g in prange(n_groups):
         buf = np.empty(BLOCK, dtype=q.dtype)
         acc = np.empty((TILE, c), dtype=np.float64)
-        for tile in range(g, n_tiles, n_groups):
+        for tile in range(_first_tile(g, n_groups, n_threads), n_tiles, n_groups):
             i0 = tile * TILE
             nt = min(TILE, m_q - i0)
             most = _start_tile(acc, limits, i0, nt)
@@ -663,7 +678,7 @@ def _tile_values(acc, nt, S, vpk, j0, nbp, nr):
 
 
 @njit(parallel=True, fastmath=_FM_KERNEL, cache=True)
-def _softmax_tiled_kernel(q, kpk, vpk, bias, limits, nr, n_groups, out, lse):
+def _softmax_tiled_kernel(q, kpk, vpk, bias, limits, nr, n_groups, n_threads, out, lse):
     """Softmax / lse with logits and value sums as register-blocked tile products.
 
     Shapes: ``q`` (M, r) with M a multiple of :data:`MR`; keys packed by
@@ -686,7 +701,7 @@ def _softmax_tiled_kernel(q, kpk, vpk, bias, limits, nr, n_groups, out, lse):
         acc = np.empty((QTILE, cw), dtype=np.float64)
         m_run = np.empty(QTILE, dtype=q.dtype)
         s_run = np.empty(QTILE, dtype=np.float64)
-        for tile in range(g, n_tiles, n_groups):
+        for tile in range(_first_tile(g, n_groups, n_threads), n_tiles, n_groups):
             i0 = tile * QTILE
             nt = min(QTILE, m_q - i0)
             most = _start_tile(acc, limits, i0, nt)
@@ -739,7 +754,7 @@ def _softmax_tiled_kernel(q, kpk, vpk, bias, limits, nr, n_groups, out, lse):
 
 
 @njit(parallel=True, fastmath=_FM_KERNEL, cache=True)
-def _pointwise_tiled_kernel(phi, q, kpk, vpk, w, limits, nr, n_groups, out):
+def _pointwise_tiled_kernel(phi, q, kpk, vpk, w, limits, nr, n_groups, n_threads, out):
     """Tiled ``out[i] = sum_{j < limits[i]} w_j phi(q_i . k_j) v_j`` (shapes as in
     :func:`_softmax_tiled_kernel`; ``w`` (N,) padded with zeros)."""
     m_q = q.shape[0]
@@ -750,7 +765,7 @@ def _pointwise_tiled_kernel(phi, q, kpk, vpk, w, limits, nr, n_groups, out):
     for g in prange(n_groups):
         S = np.empty((QTILE, KBLOCK), dtype=q.dtype)
         acc = np.empty((QTILE, max(cp, 1)), dtype=np.float64)
-        for tile in range(g, n_tiles, n_groups):
+        for tile in range(_first_tile(g, n_groups, n_threads), n_tiles, n_groups):
             i0 = tile * QTILE
             nt = min(QTILE, m_q - i0)
             most = _start_tile(acc, limits, i0, nt)
@@ -838,11 +853,14 @@ class NumbaBackend:
     def _threads(self) -> int:
         return self.n_threads or numba.config.NUMBA_NUM_THREADS
 
-    def _run(self, kernel, work, *args):
+    def _threads_for(self, work: int) -> int:
         # at least _MIN_PAIRS_PER_THREAD pair interactions (~0.5 ms) per thread: below
         # that, waking threads costs more than it saves, and on a loaded machine a
         # parallel call waits for every thread to be scheduled
-        n = int(min(self._threads(), max(1, work // _MIN_PAIRS_PER_THREAD)))
+        return int(min(self._threads(), max(1, work // _MIN_PAIRS_PER_THREAD)))
+
+    def _run(self, kernel, work, *args):
+        n = self._threads_for(work)
         old = numba.get_num_threads()
         if n != old:
             numba.set_num_threads(n)
@@ -856,10 +874,14 @@ class NumbaBackend:
             if n != old:
                 numba.set_num_threads(old)
 
-    def _groups(self, m: int, tile: int = 1) -> int:
-        # several strided groups (of queries or of tiles of queries) per thread: balances
-        # masked (triangular) work
-        return max(1, min(-(-m // tile), 8 * self._threads()))
+    def _groups(self, m: int, tile: int, work: int) -> tuple[int, int]:
+        """``(n_groups, n_threads)`` for a kernel over ``m`` queries in tiles of ``tile``:
+        up to 8 strided groups of tiles per thread (see :func:`_first_tile`), a multiple
+        of the threads :meth:`_run` uses for ``work`` pairs."""
+        n = self._threads_for(work)
+        n_tiles = -(-m // tile)
+        per = max(1, min(8, -(-n_tiles // n)))
+        return n * per, n
 
     @staticmethod
     def _prepare(q, k, others, bias, limits):
@@ -990,7 +1012,7 @@ class NumbaBackend:
             out = np.zeros((qp.shape[0], vpk.shape[0] * nr), dtype=dtype)
             lse = np.full(qp.shape[0], -np.inf, dtype=dtype)
             self._run(_softmax_tiled_kernel, work, qp, kpk, vpk, bp, limp, nr,
-                      self._groups(qp.shape[0], QTILE), out, lse)
+                      *self._groups(qp.shape[0], QTILE, work), out, lse)
             return (self._unpermute(out[:, :c], order, m),
                     self._unpermute(lse, order, m))
         kT = np.ascontiguousarray(kk.T, dtype=dtype)
@@ -999,7 +1021,7 @@ class NumbaBackend:
         out = np.zeros((m, c), dtype=dtype)              # no visible mass: out = 0,
         lse = np.full(m, -np.inf, dtype=dtype)           # lse = -inf
         self._run(_softmax_kernel, work, qc, kT, vT, np.ascontiguousarray(b), lim,
-                  self._groups(m, TILE), out, lse)
+                  *self._groups(m, TILE, work), out, lse)
         return out, lse
 
     def softmax(self, q, k, v, bias, limits):
@@ -1043,7 +1065,7 @@ class NumbaBackend:
                                                                   lim)
             out = np.zeros((qp.shape[0], vpk.shape[0] * nr), dtype=dtype)
             self._run(_pointwise_tiled_kernel, work, code, qp, kpk, vpk, wp, limp, nr,
-                      self._groups(qp.shape[0], QTILE), out)
+                      *self._groups(qp.shape[0], QTILE, work), out)
             return self._unpermute(out[:, :c], order, m)
         kT = np.ascontiguousarray(kk.T, dtype=dtype)
         vT = np.ascontiguousarray(vv.T, dtype=dtype)
@@ -1051,5 +1073,5 @@ class NumbaBackend:
         zb = np.zeros(kT.shape[1], dtype=dtype)
         out = np.zeros((m, c), dtype=dtype)
         self._run(_pointwise_kernel, work, code, qc, kT, vT, wc, zb, lim,
-                  self._groups(m, TILE), out)
+                  *self._groups(m, TILE, work), out)
         return out
