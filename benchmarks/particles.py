@@ -32,7 +32,7 @@ Usage::
     python benchmarks/particles.py --quick    # N <= 2e4, d <= 8: writes particles_quick.json
     python benchmarks/particles.py --ns 20000 --dims 2,8,32,64,128   # the table of docs/benchmarks.md
     python benchmarks/particles.py --ns 20000 --dims 32,64,128 --kinds softmax \
-        --out benchmarks/results/particles_heads.json   # head widths only (~1 min idle)
+        --out benchmarks/results/particles_heads.json   # head widths only (1-2 min idle)
 
 The machine may be shared: the load average before and after is recorded.  The table
 gives the Numba wall-clock rate, then rates per CPU-second (pairs divided by the CPU time

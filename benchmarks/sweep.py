@@ -15,7 +15,11 @@ The engine's overhead is measured on a cell that does nothing (in-process with a
 and on the started Dask cluster), with n and 4n cells: per cell = the slope
 (t(4n) - t(n)) / 3n, fixed = the rest (store creation, task submission).  The 1-minute
 load average (as ``uptime`` prints it) is stored at the start and at the end: with a load
-above the number of cores the speed-ups of the cluster are bounded by the cores left free.
+above the number of cores the speed-ups of the cluster are bounded by the cores left free --
+and with Linux's scheduler autogroups (``/proc/sys/kernel/sched_autogroup_enabled`` = 1)
+all processes of one session, the workers included, share one session's CPU share, so on a
+machine saturated by other sessions more worker processes cannot run faster at all.  The
+speed-ups are meaningful only near load 0.
 
 Run:  PYTHONPATH=. python benchmarks/sweep.py [--quick] [--workers 2]
 (writes benchmarks/results/sweep.json; about a minute on an idle 2-core machine, 3 on a
@@ -57,6 +61,13 @@ def overhead(tmp: Path, n: int, **kw) -> tuple[float, float]:
         t.append(time.perf_counter() - t0)
     per_cell = max(0.0, (t[1] - t[0]) / (3 * n))
     return per_cell, t[0] - n * per_cell
+
+
+def _autogroup() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip()
+    except OSError:
+        return None
 
 
 def _worker_threads() -> dict:
@@ -125,9 +136,13 @@ def main() -> None:
                                        "dask": 1e3 * over_dask[0]},
               "overhead_s_per_study": {"in_process_zarr": over_serial[1],
                                        "dask": over_dask[1]},
-              "worker_thread_env": env,
+              "worker_thread_env": env, "sched_autogroup_enabled": _autogroup(),
               "command": "PYTHONPATH=. python benchmarks/sweep.py"
                          + (" --quick" if args.quick else "") + f" --workers {args.workers}"}
+    if max(load0, load1) > (os.cpu_count() or 1):
+        print(f"note: load above the {os.cpu_count()} cores (other processes hold them; "
+              f"sched autogroup = {_autogroup()}): the speed-ups above are not those of an "
+              "idle machine")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
 

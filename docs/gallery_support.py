@@ -48,9 +48,9 @@ def selection() -> tuple[str, str]:
             what += " except " + ", ".join(missing) + ", whose optional requirement is missing"
     elif choice == "fast":
         names = list(FAST_EXAMPLES)
-        what = "only the fast examples, as TRANSFORMER_PDE_GALLERY=fast asks"
+        what = "only the fast examples, as ``TRANSFORMER_PDE_GALLERY=fast`` asks"
     else:
-        return choice, f"the examples that match TRANSFORMER_PDE_GALLERY={choice!r}"
+        return choice, f"the examples that match ``TRANSFORMER_PDE_GALLERY={choice}``"
     return "/(" + "|".join(re.escape(n) for n in names) + r")\.py$", what
 
 
@@ -96,7 +96,9 @@ def png_scraper(block, block_vars: dict, gallery_conf: dict) -> str:
         plt.close("all")
     except ImportError:
         pass
-    return figure_rst(images, gallery_conf["src_dir"])
+    # one full-width figure each (the figures have several panels; thumbnails side by side
+    # would be unreadable)
+    return "".join(figure_rst([image], gallery_conf["src_dir"]) for image in images)
 
 
 def committed_figures(src_file: Path) -> list[Path]:

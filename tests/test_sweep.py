@@ -492,3 +492,24 @@ def test_statistic_only_trajectory_round_trips(tmp_path):
     for a, b in zip(back.moments(), traj.moments(), strict=True):
         assert np.array_equal(a, b)
     assert np.array_equal(back.last, traj.last)
+
+
+def test_store_chunks_hold_many_consecutive_cells(tmp_path):
+    # a chunk per cell meant one ~9 ms Zarr write per cell and variable; finished cells are
+    # consecutive in the grid's order, so chunks span whole trailing dimensions (~64 KiB)
+    import zarr
+
+    from transformer_pde.sweep.store import _grid_chunks
+
+    def cell(params, rng):
+        return {"x": float(params["a"]), "v": np.full(3, rng.normal())}
+
+    study = sweep.Study(sweep.Grid({"a": list(range(50)), "b": [0, 1]}, draws=3, seed=1), cell)
+    ds = sweep.run(study, tmp_path / "s.zarr", scheduler="serial", progress=False)
+    g = zarr.open_group(str(tmp_path / "s.zarr"), mode="r")
+    assert g["x"].chunks == (50, 2, 3) and g["v"].chunks == (50, 2, 3, 3)
+    assert g["cell_status"].nchunks_initialized == 1
+    assert sweep.open_results(tmp_path / "s.zarr")["v"].equals(ds["v"])
+    assert _grid_chunks(sweep.Grid({"a": list(range(100)), "b": list(range(100))}, draws=10),
+                        8) == (8, 100, 10)
+    assert _grid_chunks(sweep.Grid({"a": list(range(100))}, draws=10), 8 * 800) == (1, 10)

@@ -330,8 +330,10 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
         Dormand--Prince 5(4) (about 0.6x the right-hand-side evaluations at ``rtol = 1e-10``),
         one member after the other, or, from 256 members on, in parallel over members
         (``prange``, numba's thread count; members are independent, so the results are
-        identical).  The first call compiles (~10 s, ~20 s with the parallel kernel; cached on
-        disk).  Otherwise, or with ``False`` (or without numba), the NumPy implementation.
+        identical for any thread count).  Steps: the package's PI controller
+        (:mod:`transformer_pde.integrate.controller`) on both paths.  The first call compiles
+        (about a minute of CPU, d = 2 gets its own faster build, +25 s for the parallel
+        kernel; cached on disk).  Otherwise, or with ``False`` (or without numba), the NumPy implementation.
 
     Returns
     -------

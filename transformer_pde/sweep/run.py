@@ -76,9 +76,12 @@ def _connect(scheduler: Any, workers: int | None, scheduler_file: str | Path | N
             return _Executor(client=Client(scheduler, timeout="5s", set_as_default=False))
         n = workers or os.cpu_count() or 1
         # One single-threaded worker process per core; numba inside each is set to one thread.
+        # Worker logs are silenced: under load, workers log a traceback when their
+        # heartbeat meets the closing scheduler; a real failure reaches this process anyway
+        # (a failed cell's message, or the exception of a lost task).
         try:
             cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                   dashboard_address=":0", silence_logs=logging.ERROR)
+                                   dashboard_address=":0", silence_logs=logging.CRITICAL)
         except RuntimeError as exc:
             raise SchedulerError(
                 f"could not start a local Dask cluster of {n} worker processes ({exc}). "
