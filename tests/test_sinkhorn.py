@@ -563,7 +563,7 @@ def test_fused_sweep_does_not_depend_on_the_threads(rng):
     w = np.full(400, 1 / 400)
     one = fused_sweep(NumbaBackend(n_threads=1), X @ A_GEN.T, X, X, bias, w)
     all_ = fused_sweep(NumbaBackend(), X @ A_GEN.T, X, X, bias, w)
-    for a, b in zip(one, all_):
+    for a, b in zip(one, all_, strict=True):
         np.testing.assert_array_equal(a, b)
     ref_out, ref_lse = NP.softmax(X @ A_GEN.T, X, X, bias, None)
     np.testing.assert_allclose(one[0], ref_out, atol=1e-14)
