@@ -463,17 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--out", default="transformer-pde-sweep",
                    help="output directory (default transformer-pde-sweep); its results.zarr is "
                         "only completed with --resume, never overwritten")
-    where = w.add_mutually_exclusive_group()
-    where.add_argument("--scheduler", metavar="ADDRESS",
-                       help="run on an existing Dask cluster (e.g. tcp://10.0.0.5:8786), or "
-                            "'serial' to run every cell in this process")
-    where.add_argument("--scheduler-file", metavar="FILE",
-                       help="the JSON file written by 'dask scheduler --scheduler-file'")
-    where.add_argument("--workers", type=_positive_int,
-                       help="worker processes of the embedded cluster (default: the cores)")
-    w.add_argument("--resume", action="store_true",
-                   help="complete OUT/results.zarr (same study only)")
-    w.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    _study_arguments(w)
     _common(w, top=False)
     w.set_defaults(func=_cmd_sweep)
 
