@@ -3,13 +3,17 @@
 Setting: ``RankCell()`` (the paper's rank trial: exact moment solves until the covariance
 converges) over kinds {softmax, l2} x d {3, 4, 5} x draws, 204 cells by default.
 
-* serial loop: the cell function called in a plain Python loop (no engine at all), timed
-  at the start and again at the end of the run (on a shared machine the two differ: the
-  ratios use their mean, and both are printed);
+* serial loop: the cell function called in a plain Python loop (no engine at all);
 * ``sweep.run(scheduler="serial")``: the engine in-process (outputs, bookkeeping, Zarr store);
 * ``sweep.run(workers=W)``: the embedded Dask LocalCluster with W single-threaded worker
   processes, writing the Zarr store, timed with its start-up, and on an already started
-  cluster.
+  cluster (made with the embedded cluster's own Dask settings).
+
+Each is timed ``--repeat`` times (default 3), the runs of one round back to back; the
+table gives the fastest and the median of each, and the speed-ups compare fastest with
+fastest and median with median.  On this project's virtual machines the same work varies
+by up to 30 % from one run to the next (other tenants of the host), and interference only
+ever slows a run down, hence the minimum (as :mod:`timeit` does).
 
 The engine's overhead is measured on a cell that does nothing (in-process with a Zarr store,
 and on the started Dask cluster), with n and 4n cells: per cell = the slope
@@ -21,9 +25,8 @@ all processes of one session, the workers included, share one session's CPU shar
 machine saturated by other sessions more worker processes cannot run faster at all.  The
 speed-ups are meaningful only near load 0.
 
-Run:  PYTHONPATH=. python benchmarks/sweep.py [--quick] [--workers 2]
-(writes benchmarks/results/sweep.json; about a minute on an idle 2-core machine, 3 on a
-loaded one)
+Run:  PYTHONPATH=. python benchmarks/sweep.py [--quick] [--workers 2] [--repeat 3]
+(writes benchmarks/results/sweep.json; about 3 minutes on an idle 2-core machine)
 """
 
 from __future__ import annotations
@@ -33,9 +36,12 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
+
+import dask
 
 from transformer_pde import sweep
 
@@ -79,6 +85,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="48 cells instead of 204")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs of each (default 3)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "sweep.json"))
     args = ap.parse_args()
     draws = 8 if args.quick else 34  # 6 (kind, d) pairs x draws = 204 cells
@@ -92,53 +99,67 @@ def main() -> None:
     sweep.run(sweep.Study(sweep.Grid({"i": [0]}), nothing), tmp / "warm0.zarr",
               scheduler="serial", progress=False)
 
-    t_loop1, _ = timed(lambda: [cell(c.params, c.rng()) for c in grid])
-    t_serial, ref = timed(lambda: sweep.run(sweep.Study(grid, cell), tmp / "serial.zarr",
-                                            scheduler="serial", progress=False))
-    t_dask, ds = timed(lambda: sweep.run(sweep.Study(grid, cell), tmp / "dask.zarr",
-                                         workers=args.workers, progress=False))
-    assert ds["rank"].equals(ref["rank"]) and ds["t_stop"].equals(ref["t_stop"])
-
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    from transformer_pde.sweep.run import _EMBEDDED_CLUSTER_CONFIG
+
+    names = ["serial loop (no engine)", "engine, in-process + Zarr",
+             f"Dask LocalCluster x{args.workers}, incl. start",
+             f"Dask cluster x{args.workers}, started"]
+    times: dict[str, list[float]] = {k: [] for k in names}
+    ref = None
+    for r in range(args.repeat):
+        times[names[0]].append(timed(lambda: [cell(c.params, c.rng()) for c in grid])[0])
+        t, ds = timed(lambda r=r: sweep.run(sweep.Study(grid, cell), tmp / f"serial{r}.zarr",
+                                        scheduler="serial", progress=False))
+        times[names[1]].append(t)
+        ref = ds if ref is None else ref
+        t, ds = timed(lambda r=r: sweep.run(sweep.Study(grid, cell), tmp / f"dask{r}.zarr",
+                                        workers=args.workers, progress=False))
+        times[names[2]].append(t)
+        assert ds["rank"].equals(ref["rank"]) and ds["t_stop"].equals(ref["t_stop"])
+
+    with dask.config.set(_EMBEDDED_CLUSTER_CONFIG), \
+            LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
+                         dashboard_address=":0") as cluster, Client(cluster) as client:
         client.run(lambda: __import__("transformer_pde.paper"))  # warm the workers
         env = next(iter(client.run(_worker_threads).values()))
-        t_warm, ds = timed(lambda: sweep.run(sweep.Study(grid, cell), tmp / "warm.zarr",
-                                             scheduler=client, progress=False))
-        assert ds["rank"].equals(ref["rank"])
+        for r in range(args.repeat):
+            t, ds = timed(lambda r=r: sweep.run(sweep.Study(grid, cell), tmp / f"started{r}.zarr",
+                                            scheduler=client, progress=False))
+            times[names[3]].append(t)
+            assert ds["rank"].equals(ref["rank"])
         over_dask = overhead(tmp, n, scheduler=client)
     over_serial = overhead(tmp, n, scheduler="serial")
-    t_loop2, _ = timed(lambda: [cell(c.params, c.rng()) for c in grid])
     load1 = os.getloadavg()[0]
     shutil.rmtree(tmp, ignore_errors=True)
-    t_loop = 0.5 * (t_loop1 + t_loop2)
-    rows = [("serial loop (no engine), first", t_loop1),
-            ("serial loop (no engine), last", t_loop2),
-            ("engine, in-process + Zarr", t_serial),
-            (f"Dask LocalCluster x{args.workers}, incl. start", t_dask),
-            (f"Dask cluster x{args.workers}, started", t_warm)]
-    print(f"rank study: {n} cells, {args.workers} workers, {os.cpu_count()} cores; "
-          f"load average {load0:.2f} at start, {load1:.2f} at end")
-    print(f"{'run':<40s} {'seconds':>9s} {'speed-up vs loop':>17s}")
-    for name, t in rows:
-        print(f"{name:<40s} {t:9.2f} {t_loop / t:17.2f}")
+    best = {k: min(v) for k, v in times.items()}
+    median = {k: statistics.median(v) for k, v in times.items()}
+    print(f"rank study: {n} cells, {args.workers} workers, {os.cpu_count()} cores, "
+          f"{args.repeat} runs each; load average {load0:.2f} at start, {load1:.2f} at end")
+    print(f"{'run':<40s} {'fastest s':>9s} {'median s':>9s} {'speed-up':>9s} "
+          f"{'(median)':>9s}")
+    for k in names:
+        print(f"{k:<40s} {best[k]:9.2f} {median[k]:9.2f} {best[names[0]] / best[k]:9.2f} "
+              f"{median[names[0]] / median[k]:9.2f}")
     print(f"engine overhead per cell: in-process + Zarr {1e3 * over_serial[0]:.2f} ms "
           f"(+ {over_serial[1]:.2f} s per study), Dask cluster {1e3 * over_dask[0]:.2f} ms "
           f"(+ {over_dask[1]:.2f} s per study); worker threads {env}")
-    result = {"cells": n, "workers": args.workers, "loadavg_start": load0,
-              "loadavg_end": load1, "machine": platform.machine(),
-              "cpu_count": os.cpu_count(), "seconds": dict(rows),
-              "speedup_vs_loop": {k: t_loop / v for k, v in rows},
-              "loop_seconds_mean": t_loop,
+    result = {"cells": n, "workers": args.workers, "repeat": args.repeat,
+              "loadavg_start": load0, "loadavg_end": load1, "machine": platform.machine(),
+              "cpu_count": os.cpu_count(), "seconds": times,
+              "seconds_fastest": best, "seconds_median": median,
+              "speedup_vs_loop": {k: best[names[0]] / v for k, v in best.items()},
+              "speedup_vs_loop_median": {k: median[names[0]] / v for k, v in median.items()},
               "overhead_ms_per_cell": {"in_process_zarr": 1e3 * over_serial[0],
                                        "dask": 1e3 * over_dask[0]},
               "overhead_s_per_study": {"in_process_zarr": over_serial[1],
                                        "dask": over_dask[1]},
+              "embedded_cluster_config": _EMBEDDED_CLUSTER_CONFIG,
               "worker_thread_env": env, "sched_autogroup_enabled": _autogroup(),
               "command": "PYTHONPATH=. python benchmarks/sweep.py"
-                         + (" --quick" if args.quick else "") + f" --workers {args.workers}"}
+                         + (" --quick" if args.quick else "")
+                         + f" --workers {args.workers} --repeat {args.repeat}"}
     if max(load0, load1) > (os.cpu_count() or 1):
         print(f"note: load above the {os.cpu_count()} cores (other processes hold them; "
               f"sched autogroup = {_autogroup()}): the speed-ups above are not those of an "

@@ -189,6 +189,23 @@ def test_embedded_local_cluster_equals_serial_bit_for_bit(tmp_path):
     assert sweep.open_results(tmp_path / "s.zarr")["head"].equals(ref["head"])
 
 
+def _worker_settings(params, rng):
+    import dask
+
+    return {"profile": bool(dask.config.get("distributed.worker.profile.enabled")),
+            "tick_ms": 1e3 * dask.utils.parse_timedelta(
+                dask.config.get("distributed.admin.tick.interval"))}
+
+
+def test_embedded_cluster_workers_run_without_the_profiler(tmp_path):
+    # the embedded cluster's workers are started under run._EMBEDDED_CLUSTER_CONFIG
+    outputs = {"profile": sweep.Output((), "bool"), "tick_ms": sweep.Output()}
+    ds = sweep.run(sweep.Study(sweep.Grid({"i": [0, 1]}), _worker_settings, outputs=outputs),
+                   workers=1, progress=False)
+    assert not ds["profile"].values.any()
+    assert (ds["tick_ms"].values == 1000.0).all()
+
+
 def _wait_for(predicate, timeout, what):
     end = time.monotonic() + timeout
     while time.monotonic() < end:

@@ -41,6 +41,23 @@ class CellFailureWarning(TransformerPDEWarning):
     with their messages in the ``failures`` attribute, and a resumed run retries them."""
 
 
+#: Dask settings of the embedded ``LocalCluster`` (its workers, nannies and scheduler are
+#: created under them).  Its cells are CPU-bound and every core has a worker, so each
+#: helper thread that wakes up takes the GIL or a core from a cell: Dask's statistical
+#: profiler samples the running task's stack every 10 ms, the event loops tick every 20 ms,
+#: the system monitor polls every 0.5 s and each nanny reads its worker's memory every
+#: 0.1 s.  On the 2-core benchmark (``benchmarks/sweep.py``) they cost the cells about 5 %
+#: of their CPU time and the study as much wall time.  The embedded cluster's dashboard is
+#: shown to nobody, so the profiles are not missed; memory is still watched, every 2 s.
+#: An existing cluster (``scheduler=``) keeps its own configuration.
+_EMBEDDED_CLUSTER_CONFIG: dict[str, Any] = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "1s",
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.worker.memory.monitor-interval": "2s",
+}
+
+
 @dataclass
 class _Executor:
     client: Any = None
@@ -80,8 +97,11 @@ def _connect(scheduler: Any, workers: int | None, scheduler_file: str | Path | N
         # heartbeat meets the closing scheduler; a real failure reaches this process anyway
         # (a failed cell's message, or the exception of a lost task).
         try:
-            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                   dashboard_address=":0", silence_logs=logging.CRITICAL)
+            import dask  # noqa: PLC0415
+
+            with dask.config.set(_EMBEDDED_CLUSTER_CONFIG):
+                cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                       dashboard_address=":0", silence_logs=logging.CRITICAL)
         except RuntimeError as exc:
             raise SchedulerError(
                 f"could not start a local Dask cluster of {n} worker processes ({exc}). "
@@ -134,7 +154,9 @@ def run(study: Study, store: str | Path | None = None, *, scheduler: Any = None,
         existing store is only completed with ``resume=True``, and only by the same study.
     scheduler : None, "serial", address str or distributed.Client
         ``None``: an embedded ``LocalCluster`` (one single-threaded worker process per core,
-        or ``workers``) started and stopped with the call.  ``"serial"``: every cell in this
+        or ``workers``) started and stopped with the call; its workers run without Dask's
+        statistical profiler and with slower housekeeping timers (a few % more CPU time
+        for the cells).  ``"serial"``: every cell in this
         process, in order (debugging, and the reference the distributed runs equal).  An
         address such as ``"tcp://10.0.0.5:8786"`` or a ``Client``: an existing cluster.
     workers : int, optional
