@@ -77,3 +77,25 @@ def test_keeps_the_dtype(dtype):
         x = acc.step(np, x, (0.5 * (1.0 - x)).astype(dtype))
     assert x.dtype == dtype
     np.testing.assert_allclose(x, 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("m", [0, 2, 5])
+def test_peek_is_the_next_step_without_touching_the_memory(m):
+    rng = np.random.default_rng(1)
+    A = 0.3 * rng.normal(size=(6, 6)) / np.sqrt(6)
+    b = rng.normal(size=6)
+    acc = Anderson(m)
+    x = np.zeros(6)
+    for _ in range(4):              # fills the memory past m = 2
+        x = acc.step(np, x, A @ x + b - x)
+    r = A @ x + b - x
+    before = ([a.copy() for a in acc.dX], [a.copy() for a in acc.dR], acc.x_prev, acc.r_prev)
+    peeked = acc.peek(np, x, r)
+    assert len(acc.dX) == len(before[0]) and acc.x_prev is before[2] and acc.r_prev is before[3]
+    assert all(np.array_equal(a, c) for a, c in zip(acc.dX, before[0], strict=True))
+    assert np.array_equal(peeked, acc.step(np, x, r))   # the step it foretold
+    # a failed least-squares solve in peek takes the plain step and keeps the memory
+    if m:
+        n_pairs = len(acc.dX)
+        bad = acc.peek(np, x + 1.0, np.full(6, np.nan))
+        assert np.isnan(bad).all() and len(acc.dX) == n_pairs

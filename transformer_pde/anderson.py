@@ -97,19 +97,36 @@ class Anderson:
                 self.dX.pop(0)
                 self.dR.pop(0)
         self.x_prev, self.r_prev = x, r
-        if not self.dX:
+        return self._mix(xp, x, r, self.dX, self.dR)
+
+    def peek(self, xp: Any, x: Any, r: Any) -> Any:
+        r"""The iterate :meth:`step` would return from ``(x, r)``, leaving the memory as it
+        is (the secant pair of ``x`` is used but not stored)."""
+        if self.m <= 0:
             return x + r
-        dR = xp.stack(self.dR, axis=1)
+        dX, dR = self.dX, self.dR
+        if self.x_prev is not None:
+            dX = (dX + [x - self.x_prev])[-self.m:]
+            dR = (dR + [r - self.r_prev])[-self.m:]
+        return self._mix(xp, x, r, dX, dR, reset=False)
+
+    def _mix(self, xp: Any, x: Any, r: Any, dX: list, dR_list: list,
+             reset: bool = True) -> Any:
+        """The mixed step from ``x, r`` with secant columns ``dX, dR_list``; a failed
+        solve takes the plain step (and clears the memory when ``reset``)."""
+        if not dX:
+            return x + r
+        dR = xp.stack(dR_list, axis=1)
         M = np.asarray(_host(dR.T @ dR), dtype=float)
         b = np.asarray(_host(dR.T @ r), dtype=float)
         reg = 1e-12 * max(float(np.trace(M)), 1e-300)
         try:
             gamma = np.linalg.solve(M + reg * np.eye(M.shape[0]), b)
         except np.linalg.LinAlgError:
-            self.reset()
+            gamma = None
+        if gamma is None or not np.all(np.isfinite(gamma)):
+            if reset:
+                self.reset()
             return x + r
-        if not np.all(np.isfinite(gamma)):
-            self.reset()
-            return x + r
-        dXR = xp.stack(self.dX, axis=1) + dR
+        dXR = xp.stack(dX, axis=1) + dR
         return x + r - dXR @ xp.asarray(gamma.astype(dR.dtype))

@@ -176,6 +176,12 @@ class LoopResult:
     errors : list of float
         The marginal log-error of every iterate at the target :math:`\varepsilon`, in
         order (the first one is that of the start when warm: how good the prediction was).
+    g_next : array or None
+        When the solve converged at the target: the iterate that would have followed the
+        last one (the accelerated step from ``g`` and its image, no extra pass over the
+        pairs; ``memory`` is left as the solve left it).  Its error is not measured
+        -- it is typically several times below ``err`` -- so it is no result: it is the
+        better point to remember for the warm start of a nearby problem.
     """
 
     f: Any
@@ -188,6 +194,7 @@ class LoopResult:
     memory: Any = field(default=None, repr=False)
     stages: list = field(default_factory=list)
     errors: list = field(default_factory=list)
+    g_next: Any = None
 
 
 def sinkhorn_loop(xp: Any, softmin_f: SoftMin, eps: float, *, n: int, tol: float,
@@ -197,7 +204,7 @@ def sinkhorn_loop(xp: Any, softmin_f: SoftMin, eps: float, *, n: int, tol: float
                   marginals: tuple[Any, Any] | None = None,
                   readout: Callable[[Any, float], tuple[Any, Any]] | None = None,
                   sweep: Callable[[Any, float], tuple[Any, Any, Any]] | None = None,
-                  finish: str = "input") -> LoopResult:
+                  finish: str = "input", next_step: bool = False) -> LoopResult:
     r"""Solve the entropic transport dual by Sinkhorn iterations of the given soft-min(s).
 
     The dual update is
@@ -254,6 +261,9 @@ def sinkhorn_loop(xp: Any, softmin_f: SoftMin, eps: float, *, n: int, tol: float
         Which point a stopped stage hands on (and the loop returns as ``g``): the last
         iterate :math:`x` (its error is ``err``) or its image :math:`T(x)` (half a
         Sinkhorn step further).
+    next_step : bool
+        On convergence, also compute the accelerated step after the last iterate
+        (``LoopResult.g_next``, for warm starts; the memory is not changed by it).
 
     Returns
     -------
@@ -286,7 +296,7 @@ def sinkhorn_loop(xp: Any, softmin_f: SoftMin, eps: float, *, n: int, tol: float
     acc = memory if isinstance(memory, Anderson) and memory.m == anderson \
         else Anderson(anderson)
     used = 0
-    f, out, err, converged, reached = None, None, np.inf, False, False
+    f, out, err, converged, reached, x_next = None, None, np.inf, False, False, None
     stages: list = []
     errors: list = []
     for k, e in enumerate(schedule):
@@ -308,9 +318,10 @@ def sinkhorn_loop(xp: Any, softmin_f: SoftMin, eps: float, *, n: int, tol: float
             x, f, it, err = _sweeps(xp, softmin_f, softmin_g, x, e, budget)
             out = None
         else:
-            x, f, out, err, it = _stage(xp, softmin_f, softmin_g, rows, fused, x, e,
-                                        stage_tol, budget, acc, safeguard, marginals, finish,
-                                        errors if final else None)
+            x, f, out, err, it, x_next = _stage(xp, softmin_f, softmin_g, rows, fused, x, e,
+                                                stage_tol, budget, acc, safeguard, marginals,
+                                                finish, errors if final else None,
+                                                next_step and final)
         used += it
         stages.append((e, it, err))
         reached = final
@@ -323,7 +334,7 @@ def sinkhorn_loop(xp: Any, softmin_f: SoftMin, eps: float, *, n: int, tol: float
         f = x
     return LoopResult(f=f, g=x, n_iter=used, err=float(err), converged=converged,
                       reached_target=reached, out=out if reached else None, memory=acc,
-                      stages=stages, errors=errors)
+                      stages=stages, errors=errors, g_next=x_next if converged else None)
 
 
 def _sweeps(xp, softmin_f, softmin_g, x, eps, count):
@@ -345,12 +356,14 @@ def _sweeps(xp, softmin_f, softmin_g, x, eps, count):
 
 
 def _stage(xp, softmin_f, softmin_g, readout, sweep, x, eps, tol, max_iter, acc, safeguard,
-           marginals, finish, history):
+           marginals, finish, history, next_step=False):
     r"""Safeguarded Anderson iteration at one ``eps`` (see the module docstring).
 
-    Returns ``(x, f, out, err, iterations)``: the point handed on (``finish``), the row
-    potential of the last evaluation, the readout's by-product, the error of the last
-    evaluated iterate.  Appends every error to ``history`` (a list) when given.
+    Returns ``(x, f, out, err, iterations, x_next)``: the point handed on (``finish``),
+    the row potential of the last evaluation, the readout's by-product, the error of the
+    last evaluated iterate and, when it met ``tol`` and ``next_step`` is set, the
+    accelerated step that would have followed (``LoopResult.g_next``), else ``None``.
+    Appends every error to ``history`` (a list) when given.
     """
     symmetric = softmin_g is None
     inv = 1.0 / eps
@@ -358,7 +371,7 @@ def _stage(xp, softmin_f, softmin_g, readout, sweep, x, eps, tol, max_iter, acc,
     damp = 0.5 if symmetric and acc.m <= 0 else 1.0
     best_err, best = np.inf, None          # "residual": best error and its plain iterate
     best_dual, plain_next = -np.inf, x     # "dual": best objective and the plain step
-    f, out, err, it = None, None, np.inf, 0
+    f, out, err, it, x_next = None, None, np.inf, 0, None
     with np.errstate(invalid="ignore", over="ignore"):
         for it in range(1, max_iter + 1):  # noqa: B007 - the count is returned
             if sweep is not None:
@@ -384,6 +397,11 @@ def _stage(xp, softmin_f, softmin_g, readout, sweep, x, eps, tol, max_iter, acc,
             if history is not None:
                 history.append(err)
             if not np.isfinite(err) or err < tol:
+                if next_step and err < tol:
+                    # the step after the last iterate: no pass over the pairs (its image
+                    # Tx is known); the memory is left as it is (storing that last secant
+                    # pair was measured no better for the next solve)
+                    x_next = eps * acc.peek(xp, x * inv, (Tx - x) * (damp * inv))
                 if finish == "image":
                     x = Tx
                 break
@@ -398,4 +416,4 @@ def _stage(xp, softmin_f, softmin_g, readout, sweep, x, eps, tol, max_iter, acc,
             else:
                 plain_next = Tx
             x = eps * acc.step(xp, x * inv, (Tx - x) * (damp * inv))
-    return x, f, out, err, it
+    return x, f, out, err, it, x_next
