@@ -605,3 +605,94 @@ def test_g_next_is_closer_than_the_verified_iterate(symmetric, backend):
     failed = sinkhorn_potentials(be, qx, kx, logw, eps, tol=1e-12, max_iter=2,
                                  symmetric=symmetric)
     assert not failed.converged and failed.g_next is None
+
+
+class _Counting:
+    """A backend that counts the passes of each kind (softmax with values, lse alone)."""
+
+    def __init__(self, be):
+        self._be, self.calls = be, []
+
+    def __getattr__(self, name):
+        return getattr(self._be, name)
+
+    def softmax(self, *a):
+        self.calls.append("softmax")
+        return self._be.softmax(*a)
+
+    def lse(self, *a):
+        self.calls.append("lse")
+        return self._be.lse(*a)
+
+
+def _lean_problem(symmetric):
+    rng = np.random.default_rng(5)
+    n, eps = 200, 0.5
+    X = rng.normal(size=(n, 2))
+    A = A_SYM if symmetric else A_GEN
+    return X @ A.T, X, X @ np.array([[0.5, -0.5], [0.5, 0.2]]).T, np.full(n, -np.log(n)), eps
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_lean_passes_average_values_only_where_the_solve_may_end(symmetric):
+    qx, kx, vx, logw, eps = _lean_problem(symmetric)
+    be = _Counting(NP)
+    res = sinkhorn_potentials(be, qx, kx, logw, eps, values=vx, symmetric=symmetric,
+                              eps_scaling=False)
+    assert res.converged and res.n_iter >= 4
+    rows = be.calls if symmetric else be.calls[0::2]   # the row passes (then a column lse)
+    assert len(rows) == res.n_iter
+    # the values are averaged on the last few passes only (a pass predicted to end the
+    # solve that does not: about an eighth of a pass lost), and on the last one
+    assert rows[-1] == "softmax" and rows.count("softmax") <= 3
+    assert rows[:res.n_iter - 3] == ["lse"] * (res.n_iter - 3)
+    # the result is the value average of the returned potentials (to rounding: the
+    # alternating solve's potentials are shifted to a common gauge after the last pass)
+    ref = NP.softmax(qx * (1.0 / eps), kx, vx, logw + res.g * (1.0 / eps), None)[0]
+    np.testing.assert_allclose(res.out, ref, rtol=0, atol=1e-14)
+    # and the solve is the one that averages values on every pass, up to rounding
+    be.calls.clear()
+    full = sinkhorn_potentials(be, qx, kx, logw, eps, values=vx, symmetric=symmetric,
+                               eps_scaling=False, expect=0.0)
+    assert full.n_iter == res.n_iter
+    np.testing.assert_allclose(full.out, res.out, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_a_lean_pass_that_converges_reads_the_values_out_once(symmetric):
+    qx, kx, vx, logw, eps = _lean_problem(symmetric)
+    ref = sinkhorn_potentials(NP, qx, kx, logw, eps, values=vx, symmetric=symmetric, tol=1e-12)
+    be = _Counting(NP)
+    # warm start at the solution: the first (lean, nothing expected) pass converges
+    res = sinkhorn_potentials(be, qx, kx, logw, eps, values=vx, symmetric=symmetric,
+                              g0=ref.g, tol=1e-9)
+    assert res.converged and res.n_iter == 1
+    assert be.calls == (["lse", "softmax"] if symmetric else ["lse", "lse", "softmax"])
+    np.testing.assert_allclose(res.out, ref.out, rtol=0, atol=1e-10)
+    # expected to converge: the first pass averages the values at once
+    be.calls.clear()
+    again = sinkhorn_potentials(be, qx, kx, logw, eps, values=vx, symmetric=symmetric,
+                                g0=ref.g, tol=1e-9, expect=1e-10)
+    assert again.n_iter == 1
+    assert be.calls == (["softmax"] if symmetric else ["softmax", "lse"])
+    assert np.array_equal(again.out, res.out)
+
+
+def test_fused_sweep_is_lean_except_near_the_end(monkeypatch):
+    import transformer_pde.sinkhorn_kernels as kernels
+
+    qx, kx, vx, logw, eps = _lean_problem(False)
+    seen = []
+    orig = kernels.fused_sweep
+
+    def spy(be, q, k, v, bias, w):
+        seen.append(v is not None)
+        return orig(be, q, k, v, bias, w)
+
+    monkeypatch.setattr(kernels, "fused_sweep", spy)
+    be = get_backend("numba")
+    res = sinkhorn_potentials(be, qx, kx, logw, eps, values=vx, eps_scaling=False)
+    assert res.converged and len(seen) == res.n_iter >= 4
+    assert seen[-1] and sum(seen) <= 3 and not any(seen[:res.n_iter - 3])
+    ref = NP.softmax(qx * (1.0 / eps), kx, vx, logw + res.g * (1.0 / eps), None)[0]
+    np.testing.assert_allclose(res.out, ref, rtol=0, atol=1e-13)
