@@ -696,3 +696,45 @@ def test_fused_sweep_is_lean_except_near_the_end(monkeypatch):
     assert seen[-1] and sum(seen) <= 3 and not any(seen[:res.n_iter - 3])
     ref = NP.softmax(qx * (1.0 / eps), kx, vx, logw + res.g * (1.0 / eps), None)[0]
     np.testing.assert_allclose(res.out, ref, rtol=0, atol=1e-13)
+
+
+def _dense_sweep(q, k, v, bias, w):
+    """fused_sweep's (out, lse, col) from the dense logits (float64, scipy's logsumexp)."""
+    from scipy.special import logsumexp
+
+    L = q.astype(float) @ k.astype(float).T + bias.astype(float)
+    lse = logsumexp(L, axis=1)
+    P = np.exp(L - lse[:, None])
+    out = P @ v.astype(float) if v is not None else None
+    return out, lse, w @ P
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("r,c", [(1, 0), (2, 2), (3, 1), (4, 4), (2, 5), (5, 2)])
+def test_fused_sweep_kernel_against_dense_logits(dtype, r, c):
+    # one-pass rows (r, c <= 4: exponentials against a Cauchy-Schwarz bound of the row's
+    # logits) and the general rows, including rows whose bound is so far above their
+    # largest logit that they are redone against the maximum (scaled rows below); float64
+    # to 1e-13 (the sums of 500 terms round at 1e-16 each), float32 to 2e-5
+    from transformer_pde.sinkhorn_kernels import fused_sweep
+
+    nb = _numba()
+    rng = np.random.default_rng(r * 10 + c)
+    n, m = 500, 300
+    k = rng.normal(size=(n, r))
+    q = rng.normal(size=(m, r))
+    q[::7] *= 40.0 if dtype == np.float64 else 8.0   # far rows: the bound overshoots
+    bias = rng.normal(size=n) - np.log(n)
+    v = rng.normal(size=(n, c)) if c else None
+    w = rng.uniform(0.5, 1.5, size=m) / m
+    q, k, bias = q.astype(dtype), k.astype(dtype), bias.astype(dtype)
+    v = None if v is None else v.astype(dtype)
+    out, lse, col = fused_sweep(nb, q, k, v, bias, w)
+    ref_out, ref_lse, ref_col = _dense_sweep(q, k, v, bias, w)
+    tol = 1e-13 if dtype == np.float64 else 2e-5
+    np.testing.assert_allclose(lse, ref_lse, rtol=tol, atol=tol)
+    np.testing.assert_allclose(col, ref_col, rtol=tol * 10, atol=0)
+    if c:
+        np.testing.assert_allclose(out, ref_out, rtol=0, atol=tol * np.abs(v).max() * 10)
+    else:
+        assert out.shape == (m, 0)

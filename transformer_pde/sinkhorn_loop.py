@@ -375,7 +375,7 @@ def _sweeps(xp, softmin_f, softmin_g, x, eps, count):
 #: lean (``softmin_f`` / ``sweep.lean``).  A lean pass that converges after all costs one
 #: more pass (the readout at the same point), a full pass that does not converge about an
 #: eighth of a pass (measured: lse 0.88x a softmax pass with values, the fused sweep
-#: without values 0.87x with them, N = 1e4, d = 2), hence the generous margin.
+#: without values 0.88x with them, N = 1e4, d = 2), hence the generous margin.
 LEAN_MARGIN = 10.0
 
 
