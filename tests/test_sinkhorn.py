@@ -738,3 +738,25 @@ def test_fused_sweep_kernel_against_dense_logits(dtype, r, c):
         np.testing.assert_allclose(out, ref_out, rtol=0, atol=tol * np.abs(v).max() * 10)
     else:
         assert out.shape == (m, 0)
+
+
+def test_stage_prediction_uses_a_partner_stage_with_alike_increments():
+    # stage 1's increments are stage 0's (irregular: no extrapolation predicts them) plus
+    # a linear drift: stage 0's latest increment plus the extrapolated difference predicts
+    # stage 1 exactly, which extrapolating stage 1's own increments cannot
+    rng = np.random.default_rng(8)
+    v, w = rng.normal(size=6), rng.normal(size=6)
+    r = rng.normal(size=12)
+    state = SinkhornWarmStart()
+    g = np.zeros(6)
+    for m in range(12):
+        t = 0.1 * m
+        g = g + r[m] * v
+        state.update(t, g, g, stage=0)
+        want = g + r[m] * v + (1.0 + 0.3 * m) * w
+        if m >= 5:
+            f_hat, g_hat = state.predict(t + 0.05, 6, stage=1)
+            assert f_hat is g_hat
+            np.testing.assert_allclose(g_hat, want, rtol=0, atol=1e-12)
+        g = want
+        state.update(t + 0.05, g, g, stage=1)

@@ -414,6 +414,18 @@ class SinkhornWarmStart:
     predicted the latest one.  For explicit Euler (one stage) the scheme is an
     extrapolation of the potentials of one degree more.
 
+    **Partner stages.**  Two stages whose displacements from the evaluation before them
+    are alike have alike increments: in RK4, stage 2 moves the tokens by
+    :math:`\tfrac h2 k_1` and stage 4 by :math:`h k_3 - \tfrac h2 k_2`, both
+    :math:`\tfrac h2 \dot y + O(h^2)`.  So stage :math:`i` may also be predicted as the
+    latest increment of another stage :math:`j` (of this step if :math:`j < i`, else of
+    the previous one) plus the extrapolated difference
+    :math:`\delta_{m,i} - \delta_{m',j}`, which is smaller than :math:`\delta_{m,i}`
+    itself.  Each prediction takes the candidate (own increments or a partner) and degree
+    whose back-test error is smallest; the method needs no knowledge of the tableau.
+    Measured at N = 1500 and 2000 over three seeds (RK4 dt = 0.1, steps 15–26): 1–5 %
+    fewer iterations per evaluation.
+
     **What is remembered.**  A converged solve stops at an iterate whose marginal error
     is just below the tolerance; the accelerated step after it costs no pass over the
     pairs (its image is known) and lands several times closer
@@ -473,16 +485,44 @@ class SinkhornWarmStart:
         inc = self.stage_inc.get(stage, []) if stage is not None else []
         if inc and inc[-1][2].shape[0] == n:
             _, f_last, g_last = self.hist[-1]
-            df, dg = self._extrapolate(inc, t, self._select_order(inc))
+            df, dg = self._stage_increment(inc, t, stage, n)
             g = g_last + dg
             return (g if f_last is g_last else f_last + df), g
         return self._extrapolate(self.hist, t, self.order)
 
-    def _select_order(self, inc: list) -> int:
+    def _stage_increment(self, inc: list, t: float, stage: int, n: int) -> tuple[Any, Any]:
+        """The predicted increment of ``stage``: its own increments extrapolated, or the
+        latest increment of a partner stage plus the extrapolated difference between the
+        two, whichever (with its degree) back-tests best (see the class docstring)."""
+        best = None
+        partners = [None] + [lst for s, lst in self.stage_inc.items()
+                             if s != stage and len(lst) >= 3
+                             and all(e[2].shape[0] == n for e in lst)]
+        for lst in partners:
+            if lst is None:
+                seq, base_f, base_g = inc, 0.0, 0.0
+            else:
+                # the partner's latest increment pairs with this stage's next one, its
+                # j-th latest with this stage's (j-1)-th latest
+                k = min(len(inc), len(lst) - 1)
+                if k < 2:
+                    continue
+                seq = [(inc[-j][0], inc[-j][1] - lst[-j - 1][1], inc[-j][2] - lst[-j - 1][2])
+                       for j in range(k, 0, -1)]
+                base_f, base_g = lst[-1][1], lst[-1][2]
+            p, err = self._select_order(seq)
+            if best is None or err < best[0]:
+                best = (err, seq, p, base_f, base_g)
+        _, seq, p, base_f, base_g = best
+        df, dg = self._extrapolate(seq, t, p)
+        return base_f + df, base_g + dg
+
+    def _select_order(self, inc: list) -> tuple[int, float]:
         """The degree (at most ``stage_order``) whose extrapolation from the earlier
-        increments best predicted the latest one (back-test)."""
+        increments best predicted the latest one (back-test), and that error (``inf``
+        when there are too few increments to test)."""
         if len(inc) < 3:
-            return min(self.stage_order, len(inc) - 1)
+            return min(self.stage_order, len(inc) - 1), np.inf
         t_last, _, g_last = inc[-1]
         best, best_err = 0, np.inf
         for p in range(min(self.stage_order, len(inc) - 2) + 1):
@@ -490,7 +530,7 @@ class SinkhornWarmStart:
             err = float(abs(g_hat - g_last).max())
             if err < best_err:
                 best, best_err = p, err
-        return best
+        return best, best_err
 
     @staticmethod
     def _extrapolate(hist: list, t: float, order: int) -> tuple[Any, Any]:

@@ -101,6 +101,24 @@ def _row(q, i, kT, vT, bias, b, out, lse):
 
 
 @njit(fastmath=_FM, cache=True)
+def _add_columns(col, buf, coef, nt):
+    """``col += sum_t coef[t] * buf[t]`` over the ``nt`` rows of a group (four at a time:
+    one load and store of the column sums per group)."""
+    n = col.shape[0]
+    if nt == ROWS:
+        b0, b1, b2, b3 = buf[0], buf[1], buf[2], buf[3]
+        c0, c1, c2, c3 = coef[0], coef[1], coef[2], coef[3]
+        for j in range(n):
+            col[j] += (c0 * b0[j] + c1 * b1[j]) + (c2 * b2[j] + c3 * b3[j])
+    else:
+        for t in range(nt):
+            bt = buf[t]
+            ct = coef[t]
+            for j in range(n):
+                col[j] += ct * bt[j]
+
+
+@njit(fastmath=_FM, cache=True)
 def _row_shifted(q, i, kT, vT, nv, bias, shift, b):
     """One pass over row ``i`` for at most four score and four value coordinates
     (``kT``, ``vT`` zero-padded to four rows): ``b = exp(logits - shift)`` and its sum
@@ -165,17 +183,7 @@ def _sweep_kernel_shifted(q, kT, vT, c, bias, shift, tiny, w, n_chunks, q_full, 
                 else:
                     s = _row(q_full, i, kT_full, vT_full, bias, buf[t], out, lse)
                 coef[t] = w[i] / s
-            if nt == ROWS:
-                b0, b1, b2, b3 = buf[0], buf[1], buf[2], buf[3]
-                c0, c1, c2, c3 = coef[0], coef[1], coef[2], coef[3]
-                for j in range(n):
-                    col[j] += (c0 * b0[j] + c1 * b1[j]) + (c2 * b2[j] + c3 * b3[j])
-            else:
-                for t in range(nt):
-                    bt = buf[t]
-                    ct = coef[t]
-                    for j in range(n):
-                        col[j] += ct * bt[j]
+            _add_columns(col, buf, coef, nt)
 
 
 @njit(parallel=True, fastmath=_FM, cache=True)
@@ -193,17 +201,7 @@ def _sweep_kernel(q, kT, vT, bias, w, n_chunks, out, lse, colacc):
             nt = min(ROWS, i1 - it)
             for t in range(nt):
                 coef[t] = w[it + t] / _row(q, it + t, kT, vT, bias, buf[t], out, lse)
-            if nt == ROWS:
-                b0, b1, b2, b3 = buf[0], buf[1], buf[2], buf[3]
-                c0, c1, c2, c3 = coef[0], coef[1], coef[2], coef[3]
-                for j in range(n):
-                    col[j] += (c0 * b0[j] + c1 * b1[j]) + (c2 * b2[j] + c3 * b3[j])
-            else:
-                for t in range(nt):
-                    bt = buf[t]
-                    ct = coef[t]
-                    for j in range(n):
-                        col[j] += ct * bt[j]
+            _add_columns(col, buf, coef, nt)
 
 
 def fused_sweep(be: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray | None, bias: np.ndarray,
