@@ -22,10 +22,12 @@ Ratios are CPU-time ratios (all threads of this process): less sensitive than wa
 to other processes on a shared machine, though not immune (caches, hyper-threads).  A
 step is timed after ``--warmup`` untimed steps (default 14: the per-stage prediction
 reaches its full degree, 9, after 11 steps; Euler: 16 steps), ``--steps`` of them (default
-4; the iteration counts of the whole run are printed too: they change along the run as
-the tokens move).
+8: the iterations of one evaluation move by one or two from step to step, so a window of
+16 evaluations moves by about 0.2 per evaluation between variants that differ by less
+over a whole run; the iteration counts of the whole run are printed too: they change
+along the run as the tokens move).
 
-Run:  PYTHONPATH=$PWD python benchmarks/sinkhorn.py            (about 3 minutes, 2 cores)
+Run:  PYTHONPATH=$PWD python benchmarks/sinkhorn.py            (about 4 minutes, 2 cores)
       PYTHONPATH=$PWD python benchmarks/sinkhorn.py --pot      (+ a cold solve against POT)
 Writes benchmarks/results/sinkhorn.json.
 """
@@ -224,7 +226,7 @@ def part_pot(sizes, rng):
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=10_000, help="tokens (default 1e4)")
-    p.add_argument("--steps", type=int, default=4, help="timed RK4 steps per case")
+    p.add_argument("--steps", type=int, default=8, help="timed RK4 steps per case")
     p.add_argument("--warmup", type=int, default=14, help="untimed warm RK4 steps first")
     p.add_argument("--pot", action="store_true", help="also a cold solve against POT")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "sinkhorn.json"))
