@@ -709,21 +709,25 @@ def _dense_sweep(q, k, v, bias, w):
     return out, lse, w @ P
 
 
+@pytest.mark.parametrize("one_pass", [True, False])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("r,c", [(1, 0), (2, 2), (3, 1), (4, 4), (2, 5), (5, 2)])
-def test_fused_sweep_kernel_against_dense_logits(dtype, r, c):
-    # one-pass rows (r, c <= 4: exponentials against a Cauchy-Schwarz bound of the row's
-    # logits) and the general rows, including rows whose bound is so far above their
-    # largest logit that they are redone against the maximum (scaled rows below); float64
-    # to 1e-13 (the sums of 500 terms round at 1e-16 each), float32 to 2e-5
+def test_fused_sweep_kernel_against_dense_logits(monkeypatch, dtype, r, c, one_pass):
+    # one-pass rows (r, c <= 4 and from ONE_PASS_MIN_PAIRS pairs: exponentials against a
+    # Cauchy-Schwarz bound of the row's logits) and the general rows, including rows whose
+    # bound is so far above their largest logit that they are redone against the maximum
+    # (scaled rows below); float64 to 1e-13 (the sums of 500 terms round at 1e-16 each),
+    # float32 to 2e-5
+    import transformer_pde.sinkhorn_kernels as kernels
     from transformer_pde.sinkhorn_kernels import fused_sweep
 
+    monkeypatch.setattr(kernels, "ONE_PASS_MIN_PAIRS", 0 if one_pass else 2**62)
     nb = _numba()
     rng = np.random.default_rng(r * 10 + c)
     n, m = 500, 300
     k = rng.normal(size=(n, r))
     q = rng.normal(size=(m, r))
-    q[::7] *= 40.0 if dtype == np.float64 else 8.0   # far rows: the bound overshoots
+    q[::7] *= 600.0 if dtype == np.float64 else 40.0   # far rows: the bound overshoots
     bias = rng.normal(size=n) - np.log(n)
     v = rng.normal(size=(n, c)) if c else None
     w = rng.uniform(0.5, 1.5, size=m) / m
@@ -731,6 +735,14 @@ def test_fused_sweep_kernel_against_dense_logits(dtype, r, c):
     v = None if v is None else v.astype(dtype)
     out, lse, col = fused_sweep(nb, q, k, v, bias, w)
     ref_out, ref_lse, ref_col = _dense_sweep(q, k, v, bias, w)
+    if one_pass and r <= 4 and c <= 4:
+        # some rows are redone against their maximum (their bound overshoots by more than
+        # the kept range), the others are not
+        bound = bias.max() + np.linalg.norm(q.astype(float), axis=1) * np.linalg.norm(
+            k.astype(float), axis=1).max()
+        gap = bound - (q.astype(float) @ k.astype(float).T + bias).max(axis=1)
+        far = np.exp(-gap) < kernels._TINY_SUM[np.dtype(dtype)]
+        assert 0 < far.sum() < m // 2
     tol = 1e-13 if dtype == np.float64 else 2e-5
     np.testing.assert_allclose(lse, ref_lse, rtol=tol, atol=tol)
     np.testing.assert_allclose(col, ref_col, rtol=tol * 10, atol=0)
@@ -740,10 +752,16 @@ def test_fused_sweep_kernel_against_dense_logits(dtype, r, c):
         assert out.shape == (m, 0)
 
 
-def test_stage_prediction_uses_a_partner_stage_with_alike_increments():
+@pytest.mark.parametrize("partners", [True, False])
+def test_stage_prediction_uses_a_partner_stage_with_alike_increments(monkeypatch, partners):
     # stage 1's increments are stage 0's (irregular: no extrapolation predicts them) plus
     # a linear drift: stage 0's latest increment plus the extrapolated difference predicts
-    # stage 1 exactly, which extrapolating stage 1's own increments cannot
+    # stage 1 exactly, which extrapolating stage 1's own increments cannot.  Partners are
+    # tried from PARTNER_MIN_PAIRS pairs on (6 tokens here: only with the threshold at 0)
+    import transformer_pde.sinkhorn as sk
+
+    if partners:
+        monkeypatch.setattr(sk, "PARTNER_MIN_PAIRS", 0)
     rng = np.random.default_rng(8)
     v, w = rng.normal(size=6), rng.normal(size=6)
     r = rng.normal(size=12)
@@ -757,6 +775,9 @@ def test_stage_prediction_uses_a_partner_stage_with_alike_increments():
         if m >= 5:
             f_hat, g_hat = state.predict(t + 0.05, 6, stage=1)
             assert f_hat is g_hat
-            np.testing.assert_allclose(g_hat, want, rtol=0, atol=1e-12)
+            if partners:
+                np.testing.assert_allclose(g_hat, want, rtol=0, atol=1e-12)
+            else:
+                assert np.abs(g_hat - want).max() > 1e-3
         g = want
         state.update(t + 0.05, g, g, stage=1)

@@ -51,10 +51,12 @@ from numba import njit, prange
 
 from .backends.numba_backend import vexp
 
-__all__ = ["CHUNKS", "ROWS", "fused_sweep"]
+__all__ = ["CHUNKS", "ONE_PASS_MIN_PAIRS", "ROWS", "fused_sweep"]
 
 #: rows added to the column sums at a time (one load/store of a column sum per ROWS rows)
 ROWS = 4
+#: fewest pairs (rows x columns) for the one-pass rows (:func:`_sweep_kernel_shifted`)
+ONE_PASS_MIN_PAIRS = 2**18
 #: row chunks, each with its own column sums (summed in order at the end): a fixed number,
 #: so the result does not depend on the number of threads; memory CHUNKS * N floats
 CHUNKS = 8
@@ -240,7 +242,10 @@ def fused_sweep(be: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray | None, bia
     bias = np.ascontiguousarray(bias, dtype=dtype)
     w = np.ascontiguousarray(w, dtype=np.float64)
     r, c = q.shape[1], vT.shape[0]
-    if r > 4 or c > 4 or m == 0 or n == 0:
+    # the one-pass rows need zero-padded copies and a bound per row (about 40 us of
+    # Python and copies per call): below ONE_PASS_MIN_PAIRS pairs they cost more than the
+    # passes they save (measured: N = 50 slower, N = 1000 faster)
+    if r > 4 or c > 4 or m * n < ONE_PASS_MIN_PAIRS:
         be.launch(_sweep_kernel, m * n, q, kT, vT, bias, w, n_chunks, out, lse, colacc)
         return out, lse, colacc.sum(axis=0)
     # one pass per row (measured 0.8x the passes of _sweep_kernel at d = 2, N = 1e4):
