@@ -26,9 +26,9 @@ The row is held in a per-thread buffer of :math:`N` numbers (its exponentials) b
 its log-sum-exp and its column update; four rows are added to the column sums at a time.
 Column sums are float64 whatever the input precision.
 
-For at most four score and four value coordinates (Sinkhorn attention's usual sizes) a
-row is one loop over the keys: logits, exponentials, their sum and the value sums
-together, the exponentials taken against the Cauchy--Schwarz bound
+For at most four score and four value coordinates (Sinkhorn attention's usual sizes)
+and at least :data:`ONE_PASS_MIN_PAIRS` pairs, a row is one loop over the keys: logits,
+exponentials, their sum and the value sums together, the exponentials taken against the Cauchy--Schwarz bound
 :math:`\max_j b_j + |q_i|\max_j|k_j|` of the row's logits rather than their maximum (which
 would need a pass of its own); a row whose bound is so far above its largest logit that
 its sum falls below ``_TINY_SUM`` is redone against the maximum.  Measured at N = 1e4,
