@@ -27,7 +27,8 @@ runs moved by <= 5.4e-12 relative, same iteration counts.  Both of these apply o
 larger problems since (one-pass rows from 2**18 pairs, partner stages from 2**20: below,
 their overhead costs more than they save); the golden cases are smaller, so the last
 regeneration took them back to within 5.4e-16 (fused sweeps) and 5.4e-12 (simulate
-runs) of the file before those two changes.
+runs) of the file before those two changes.  Regenerated once more when the warm start's
+extrapolations became einsum sums (not BLAS products): simulate runs moved by 1.2e-16.
 
 Bits depend on the primitives underneath (BLAS, libm, the Numba kernels): the file also
 keeps "canaries", those primitives on fixed inputs.  Where a canary differs on the machine

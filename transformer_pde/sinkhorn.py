@@ -563,8 +563,8 @@ class SinkhornWarmStart:
                 best = (err, p, cand)
         _, p, (tc, Gc, Fc, base_g, base_f) = best
         w = xp.asarray(self._lagrange(tc, t, p), dtype=Gc.dtype)
-        dg = base_g + w @ Gc
-        return (dg if sym else base_f + w @ Fc), dg
+        dg = base_g + xp.einsum("k,kn->n", w, Gc)
+        return (dg if sym else base_f + xp.einsum("k,kn->n", w, Fc)), dg
 
     @staticmethod
     def _lagrange(ts: np.ndarray, t: float, order: int) -> np.ndarray:
@@ -599,7 +599,10 @@ class SinkhornWarmStart:
         else:
             nodes = tuple(round(float(u), 12) for u in (ts[:-1] - ts[-2]) / spacing)
             W = _backtest_weights(nodes, round(float((ts[-1] - ts[-2]) / spacing), 12), top)
-        err = xp.abs(xp.asarray(W, dtype=G.dtype) @ G[:-1] - G[-1]).max(axis=1)
+        # einsum, not @: a BLAS call here wakes its thread pool, whose spinning threads
+        # then take CPU from the Numba passes (measured: +40 % CPU per Euler step)
+        err = xp.abs(xp.einsum("pk,kn->pn", xp.asarray(W, dtype=G.dtype), G[:-1])
+                     - G[-1]).max(axis=1)
         err = np.asarray(err.get() if hasattr(err, "get") else err, dtype=float)
         best = int(np.argmin(err))
         return best, float(err[best])
