@@ -55,7 +55,7 @@ __all__ = ["CHUNKS", "ONE_PASS_MIN_PAIRS", "ROWS", "fused_sweep"]
 
 #: rows added to the column sums at a time (one load/store of a column sum per ROWS rows)
 ROWS = 4
-#: fewest pairs (rows x columns) for the one-pass rows (:func:`_sweep_kernel_shifted`)
+#: fewest pairs (rows x columns) for the one-pass rows (:func:`_sweep_kernel`)
 ONE_PASS_MIN_PAIRS = 2**18
 #: row chunks, each with its own column sums (summed in order at the end): a fixed number,
 #: so the result does not depend on the number of threads; memory CHUNKS * N floats
@@ -149,16 +149,20 @@ def _row_shifted(q, i, kT, vT, nv, bias, shift, b):
 
 
 @njit(parallel=True, fastmath=_FM, cache=True)
-def _sweep_kernel_shifted(q, kT, vT, c, bias, shift, tiny, w, n_chunks, q_full, kT_full,
-                          vT_full, out, lse, colacc):
-    """:func:`_sweep_kernel` in one pass per row for at most four score and value
-    coordinates: each row's exponentials are taken against ``shift[i]``, an upper bound
-    of its logits, instead of their maximum (no pass to find it, and the logits,
-    exponentials and sums share one loop).  A row whose sum falls below ``tiny`` (the
-    bound far above the largest logit: significant terms could underflow) is redone by
-    :func:`_row` against its maximum."""
+def _sweep_kernel(q, kT, vT, bias, w, n_chunks, out, lse, colacc, one_pass, q4, k4, v4,
+                  shift, tiny):
+    """Rows in :data:`CHUNKS` fixed chunks, each with its own column sums.
+
+    With ``one_pass`` (at most four score and value coordinates, zero-padded to four in
+    ``q4``, ``k4``, ``v4``), each row's exponentials are taken against ``shift[i]``, an
+    upper bound of its logits, instead of their maximum (no pass to find it, and the
+    logits, exponentials and sums share one loop, :func:`_row_shifted`); a row whose sum
+    falls below ``tiny`` (the bound far above the largest logit: significant terms could
+    underflow) is redone by :func:`_row` against its maximum, as every row is without
+    ``one_pass``."""
     m = q.shape[0]
     n = kT.shape[1]
+    c = vT.shape[0]
     for ch in prange(n_chunks):
         i0 = ch * m // n_chunks
         i1 = (ch + 1) * m // n_chunks
@@ -170,39 +174,24 @@ def _sweep_kernel_shifted(q, kT, vT, c, bias, shift, tiny, w, n_chunks, q_full, 
             nt = min(ROWS, i1 - it)
             for t in range(nt):
                 i = it + t
-                s, t0, t1, t2, t3 = _row_shifted(q, i, kT, vT, c > 0, bias, shift[i], buf[t])
-                if s >= tiny:
-                    inv = 1.0 / s
-                    if c > 0:
-                        out[i, 0] = t0 * inv
-                    if c > 1:
-                        out[i, 1] = t1 * inv
-                    if c > 2:
-                        out[i, 2] = t2 * inv
-                    if c > 3:
-                        out[i, 3] = t3 * inv
-                    lse[i] = shift[i] + math.log(s)
-                else:
-                    s = _row(q_full, i, kT_full, vT_full, bias, buf[t], out, lse)
+                s = 0.0
+                if one_pass:
+                    s, t0, t1, t2, t3 = _row_shifted(q4, i, k4, v4, c > 0, bias, shift[i],
+                                                     buf[t])
+                    if s >= tiny:
+                        inv = 1.0 / s
+                        if c > 0:
+                            out[i, 0] = t0 * inv
+                        if c > 1:
+                            out[i, 1] = t1 * inv
+                        if c > 2:
+                            out[i, 2] = t2 * inv
+                        if c > 3:
+                            out[i, 3] = t3 * inv
+                        lse[i] = shift[i] + math.log(s)
+                if not s >= tiny:
+                    s = _row(q, i, kT, vT, bias, buf[t], out, lse)
                 coef[t] = w[i] / s
-            _add_columns(col, buf, coef, nt)
-
-
-@njit(parallel=True, fastmath=_FM, cache=True)
-def _sweep_kernel(q, kT, vT, bias, w, n_chunks, out, lse, colacc):
-    m = q.shape[0]
-    n = kT.shape[1]
-    for ch in prange(n_chunks):
-        i0 = ch * m // n_chunks
-        i1 = (ch + 1) * m // n_chunks
-        buf = np.empty((ROWS, n), dtype=q.dtype)
-        coef = np.zeros(ROWS)
-        col = colacc[ch]
-        col[:] = 0.0
-        for it in range(i0, i1, ROWS):
-            nt = min(ROWS, i1 - it)
-            for t in range(nt):
-                coef[t] = w[it + t] / _row(q, it + t, kT, vT, bias, buf[t], out, lse)
             _add_columns(col, buf, coef, nt)
 
 
@@ -246,9 +235,11 @@ def fused_sweep(be: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray | None, bia
     # Python and copies per call): below ONE_PASS_MIN_PAIRS pairs they cost more than the
     # passes they save (measured: N = 50 slower, N = 1000 faster)
     if r > 4 or c > 4 or m * n < ONE_PASS_MIN_PAIRS:
-        be.launch(_sweep_kernel, m * n, q, kT, vT, bias, w, n_chunks, out, lse, colacc)
+        be.launch(_sweep_kernel, m * n, q, kT, vT, bias, w, n_chunks, out, lse, colacc,
+                  False, np.zeros((0, 4), dtype=dtype), np.zeros((4, 0), dtype=dtype),
+                  np.zeros((4, 0), dtype=dtype), np.zeros(0, dtype=dtype), np.inf)
         return out, lse, colacc.sum(axis=0)
-    # one pass per row (measured 0.8x the passes of _sweep_kernel at d = 2, N = 1e4):
+    # one pass per row (measured 0.8x the time of the general rows at d = 2, N = 1e4):
     # the exponentials are taken against an upper bound of each row's logits,
     # max_j b_j + |q_i| max_j |k_j| (Cauchy-Schwarz), so they never exceed one
     q4 = np.zeros((m, 4), dtype=dtype)
@@ -260,6 +251,6 @@ def fused_sweep(be: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray | None, bia
     kmax = float(np.sqrt((kT.astype(np.float64) ** 2).sum(axis=0)).max())
     shift = (float(bias.max()) + np.sqrt((q.astype(np.float64) ** 2).sum(axis=1)) * kmax
              ).astype(dtype)
-    be.launch(_sweep_kernel_shifted, m * n, q4, k4, v4, c, bias, shift, _TINY_SUM[dtype], w,
-              n_chunks, q, kT, vT, out, lse, colacc)
+    be.launch(_sweep_kernel, m * n, q, kT, vT, bias, w, n_chunks, out, lse, colacc, True,
+              q4, k4, v4, shift, _TINY_SUM[dtype])
     return out, lse, colacc.sum(axis=0)
