@@ -607,25 +607,17 @@ class SinkhornWarmStart:
         best = int(np.argmin(err))
         return best, float(err[best])
 
-    @staticmethod
-    def _extrapolate(hist: list, t: float, order: int) -> tuple[Any, Any]:
-        t_last, f_last, g_last = hist[-1]
-        if len(hist) < 2 or order == 0 or t == t_last:
+    @classmethod
+    def _extrapolate(cls, hist: list, t: float, order: int) -> tuple[Any, Any]:
+        """``(f, g)`` extrapolated to ``t`` from the ``(t, f, g)`` entries of ``hist`` with
+        the weights of :meth:`_lagrange` (the last entry itself when they pick it alone)."""
+        _, f_last, g_last = hist[-1]
+        w = cls._lagrange(np.array([h[0] for h in hist], dtype=float), t, order)
+        if w[-1] == 1.0 and np.count_nonzero(w) == 1:
             return f_last, g_last
-        spacing = abs(t_last - hist[-2][0])
-        if abs(t - t_last) > 2.0 * spacing:
-            return f_last, g_last
-        pts = hist[-(order + 1):]
-        ts = [p[0] for p in pts]
-        coef = []
-        for i, ti in enumerate(ts):
-            c = 1.0
-            for j, tj in enumerate(ts):
-                if j != i:
-                    c *= (t - tj) / (ti - tj)
-            coef.append(c)
-        g = sum(c * p[2] for c, p in zip(coef, pts, strict=True))
-        f = g if f_last is g_last else sum(c * p[1] for c, p in zip(coef, pts, strict=True))
+        pts = [(float(c), h) for c, h in zip(w, hist, strict=True) if c != 0.0]
+        g = sum(c * h[2] for c, h in pts)
+        f = g if f_last is g_last else sum(c * h[1] for c, h in pts)
         return f, g
 
     @staticmethod
