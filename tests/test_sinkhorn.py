@@ -781,3 +781,17 @@ def test_stage_prediction_uses_a_partner_stage_with_alike_increments(monkeypatch
                 assert np.abs(g_hat - want).max() > 1e-3
         g = want
         state.update(t + 0.05, g, g, stage=1)
+
+
+def test_expect_is_checked_and_named():
+    from transformer_pde.errors import ArgumentError, ArgumentTypeError
+
+    qx, kx, vx, logw, eps = _lean_problem(True)
+    for bad, err in (("small", ArgumentTypeError), (-1e-9, ArgumentError),
+                     (float("nan"), ArgumentError), ([1e-9, 1e-9], ArgumentTypeError)):
+        with pytest.raises(err, match="expect"):
+            sinkhorn_potentials(NP, qx, kx, logw, eps, symmetric=True, expect=bad)
+    # inf is allowed (a start known to be far off): the first pass is then lean
+    res = sinkhorn_potentials(NP, qx, kx, logw, eps, symmetric=True, values=vx,
+                              expect=float("inf"))
+    assert res.converged and res.out is not None

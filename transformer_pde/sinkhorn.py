@@ -239,6 +239,10 @@ def sinkhorn_potentials(be: Any, qx: Any, kx: Any, logw: Any, eps: float, *,
     eps = validation.positive("eps", eps)
     tol = validation.positive("tol", tol)
     max_iter = validation.integer("max_iter", max_iter, minimum=1)
+    if expect is not None:
+        expect = validation.scalar("expect", expect, finite=False)
+        if not expect >= 0:
+            raise ArgumentError(f"expect must be >= 0 (a marginal error), got {expect!r}")
     xp = be.xp
     n = kx.shape[0]
     dtype = kx.dtype
@@ -272,7 +276,7 @@ def sinkhorn_potentials(be: Any, qx: Any, kx: Any, logw: Any, eps: float, *,
                         dtype=dtype, anderson=anderson, memory=memory, scaling=scaling,
                         readout=None if values is None else rows.with_values(values),
                         sweep=sweep, next_step=True,
-                        expect=None if expect is None else float(expect))
+                        expect=expect)
     ok = res.converged
     f, g, g_next = res.f, res.g, res.g_next
     if ok and not symmetric:
