@@ -30,9 +30,11 @@ __all__ = [
     "SolverNotConverged",
     "ScoreOverflowError",
     "TrajectoryFileError",
+    "IntegrityError",
     "TransformerPDEWarning",
     "ConvergenceWarning",
     "EarlyStopWarning",
+    "CheckpointWarning",
 ]
 
 
@@ -84,6 +86,13 @@ class TrajectoryFileError(TransformerPDEError, ValueError):
     file and what is wrong."""
 
 
+class IntegrityError(TrajectoryFileError):
+    """A file, store or checkpoint written by the package fails its own checks on reading:
+    an array does not match its recorded checksum, an invariant is broken (weights not
+    normalised, times not increasing, ...) or its format version is unknown.  The message
+    names the file and the array or field that fails."""
+
+
 class TransformerPDEWarning(UserWarning):
     """Base class of every warning issued by transformer-pde."""
 
@@ -95,3 +104,8 @@ class ConvergenceWarning(TransformerPDEWarning):
 class EarlyStopWarning(TransformerPDEWarning):
     """A run ended before its final time (blow-up, non-finite state, failure, budget,
     interruption); the states computed before the stop are kept in the result."""
+
+
+class CheckpointWarning(TransformerPDEWarning):
+    """A checkpoint could not be written during or at the end of a run; the run and its
+    result are kept (the message names the file and the reason)."""
