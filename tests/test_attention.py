@@ -23,7 +23,7 @@ I2 = np.eye(2)
 # --------------------------------------------------------------------------- validation
 @pytest.mark.parametrize("kwargs,exc,msg", [
     (dict(kind="softmx"), ValueError, "kind must be one of"),
-    (dict(kind=3), ValueError, "kind must be one of"),
+    (dict(kind=3), TypeError, "kind must be one of"),  # a wrong type
     (dict(heads=0), ValueError, "heads must be >= 1"),
     (dict(heads=True), TypeError, "heads must be a positive integer"),
     (dict(heads=1.5), TypeError, "heads must be a positive integer"),

@@ -426,7 +426,9 @@ def test_rank_and_clusters_invariant(m, R, seed, scale):
     # cluster count (and sizes) invariant under rotation, permutation, translation, scaling;
     # avoid draws where some pair distance sits at the threshold (relative 1e-6)
     cl = D.clusters(X, tol=0.3)
-    dists = np.linalg.norm(X[:, None] - X[None], axis=-1)
+    # (scaled first: squares of distances like 1e-192 underflow, and clusters() resolves them)
+    big = float(np.abs(X).max()) or 1.0
+    dists = big * np.linalg.norm((X[:, None] - X[None]) / big, axis=-1)
     if 0 < dists.max() < 1e-6:
         return  # a cloud below the round-off of the translated coordinates (~1e-16)
     if cl.scale > 0 and np.min(np.abs(dists - cl.scale)) < 1e-6 * cl.scale:

@@ -148,21 +148,30 @@ def test_corrupt_and_foreign_stores_are_refused(tmp_path):
         sweep.open_results(tmp_path / "missing.zarr")
 
 
+_FAILING: set = set()
+_CALLS: list = []
+
+
+def _flaky_here(params, rng):
+    _CALLS.append(params["mu"])
+    if params["mu"] in _FAILING:
+        raise RuntimeError("this cell always fails")
+    return {"value": float(rng.uniform())}
+
+
 def test_resume_recomputes_only_failed_and_missing_cells(tmp_path, monkeypatch):
     path = tmp_path / "s.zarr"
-    study = sweep.Study(sweep.Grid({"mu": [0.0, 1.0, 2.0]}, draws=2), sweep_cells.flaky)
+    monkeypatch.setattr(sys.modules[__name__], "_FAILING", {1.0})
+    study = sweep.Study(sweep.Grid({"mu": [0.0, 1.0, 2.0]}, draws=2), _flaky_here)
     with pytest.warns(sweep.CellFailureWarning):
         sweep.run(study, path, scheduler="serial", progress=False)
-    calls = []
 
-    def fixed(params, rng):
-        calls.append(params["mu"])
-        return {"value": float(rng.uniform())}
-
-    # same fingerprint (same function name and module) but the failing cells now succeed
-    monkeypatch.setattr(sweep_cells, "flaky", fixed)
-    fixed.__module__, fixed.__qualname__ = "sweep_cells", "flaky"
-    ds = sweep.run(sweep.Study(study.grid, fixed), path, scheduler="serial", resume=True,
+    # the same function (same code: same fingerprint); the failing cells now succeed (an
+    # edited function could not complete the store: test_cli_trust)
+    monkeypatch.setattr(sys.modules[__name__], "_FAILING", set())
+    monkeypatch.setattr(sys.modules[__name__], "_CALLS", [])
+    calls = _CALLS
+    ds = sweep.run(sweep.Study(study.grid, _flaky_here), path, scheduler="serial", resume=True,
                    progress=False)
     assert calls == [1.0, 1.0]
     assert (ds["cell_status"].values == sweep.DONE).all()

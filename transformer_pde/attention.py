@@ -28,14 +28,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from dataclasses import replace as _dc_replace
 from typing import Any, Callable, Union
 
 import numpy as np
 
 from .errors import ArgumentError, ArgumentTypeError
 from .validation import matrix, positive, real_array, scalar
+from .validation import type_name as _what
 
 __all__ = [
+    "BIAS_RULES",
     "Attention",
     "AttentionParams",
     "Head",
@@ -43,18 +46,21 @@ __all__ = [
     "KINDS",
     "Layers",
     "register_kind",
+    "score_head",
 ]
 
 ArrayLike = Any
 #: names of the optional bias vectors of an :class:`Attention`
 _BIASES = ("b_Q", "b_K", "b_V", "b_O")
+#: values of :attr:`Kind.bias_rule`
+BIAS_RULES = ("keep", "drop_key", "drop_both", "difference")
 Param = Union[np.ndarray, Callable[[float], ArrayLike], "Layers"]
 
 
 # --------------------------------------------------------------------------- kinds
 @dataclass(frozen=True)
 class Kind:
-    """Registry entry describing one attention variant.
+    r"""Registry entry describing one attention variant.
 
     Attributes
     ----------
@@ -70,6 +76,23 @@ class Kind:
         Whether a causal (masked) version is defined.
     description : str
         One line with the formula.
+    bias_rule : {"keep", "drop_key", "drop_both", "difference"}, default "keep"
+        Which parts of the query and key biases the kind's weights cannot see; they are
+        removed exactly before the scores are formed (:func:`score_head`), so that a huge
+        bias that cancels mathematically cannot spoil the field by rounding.  With the
+        biased score :math:`\langle Qx + b_Q, Ky + b_K\rangle = \langle Qx + b_Q, Ky\rangle
+        + \langle Qx + b_Q, b_K\rangle`:
+
+        * ``"keep"``: both biases are used as given (no cancellation assumed).
+        * ``"drop_key"``: the weights are invariant under adding to the score any function
+          of the query alone (a kernel :math:`e^{\beta s}` normalised per query row:
+          softmax); :math:`\langle Qx + b_Q, b_K\rangle` is such a term, so ``b_K`` is dropped.
+        * ``"drop_both"``: invariant under adding a function of the query alone *and* one of
+          the key alone (the Sinkhorn coupling: they are absorbed by the two potentials);
+          :math:`\langle b_Q, Ky + b_K\rangle` is a function of the key, so ``b_Q`` and
+          ``b_K`` are both dropped.
+        * ``"difference"``: the kernel depends on :math:`(Qx + b_Q) - (Ky + b_K)` only
+          (``l2``); ``b_Q - b_K`` replaces ``b_Q`` and ``b_K`` is dropped.
     """
 
     name: str
@@ -77,27 +100,102 @@ class Kind:
     affine_on_gaussians: bool
     maskable: bool
     description: str
+    bias_rule: str = "keep"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise ArgumentTypeError(f"Kind: name must be a string, got {self.name!r:.60}")
+        if not self.name:
+            raise ArgumentError("Kind: name must be a non-empty string")
+        for flag in ("normalized", "affine_on_gaussians", "maskable"):
+            value = getattr(self, flag)
+            if not isinstance(value, (bool, np.bool_)):
+                raise ArgumentTypeError(f"Kind {self.name!r}: {flag} must be a bool, got "
+                                        f"{value!r:.60}")
+            object.__setattr__(self, flag, bool(value))
+        if not isinstance(self.description, str):
+            raise ArgumentTypeError(f"Kind {self.name!r}: description must be a string, got "
+                                    f"{type(self.description).__name__}")
+        if not isinstance(self.bias_rule, str) or self.bias_rule not in BIAS_RULES:
+            raise ArgumentError(f"Kind {self.name!r}: bias_rule must be one of "
+                                f"{list(BIAS_RULES)}, got {self.bias_rule!r:.60}")
 
 
 #: The registry of attention kinds, name -> :class:`Kind` (:func:`register_kind` adds one).
 KINDS: dict[str, Kind] = {}
+#: Names of the kinds shipped with the package (:func:`register_kind` never replaces them).
+_BUILTIN: set[str] = set()
 
 
-def register_kind(kind: Kind) -> Kind:
-    """Add an attention variant to the registry (its head field goes in
-    :data:`transformer_pde.fields.HEAD_FIELDS` under the same name)."""
+def register_kind(kind: Kind | str, spec: Kind | None = None, *,
+                  replace: bool = False) -> Kind:
+    """Add an attention variant to the registry.
+
+    Its head field goes in :data:`transformer_pde.fields.HEAD_FIELDS` under the same name
+    (:func:`transformer_pde.fields.register_head_field`).
+
+    Parameters
+    ----------
+    kind : Kind or str
+        The entry (``register_kind(Kind("mine", ...))``), or its name followed by the entry
+        (``register_kind("mine", Kind("mine", ...))``; the names must agree).
+    spec : Kind, optional
+        The entry, when ``kind`` is its name.
+    replace : bool, default False
+        Allow replacing a kind registered earlier by the user.  Registering an entry equal
+        to the one already registered is always a no-op.
+
+    Returns
+    -------
+    Kind
+        The registered entry.
+
+    Raises
+    ------
+    ArgumentTypeError
+        The entry is not a :class:`Kind` (or the name not a string).
+    ArgumentError
+        The name is a kind shipped with the package (these are never replaced), the name
+        is taken and ``replace`` is False, or the name and ``Kind.name`` differ.
+    """
+    if not isinstance(replace, (bool, np.bool_)):
+        raise ArgumentTypeError(f"register_kind: replace must be a bool, got {replace!r:.60}")
+    if isinstance(kind, str):
+        if not isinstance(spec, Kind):
+            raise ArgumentTypeError(
+                f"register_kind({kind!r}, spec): spec must be a transformer_pde.Kind, got "
+                f"{_what(spec)}")
+        if spec.name != kind:
+            raise ArgumentError(f"register_kind: the name {kind!r} differs from the Kind's "
+                                f"name {spec.name!r}")
+        kind = spec
+    elif spec is not None:
+        raise ArgumentTypeError("register_kind: pass a Kind, or a name and a Kind "
+                                f"(the first argument is a {type(kind).__name__})")
+    if not isinstance(kind, Kind):
+        raise ArgumentTypeError(f"register_kind: kind must be a transformer_pde.Kind, got "
+                                f"{_what(kind)}")
+    old = KINDS.get(kind.name)
+    if old is not None and old != kind:
+        if kind.name in _BUILTIN:
+            raise ArgumentError(f"register_kind: {kind.name!r} is a built-in attention kind "
+                                "and cannot be replaced; register yours under another name")
+        if not replace:
+            raise ArgumentError(f"register_kind: kind {kind.name!r} is already registered; "
+                                "pass replace=True to replace it")
     KINDS[kind.name] = kind
     return kind
 
 
 for _k in (
     Kind("softmax", True, True, True,
-         "sum_j w_j e^{b s(x,x_j)} V x_j / sum_j w_j e^{b s(x,x_j)}"),
+         "sum_j w_j e^{b s(x,x_j)} V x_j / sum_j w_j e^{b s(x,x_j)}", "drop_key"),
     Kind("linear", False, True, True, "sum_j w_j b s(x,x_j) V x_j"),
     Kind("l2", True, True, True,
-         "kernel exp(-l2_beta |Qx - Ky|^2), normalised like softmax"),
+         "kernel exp(-l2_beta |Qx - Ky|^2), normalised like softmax", "difference"),
     Kind("sinkhorn", True, True, False,
-         "doubly stochastic entropic-OT self-coupling density, cost -b s, regularisation eps"),
+         "doubly stochastic entropic-OT self-coupling density, cost -b s, regularisation eps",
+         "drop_both"),
     Kind("sigmoid", False, False, True, "sum_j w_j sigmoid(b s(x,x_j)) V x_j"),
     Kind("relu", False, False, True, "sum_j w_j relu(b s(x,x_j)) V x_j"),
     Kind("exp", False, False, True, "sum_j w_j exp(b s(x,x_j)) V x_j (unnormalised)"),
@@ -110,6 +208,7 @@ register_kind(Kind("galerkin", False, False, True,
                    "sum_j w_j b <Qx, LN(K x_j)> LN(V x_j)  (LN per token over k features)"))
 register_kind(Kind("fourier", False, False, True,
                    "sum_j w_j b <LN(Qx), LN(K x_j)> V x_j  (LN per token over k features)"))
+_BUILTIN.update(KINDS)
 
 
 # --------------------------------------------------------------------------- layers
@@ -229,6 +328,46 @@ class Head:
         return self.K.T @ self.Q
 
 
+def score_head(kind: Kind | str, head: Head) -> Head:
+    r"""``head`` with the bias parts that the weights of ``kind`` cannot see removed exactly.
+
+    The biased score is
+    :math:`\langle Qx + b_Q, Ky + b_K\rangle = \langle Qx + b_Q, Ky\rangle + \langle Qx + b_Q, b_K\rangle`,
+    and, by :attr:`Kind.bias_rule`:
+
+    * ``"drop_key"`` (softmax): the second term depends on the query only and cancels in the
+      per-query normalisation, so ``b_K`` is dropped;
+    * ``"drop_both"`` (sinkhorn): terms depending on the query only or on the key only are
+      absorbed by the two Sinkhorn potentials; :math:`\langle b_Q, Ky + b_K\rangle` depends on
+      the key only, so ``b_Q`` and ``b_K`` are both dropped;
+    * ``"difference"`` (l2): the kernel sees :math:`(Qx + b_Q) - (Ky + b_K)` only, so ``b_Q``
+      becomes :math:`b_Q - b_K` and ``b_K`` is dropped (the head is returned unchanged if
+      that difference overflows);
+    * ``"keep"``: ``head`` itself.
+
+    The field is mathematically unchanged; numerically, a huge cancelling bias (say
+    :math:`|b_K| = 10^{16}`) no longer swamps :math:`Ky` by rounding.  Every head field
+    receives heads prepared by this function (:attr:`AttentionParams.score_heads`), so
+    every backend sees the same scores.
+    """
+    entry = KINDS[kind] if isinstance(kind, str) else kind
+    rule = entry.bias_rule
+    if rule == "keep" or (head.bQ is None and head.bK is None):
+        return head
+    if rule == "drop_key":
+        bQ = head.bQ
+    elif rule == "drop_both":
+        bQ = None
+    else:  # "difference"
+        if head.bK is None:
+            return head
+        with np.errstate(over="ignore"):
+            bQ = -head.bK if head.bQ is None else head.bQ - head.bK
+        if not np.all(np.isfinite(bQ)):
+            return head
+    return _dc_replace(head, bQ=bQ, bK=None)
+
+
 @dataclass(frozen=True)
 class AttentionParams:
     """All parameters of an :class:`Attention` evaluated at one time ``t``.
@@ -257,15 +396,20 @@ class AttentionParams:
         """Whether any head map or the output map carries a bias vector."""
         return self.b_O is not None or any(h.has_bias for h in self.heads)
 
+    @property
+    def score_heads(self) -> tuple[Head, ...]:
+        """The heads prepared for evaluation: :func:`score_head` of each, for this kind."""
+        entry = KINDS[self.kind]
+        return tuple(score_head(entry, h) for h in self.heads)
+
 
 # --------------------------------------------------------------------------- validation
 def _check_vector(name: str, value: ArrayLike, t: float | None = None) -> np.ndarray:
     """A finite real bias vector; shapes (n,), (1, n) and (n, 1) are accepted and flattened."""
     where = "" if t is None else f" (evaluated at t={t})"
-    try:
-        arr = np.asarray(value, dtype=float)
-    except (TypeError, ValueError) as exc:
-        raise ArgumentTypeError(f"{name}{where} must be a real vector: {exc}") from None
+    if isinstance(value, type):
+        raise ArgumentTypeError(f"{name}{where} must be a real vector, got {_what(value)}")
+    arr = real_array(f"{name}{where}", value, what="vector")
     if arr.ndim == 2 and 1 in arr.shape:
         arr = arr.ravel()
     if arr.ndim != 1 or arr.size == 0:
@@ -330,8 +474,12 @@ class Attention:
         Output projection applied to the concatenated heads (identity if None).
     b_Q, b_K : array (k,), callable, :class:`Layers` of shape (L, 1, k), or None
         Query and key biases (``k`` = rows of ``Q``; ``d`` with heads): the score becomes
-        :math:`\beta\langle Qx + b_Q, Ky + b_K\rangle`.  For normalised kinds ``b_K`` only
-        adds :math:`\beta\langle Qx + b_Q, b_K\rangle`, the same for every key, and cancels.
+        :math:`\beta\langle Qx + b_Q, Ky + b_K\rangle`.  ``b_K`` only adds
+        :math:`\beta\langle Qx + b_Q, b_K\rangle`, the same for every key: for softmax it
+        cancels, for sinkhorn ``b_Q`` cancels too, and l2 sees only :math:`b_Q - b_K`.  The
+        cancelling parts are removed exactly before any score is formed
+        (:attr:`Kind.bias_rule`, :func:`score_head`), so a huge cancelling bias cannot spoil
+        the field by rounding; the parameters themselves are kept as given.
     b_V : array (d,), callable, :class:`Layers` or None
         Value bias: each head averages :math:`V_h y + b_{V,h}`.
     b_O : array (d,), callable, :class:`Layers` or None
@@ -340,9 +488,14 @@ class Attention:
 
     Raises
     ------
-    ValueError, TypeError
-        On unknown kind, malformed or non-finite matrices, heads not dividing ``d``,
-        non-positive ``eps`` / ``l2_beta``, masked sinkhorn.
+    ArgumentTypeError
+        A parameter of the wrong type: ``None`` for ``Q``, ``K`` or ``V``, strings,
+        complex matrices, biases or numbers, a bool where a number is expected, a class
+        where an instance or array is expected.
+    ArgumentError
+        On unknown kind, malformed or non-finite matrices or biases, biases of the wrong
+        length, heads not dividing ``d``, non-positive ``eps`` / ``l2_beta``, masked
+        sinkhorn, finite ``Q``, ``K`` whose product overflows.
 
     Examples
     --------
@@ -370,15 +523,19 @@ class Attention:
     time_dependent: bool = field(init=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.kind, str) or self.kind not in KINDS:
+        if not isinstance(self.kind, str):
+            raise ArgumentTypeError(
+                f"kind must be one of {sorted(KINDS)}, got {_what(self.kind)}")
+        if self.kind not in KINDS:
             raise ArgumentError(
                 f"kind must be one of {sorted(KINDS)}, got {self.kind!r}")
-        if isinstance(self.heads, bool) or not isinstance(self.heads, (int, np.integer)):
-            raise TypeError(f"heads must be a positive integer, got {self.heads!r}")
+        if isinstance(self.heads, (bool, np.bool_)) or \
+                not isinstance(self.heads, (int, np.integer)):
+            raise ArgumentTypeError(f"heads must be a positive integer, got {self.heads!r:.60}")
         if self.heads < 1:
-            raise ValueError(f"heads must be >= 1, got {self.heads}")
+            raise ArgumentError(f"heads must be >= 1, got {self.heads}")
         if not isinstance(self.masked, (bool, np.bool_)):
-            raise TypeError(f"masked must be a bool, got {self.masked!r}")
+            raise ArgumentTypeError(f"masked must be a bool, got {self.masked!r:.60}")
         set_ = object.__setattr__
         set_(self, "heads", int(self.heads))
         set_(self, "masked", bool(self.masked))
@@ -386,11 +543,11 @@ class Attention:
         set_(self, "eps", positive("eps", self.eps))
         set_(self, "l2_beta", positive("l2_beta", self.l2_beta))
         if self.masked and not KINDS[self.kind].maskable:
-            raise ValueError(
+            raise ArgumentError(
                 f"masked=True is not defined for kind={self.kind!r}: no doubly-stochastic "
                 "masked coupling exists; use an unmasked sinkhorn or a maskable kind")
         if self.kind == "l2" and self.beta != 1.0:
-            raise ValueError(
+            raise ArgumentError(
                 "beta must be 1.0 for kind='l2'; its temperature is l2_beta "
                 f"(kernel exp(-l2_beta |Qx - Ky|^2)), got beta={self.beta}")
         dynamic = False
@@ -401,6 +558,9 @@ class Attention:
                     raise ArgumentTypeError(f"{name} must be a matrix, a callable of t or "
                                             "Layers, got None")
                 continue
+            if isinstance(value, type):
+                raise ArgumentTypeError(f"{name} must be a matrix, a callable of t or Layers, "
+                                        f"got {_what(value)}")
             if isinstance(value, Layers) or callable(value):
                 dynamic = True
             else:
@@ -409,6 +569,9 @@ class Attention:
             value = getattr(self, name)
             if value is None:
                 continue
+            if isinstance(value, type):
+                raise ArgumentTypeError(f"{name} must be a vector, a callable of t or Layers, "
+                                        f"got {_what(value)}")
             if isinstance(value, Layers) or callable(value):
                 dynamic = True
             else:
@@ -418,7 +581,7 @@ class Attention:
         set_(self, "d", Q0.shape[1])
         P0 = self.at(0.0)  # validates shapes at t = 0
         if self.kind in ("galerkin", "fourier") and P0.heads[0].Q.shape[0] < 2:
-            raise ValueError(
+            raise ArgumentError(
                 f"kind={self.kind!r} normalises each token over the head's k features and "
                 f"needs k >= 2, got k={P0.heads[0].Q.shape[0]} (Q has shape {Q0.shape}"
                 f"{f', heads={self.heads}' if self.heads > 1 else ''})")
@@ -466,22 +629,23 @@ class Attention:
 
         ``left=True`` takes left limits of :class:`Layers` tables at layer boundaries
         (callables are assumed continuous and simply evaluated at ``t``)."""
+        t = scalar("t", t)
         Q = self._matrix("Q", t, left)
         K = self._matrix("K", t, left)
         V = self._matrix("V", t, left)
         d = Q.shape[1]
         if getattr(self, "d", d) != d:
-            raise ValueError(f"Q at t={t} has {d} columns but the attention was built with d={self.d}")
+            raise ArgumentError(f"Q at t={t} has {d} columns but the attention was built with d={self.d}")
         if K.shape != Q.shape:
-            raise ValueError(f"K must have the shape of Q {Q.shape}, got {K.shape} (t={t})")
+            raise ArgumentError(f"K must have the shape of Q {Q.shape}, got {K.shape} (t={t})")
         if V.shape != (d, d):
-            raise ValueError(f"V must have shape (d, d) = {(d, d)}, got {V.shape} (t={t})")
+            raise ArgumentError(f"V must have shape (d, d) = {(d, d)}, got {V.shape} (t={t})")
         H = self.heads
         if H > 1:
             if d % H:
-                raise ValueError(f"heads={H} must divide the dimension d={d}")
+                raise ArgumentError(f"heads={H} must divide the dimension d={d}")
             if Q.shape != (d, d):
-                raise ValueError(
+                raise ArgumentError(
                     f"with heads={H}, Q and K must be d x d = {(d, d)}, got {Q.shape}")
         bQ = self._bias("b_Q", Q.shape[0], t, left)
         bK = self._bias("b_K", Q.shape[0], t, left)
@@ -505,7 +669,7 @@ class Attention:
         if self.W_O is not None:
             W_O = self._matrix("W_O", t, left)
             if W_O.shape != (d, d):
-                raise ValueError(f"W_O must have shape (d, d) = {(d, d)}, got {W_O.shape}")
+                raise ArgumentError(f"W_O must have shape (d, d) = {(d, d)}, got {W_O.shape}")
         return AttentionParams(self.kind, d, heads, W_O, self.beta, self.eps,
                                self.l2_beta, self.masked, float(t), b_O)
 
@@ -541,7 +705,7 @@ class Attention:
     def from_dict(cls, data: dict[str, Any]) -> "Attention":
         """Inverse of :meth:`to_dict` (raises if the spec held callables)."""
         if not data.get("serialisable", True):
-            raise ValueError("this attention held callables of time and cannot be rebuilt")
+            raise ArgumentError("this attention held callables of time and cannot be rebuilt")
         kw = {}
         for name in ("Q", "K", "V", "W_O") + _BIASES:
             v = data.get(name)

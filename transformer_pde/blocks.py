@@ -45,6 +45,7 @@ and the tokens sit on the sphere to rounding (:math:`\le 10^{-15}`) after every 
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, runtime_checkable
@@ -54,7 +55,7 @@ import numpy as np
 from .attention import Layers
 from .errors import ArgumentError, ArgumentTypeError
 from .integrate.rk import array_namespace as _xp
-from .validation import matrix, real_array
+from .validation import choice, matrix, nonnegative, positive, real_array
 
 __all__ = [
     "Block",
@@ -126,12 +127,13 @@ def _param(name: str, value: Any, t: float, left: bool) -> np.ndarray:
 
 def _store(name: str, value: Any, *, vector: bool) -> Any:
     """Validate a constant parameter now (time-dependent ones at evaluation)."""
+    _refuse_class(name, value)
     if value is None or isinstance(value, Layers) or callable(value):
         return value
     arr = matrix(name, np.atleast_2d(real_array(name, value)))
     if vector:
         if min(arr.shape) != 1:
-            raise ValueError(f"{name} must be a vector, got shape {np.shape(value)}")
+            raise ArgumentError(f"{name} must be a vector, got shape {np.shape(value)}")
         arr = arr.ravel()
     arr = np.array(arr)
     arr.setflags(write=False)
@@ -143,7 +145,7 @@ def _vector(name: str, value: Any, n: int, t: float, left: bool) -> np.ndarray |
         return None
     v = np.asarray(_param(name, value, t, left), dtype=float).ravel()
     if v.shape != (n,):
-        raise ValueError(f"{name} must have {n} entries, got {v.size} (t={t})")
+        raise ArgumentError(f"{name} must have {n} entries, got {v.size} (t={t})")
     return v
 
 
@@ -183,18 +185,9 @@ class LayerNorm:
     shift: Param | None = None
 
     def __post_init__(self) -> None:
-        if self.mode not in ("pre", "post"):
-            raise ValueError(f"mode must be 'pre' or 'post', got {self.mode!r}")
-        for name, lo in (("variance", None), ("eps", 0.0)):
-            value = getattr(self, name)
-            try:
-                v = float(value)
-            except (TypeError, ValueError):
-                raise TypeError(f"{name} must be a real number, got {value!r}") from None
-            if not (math.isfinite(v) and (v > 0 if lo is None else v >= lo)):
-                rule = "> 0" if lo is None else ">= 0"
-                raise ValueError(f"{name} must be finite and {rule}, got {value!r}")
-            object.__setattr__(self, name, v)
+        choice("LayerNorm: mode", self.mode, ("pre", "post"))
+        object.__setattr__(self, "variance", positive("LayerNorm: variance", self.variance))
+        object.__setattr__(self, "eps", nonnegative("LayerNorm: eps", self.eps))
         object.__setattr__(self, "scale", _store("scale", self.scale, vector=True))
         object.__setattr__(self, "shift", _store("shift", self.shift, vector=True))
 
@@ -203,7 +196,7 @@ class LayerNorm:
         xp = _xp(X)
         d = X.shape[1]
         if d < 2:
-            raise ValueError("LayerNorm needs at least 2 features (d >= 2)")
+            raise ArgumentError("LayerNorm needs at least 2 features (d >= 2)")
         out = token_layer_norm(X, self.eps) * math.sqrt(self.variance)
         g = _vector("scale", self.scale, d, t, left)
         if g is not None:
@@ -263,14 +256,13 @@ class MLP:
     hidden: int = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.activation not in _ACTIVATIONS:
-            raise ValueError(
-                f"activation must be one of {sorted(_ACTIVATIONS)}, got {self.activation!r}")
+        choice("MLP: activation", self.activation, sorted(_ACTIVATIONS))
         set_ = object.__setattr__
         for name in ("W1", "W2"):
-            set_(self, name, _store(name, getattr(self, name), vector=False))
             if getattr(self, name) is None:
-                raise ValueError(f"{name} is required")
+                raise ArgumentTypeError(f"MLP: {name} must be a matrix, a callable of t or "
+                                        "Layers, got None")
+            set_(self, name, _store(name, getattr(self, name), vector=False))
         for name in ("b1", "b2"):
             set_(self, name, _store(name, getattr(self, name), vector=True))
         W1, _, W2, _ = self.at(0.0)
@@ -283,7 +275,7 @@ class MLP:
         W2 = np.asarray(_param("W2", self.W2, t, left), dtype=float)
         m, d = W1.shape
         if W2.shape != (d, m):
-            raise ValueError(f"W2 must have shape (d, m) = {(d, m)} to match W1 {W1.shape}, "
+            raise ArgumentError(f"W2 must have shape (d, m) = {(d, m)} to match W1 {W1.shape}, "
                              f"got {W2.shape} (t={t})")
         return W1, _vector("b1", self.b1, m, t, left), W2, _vector("b2", self.b2, d, t, left)
 
@@ -410,6 +402,24 @@ class PostLayerNorm:
 
 
 # --------------------------------------------------------------------------- block
+def _refuse_class(name: str, value: Any) -> None:
+    """A class passed where an instance is expected (``constraint=Sphere``): a clear
+    :class:`ArgumentTypeError` saying what to pass instead."""
+    if not isinstance(value, type):
+        return
+    cls = value.__name__
+    if value.__module__.split(".")[0] == "transformer_pde":
+        cls = f"tp.{cls}"
+    try:
+        needs_args = any(p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+                         for p in inspect.signature(value).parameters.values())
+    except (TypeError, ValueError):  # no signature available
+        needs_args = True
+    call = f"{cls}(...)" if needs_args else f"{cls}()"
+    raise ArgumentTypeError(f"{name} must be an instance, got the class {cls}: pass "
+                            f"{name}={call}, not {name}={cls}")
+
+
 @dataclass(frozen=True, eq=False)
 class Block:
     r"""The composition of a Transformer block around the attention flow.
@@ -443,9 +453,17 @@ class Block:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
+        for name in ("mlp", "layernorm", "constraint"):
+            _refuse_class(name, getattr(self, name))
+        if isinstance(self.layernorm, tuple):
+            for i, ln in enumerate(self.layernorm):
+                _refuse_class(f"layernorm[{i}]", ln)
         if self.mlp is not None and not isinstance(self.mlp, MLP):
             raise ArgumentTypeError(
                 f"mlp must be a transformer_pde.blocks.MLP, got {type(self.mlp).__name__}")
+        if self.splitting is not None and not isinstance(self.splitting, str):
+            raise ArgumentTypeError(f"splitting must be one of {list(SPLITTINGS)}, got "
+                                    f"{self.splitting!r:.60}")
         if self.splitting is not None:
             if self.mlp is None:
                 raise ArgumentError(
@@ -486,7 +504,8 @@ class Block:
                 if constraint is not None:
                     raise ArgumentError(
                         f"a post-norm LayerNorm is a constraint of its own; do not combine it "
-                        f"with constraint={constraint!r} (the {constraint.name} already "
+                        f"with constraint={constraint!r} (the "
+                        f"{getattr(constraint, 'name', type(constraint).__name__)} already "
                         "normalises the tokens)")
                 constraint = PostLayerNorm(ln)
         elif ln is not None:
@@ -520,6 +539,47 @@ class Block:
         return {"constraint": getattr(self.constraint, "name", None),
                 "splitting": (self.splitting or "strang") if self.mlp is not None else "none",
                 "mlp": None if self.mlp is None else self.mlp.activation, "layernorm": ln}
+
+    def parameters(self) -> dict[str, Any]:
+        """Everything that determines the block's flow, by dotted name.
+
+        Values are plain scalars and strings, constant arrays (read-only),
+        :class:`~transformer_pde.Layers` tables and callables of time, as the block holds
+        them: ``"splitting"``, ``"mlp.W1"``, ``"mlp.activation"``, ...,
+        ``"layernorm.attention.scale"``, ``"layernorm.mlp.eps"``, ``"constraint"``,
+        ``"constraint.layernorm.variance"``, ...  Two blocks with equal parameters (arrays
+        and tables equal element for element, the same callables) compute the same flow;
+        checkpoints fingerprint a run with them.  A constraint other than :class:`Sphere`
+        and :class:`PostLayerNorm` is named by its class and ``repr``.
+        """
+        out: dict[str, Any] = {"splitting": (self.splitting or "strang")
+                               if self.mlp is not None else "none"}
+        if self.mlp is not None:
+            for name in ("W1", "W2", "b1", "b2", "activation"):
+                out[f"mlp.{name}"] = getattr(self.mlp, name)
+        ln_att, ln_mlp = self.pre_norms
+        for role, ln in (("attention", ln_att), ("mlp", ln_mlp)):
+            out.update(_layernorm_parameters(f"layernorm.{role}", ln))
+        c = self.constraint
+        if c is None:
+            out["constraint"] = None
+        elif isinstance(c, Sphere):
+            out["constraint"] = "sphere"
+        elif isinstance(c, PostLayerNorm):
+            out["constraint"] = "post_layernorm"
+            out.update(_layernorm_parameters("constraint.layernorm", c.layernorm))
+            out.update(_layernorm_parameters("constraint.mlp_layernorm", c.mlp_layernorm))
+        else:
+            cls = type(c)
+            out["constraint"] = f"{cls.__module__}.{cls.__qualname__}: {c!r}"
+        return out
+
+
+def _layernorm_parameters(prefix: str, ln: LayerNorm | None) -> dict[str, Any]:
+    if ln is None:
+        return {prefix: None}
+    return {f"{prefix}.{name}": getattr(ln, name)
+            for name in ("mode", "variance", "eps", "scale", "shift")}
 
 
 # --------------------------------------------------------------------------- stepper
@@ -593,12 +653,23 @@ class BlockStepper:
     def reset(self) -> None:
         self.inner.reset()
 
-    def get_state(self) -> dict:
-        return self.inner.get_state() if hasattr(self.inner, "get_state") else {}
+    #: version of the plain data of :meth:`get_state`
+    STATE_VERSION = 1
 
-    def set_state(self, state: dict) -> None:
+    def get_state(self) -> dict[str, Any]:
+        """Plain, versioned data for a checkpoint: the wrapped solver's ``get_state()``
+        under ``"inner"`` (the stepper itself keeps nothing between steps)."""
+        inner = self.inner.get_state() if hasattr(self.inner, "get_state") else {}
+        return {"version": self.STATE_VERSION, "inner": inner}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state` (``ValueError`` on data of another version)."""
+        if not isinstance(state, dict) or state.get("version") != self.STATE_VERSION \
+                or set(state) != {"version", "inner"}:
+            raise ValueError(f"block stepper state {state!r:.80} is not of version "
+                             f"{self.STATE_VERSION}")
         if hasattr(self.inner, "set_state"):
-            self.inner.set_state(state)
+            self.inner.set_state(state["inner"])
 
     # ------------------------------------------------------------------ pieces
     def _left(self, tau: float) -> bool:

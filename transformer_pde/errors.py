@@ -35,6 +35,7 @@ __all__ = [
     "ConvergenceWarning",
     "EarlyStopWarning",
     "CheckpointWarning",
+    "IntegrityWarning",
 ]
 
 
@@ -56,7 +57,9 @@ class ConfigError(ArgumentError):
 
 class CheckpointError(ArgumentError):
     """A pretrained-model directory cannot be read: unsupported architecture, a config key
-    missing, or weights that do not match the config (the message names the file and key)."""
+    missing, or weights that do not match the config (the message names the file and key);
+    or a run checkpoint cannot be used: its path cannot or must not be written, or it
+    comes from another run (the message names the path and the fields that differ)."""
 
 
 class CheckpointFileNotFound(CheckpointError, FileNotFoundError):
@@ -109,3 +112,9 @@ class EarlyStopWarning(TransformerPDEWarning):
 class CheckpointWarning(TransformerPDEWarning):
     """A checkpoint could not be written during or at the end of a run; the run and its
     result are kept (the message names the file and the reason)."""
+
+
+class IntegrityWarning(TransformerPDEWarning):
+    """Part of a file or store written by the package failed its checksum and is being
+    recomputed rather than trusted (e.g. a damaged cell of a study resumed with
+    ``resume=True``); the message names the file and the part."""

@@ -24,18 +24,21 @@ for masked attention) and keeps warm-start state between evaluations.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
-from .attention import Attention, AttentionParams, Head
+from .anderson import Anderson
+from .attention import KINDS, Attention, AttentionParams, Head
 from .backends import get_backend
-from .errors import ScoreOverflowError
+from .errors import ArgumentError, ArgumentTypeError, ScoreOverflowError
 from .sinkhorn import (SinkhornNotConverged, SinkhornWarmStart, is_symmetric,
                        sinkhorn_field, sinkhorn_potentials)
 from .blocks import token_layer_norm
 from . import validation
+from .validation import type_name as _what
 
 __all__ = [
     "FieldEvaluator",
@@ -64,9 +67,36 @@ HeadField = Callable[[FieldContext, AttentionParams, int, Head, Any, Any], Any]
 HEAD_FIELDS: dict[str, HeadField] = {}
 
 
-def register_head_field(name: str) -> Callable[[HeadField], HeadField]:
-    """Decorator registering the head field of attention kind ``name``."""
+#: kinds whose head fields ship with the package (filled at the end of the built-ins)
+_BUILTIN_FIELDS: set[str] = set()
+
+
+def register_head_field(name: str, *, replace: bool = False) -> Callable[[HeadField], HeadField]:
+    """Decorator registering the head field of attention kind ``name``.
+
+    The head fields shipped with the package are never replaced
+    (:class:`~transformer_pde.errors.ArgumentError`); a field registered earlier by the
+    user is replaced only with ``replace=True``.  ``name`` must be a string and the
+    decorated object callable (:class:`~transformer_pde.errors.ArgumentTypeError`).
+    """
+    if not isinstance(name, str):
+        raise ArgumentTypeError(f"register_head_field: name must be a string, got {_what(name)}")
+    if not isinstance(replace, (bool, np.bool_)):
+        raise ArgumentTypeError(f"register_head_field: replace must be a bool, got "
+                                f"{replace!r:.60}")
+    if name in _BUILTIN_FIELDS:
+        raise ArgumentError(f"register_head_field: {name!r} is a built-in attention kind and "
+                            "its head field cannot be replaced; register yours under another "
+                            "name")
+
     def deco(fn: HeadField) -> HeadField:
+        if not callable(fn) or isinstance(fn, type):
+            raise ArgumentTypeError(f"register_head_field({name!r}): the head field must be a "
+                                    f"function, got {_what(fn)}")
+        old = HEAD_FIELDS.get(name)
+        if old is not None and old is not fn and not replace:
+            raise ArgumentError(f"register_head_field: a head field for {name!r} is already "
+                                "registered; pass replace=True to replace it")
         HEAD_FIELDS[name] = fn
         return fn
     return deco
@@ -127,8 +157,30 @@ def _exp(ctx, P, h, head, Xq, Xk):
     be = ctx.backend
     q = _q(be, Xq, head) * P.beta
     out, lse = be.softmax(q, _k(be, Xk, head), _v(be, Xk, head), ctx.logw, ctx.limits)
+    return _times_exp(be.xp, out, lse)
+
+
+def _times_exp(xp, out, lse):
+    r"""``out * exp(lse)[:, None]``, finite whenever the product is.
+
+    :math:`e^{\mathrm{lse}}` alone overflows from :math:`\mathrm{lse} \approx 709.8` (88.7
+    in float32) while the product may not (small averages).  Rows whose ``lse`` is above
+    ``_EXP_SPLIT`` of the dtype are multiplied as :math:`2^e\,(\text{out}\; e^{r})` with
+    :math:`\mathrm{lse} = e \ln 2 + r` (``ldexp``: exact scaling); other rows get the
+    plain product, bit for bit."""
+    split = _EXP_SPLIT[np.dtype(out.dtype).itemsize == 4]
+    fin = xp.isfinite(lse)
+    big = fin & (lse > split)
+    e = xp.where(big, xp.floor(xp.where(big, lse, 0.0) / math.log(2.0)), 0.0)
+    e = xp.minimum(e, 2100.0)
     with np.errstate(over="ignore", invalid="ignore"):
-        return out * be.xp.exp(lse)[:, None]
+        r = xp.where(big, lse - e * math.log(2.0), lse).astype(out.dtype)
+        prod = out * xp.exp(r)[:, None]
+        return xp.ldexp(prod, e.astype(xp.int32)[:, None])
+
+
+#: lse above which :func:`_times_exp` splits the exponential (float64, float32)
+_EXP_SPLIT = {False: 700.0, True: 80.0}
 
 
 def _pointwise(phi: str) -> HeadField:
@@ -175,8 +227,8 @@ def _sinkhorn(ctx, P, h, head, Xq, Xk):
 def _softmax_free(ctx, q, k, v, head):
     be = ctx.backend
     if head.Q.shape[0] < 2:
-        raise ValueError("galerkin / fourier attention normalise each token over the head's "
-                         f"k features and need k >= 2, got k={head.Q.shape[0]}")
+        raise ArgumentError("galerkin / fourier attention normalise each token over the "
+                            f"head's k features and need k >= 2, got k={head.Q.shape[0]}")
     if ctx.limits is not None:
         return be.pointwise("identity", q, k, v, ctx.w, ctx.limits)
     return q @ ((v * ctx.w[:, None]).T @ k).T
@@ -199,7 +251,50 @@ def _fourier(ctx, P, h, head, Xq, Xk):
     return _softmax_free(ctx, q, k, _v(be, Xk, head), head)
 
 
+_BUILTIN_FIELDS.update(HEAD_FIELDS)
+
+
 # ------------------------------------------------------------------ evaluator
+def _float_dtype(dtype: Any) -> np.dtype:
+    """``dtype`` as ``float64`` or ``float32`` (the dtypes the backends compute in)."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise ArgumentTypeError(f"dtype must be float64 or float32, got {dtype!r:.60}") from None
+    if dt not in (np.float64, np.float32):
+        raise ArgumentError(f"dtype must be float64 or float32, got {dt}")
+    return dt
+
+
+def _overflow_message(P: AttentionParams, h: int | None, dtype: np.dtype, n_heads: int) -> str:
+    """Why the field of kind ``P.kind`` of finite tokens can fail to be finite, with advice."""
+    where = "" if n_heads == 1 and h is not None else \
+        (f" (head {h})" if h is not None else " (after the output map W_O, b_O)")
+    head = (f"the {P.kind!r} attention field at t={P.t:g} with beta={P.beta:g}{where} is not "
+            f"finite in {dtype} for finite tokens: ")
+    log_max = math.log(float(np.finfo(dtype).max))
+    advice = ("lower beta, rescale Q, K, V or the tokens"
+              + (", compute in float64" if dtype == np.float32 else ""))
+    if h is None:
+        why = "the output projection overflows the float range"
+        advice = "rescale W_O, b_O, V or the tokens" + \
+            (", or compute in float64" if dtype == np.float32 else "")
+    elif P.kind == "exp":
+        why = (f"the unnormalised kernel e^(beta <Qx + b_Q, Ky + b_K>) overflows once "
+               f"beta * score exceeds about {log_max:.1f} (plus the log of the averaged "
+               "values), and this field is genuinely beyond the float range")
+        advice += ", or use the normalised kind 'softmax' (the same kernel, averaged)"
+    elif KINDS[P.kind].normalized:
+        why = ("the averaged values V y + b_V (the attention weights sum to one) exceed the "
+               "float range")
+        advice = "rescale V, b_V or the tokens" + \
+            (", or compute in float64" if dtype == np.float32 else "")
+    else:
+        why = ("the unnormalised field sum_j w_j phi(beta * score) (V y_j + b_V) exceeds the "
+               "float range: the scores times the values are too large")
+    return f"{head}{why}; {advice}"
+
+
 class FieldEvaluator:
     r"""Evaluate :math:`\Gamma_{\mu}` repeatedly for a fixed attention, weights and positions.
 
@@ -218,18 +313,35 @@ class FieldEvaluator:
     backend : str or backend object, default "numpy"
     sinkhorn_tol, sinkhorn_max_iter : float, int
         Stopping rule of the inner Sinkhorn solve (log-domain marginal error).
+    dtype : {numpy.float64, numpy.float32}
+        Floating type of the backend arrays.
+    check_finite : bool, default False
+        Raise :class:`~transformer_pde.errors.ScoreOverflowError` (naming the kind, the
+        head, ``beta`` and the dtype) when the field of the tokens is not finite, instead
+        of returning it.  :func:`velocity` sets it.  :func:`~transformer_pde.simulate`
+        leaves it off: its time loop checks every step and stops with status
+        ``nonfinite`` (or shrinks an adaptive step), an explicit outcome of its own.
+
+    Every head field receives the heads of :attr:`AttentionParams.score_heads
+    <transformer_pde.attention.AttentionParams.score_heads>`: query and key biases that
+    cancel for the kind are removed exactly before any score is formed.
     """
 
     def __init__(self, att: Attention, n_tokens: int, *, weights: Any = None,
                  positions: Any = None, backend: Any = "numpy", dtype: Any = np.float64,
-                 sinkhorn_tol: float = 1e-9, sinkhorn_max_iter: int = 2000):
+                 sinkhorn_tol: float = 1e-9, sinkhorn_max_iter: int = 2000,
+                 check_finite: bool = False):
         if not isinstance(att, Attention):
-            raise TypeError(f"att must be a transformer_pde.Attention, got {type(att).__name__}")
+            raise ArgumentTypeError(f"att must be a transformer_pde.Attention, got "
+                                    f"{_what(att)}")
         sinkhorn_tol = validation.positive("sinkhorn_tol", sinkhorn_tol)
         sinkhorn_max_iter = validation.integer("sinkhorn_max_iter", sinkhorn_max_iter, minimum=1)
+        if not isinstance(check_finite, (bool, np.bool_)):
+            raise ArgumentTypeError(f"check_finite must be a bool, got {check_finite!r:.60}")
         self.att = att
-        self.n = int(n_tokens)
-        self.dtype = np.dtype(dtype)
+        self.n = validation.integer("n_tokens", n_tokens, minimum=1)
+        self.dtype = _float_dtype(dtype)
+        self.check_finite = bool(check_finite)
         self.be = get_backend(backend, n_tokens=self.n)
         self.weights = validation.weights("weights", weights, self.n)
         self.positions = validation.positions("positions", positions, self.n, required=att.masked)
@@ -273,6 +385,67 @@ class FieldEvaluator:
     def stage(self, value: int | None) -> None:
         self.ctx.stage = None if value is None else int(value)
 
+    #: version of the plain data of :meth:`get_state`
+    STATE_VERSION = 1
+
+    def get_state(self) -> dict[str, Any]:
+        """The warm-start memory and the counters, as plain versioned data.
+
+        Returns ``{"version": 1, "warm_starts": [...], "info": {...}}``: one entry per
+        Sinkhorn head with its :class:`~transformer_pde.sinkhorn.SinkhornWarmStart`
+        options, potentials history, per-stage increments, start errors and Anderson secant
+        memory (arrays on the backend, not copied; an entry of the history whose two
+        potentials are one array, as for symmetric scores, stores it once), and a copy of
+        ``info`` (iteration counts).  :meth:`set_state` restores it exactly.
+        """
+        warm = []
+        for key, ws in self.state.items():
+            if not (isinstance(key, tuple) and len(key) == 2 and key[0] == "sinkhorn"
+                    and isinstance(ws, SinkhornWarmStart)):
+                raise TypeError(f"cannot checkpoint the field state entry {key!r} "
+                                f"({type(ws).__name__})")
+            warm.append({
+                "head": int(key[1]), "order": ws.order, "stage_order": ws.stage_order,
+                "reuse_secants": ws.reuse_secants,
+                "hist": [_triple(e) for e in ws.hist],
+                "stage_inc": [[s, [_triple(e) for e in lst]] for s, lst in ws.stage_inc.items()],
+                "start_err": [[s, float(v)] for s, v in getattr(ws, "start_err", {}).items()],
+                "memory": _anderson_state(ws.memory)})
+        return {"version": self.STATE_VERSION, "warm_starts": warm,
+                "info": {k: list(v) if isinstance(v, list) else v for k, v in self.info.items()}}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state`'s data (replacing the warm starts and ``info``).
+
+        Raises
+        ------
+        ValueError
+            Data of another version or of another shape (the message names the entry).
+        """
+        if not isinstance(state, dict) or state.get("version") != self.STATE_VERSION \
+                or set(state) != {"version", "warm_starts", "info"}:
+            raise ValueError(f"field evaluator state {str(state)[:80]} is not of version "
+                             f"{self.STATE_VERSION}")
+        new: dict = {}
+        for w in state["warm_starts"]:
+            try:
+                ws = SinkhornWarmStart(order=w["order"], reuse_secants=w["reuse_secants"],
+                                       stage_order=w["stage_order"])
+                ws.hist = [_untriple(e) for e in w["hist"]]
+                ws.stage_inc = {int(s): [_untriple(e) for e in lst] for s, lst in w["stage_inc"]}
+                ws.start_err = {None if s is None else int(s): float(v)
+                                for s, v in w["start_err"]}
+                ws.memory = _anderson_restore(w["memory"])
+                new[("sinkhorn", int(w["head"]))] = ws
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"field evaluator state: bad warm start entry ({exc!r})") from None
+        if not isinstance(state["info"], dict):
+            raise ValueError("field evaluator state: 'info' is not a mapping")
+        self.state.clear()
+        self.state.update(new)
+        self.info.clear()
+        self.info.update(state["info"])
+
     def query_limits(self, query_positions: Any, m: int):
         qp = validation.positions("query_positions", query_positions, m, required=True)
         return self.be.asarray(
@@ -295,22 +468,67 @@ class FieldEvaluator:
             limits = query_limits
         saved = ctx.limits
         ctx.limits = limits
+        check = self._check if self.check_finite else None
         try:
             fn = HEAD_FIELDS[P.kind]
+            heads = P.score_heads
             if P.n_heads == 1:
-                out = fn(ctx, P, 0, P.heads[0], Xq, Xk)
+                out = fn(ctx, P, 0, heads[0], Xq, Xk)
+                if check is not None:
+                    check(out, P, 0)
             else:
                 xp = self.be.xp
                 out = xp.zeros(Xq.shape, dtype=Xq.dtype)
-                for h, head in enumerate(P.heads):
-                    out[:, head.rows] = fn(ctx, P, h, head, Xq, Xk)
+                for h, head in enumerate(heads):
+                    out[:, head.rows] = part = fn(ctx, P, h, head, Xq, Xk)
+                    if check is not None:
+                        check(part, P, h)
         finally:
             ctx.limits = saved
         if P.W_O is not None:
             out = out @ self.be.asarray(P.W_O.T, out.dtype)
         if P.b_O is not None:
             out = out + self.be.asarray(P.b_O, out.dtype)
+        if check is not None and (P.W_O is not None or P.b_O is not None):
+            check(out, P, None)
         return out
+
+    def _check(self, out: Any, P: AttentionParams, h: int | None) -> None:
+        """Raise :class:`ScoreOverflowError` if ``out`` (head ``h``'s output, or the whole
+        field after ``W_O`` / ``b_O`` when ``h`` is None) holds NaN or inf."""
+        xp = self.be.xp
+        if bool(xp.all(xp.isfinite(out))):
+            return
+        raise ScoreOverflowError(_overflow_message(P, h, np.dtype(out.dtype), self.att.heads))
+
+
+def _triple(entry: tuple) -> list:
+    """``(t, f, g)`` as ``[t, f or None, g]``: ``None`` when ``f`` is ``g`` (one array)."""
+    t, f, g = entry
+    return [float(t), None if f is g else f, g]
+
+
+def _untriple(entry: Any) -> tuple:
+    t, f, g = entry
+    return (float(t), g if f is None else f, g)
+
+
+def _anderson_state(acc: Any) -> dict[str, Any] | None:
+    if acc is None:
+        return None
+    if not isinstance(acc, Anderson):
+        raise TypeError(f"cannot checkpoint a Sinkhorn memory of type {type(acc).__name__}")
+    return {"m": acc.m, "dX": list(acc.dX), "dR": list(acc.dR), "x_prev": acc.x_prev,
+            "r_prev": acc.r_prev}
+
+
+def _anderson_restore(data: Any) -> Anderson | None:
+    if data is None:
+        return None
+    acc = Anderson(int(data["m"]))
+    acc.dX, acc.dR = list(data["dX"]), list(data["dR"])
+    acc.x_prev, acc.r_prev = data["x_prev"], data["r_prev"]
+    return acc
 
 
 def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = None,
@@ -356,20 +574,33 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
     ndarray (N, d) or (M, d)
         Same floating dtype as ``X`` (float32 stays float32).
 
+    The result is always finite: a field that is not finite for the finite tokens
+    given raises :class:`~transformer_pde.errors.ScoreOverflowError` instead of being
+    returned (its message names the kind, ``beta``, the head and the dtype).  Query and
+    key biases that cancel for the kind (``b_K`` for softmax, both for sinkhorn, all but
+    :math:`b_Q - b_K` for l2; see :attr:`Kind.bias_rule
+    <transformer_pde.attention.Kind.bias_rule>`) are removed exactly before the scores are
+    formed, so a huge cancelling bias does not spoil the field.
+
     Raises
     ------
-    ValueError
+    ArgumentTypeError
+        An argument of the wrong type (not an :class:`Attention`, complex or non-numeric
+        arrays, a bool or a string where a number is expected).
+    ArgumentError
         Wrong shapes, NaN/inf, negative weights, masked attention without positions.
     SinkhornNotConverged
         The Sinkhorn inner solve missed its tolerance.
     ScoreOverflowError
-        ``kind="l2"`` with projected tokens spread so far apart that
-        :math:`|Qx - Ky|^2` overflows (scores :math:`\langle Qx, Ky\rangle` beyond the
-        float range are otherwise handled exactly: the softmax then puts all the mass on
-        the largest score).
+        The field of the finite tokens is beyond the float range: ``kind="exp"`` with
+        :math:`\beta\,\langle Qx, Ky\rangle` above about 709 (88 in float32), the other
+        unnormalised kinds with scores times values beyond the range, or ``kind="l2"``
+        with projected tokens spread so far apart that :math:`|Qx - Ky|^2` overflows.
+        (Scores beyond the float range are otherwise handled exactly by the normalised
+        kinds: the softmax then puts all the mass on the largest score.)
     """
     if not isinstance(att, Attention):
-        raise TypeError(f"att must be a transformer_pde.Attention, got {type(att).__name__}")
+        raise ArgumentTypeError(f"att must be a transformer_pde.Attention, got {_what(att)}")
     t = validation.scalar("t", t)
     try:
         n_tokens = len(X)
@@ -380,7 +611,7 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
     dtype = Xn.dtype if Xn.dtype in (np.float32, np.float64) else np.float64
     ev = FieldEvaluator(att, Xn.shape[0], weights=weights, positions=positions, backend=be,
                         dtype=dtype, sinkhorn_tol=sinkhorn_tol,
-                        sinkhorn_max_iter=sinkhorn_max_iter)
+                        sinkhorn_max_iter=sinkhorn_max_iter, check_finite=True)
     Xb = be.asarray(Xn, dtype)
     Qb = None
     qlim = None
@@ -390,8 +621,10 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
         Qb = be.asarray(Qn, dtype)
         if att.masked:
             qlim = ev.query_limits(query_positions, Qn.shape[0])
+        else:   # not used without masking, but checked like positions
+            validation.positions("query_positions", query_positions, Qn.shape[0])
     elif query_positions is not None:
-        raise ValueError("query_positions given without queries")
+        raise ArgumentError("query_positions given without queries")
     with np.errstate(over="ignore", invalid="ignore"):
         out = ev(float(t), Xb, Qb, qlim)
     return be.to_numpy(out) if isinstance(X, np.ndarray) or be.name != "cupy" else out

@@ -34,7 +34,8 @@ import numpy as np
 
 from .errors import IntegrityError
 
-__all__ = ["DIGEST_ALGORITHM", "array_digest", "verify_array", "json_digest", "IntegrityError"]
+__all__ = ["DIGEST_ALGORITHM", "NPZ_CHECKSUMS", "array_digest", "verify_array", "json_digest",
+           "save_npz", "load_npz", "IntegrityError"]
 
 #: name recorded beside every digest, so that a reader can refuse an algorithm it does not know
 DIGEST_ALGORITHM = "sha256"
@@ -81,3 +82,75 @@ def json_digest(obj: Any) -> str:
     """Hex SHA-256 of the canonical JSON of ``obj`` (sorted keys, no NaN shortcuts)."""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+#: name of the entry of an NPZ archive of :func:`save_npz` that holds its arrays' digests
+NPZ_CHECKSUMS = "__checksums__"
+
+
+def save_npz(path: Any, arrays: dict[str, Any], *, compressed: bool = False) -> Any:
+    """Write ``arrays`` to the NPZ archive ``path`` with the digest of each array.
+
+    The digests are stored as JSON in the entry ``__checksums__`` (with the algorithm's
+    name); :func:`load_npz` checks them.  The archive is written beside ``path`` and
+    renamed over it, so a failed write leaves no partial file.  ``np.load`` still reads
+    the archive as usual.
+
+    Parameters
+    ----------
+    path : str or Path
+        Target file (``.npz``).
+    arrays : dict of str to array_like
+        Numeric, boolean or string arrays (no Python objects).
+    compressed : bool, default False
+        ``np.savez_compressed`` instead of ``np.savez``.
+    """
+    import os  # noqa: PLC0415  (only the writers need it)
+    from pathlib import Path  # noqa: PLC0415
+
+    if NPZ_CHECKSUMS in arrays:
+        raise ValueError(f"{NPZ_CHECKSUMS!r} is reserved for the checksums")
+    arrays = {k: np.asarray(v) for k, v in arrays.items()}
+    meta = {"algorithm": DIGEST_ALGORITHM, "arrays": {k: array_digest(v) for k, v in arrays.items()}}
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        with open(tmp, "wb") as fh:
+            (np.savez_compressed if compressed else np.savez)(
+                fh, **arrays, **{NPZ_CHECKSUMS: np.array(json.dumps(meta, sort_keys=True))})
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_npz(path: Any) -> dict[str, np.ndarray]:
+    """Read an archive written by :func:`save_npz`, every array checked against its digest.
+
+    Raises
+    ------
+    IntegrityError
+        The file is not such an archive (no checksums, unreadable), an array is missing,
+        extra, or does not match its digest.
+    """
+    import zipfile  # noqa: PLC0415  (only the readers need it)
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            files = list(z.files)
+            if NPZ_CHECKSUMS not in files:
+                raise IntegrityError(f"{path}: no checksums recorded (not written by transformer-pde)")
+            meta = json.loads(str(z[NPZ_CHECKSUMS]))
+            sums = meta["arrays"]
+            if meta.get("algorithm") != DIGEST_ALGORITHM or not isinstance(sums, dict):
+                raise IntegrityError(f"{path}: unknown checksum record")
+            names = [k for k in files if k != NPZ_CHECKSUMS]
+            if sorted(names) != sorted(sums):
+                raise IntegrityError(f"{path}: arrays {sorted(set(names) ^ set(sums))} are missing "
+                                     "or not recorded (the file was edited or is corrupt)")
+            return {k: verify_array(z[k], sums[k], what=k, source=path) for k in names}
+    except IntegrityError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
+        raise IntegrityError(f"{path}: not a readable NPZ archive ({type(exc).__name__}: {exc})") from None

@@ -16,12 +16,11 @@ and loaded from NPZ.
 
 from __future__ import annotations
 
-import hashlib
-import importlib
 import json
 import logging
 import math
 import os
+import uuid
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,18 +30,20 @@ import numpy as np
 
 from .attention import Attention
 from .blocks import Block, BlockStepper
-from .errors import ArgumentError, ArgumentTypeError, TrajectoryFileError
+from .errors import ArgumentError, ArgumentTypeError, IntegrityError, TrajectoryFileError
 from .fields import FieldEvaluator, velocity
 from .integrate.breakpoints import layer_tables
-from .integrate.loop import Limits, Monitor, SaveAt, TimeLoop
+from .integrate.checkpoint import CheckpointWriter, RunIdentity, check_path, read_checkpoint
+from .integrate.loop import Limits, LoopState, Monitor, SaveAt, TimeLoop
 from .integrate.loop import Progress
 from . import labelled
 from .integrate.solvers import get_solver
+from .integrity import DIGEST_ALGORITHM, array_digest, verify_array
 from .results import ResultKind, Status, warn_stop
 from .validation import points, positive
 
-__all__ = ["FieldOptions", "Limits", "Monitor", "ParticleTrajectory", "SaveAt",
-           "TrajectoryFileError", "load", "simulate", "velocity"]
+__all__ = ["FieldOptions", "Limits", "Monitor", "NPZ_FORMAT_VERSION", "ParticleTrajectory",
+           "SaveAt", "TrajectoryFileError", "load", "simulate", "velocity"]
 
 logger = logging.getLogger(__name__)
 
@@ -219,14 +220,43 @@ class ParticleTrajectory:
 
     @classmethod
     def from_xarray(cls, ds: Any, source: str = "dataset") -> "ParticleTrajectory":
-        """Inverse of :meth:`to_xarray`."""
-        return cls(**labelled.particle_fields(ds, source))
+        """Inverse of :meth:`to_xarray`; the invariants of :func:`load` are checked
+        (:class:`~transformer_pde.errors.IntegrityError` naming ``source`` otherwise)."""
+        f = labelled.particle_fields(ds, source)
+        status = Status.parse(f["status"])
+        _check_shapes(source, f["times"], f["states"], f["weights"], f["positions"],
+                      f["last"], f["saved_means"], f["saved_covs"], f["values"])
+        _check_values(source, status, f["times"], f["states"], f["weights"], f["positions"],
+                      f["last"])
+        return cls(**f)
 
     def save(self, path: str | Path) -> Path:
         """Write the trajectory to ``path``: NPZ, or netCDF (``.nc``) / Zarr (``.zarr``)
-        through :meth:`to_xarray`.  :func:`load` restores it exactly (an existing ``.nc``
-        or ``.zarr`` is never overwritten)."""
+        through :meth:`to_xarray`.  :func:`load` restores it exactly.
+
+        Every array is written with its SHA-256 digest (NPZ format version
+        :data:`NPZ_FORMAT_VERSION`; labelled files: :func:`transformer_pde.labelled.save_dataset`)
+        and the file is first written to a temporary path beside ``path`` and renamed into
+        place, so a failed save leaves nothing behind.  An existing NPZ file is replaced
+        (atomically); an existing ``.nc`` or ``.zarr`` is never overwritten.
+
+        Raises
+        ------
+        ArgumentError
+            The trajectory breaks an invariant that :func:`load` checks (it could not be
+            read back); nothing is written.
+        """
         path = Path(path)
+        status = Status.parse(self.status)
+        try:
+            _check_shapes(path, *(None if a is None else np.asarray(a) for a in (
+                self.times, self.states, self.weights, self.positions, self.last,
+                self.saved_means, self.saved_covs, self.values)))
+            _check_values(path, status, *(None if a is None else np.asarray(a) for a in (
+                self.times, self.states, self.weights, self.positions, self.last)))
+        except TrajectoryFileError as exc:
+            raise ArgumentError(f"cannot save this trajectory (load would refuse it): "
+                                f"{exc}") from None
         if path.suffix in labelled.LABELLED_SUFFIXES:
             return labelled.save_dataset(self.to_xarray(), path)
         arrays: dict[str, Any] = {"times": self.times, "weights": self.weights}
@@ -238,7 +268,8 @@ class ParticleTrajectory:
                 arrays["values"] = self.values
         if self.positions is not None:
             arrays["positions"] = self.positions
-        meta: dict[str, Any] = {"format": "transformer-pde-trajectory", "version": 2,
+        meta: dict[str, Any] = {"format": "transformer-pde-trajectory",
+                                "version": NPZ_FORMAT_VERSION,
                                 "status": str(self.status), "message": self.message,
                                 "info": self.info, "attention": None}
         if self.attention is not None:
@@ -255,10 +286,27 @@ class ParticleTrajectory:
                 else:
                     att_meta[key] = value
             meta["attention"] = att_meta
+        arrays = {k: np.asarray(v) for k, v in arrays.items()}
+        meta["digest_algorithm"] = DIGEST_ALGORITHM
+        meta["checksums"] = {k: array_digest(v) for k, v in arrays.items()}
         arrays["meta"] = np.array(json.dumps(meta, default=_json_default))
-        with open(path, "wb") as fh:
-            np.savez(fh, **arrays)
+        arrays["meta_checksum"] = np.array(array_digest(arrays["meta"]))
+        # written beside the target and renamed over it: a failed save leaves no partial file
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.partial")
+        try:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, **arrays)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         return path
+
+
+#: NPZ trajectory format written by :meth:`ParticleTrajectory.save`: 3 = per-array SHA-256
+#: checksums; versions 1 and 2 (no checksums) are still read, with the invariant checks only
+NPZ_FORMAT_VERSION = 3
+_NPZ_VERSIONS = (1, 2, 3)
 
 
 def _json_default(o: Any) -> Any:
@@ -303,12 +351,33 @@ def _entry(z: Any, path: Path, key: str) -> np.ndarray:
 def load(path: str | Path) -> ParticleTrajectory:
     """Read a :class:`ParticleTrajectory` written by :meth:`ParticleTrajectory.save`.
 
+    The data are verified before they are returned:
+
+    - **checksums**: NPZ files of format version 3 (:data:`NPZ_FORMAT_VERSION`) and
+      ``.nc`` / ``.zarr`` files of version 2 record the SHA-256 digest of every array
+      (and of the metadata); each is recomputed.  Files written before checksums existed
+      (NPZ versions 1 and 2, labelled files without ``format_version``) are read with the
+      invariant checks only.  An unknown version is refused.
+    - **invariants** (every version): ``times`` float64, finite and strictly increasing;
+      ``states`` / ``last`` float32 or float64 (an integer or float16 file is refused);
+      ``weights`` float32/float64, finite, >= 0 and summing to 1 within
+      ``max(1e-12, N * eps)``; ``positions`` finite and in [0, 1]; ``values`` real numeric
+      (bool, integer or float); consistent shapes.  Non-finite ``states`` / ``last`` are
+      refused when the status is a success (``ok``, ``converged``, ``blowup``,
+      ``diverging``): :func:`simulate` never saves a non-finite state (a non-finite step
+      ends the run with ``nonfinite`` and is not saved; a blow-up state is finite), so
+      they can only come from an edit; for the other statuses they are accepted.
+
     Raises
     ------
     TrajectoryFileError
         (a :class:`~transformer_pde.errors.TransformerPDEError` and ``ValueError``) the
         file is empty, truncated, not an NPZ archive, a plain ``.npy``, has no or bad
         metadata, misses arrays or has inconsistent shapes; the message names the file.
+    IntegrityError
+        (a :class:`TrajectoryFileError`) an array does not match its checksum, an
+        invariant above is broken, or the format version is unknown; the message names
+        the file and the array.
     FileNotFoundError
         No such file.
     """
@@ -319,13 +388,50 @@ def load(path: str | Path) -> ParticleTrajectory:
         if "meta" not in z.files:
             raise TrajectoryFileError(f"{path} is not a transformer-pde trajectory (no 'meta' "
                                       "entry)")
+        raw_meta = _entry(z, path, "meta")
+        if "meta_checksum" in z.files:
+            expected = _entry(z, path, "meta_checksum")
+            verify_array(raw_meta, str(expected) if expected.dtype.kind == "U" else None,
+                         what="meta", source=path)
         try:
-            meta = json.loads(str(_entry(z, path, "meta")))
+            meta = json.loads(str(raw_meta))
         except json.JSONDecodeError as exc:
             raise TrajectoryFileError(f"{path}: metadata is not valid JSON ({exc})") from None
         if not isinstance(meta, dict) or meta.get("format") != "transformer-pde-trajectory":
             raise TrajectoryFileError(f"{path} is not a transformer-pde trajectory (metadata "
                                       "format is not 'transformer-pde-trajectory')")
+        version = meta.get("version")
+        if type(version) is not int or version not in _NPZ_VERSIONS:
+            raise IntegrityError(f"{path}: unknown trajectory format version {version!r}; "
+                                 f"this transformer-pde reads versions {_NPZ_VERSIONS[0]} to "
+                                 f"{_NPZ_VERSIONS[-1]} -- the file is corrupt or was written "
+                                 f"by a newer transformer-pde")
+        sums = None
+        if version >= 3:
+            sums = meta.get("checksums")
+            if "meta_checksum" not in z.files or not isinstance(sums, dict) \
+                    or meta.get("digest_algorithm") != DIGEST_ALGORITHM:
+                raise IntegrityError(f"{path}: the checksums of this version-{version} file "
+                                     f"are missing or unreadable (the file was edited or is "
+                                     f"corrupt)")
+            stored = set(z.files) - {"meta", "meta_checksum"}
+            for key in sorted(set(sums) - stored):
+                raise IntegrityError(f"{path}: array {key!r} is missing (the file was edited "
+                                     f"or is corrupt)")
+            for key in sorted(stored - set(sums)):
+                raise IntegrityError(f"{path}: array {key!r} has no checksum (the file was "
+                                     f"edited)")
+            # read and verify every array up front: nothing unverified is ever used
+            verified = {key: verify_array(_entry(z, path, key), sums[key], what=key,
+                                          source=path) for key in sorted(stored)}
+
+            def get(key: str) -> np.ndarray:
+                if key not in verified:
+                    raise TrajectoryFileError(f"{path}: missing array {key!r}")
+                return verified[key]
+        else:
+            def get(key: str) -> np.ndarray:
+                return _entry(z, path, key)
         try:
             status = Status.parse(meta["status"])
             message = str(meta["message"])
@@ -334,19 +440,20 @@ def load(path: str | Path) -> ParticleTrajectory:
         info = meta.get("info", {})
         if not isinstance(info, dict):
             raise TrajectoryFileError(f"{path}: bad metadata ('info' is not a mapping)")
-        times = _entry(z, path, "times")
-        weights = _entry(z, path, "weights")
-        positions = _entry(z, path, "positions") if "positions" in z.files else None
-        states = _entry(z, path, "states") if "states" in z.files else None
+        times = get("times")
+        weights = get("weights")
+        positions = get("positions") if "positions" in z.files else None
+        states = get("states") if "states" in z.files else None
         last = means = covs = values = None
         if states is None:
             if "last" not in z.files:
                 raise TrajectoryFileError(f"{path}: missing array 'states'")
-            last = _entry(z, path, "last")
-            means = _entry(z, path, "means")
-            covs = _entry(z, path, "covs")
-            values = _entry(z, path, "values") if "values" in z.files else None
+            last = get("last")
+            means = get("means")
+            covs = get("covs")
+            values = get("values") if "values" in z.files else None
         _check_shapes(path, times, states, weights, positions, last, means, covs, values)
+        _check_values(path, status, times, states, weights, positions, last)
         att = None
         att_meta = meta.get("attention")
         if att_meta is not None and att_meta.get("serialisable", True):
@@ -354,9 +461,9 @@ def load(path: str | Path) -> ParticleTrajectory:
                 spec = {}
                 for key, value in att_meta.items():
                     if isinstance(value, dict) and "array" in value:
-                        spec[key] = _entry(z, path, value["array"])
+                        spec[key] = get(value["array"])
                     elif isinstance(value, dict) and "layers" in value:
-                        spec[key] = {"layers": _entry(z, path, value["layers"]),
+                        spec[key] = {"layers": get(value["layers"]),
                                      "layer_time": value["layer_time"], "t0": value["t0"]}
                     else:
                         spec[key] = value
@@ -372,13 +479,30 @@ def load(path: str | Path) -> ParticleTrajectory:
                                   saved_means=means, saved_covs=covs)
 
 
+_STATE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def _check_shapes(path, times, states, weights, positions, last, means, covs, values) -> None:
+    """Dtypes and shapes of a trajectory's arrays (:class:`TrajectoryFileError` naming
+    ``path`` and the array; :class:`IntegrityError` for a dtype that
+    :func:`simulate` never writes)."""
     def bad(msg: str) -> TrajectoryFileError:
         return TrajectoryFileError(f"{path}: inconsistent arrays: {msg}")
     for name, a in (("times", times), ("weights", weights), ("states", states),
                     ("positions", positions), ("last", last), ("means", means), ("covs", covs)):
         if a is not None and not np.issubdtype(a.dtype, np.floating):
-            raise bad(f"{name} has dtype {a.dtype}, expected floating point")
+            raise IntegrityError(f"{path}: inconsistent arrays: array {name!r} has dtype "
+                                 f"{a.dtype}, expected floating point")
+    if times.dtype != np.float64:
+        raise IntegrityError(f"{path}: array 'times' has dtype {times.dtype}, expected float64")
+    for name, a in (("states", states), ("last", last), ("weights", weights),
+                    ("positions", positions), ("means", means), ("covs", covs)):
+        if a is not None and a.dtype not in _STATE_DTYPES:
+            raise IntegrityError(f"{path}: array {name!r} has dtype {a.dtype}, expected "
+                                 f"float32 or float64")
+    if values is not None and values.dtype.kind not in "biuf":
+        raise IntegrityError(f"{path}: array 'values' has dtype {values.dtype}, expected a "
+                             f"real numeric type (bool, integer or float)")
     if times.ndim != 1 or times.size == 0:
         raise bad(f"times must be a non-empty 1-D array, got shape {times.shape}")
     if weights.ndim != 1:
@@ -398,9 +522,60 @@ def _check_shapes(path, times, states, weights, positions, last, means, covs, va
             raise bad(f"values {values.shape} must have T = {T} rows")
     if positions is not None and positions.shape != (n,):
         raise bad(f"positions {positions.shape} must be ({n},)")
+    if states is not None and last is not None and last.shape != states.shape[1:]:
+        raise bad(f"last {last.shape} must be {states.shape[1:]}")
+
+
+def _check_values(path, status: Status, times, states, weights, positions, last) -> None:
+    """The value invariants of :func:`load` (after :func:`_check_shapes`):
+    :class:`IntegrityError` naming ``path`` and the array."""
+    def bad(name: str, msg: str) -> IntegrityError:
+        return IntegrityError(f"{path}: array {name!r} {msg} (the file was edited or is "
+                              f"corrupt)")
+    if not np.all(np.isfinite(times)):
+        raise bad("times", "holds NaN or inf")
+    if times.size > 1 and not np.all(np.diff(times) > 0):
+        raise bad("times", "is not strictly increasing")
+    if not np.all(np.isfinite(weights)):
+        raise bad("weights", "holds NaN or inf")
+    if np.any(weights < 0):
+        raise bad("weights", "holds negative weights")
+    n = weights.shape[0]
+    total = math.fsum(weights.astype(np.float64).tolist())
+    tol = max(1e-12, n * float(np.finfo(weights.dtype).eps))
+    if not abs(total - 1.0) <= tol:
+        raise bad("weights", f"sums to {total!r}, not 1 (tolerance {tol:.3g})")
+    if positions is not None and not (np.all(np.isfinite(positions))
+                                      and np.all((positions >= 0) & (positions <= 1))):
+        raise bad("positions", "holds positions outside [0, 1] (or NaN)")
+    if status.success:
+        # simulate never saves a non-finite state: a non-finite step ends the run with
+        # status 'nonfinite' without saving it, and a blow-up is detected on a finite state
+        for name, a in (("states", states), ("last", last)):
+            if a is not None and not np.all(np.isfinite(a)):
+                raise bad(name, f"holds NaN or inf although the run ended with status "
+                                f"{str(status)!r}")
 
 
 # ------------------------------------------------------------------ saving
+def _statistic(out: Any, t: float) -> np.ndarray:
+    """``SaveAt(fn=...)``'s return value as a real numeric array (a copy), or
+    :class:`ArgumentError` naming what was returned."""
+    what = f"{type(out).__name__} {out!r}"[:200]
+    if out is None or isinstance(out, (str, bytes, dict)):
+        raise ArgumentError(f"SaveAt(fn=...) must return a real numeric array, got {what} at "
+                            f"t={t:.6g}")
+    try:
+        v = np.array(out)
+    except (ValueError, TypeError) as exc:
+        raise ArgumentError(f"SaveAt(fn=...) must return a real numeric array, got {what} at "
+                            f"t={t:.6g} ({exc})") from None
+    if v.dtype.kind not in "biuf":
+        raise ArgumentError(f"SaveAt(fn=...) must return a real numeric array (bool, integer "
+                            f"or float), got {what} (dtype {v.dtype}) at t={t:.6g}")
+    return v
+
+
 class _Saver:
     """Copies saved states to the host (or keeps ``SaveAt.fn``'s value and the moments)."""
 
@@ -415,14 +590,31 @@ class _Saver:
         self.shape: tuple | None = None
 
     def __call__(self, t: float, y: Any) -> None:
+        """Keep the state ``y`` at time ``t`` (or ``SaveAt.fn``'s value and the moments).
+
+        ``fn(t, X, weights)`` gets read-only views (an in-place edit raises instead of
+        changing the run) and must return a real numeric array (bool, integer or float) of
+        the same shape at every call; anything else raises :class:`ArgumentError` naming
+        ``SaveAt(fn=...)`` and what it returned.  At the first save :func:`simulate` raises
+        it; later, the time loop ends the run with status ``failed``, keeping the earlier
+        saves."""
         x = self.be.to_numpy(y).copy()
         if self.fn is not None:
-            v = np.asarray(self.fn(t, x, self.weights))
+            xv, wv = x.view(), np.asarray(self.weights).view()
+            xv.flags.writeable = wv.flags.writeable = False
+            try:
+                out = self.fn(t, xv, wv)
+            except ValueError as exc:
+                if "read-only" not in str(exc):
+                    raise
+                raise ArgumentError(f"SaveAt(fn=...) must not modify the state or the weights "
+                                    f"in place (copy them first): {exc}") from exc
+            v = _statistic(out, t)
             if self.shape is None:
                 self.shape = v.shape
             elif v.shape != self.shape:
-                raise ValueError(f"SaveAt(fn=...) returned shape {v.shape} at t={t:.6g}, but "
-                                 f"{self.shape} before")
+                raise ArgumentError(f"SaveAt(fn=...) returned shape {v.shape} at t={t:.6g}, "
+                                    f"but {self.shape} before")
             m, c = weighted_moments(x[None], self.weights)
             self.values.append(v)
             self.means.append(m[0])
@@ -432,156 +624,29 @@ class _Saver:
         self.times.append(t)
         self.last = x
 
-    def get_state(self) -> dict:
-        return {"times": list(self.times), "states": list(self.states),
-                "values": list(self.values), "means": list(self.means),
-                "covs": list(self.covs), "last": self.last, "shape": self.shape}
+    #: version of the plain data of :meth:`get_state`
+    STATE_VERSION = 1
 
-    def set_state(self, s: dict) -> None:
+    def get_state(self) -> dict[str, Any]:
+        """What was saved so far, as plain versioned data (lists of host arrays)."""
+        return {"version": self.STATE_VERSION, "times": [float(t) for t in self.times],
+                "states": list(self.states), "values": list(self.values),
+                "means": list(self.means), "covs": list(self.covs), "last": self.last,
+                "shape": None if self.shape is None else [int(k) for k in self.shape]}
+
+    def set_state(self, s: dict[str, Any]) -> None:
+        """Restore :meth:`get_state` (``ValueError`` on data of another version or shape)."""
+        keys = {"version", "times", "states", "values", "means", "covs", "last", "shape"}
+        if not isinstance(s, dict) or s.get("version") != self.STATE_VERSION or set(s) != keys:
+            raise ValueError(f"saver state is not of version {self.STATE_VERSION}")
+        n_saved = len(s["states"]) if self.fn is None else len(s["values"])
+        if n_saved != len(s["times"]) or not s["times"]:
+            raise ValueError(f"saver state holds {len(s['times'])} times for {n_saved} saves")
         self.times = [float(t) for t in s["times"]]
         self.states, self.values = list(s["states"]), list(s["values"])
         self.means, self.covs = list(s["means"]), list(s["covs"])
         self.last = s["last"]
-        self.shape = None if s["shape"] is None else tuple(s["shape"])
-
-
-# ------------------------------------------------------------------ checkpoints
-def _encode(obj: Any, arrays: dict[str, np.ndarray]) -> Any:
-    """JSON description of ``obj`` with its arrays moved into ``arrays`` (exact)."""
-    if obj is None or isinstance(obj, (bool, int, str)):
-        return {"v": obj}
-    if isinstance(obj, float):
-        return {"f": repr(obj)}
-    if isinstance(obj, np.generic):
-        return {"np": obj.dtype.str, "a": _encode(np.asarray(obj), arrays)}
-    if isinstance(obj, np.ndarray) or hasattr(obj, "__cuda_array_interface__"):
-        key = f"a{len(arrays)}"
-        on_gpu = not isinstance(obj, np.ndarray)
-        arrays[key] = obj.get() if on_gpu else obj
-        return {"arr": key, "gpu": on_gpu}
-    if isinstance(obj, (list, tuple)):
-        return {"list" if isinstance(obj, list) else "tuple": [_encode(x, arrays) for x in obj]}
-    if isinstance(obj, dict):
-        return {"dict": [[_encode(k, arrays), _encode(v, arrays)] for k, v in obj.items()]}
-    cls = type(obj)
-    if cls.__module__.startswith("transformer_pde.") and hasattr(obj, "__dict__"):
-        return {"obj": f"{cls.__module__}:{cls.__qualname__}",
-                "state": _encode(vars(obj), arrays)}
-    raise TypeError(f"cannot checkpoint an object of type {cls.__module__}.{cls.__qualname__}")
-
-
-def _decode(desc: Any, arrays: Any, asarray: Any) -> Any:
-    if "v" in desc:
-        return desc["v"]
-    if "f" in desc:
-        return float(desc["f"])
-    if "np" in desc:
-        return np.asarray(_decode(desc["a"], arrays, asarray)).astype(desc["np"])[()]
-    if "arr" in desc:
-        a = arrays[desc["arr"]]
-        return asarray(a) if desc["gpu"] else a
-    if "list" in desc:
-        return [_decode(x, arrays, asarray) for x in desc["list"]]
-    if "tuple" in desc:
-        return tuple(_decode(x, arrays, asarray) for x in desc["tuple"])
-    if "dict" in desc:
-        return {_decode(k, arrays, asarray): _decode(v, arrays, asarray)
-                for k, v in desc["dict"]}
-    if "obj" in desc:
-        mod, _, qual = desc["obj"].partition(":")
-        if not mod.startswith("transformer_pde."):
-            raise ValueError(f"refusing to rebuild {desc['obj']!r}")
-        cls: Any = importlib.import_module(mod)
-        for part in qual.split("."):
-            cls = getattr(cls, part)
-        out = cls.__new__(cls)
-        out.__dict__.update(_decode(desc["state"], arrays, asarray))
-        return out
-    raise ValueError(f"unknown checkpoint entry {desc!r}")
-
-
-def _digest(*arrays: Any) -> str:
-    h = hashlib.sha256()
-    for a in arrays:
-        if a is None:
-            h.update(b"none")
-        else:
-            a = np.ascontiguousarray(a)
-            h.update(str((a.dtype.str, a.shape)).encode())
-            h.update(a.tobytes())
-    return h.hexdigest()[:32]
-
-
-def _solver_key(solver: Any) -> str:
-    """What identifies a solver's numerics: its class and its public scalar options."""
-    inner = getattr(solver, "inner", None)
-    if isinstance(solver, BlockStepper) and inner is not None:
-        return f"BlockStepper[{_solver_key(inner)}]"
-    opts = sorted((k, v) for k, v in vars(solver).items()
-                  if not k.startswith("_") and isinstance(v, (bool, int, float, str)))
-    return f"{type(solver).__module__}.{type(solver).__qualname__}{opts}"
-
-
-def _fingerprint(att: Attention, X0: np.ndarray, ev: FieldEvaluator, solver: Any, t_max: float,
-                 dt: float, saveat: SaveAt, block: Block | None) -> dict[str, Any]:
-    spec = att.to_dict()
-    att_arrays = [v if isinstance(v, np.ndarray) else v.get("layers") if isinstance(v, dict)
-                  else None for v in spec.values()]
-    att_scalars = {k: v for k, v in spec.items() if not isinstance(v, (np.ndarray, dict))}
-    fn = saveat.fn
-    return {"attention": json.dumps(att_scalars, sort_keys=True, default=str),
-            "attention_arrays": _digest(*att_arrays),
-            "tokens": _digest(X0, ev.weights, ev.positions),
-            "dtype": str(ev.dtype), "backend": ev.be.name, "solver": _solver_key(solver),
-            "t_max": repr(t_max), "dt": repr(dt),
-            "saveat": repr((saveat.every, None if saveat.ts is None else saveat.ts.tolist(),
-                            None if fn is None else getattr(fn, "__qualname__", repr(fn)))),
-            "block": json.dumps(None if block is None else block.describe(), sort_keys=True)}
-
-
-def _write_checkpoint(path: Path, fingerprint: dict, loop_state: dict, solver: Any,
-                      ev: FieldEvaluator, saver: _Saver) -> None:
-    arrays: dict[str, np.ndarray] = {}
-    meta = {"format": "transformer-pde-checkpoint", "version": 1, "fingerprint": fingerprint,
-            "loop": _encode(loop_state, arrays),
-            "solver": _encode(solver.get_state() if hasattr(solver, "get_state") else {}, arrays),
-            "field_state": _encode(dict(ev.state), arrays),
-            "field_info": _encode(dict(ev.info), arrays),
-            "saver": _encode(saver.get_state(), arrays)}
-    arrays["meta"] = np.array(json.dumps(meta))
-    # Written beside the target and renamed over it: a crash or Ctrl-C during the write leaves the
-    # previous checkpoint intact, and the partial file is removed.
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _read_checkpoint(path: Path, fingerprint: dict, asarray: Any) -> dict:
-    with _open_npz(path, "transformer-pde checkpoint") as z:
-        try:
-            meta = json.loads(str(_entry(z, path, "meta")))
-        except json.JSONDecodeError as exc:
-            raise TrajectoryFileError(f"{path}: checkpoint metadata is not JSON ({exc})") from None
-        if not isinstance(meta, dict) or meta.get("format") != "transformer-pde-checkpoint":
-            raise TrajectoryFileError(f"{path} is not a transformer-pde checkpoint")
-        old = meta.get("fingerprint", {})
-        diff = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k))
-        if diff:
-            raise ArgumentError(
-                f"checkpoint {path} comes from a different run: {', '.join(diff)} differ; "
-                "resume with the same attention, tokens, solver, t_max, dt, saveat, block "
-                "and field options, or start afresh (resume=False)")
-        arrays = {k: _entry(z, path, k) for k in z.files if k != "meta"}
-        try:
-            return {k: _decode(meta[k], arrays, asarray)
-                    for k in ("loop", "solver", "field_state", "field_info", "saver")}
-        except (KeyError, ValueError, TypeError, AttributeError, ImportError) as exc:
-            raise TrajectoryFileError(f"{path}: corrupt checkpoint ({exc})") from None
+        self.shape = None if s["shape"] is None else tuple(int(k) for k in s["shape"])
 
 
 # ------------------------------------------------------------------ simulate
@@ -616,7 +681,8 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
         ``"euler"``, ``"heun"``, ``"rk4"``, ``"ab2"``, ``"ab3"``, ``"implicit_midpoint"``,
         ``"dopri5"``, ``"dop853"`` (default options), or an object carrying its options
         such as ``Dopri5(rtol=1e-8, atol=1e-10)`` or ``ImplicitMidpoint(tol=1e-12)``
-        (:mod:`transformer_pde.integrate`).  ``"euler"`` with ``dt = 1`` is exactly a stack
+        (:mod:`transformer_pde.integrate`); the run works on its own copy, so one object
+        may serve many runs, also concurrent ones.  ``"euler"`` with ``dt = 1`` is exactly a stack
         of residual attention layers.
     saveat : SaveAt, optional
         What to keep: ``SaveAt(every=k)`` (default every step), ``SaveAt(ts=times)`` or
@@ -655,6 +721,14 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
     ArgumentError, ArgumentTypeError
         Invalid arguments, options that do not apply, or a run refused up front (too many
         steps for ``max_steps``, saved states larger than ``max_memory``).
+    CheckpointError
+        (an ``ArgumentError``) before the first step: a ``Monitor(checkpoint=...)`` path
+        that cannot or must not be written (missing or read-only folder, a folder, a
+        device, an existing file that is not a checkpoint), or, with ``resume=True``, a
+        checkpoint of another run (the message names the fields that differ).
+    IntegrityError
+        With ``resume=True``: the checkpoint file is not one of this library, of an
+        unknown format version, truncated, corrupt or edited (the message names it).
 
     Examples
     --------
@@ -702,24 +776,28 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
     loop = TimeLoop(solver, rhs, t_max=t_max, dt=dt, saveat=saveat, limits=limits,
                     tables=tables, xp=be.xp, save=saver)
     _preflight(loop, limits, saveat, n, att.d, dtype, dt)
-    fingerprint = None
     ckpt = monitor.checkpoint
     resumed = None
     if ckpt is not None:
-        fingerprint = _fingerprint(att, X0n, ev, solver, t_max, dt, saveat, block)
+        check_path(ckpt, resume=monitor.resume)
+        identity = RunIdentity.of_run(
+            att=att, X0=X0n, weights=ev.weights, positions=ev.positions, dtype=dtype,
+            backend=be.name, field_options=fopts.evaluator_kwargs(), solver=solver,
+            t_max=t_max, dt=dt, saveat=saveat, block=block)
         if monitor.resume and ckpt.exists():
-            resumed = _read_checkpoint(ckpt, fingerprint, lambda a: be.asarray(a, a.dtype))
+            resumed = read_checkpoint(ckpt, identity, lambda a: be.asarray(a, a.dtype))
     solver.reset()
     if resumed is not None:
-        state = resumed["loop"]
-        solver.set_state(resumed["solver"])
-        ev.state.clear()
-        ev.state.update(resumed["field_state"])
-        ev.info.clear()
-        ev.info.update(resumed["field_info"])
-        saver.set_state(resumed["saver"])
+        try:
+            state = LoopState.from_state(resumed["loop"])
+            if hasattr(solver, "set_state"):   # a user's solver object may keep no state
+                solver.set_state(resumed["solver"])
+            ev.set_state(resumed["field"])
+            saver.set_state(resumed["saver"])
+        except (KeyError, ValueError, TypeError) as exc:
+            raise IntegrityError(f"checkpoint {ckpt}: inconsistent state ({exc})") from None
         loop.last_saved = saver.times[-1]
-        logger.info("simulate: resuming from %s at t=%.6g", ckpt, state["t"])
+        logger.info("simulate: resuming from %s at t=%.6g", ckpt, state.t)
     else:
         y0 = be.asarray(X0n, dtype)
         state = loop.initial_state(y0)
@@ -729,21 +807,27 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
             except Exception as exc:
                 raise ArgumentError(f"SaveAt(fn=...) failed on the initial state: "
                                     f"{type(exc).__name__}: {exc}") from exc
+    writer = None
     if ckpt is not None:
-        loop.checkpoint_fn = lambda st: _write_checkpoint(ckpt, fingerprint, st, solver, ev, saver)
+        def collect(st: LoopState) -> tuple[dict[str, Any], list[float]]:
+            solver_state = solver.get_state() if hasattr(solver, "get_state") else {}
+            return ({"loop": st.get_state(), "solver": solver_state,
+                     "field": ev.get_state(), "saver": saver.get_state()}, saver.times)
+        writer = CheckpointWriter(ckpt, identity, collect)
+        loop.checkpoint_fn = writer
         loop.checkpoint_every = monitor.checkpoint_every
     loop.progress = Progress(t_max, monitor.progress, monitor.report_every,
-                             f"simulate[{att.kind}]", t0=state["t"])
+                             f"simulate[{att.kind}]", t0=state.t)
     try:
         status, message, state = loop.run(state)
     finally:
         loop.progress.close()
-    if ckpt is not None and status == Status.OK:
-        _write_checkpoint(ckpt, fingerprint, state, solver, ev, saver)
+    if writer is not None and status == Status.OK:
+        writer(state)   # a failed write warns (CheckpointWarning); the result is returned
     warn_stop(status, message)
     info: dict[str, Any] = {"method": getattr(solver, "name", str(solver)),
                             "backend": be.name, "dt": dt, "t_max": t_max,
-                            "n_steps": state["n_steps"], "n_rejected": state["n_rejected"],
+                            "n_steps": state.n_steps, "n_rejected": state.n_rejected,
                             "dtype": str(np.dtype(dtype)), "save_every": saveat.every}
     info.update(ev.info)
     if stepper is not None:
@@ -751,7 +835,7 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
     if not saver.times:
         # SaveAt(ts) without 0 and a run that stopped before ts[0]: keep the last state
         # computed (at its own time) rather than return an empty trajectory
-        saver(float(state["t"]), state["y"])
+        saver(float(state.t), state.y)
     return ParticleTrajectory(
         times=np.asarray(saver.times, dtype=float),
         states=np.stack(saver.states) if saveat.fn is None and saver.states else

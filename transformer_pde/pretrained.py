@@ -71,6 +71,7 @@ from .errors import (
     CheckpointFileNotFound,
 )
 from .integrate.loop import Limits
+from .integrity import save_npz
 from .integrate.solvers import get_solver
 from .particles import FieldOptions, ParticleTrajectory
 from .particles import simulate as _simulate_particles
@@ -857,7 +858,8 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
     }
     (out / f"{prefix}_summary.json").write_text(json.dumps(summary, indent=1))
     if save_states:
-        np.savez_compressed(out / f"{prefix}_states.npz",
-                            **{k: f["states"] for k, f in flows.items()},
-                            **{f"{k}__times": np.asarray(f["times"]) for k, f in flows.items()})
+        save_npz(out / f"{prefix}_states.npz",
+                 {**{k: f["states"] for k, f in flows.items()},
+                  **{f"{k}__times": np.asarray(f["times"]) for k, f in flows.items()}},
+                 compressed=True)
     return summary

@@ -59,6 +59,7 @@ __all__ = [
     "positive",
     "real_array",
     "scalar",
+    "type_name",
     "vector",
     "weights",
 ]
@@ -67,6 +68,14 @@ __all__ = [
 SYMMETRY_RTOL = 1e-12
 #: Negative eigenvalues of a covariance accepted down to ``-PSD_RTOL * sum(|eigenvalues|)``.
 PSD_RTOL = 1e-12
+
+
+def type_name(value: Any) -> str:
+    """How a wrong argument is named in messages: its type's name, or, for a class passed
+    where an instance is expected, ``"the class X (pass an instance, X(...))"``."""
+    if isinstance(value, type):
+        return f"the class {value.__name__} (pass an instance, {value.__name__}(...))"
+    return type(value).__name__
 
 
 def _where(t: float | None) -> str:
@@ -88,6 +97,9 @@ def real_array(name: str, value: Any, *, keep_float32: bool = False,
         raise ArgumentTypeError(f"{name} must be a real {what}, got None")
     if isinstance(value, (str, bytes)):
         raise ArgumentTypeError(f"{name} must be a real {what}, got the string {value!r:.60}")
+    if isinstance(value, type):
+        raise ArgumentTypeError(f"{name} must be a real {what}, got the class "
+                                f"{value.__name__}")
     try:
         arr = np.asarray(value)
     except (TypeError, ValueError) as exc:  # ragged nested sequences
@@ -110,7 +122,10 @@ def real_array(name: str, value: Any, *, keep_float32: bool = False,
         return arr
     if arr.dtype == np.float64:
         return arr
-    return arr.astype(np.float64)
+    try:
+        return arr.astype(np.float64)
+    except OverflowError:  # Python integers beyond the float range (object arrays)
+        raise ArgumentError(f"{name} has an entry beyond the float64 range") from None
 
 
 def finite_array(name: str, value: Any, *, keep_float32: bool = False,
@@ -288,7 +303,10 @@ def scalar(name: str, value: Any, *, finite: bool = True) -> float:
         raise ArgumentTypeError(f"{name} must be a real number, got {type(value).__name__}")
     try:
         v = float(value)
-    except (TypeError, ValueError, OverflowError):
+    except OverflowError:  # a Python integer beyond the float range
+        raise ArgumentError(f"{name} must be finite, got an integer beyond the float64 "
+                            "range") from None
+    except (TypeError, ValueError):
         raise ArgumentTypeError(f"{name} must be a real number, got {value!r:.60}") from None
     if finite and not math.isfinite(v):
         raise ArgumentError(f"{name} must be finite, got {value!r}")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Protocol
 
-from ..errors import ArgumentTypeError, BackendNotAvailable
+from ..errors import ArgumentError, ArgumentTypeError, BackendNotAvailable
 
 __all__ = ["Backend", "BackendNotAvailable", "available_backends", "get_backend",
            "register_backend", "BACKENDS"]
@@ -107,11 +107,16 @@ def get_backend(name: Any = "numpy", *, n_tokens: int | None = None) -> Any:
 
     Raises
     ------
-    ValueError
+    ArgumentError
         Unknown backend name.
+    ArgumentTypeError
+        Neither a name nor a backend object (a backend class instead of an instance).
     BackendNotAvailable
         The backend's library or device is missing.
     """
+    if isinstance(name, type):
+        raise ArgumentTypeError(f"backend must be a backend name or a backend object, got the "
+                                f"class {name.__name__}: pass an instance, {name.__name__}()")
     if not isinstance(name, str):
         if all(hasattr(name, a) for a in ("xp", "softmax", "lse", "to_numpy")):
             return name
@@ -120,7 +125,7 @@ def get_backend(name: Any = "numpy", *, n_tokens: int | None = None) -> Any:
     if name == "auto":
         return _load(_auto_choice(n_tokens))
     if name not in BACKENDS:
-        raise ValueError(f"backend must be one of {sorted(BACKENDS) + ['auto']}, got {name!r}")
+        raise ArgumentError(f"backend must be one of {sorted(BACKENDS) + ['auto']}, got {name!r}")
     return _load(name)
 
 

@@ -22,7 +22,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import ConfigError, TransformerPDEError
+from ..errors import CheckpointError, ConfigError, TransformerPDEError
+from ..integrity import save_npz
 from .config import (Table, build_attention, build_simulate, build_tokens, check_memory,
                      covariance, human_bytes, library_call, read_options, sections,
                      typed_parameters)
@@ -224,6 +225,8 @@ def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True, force: bo
         raise ConfigError(f"output.gif: the animation draws two coordinates and needs "
                           f"attention.d >= 2, got d = {att.d}")
     _preflight(opts, X0)
+    if checkpoint is not None:
+        _check_checkpoint(checkpoint)
     try:
         timing = {k: v for k, v in (("checkpoint_every", checkpoint_every),
                                     ("report_every", report_every)) if v is not None}
@@ -236,7 +239,10 @@ def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True, force: bo
         logger.info("simulate: %d tokens in d = %d, t in [0, %g]; Ctrl-C stops the run and "
                     "keeps the states computed so far", X0.shape[0], att.d, opts["t_max"])
         t0 = time.perf_counter()
-        traj = simulate(att, X0, positions=positions, monitor=monitor, **opts)
+        try:
+            traj = simulate(att, X0, positions=positions, monitor=monitor, **opts)
+        except CheckpointError as exc:  # the library's own check of the path, before step 1
+            raise UsageError(f"--checkpoint {checkpoint}: {exc}") from None
         elapsed = time.perf_counter() - t0
         files = {"trajectory": traj.save(outdir.path("trajectory.npz")).name}
         interrupted = str(traj.status) == "interrupted"
@@ -261,6 +267,41 @@ def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True, force: bo
             summary["checkpoint"] = str(checkpoint)
         outdir.write_json("summary.json", summary)
     return summary
+
+
+def _is_checkpoint(path: Path) -> bool:
+    """Whether ``path`` is a file written by a ``--checkpoint`` run (an ``.npz`` archive
+    with the run's metadata)."""
+    import zipfile  # noqa: PLC0415
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            return "meta.npy" in z.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def _check_checkpoint(checkpoint: str | Path) -> None:
+    """Refuse, before anything is computed, a ``--checkpoint`` path that cannot hold the
+    run's checkpoints or whose file would be replaced although it is something else (a
+    directory, a device such as ``/dev/null``, the configuration file, any file that is not
+    a checkpoint).  An existing checkpoint is continued with ``--resume``, else replaced."""
+    path = Path(checkpoint)
+    where = f"--checkpoint {checkpoint}"
+    if str(checkpoint).strip() == "":
+        raise UsageError("--checkpoint: expected the path of a file, got an empty string")
+    if path.is_dir():
+        raise UsageError(f"{where}: is a directory; give the path of a file (e.g. run.ckpt)")
+    if path.exists() or path.is_symlink():
+        if not path.is_file():
+            raise UsageError(f"{where}: is not a regular file (a device, pipe, socket or "
+                             "broken link); give the path of a file (e.g. run.ckpt)")
+        if not _is_checkpoint(path):
+            raise UsageError(f"{where}: exists and is not a transformer-pde checkpoint; it "
+                             "would be replaced (choose another path, or remove it)")
+    parent = path.absolute().parent
+    if not parent.is_dir():
+        raise UsageError(f"{where}: the directory {parent} does not exist")
 
 
 def _preflight(opts: dict, X0: np.ndarray) -> None:
@@ -329,8 +370,8 @@ def run_gaussian(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
         traj = library_call("gaussian", gaussian.solve, att, mean, cov, t_max=t_max,
                             t_eval=np.linspace(0.0, t_max, n_eval), names=opts, strict=False,
                             **opts)
-        np.savez(outdir.path("gaussian.npz"), times=traj.times, means=traj.means,
-                 covs=traj.covs, limit=traj.limit)
+        save_npz(outdir.path("gaussian.npz"), {"times": traj.times, "means": traj.means,
+                                               "covs": traj.covs, "limit": traj.limit})
         lam = np.linalg.eigvalsh(traj.covs)
         fig = Figure(figsize=(6.0, 4.0), layout="constrained")
         ax = fig.add_subplot()
@@ -513,7 +554,7 @@ def run_cone(cfg: dict, out: str | Path, *, force: bool = False, resume: bool = 
                   "limit": ds["limit"].values[:, 0]}
         for i in range(n):
             arrays[f"times_{i}"], arrays[f"covs_{i}"] = times[i], covs[i]
-        np.savez(outdir.path("cone.npz"), **arrays)
+        save_npz(outdir.path("cone.npz"), arrays)
         summary = {"command": "cone", "attention": repr(att), "n": n,
                    "status_counts": {k: status.count(k) for k in dict.fromkeys(
                        [*STATUS_COLOURS, *status])},
@@ -609,9 +650,9 @@ def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True, force: bool 
             "title", f"numerical rank (rtol {rtol:g}) of the limit covariance, "
                      f"{draws} draws")))
         outdir.savefig(fig, "ranks.png")
-        np.savez(outdir.path("ranks.npz"),
-                 **{f"{s.kind}_{s.value}_d{s.d}": s.ranks for s in sweeps},
-                 **{f"{s.kind}_{s.value}_d{s.d}_status": s.status.astype(str) for s in sweeps})
+        save_npz(outdir.path("ranks.npz"),
+                 {**{f"{s.kind}_{s.value}_d{s.d}": s.ranks for s in sweeps},
+                  **{f"{s.kind}_{s.value}_d{s.d}_status": s.status.astype(str) for s in sweeps}})
         summary = {"command": "ranks", "sweeps": [s.summary() for s in sweeps],
                    "study": _study_summary(ds),
                    "files": {"data": "ranks.npz", "figure": "ranks.png",

@@ -13,7 +13,9 @@ import contextlib
 import enum
 import logging
 import math
+import signal
 import sys
+import threading
 import tempfile
 import traceback
 import warnings
@@ -46,8 +48,11 @@ class ExitCode(enum.IntEnum):
     ERROR = 4
     #: internal error (a bug): its traceback is written to a file named on stderr
     INTERNAL = 5
-    #: interrupted (Ctrl-C); simulate writes the states computed so far
+    #: interrupted (Ctrl-C, SIGINT); simulate writes the states computed so far
     INTERRUPTED = 130
+    #: terminated (SIGTERM, 128 + 15); handled as Ctrl-C: simulate writes the states
+    #: computed so far
+    TERMINATED = 143
 
 
 _EXIT_HELP = {
@@ -57,20 +62,24 @@ _EXIT_HELP = {
                            "max_steps); its files are written",
     ExitCode.USAGE: "bad command line or configuration (the message names the option or "
                     "key); nothing written",
-    ExitCode.OUTPUT: "--out unusable: a file, under a file, no permission, or not empty "
-                     "(use --force); nothing written",
+    ExitCode.OUTPUT: "--out unusable: a file, under a file, no permission, not empty (use "
+                     "--force), or in use by another run; nothing written",
     ExitCode.ERROR: "the computation or the writing failed (out of memory, disk full, "
                     "missing backend); nothing written",
     ExitCode.INTERNAL: "internal error (a bug): the traceback is written to the file named "
                        "on stderr (--debug shows it)",
-    ExitCode.INTERRUPTED: "interrupted by Ctrl-C; simulate keeps the states computed so far "
-                          "(status interrupted)",
+    ExitCode.INTERRUPTED: "interrupted by Ctrl-C (SIGINT); simulate keeps the states computed "
+                          "so far (status interrupted)",
+    ExitCode.TERMINATED: "terminated by SIGTERM; handled as Ctrl-C (simulate keeps the states "
+                         "computed so far)",
 }
 
 EPILOG = ("Run 'transformer-pde COMMAND --help' for the options of each command; example "
           "configurations are in examples/configs/.\n\n"
           "outputs: --out DIR must be new or empty; --force writes into a non-empty DIR, "
-          "replacing the files of the same names. A failed run leaves nothing behind.\n\n"
+          "replacing the files of the same names. A failed run leaves nothing behind. DIR is "
+          "claimed for the run (a lock file in it): a second run with the same DIR is refused "
+          "(status 3) while the first lives.\n\n"
           "exit status:\n"
           + "\n".join(f"  {int(code):>3d}  {text}" for code, text in _EXIT_HELP.items()))
 
@@ -120,13 +129,46 @@ def _backends() -> list[str]:
     return [*BACKENDS, "auto"]
 
 
+# --------------------------------------------------------------------------- signals
+class _Signals:
+    """What stopped the command: SIGTERM is handled as Ctrl-C (a ``KeyboardInterrupt``
+    raised in the main thread), and only its exit status and wording differ."""
+
+    terminated = False
+
+    @classmethod
+    def on_sigterm(cls, signum: int, frame: Any) -> None:
+        cls.terminated = True
+        raise KeyboardInterrupt
+
+    @classmethod
+    def word(cls) -> str:
+        """``"interrupted"``, or ``"terminated (SIGTERM)"``."""
+        return "terminated (SIGTERM)" if cls.terminated else "interrupted"
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Any:
+    """Handle SIGTERM as SIGINT while the command runs (main thread only: elsewhere
+    Python cannot install signal handlers, and the caller keeps its own)."""
+    _Signals.terminated = False
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _Signals.on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 # --------------------------------------------------------------------------- commands
 def _cmd_demo(args: argparse.Namespace) -> int:
     s = commands.run_demo(args.out, n=args.n, seed=args.seed, t_max=args.t_max,
                           backend=args.backend, gif=args.gif, force=args.force)
     if s["status"] == "interrupted":
-        sys.stderr.write("transformer-pde demo: interrupted; the states computed so far are in "
-                         f"{Path(args.out) / 'trajectory.npz'} (status interrupted)\n")
+        sys.stderr.write(f"transformer-pde demo: {_Signals.word()}; the states computed so far "
+                         f"are in {Path(args.out) / 'trajectory.npz'} (status interrupted)\n")
     else:
         sys.stdout.write(s["text"])
     return _status_exit(s["status"])
@@ -150,7 +192,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                               report_every=args.report_every)
     files = ", ".join(s["files"].values())
     if s["status"] == "interrupted":
-        sys.stderr.write(f"transformer-pde simulate: interrupted at t = {s['t_final']:.6g}; "
+        sys.stderr.write(f"transformer-pde simulate: {_Signals.word()} at t = {s['t_final']:.6g}; "
                          f"the states computed so far are in {Path(args.out) / 'trajectory.npz'} "
                          "(status interrupted)\n")
     else:
@@ -168,8 +210,39 @@ def _cmd_gaussian(args: argparse.Namespace) -> int:
     return _status_exit(s["status"])
 
 
+def _check_scheduler(args: argparse.Namespace) -> None:
+    """Refuse a malformed ``--scheduler`` address or ``--scheduler-file`` (exit status 2)
+    before anything is computed or connected to."""
+    if args.scheduler is None and args.scheduler_file is None:
+        return
+    from ..sweep.run import SchedulerArgumentError, check_scheduler  # noqa: PLC0415  (dask)
+
+    try:
+        check_scheduler(args.scheduler, args.scheduler_file,
+                        names=("--scheduler", "--scheduler-file"))
+    except SchedulerArgumentError as exc:
+        raise commands.UsageError(str(exc)) from None
+
+
+@contextlib.contextmanager
+def _scheduler_errors(args: argparse.Namespace) -> Any:
+    """A scheduler that cannot be reached: one line naming the option (exit status 4)."""
+    if args.scheduler is None and args.scheduler_file is None:
+        yield
+        return
+    from ..sweep.run import SchedulerError  # noqa: PLC0415  (dask is imported only here)
+
+    try:
+        yield
+    except SchedulerError as exc:
+        option = (f"--scheduler {args.scheduler}" if args.scheduler is not None
+                  else f"--scheduler-file {args.scheduler_file}")
+        raise _RunError(f"{option}: {exc}") from None
+
+
 def _study_options(args: argparse.Namespace) -> dict:
-    """The sweep-engine options of ``ranks`` / ``cone`` (as for ``sweep``)."""
+    """The sweep-engine options of ``ranks`` / ``cone`` (as for ``sweep``), checked."""
+    _check_scheduler(args)
     return {"scheduler": args.scheduler, "scheduler_file": args.scheduler_file,
             "workers": args.workers, "resume": args.resume, "progress": not args.quiet,
             "force": args.force}
@@ -187,13 +260,17 @@ def _study_end(args: argparse.Namespace, s: dict) -> int:
 
 
 def _interrupted(args: argparse.Namespace, exc: commands.StudyInterrupted) -> int:
-    sys.stderr.write(f"transformer-pde {args.command}: {exc}\n")
+    message = str(exc)
+    if _Signals.terminated:
+        message = message.replace("interrupted", _Signals.word(), 1)
+    sys.stderr.write(f"transformer-pde {args.command}: {message}\n")
     return ExitCode.INTERRUPTED
 
 
 def _cmd_cone(args: argparse.Namespace) -> int:
     try:
-        s = commands.run_cone(load_config(args.config), args.out, **_study_options(args))
+        with _scheduler_errors(args):
+            s = commands.run_cone(load_config(args.config), args.out, **_study_options(args))
     except commands.StudyInterrupted as exc:
         return _interrupted(args, exc)
     counts = ", ".join(f"{k} {v}" for k, v in s["status_counts"].items() if v)
@@ -210,7 +287,8 @@ def _cmd_ranks(args: argparse.Namespace) -> int:
         if getattr(args, key) is not None:
             table[key] = getattr(args, key)
     try:
-        s = commands.run_ranks({**cfg, "ranks": table}, args.out, **_study_options(args))
+        with _scheduler_errors(args):
+            s = commands.run_ranks({**cfg, "ranks": table}, args.out, **_study_options(args))
     except commands.StudyInterrupted as exc:
         return _interrupted(args, exc)
     for sw in s["sweeps"]:
@@ -248,14 +326,16 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from ..sweep.config import run_config  # noqa: PLC0415  (dask is imported only here)
 
     store = Path(args.out) / "results.zarr"
+    _check_scheduler(args)
     try:
-        s = run_config(args.config, args.out, scheduler=args.scheduler,
-                       scheduler_file=args.scheduler_file, workers=args.workers,
-                       resume=args.resume, progress=not args.quiet)
+        with _scheduler_errors(args):
+            s = run_config(args.config, args.out, scheduler=args.scheduler,
+                           scheduler_file=args.scheduler_file, workers=args.workers,
+                           resume=args.resume, progress=not args.quiet)
     except KeyboardInterrupt:
         kept = (f"the cells finished so far are in {store}; rerun with --resume to complete it"
                 if store.exists() else "nothing was written")
-        sys.stderr.write(f"transformer-pde sweep: interrupted; {kept}\n")
+        sys.stderr.write(f"transformer-pde sweep: {_Signals.word()}; {kept}\n")
         return ExitCode.INTERRUPTED
     sys.stdout.write(f"sweep {s['name']!r}: {s['done']} of {s['cells']} cells done, "
                      f"{s['failed']} failed; results in {s['store']}, summary in "
@@ -379,13 +459,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "[field], [limits], [block], [output]); write trajectory.npz, "
                         "summary.json and particles.png. Ctrl-C stops the run, writes the "
                         "states computed so far (status interrupted) and exits with status "
-                        "130; with --checkpoint, --resume continues it.")
+                        "130 (SIGTERM: the same, status 143); with --checkpoint, --resume "
+                        "continues it.")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     s.add_argument("--report-every", type=_positive_float, metavar="SECONDS",
                    help="seconds between progress lines on stderr (default 30)")
     s.add_argument("--checkpoint", metavar="PATH",
                    help="write the whole state of the run to PATH every --checkpoint-every "
-                        "seconds (atomically), so that --resume can continue it")
+                        "seconds (atomically), so that --resume can continue it; an existing "
+                        "PATH must be a checkpoint (a directory, device or other file is "
+                        "refused)")
     s.add_argument("--checkpoint-every", type=_positive_float, metavar="SECONDS",
                    help="seconds between checkpoints (default 60)")
     s.add_argument("--resume", action="store_true",
@@ -544,6 +627,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     # they go to the console anyway (an application that captured logging keeps its handlers)
     console = any(isinstance(h, logging.StreamHandler) and h.stream in (sys.stdout, sys.stderr)
                   for h in logging.root.handlers)
+    with _sigterm_as_interrupt():
+        code = _run(args, fail, show_warning, console)
+    if code == ExitCode.INTERRUPTED and _Signals.terminated:
+        return int(ExitCode.TERMINATED)
+    return code
+
+
+def _run(args: argparse.Namespace, fail: Callable[[ExitCode, str], int],
+         show_warning: Callable[..., None], console: bool) -> int:
+    """Run the command; every exception becomes a message and an :class:`ExitCode`."""
     try:
         with warnings.catch_warnings(), (logging_redirect_tqdm() if console
                                          else contextlib.nullcontext()):
@@ -552,7 +645,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.simplefilter("ignore", EarlyStopWarning)
             return int(args.func(args))
     except KeyboardInterrupt:
-        return fail(ExitCode.INTERRUPTED, "interrupted; nothing was written")
+        return fail(ExitCode.INTERRUPTED, f"{_Signals.word()}; nothing was written")
     except ConfigError as exc:
         return fail(ExitCode.USAGE, f"configuration error: {exc}")
     except commands.UsageError as exc:

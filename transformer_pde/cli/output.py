@@ -8,17 +8,28 @@ Rules (documented in ``transformer-pde --help``):
   names are replaced (the others are left alone).  Outputs are never overwritten silently.
 * ``DIR`` is checked before anything is computed (a file, a path under a file, a
   directory without write permission are refused at once).
-* Files are written into a hidden staging directory next to ``DIR`` (or inside it, when
-  it exists) and moved into ``DIR`` at the end; a run that fails or is interrupted
-  without a result leaves neither ``DIR`` nor the staging directory behind.
+* ``DIR`` is claimed for the run: it is created at once (``os.mkdir``, atomic) and a lock
+  file :data:`LOCK_NAME` holding the run's process id is created in it with
+  ``O_CREAT | O_EXCL``; a second run given the same ``DIR`` while the first one lives is
+  refused (naming ``DIR`` and the first run's process id).  The lock of a run that was
+  killed (its process is gone) is taken over.
+* Files are written into a hidden staging directory inside ``DIR``, whose name holds the
+  owning process id and host, and moved into ``DIR`` at the end; a run that fails or is
+  interrupted without a result leaves neither ``DIR`` (when it created it) nor the staging
+  directory behind.  Staging directories left by a killed run (SIGKILL: no clean-up) are
+  removed by the next run in the same place, once their process is gone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
+import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -26,9 +37,68 @@ import numpy as np
 
 from ..errors import TransformerPDEError
 
-__all__ = ["OutputDir", "OutputError", "write_json"]
+__all__ = ["LOCK_NAME", "STAGING_PREFIX", "OutputDir", "OutputError", "remove_stale_staging",
+           "write_json"]
 
+#: name prefix of the staging directories: ``<prefix><pid>.<host>.<random>``
 STAGING_PREFIX = ".transformer-pde-partial-"
+#: the lock file that claims an output directory for one run (holds ``<pid> <host>``)
+LOCK_NAME = ".transformer-pde-lock"
+#: a lock file still empty after this many seconds is a leftover (its writer died between
+#: creating and filling it)
+_EMPTY_LOCK_GRACE = 10.0
+
+
+def _host() -> str:
+    """A short, file-name safe identity of this machine (process ids are per machine)."""
+    return hashlib.sha256(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:8]
+
+
+_STAGING_RE = re.compile(re.escape(STAGING_PREFIX) + r"(\d+)\.([0-9a-f]{8})\.")
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine exists (a zombie counts as gone)."""
+    if pid <= 0:
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    except OSError:
+        return True
+    try:  # a killed child not yet reaped by its parent still answers kill(pid, 0)
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def remove_stale_staging(directory: str | Path) -> list[Path]:
+    """Remove the staging directories in ``directory`` left by runs of this machine whose
+    process is gone (killed by SIGKILL, or a crash of the interpreter); returns them.
+
+    Staging directories of live processes, of other machines, and directories whose name
+    does not carry a process id are left alone.
+    """
+    removed = []
+    host = _host()
+    try:
+        entries = list(Path(directory).iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _STAGING_RE.match(entry.name)
+        if m is None or m.group(2) != host or _alive(int(m.group(1))):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
 
 
 class OutputError(TransformerPDEError, OSError):
@@ -71,6 +141,8 @@ class OutputDir:
         self.option = option
         self.staging: Path | None = None
         self.committed: list[Path] = []
+        self._lock: Path | None = None
+        self._made: list[Path] = []  # directories created by this run (parents first)
         self._open()
 
     def _fail(self, reason: str) -> OutputError:
@@ -78,25 +150,124 @@ class OutputDir:
 
     def _open(self) -> None:
         p = self.final
-        if p.exists():
-            if not p.is_dir():
-                raise self._fail("exists and is not a directory")
-            if (not self.force and any(p.iterdir())
-                    and not (self.replaceable is not None and self.replaceable(p))):
-                raise self._fail("exists and is not empty; pass --force to replace the files "
-                                 "of the same names in it, or choose a new directory")
-            base = p
-        else:
+        if not p.exists():
             base = _existing_ancestor(p)
             if not base.is_dir():
                 raise self._fail(f"{base} is not a directory")
+        elif not p.is_dir():
+            raise self._fail("exists and is not a directory")
         try:
-            self.staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=base))
+            self._claim()
+            remove_stale_staging(p)
+            if (not self.force and any(q.name != LOCK_NAME for q in p.iterdir())
+                    and not (self.replaceable is not None and self.replaceable(p))):
+                raise self._fail("exists and is not empty; pass --force to replace the files "
+                                 "of the same names in it, or choose a new directory")
+            try:
+                self.staging = Path(tempfile.mkdtemp(
+                    prefix=f"{STAGING_PREFIX}{os.getpid()}.{_host()}.", dir=p))
+            except PermissionError:
+                raise self._fail(f"permission denied: cannot create files in {p}") from None
+            except OSError as exc:
+                raise self._fail(f"cannot create files in {p}: "
+                                 f"{exc.strerror or exc}") from None
+        except BaseException:
+            self._release()
+            raise
+
+    def _claim(self) -> None:
+        """Create ``final`` (when new) and its lock file, atomically: of two runs started
+        together with the same new directory, exactly one gets it."""
+        p = self.final
+        try:
+            for q in reversed([p.absolute(), *p.absolute().parents]):
+                if q.is_dir():
+                    continue
+                try:
+                    os.mkdir(q)  # atomic: of two runs, one creates it
+                    self._made.append(q)
+                except FileExistsError:
+                    if not q.is_dir():
+                        raise self._fail(f"{q} exists and is not a directory") from None
+        except OutputError:
+            raise
         except PermissionError:
-            raise self._fail(f"permission denied: cannot create files in {base}") from None
+            raise self._fail(f"permission denied: cannot create {p}") from None
         except OSError as exc:
-            raise self._fail(f"cannot create files in {base}: "
-                             f"{exc.strerror or exc}") from None
+            raise self._fail(f"cannot create it: {exc.strerror or exc}") from None
+        lock = p / LOCK_NAME
+        for _ in range(3):
+            try:
+                fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                owner = self._owner(lock)
+                if owner is not None:
+                    raise self._fail(f"is in use by another transformer-pde run ({owner}); "
+                                     "wait for it to end or choose another directory") from None
+                continue  # a dead run's lock was taken away: try again
+            except PermissionError:
+                raise self._fail(f"permission denied: cannot create files in {p}") from None
+            except OSError as exc:
+                raise self._fail(f"cannot create files in {p}: "
+                                 f"{exc.strerror or exc}") from None
+            with os.fdopen(fd, "w", encoding="ascii") as fh:
+                fh.write(f"{os.getpid()} {_host()}\n")
+            self._lock = lock
+            return
+        raise self._fail("is being claimed by other transformer-pde runs; try again")
+
+    def _owner(self, lock: Path) -> str | None:
+        """Who holds ``lock`` (``"process 1234"``), or None after removing the lock of a run
+        that is gone.  A lock of another machine, or one being written, counts as held."""
+        try:
+            text = lock.read_text(encoding="ascii", errors="replace")
+            age = time.time() - lock.stat().st_mtime
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"unknown: its lock {lock} is unreadable ({exc.strerror or exc})"
+        fields = text.split()
+        valid = len(fields) == 2 and fields[0].isdigit()
+        if not valid and age < _EMPTY_LOCK_GRACE:
+            return "a run that is starting"
+        if valid and fields[1] != _host():
+            return f"process {fields[0]} of another machine"
+        if valid and _alive(int(fields[0])):
+            return f"process {fields[0]}"
+        # the owner is gone: move its lock aside (atomic: of two runs doing this at once,
+        # one succeeds) and check that what moved is the dead run's lock
+        aside = lock.with_name(f"{LOCK_NAME}.stale.{os.getpid()}")
+        try:
+            os.rename(lock, aside)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"unknown: its stale lock {lock} cannot be removed ({exc.strerror or exc})"
+        try:
+            moved = aside.read_text(encoding="ascii", errors="replace")
+        except OSError:
+            moved = text
+        if moved != text:  # a live run's fresh lock: give it back
+            try:
+                os.rename(aside, lock)
+            except OSError:
+                pass
+            return f"process {moved.split()[0]}" if moved.split() else "a run that is starting"
+        aside.unlink(missing_ok=True)
+        return None
+
+    def _release(self) -> None:
+        """Remove the lock file, and the directories this run created (``final`` and its
+        missing parents) while they are empty."""
+        if self._lock is not None:
+            self._lock.unlink(missing_ok=True)
+            self._lock = None
+        made, self._made = self._made, []
+        for q in reversed(made):
+            try:
+                q.rmdir()  # only when empty
+            except OSError:
+                break
 
     # ------------------------------------------------------------------ writing
     def path(self, name: str) -> Path:
@@ -128,14 +299,18 @@ class OutputDir:
             dst = self.final / src.name
             os.replace(src, dst)
             self.committed.append(dst)
+        self._made = []  # the directories hold the run's result now: kept
         self.discard()
         return self.committed
 
     def discard(self) -> None:
-        """Remove the staging directory and whatever it holds."""
+        """Remove the staging directory and whatever it holds, release the claim on the
+        final directory, and remove that directory when this run created it and nothing
+        else was written into it."""
         if self.staging is not None:
             shutil.rmtree(self.staging, ignore_errors=True)
             self.staging = None
+        self._release()
 
     def __enter__(self) -> "OutputDir":
         return self

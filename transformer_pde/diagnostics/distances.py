@@ -17,7 +17,7 @@ from ..errors import ArgumentError, ConvergenceWarning, SinkhornNotConverged
 from ..sinkhorn_loop import EpsilonScaling, sinkhorn_loop
 from .common import weighted_moments
 
-__all__ = ["EXACT_MAX_PAIRS", "bures_wasserstein", "conditional_wasserstein", "token_distance",
+__all__ = ["EXACT_MAX_PAIRS", "EXACT_ROUND_UNITS", "bures_wasserstein", "conditional_wasserstein", "token_distance",
            "wasserstein"]
 
 logger = logging.getLogger(__name__)
@@ -43,6 +43,16 @@ def wasserstein(X: Any, Y: Any, *, weights_x: Any = None, weights_y: Any = None,
         Non-negative masses (normalised; uniform by default).
     method : {"exact", "sliced", "sinkhorn", "auto"}
         * ``"exact"``: linear-programming optimal transport (``ot.emd2``), exact to round-off.
+          The clouds are centred first, :math:`W_2^2 = |m_\mu - m_\nu|^2 +
+          W_2^2(\tilde\mu, \tilde\nu)` (exact for any two measures; :math:`\tilde\mu,
+          \tilde\nu` centred), and the costs formed from the centred tokens, scaled by a
+          power of two: no cancellation for clouds translated far from the origin or very
+          close to each other, no under/overflow for tiny or huge ones.  Resolution
+          (absolute error bound from float64 rounding):
+          :data:`EXACT_ROUND_UNITS` :math:`\epsilon\,(\sqrt d\,R + |m_\mu - m_\nu|)`,
+          :math:`R` the largest centred coordinate, :math:`\epsilon = 2^{-52}`; returned
+          as ``info["resolution"]``.  The input coordinates carry their own rounding,
+          :math:`\epsilon\max|x|`, which no method can undo.
           Cost :math:`O(NM)` memory and roughly cubic time; practical up to a few thousand
           points (:data:`EXACT_MAX_PAIRS`).
         * ``"sliced"``: :math:`\sqrt{d}\,SW_2` with ``n_projections`` random directions drawn
@@ -92,7 +102,8 @@ def wasserstein(X: Any, Y: Any, *, weights_x: Any = None, weights_y: Any = None,
         other marginal is exact), within ``max_iter`` iterations (annealing included);
         a warning is logged otherwise.
     info : dict, optional
-        Sinkhorn method: filled with ``reg`` (the absolute :math:`\varepsilon`),
+        Exact method: filled with ``resolution`` (see ``"exact"``).  Sinkhorn method:
+        filled with ``reg`` (the absolute :math:`\varepsilon`),
         ``n_iter`` and ``err`` (iterations and final marginal error of the cross term and
         the two self terms), ``converged`` (all three below ``tol``) and ``divergence``
         (:math:`S_\varepsilon`, possibly negative).
@@ -119,9 +130,10 @@ def wasserstein(X: Any, Y: Any, *, weights_x: Any = None, weights_y: Any = None,
     import ot  # noqa: PLC0415 (POT is heavy to import)
 
     if method == "exact":
-        M = ot.dist(Xa, Ya, metric="sqeuclidean")
-        val = float(ot.emd2(a, b, M, numItermax=max(100_000, 50 * M.size)))
-        return math.sqrt(max(val, 0.0))
+        val, res = _exact_w2(ot, Xa, Ya, a, b)
+        if info is not None:
+            info.update(resolution=res)
+        return val
     if method == "sliced":
         # the projections are held at once: d * n_projections floats
         n_projections = validation.integer("n_projections", n_projections, minimum=1,
@@ -131,7 +143,9 @@ def wasserstein(X: Any, Y: Any, *, weights_x: Any = None, weights_y: Any = None,
         if d == 1:
             # every direction is +-1: one projection is exact
             n_projections = 1
-        sw = float(ot.sliced_wasserstein_distance(Xa, Ya, a, b, n_projections=int(n_projections),
+        # a common translation (invariance) keeps the projections free of cancellation
+        ref = Xa[0]
+        sw = float(ot.sliced_wasserstein_distance(Xa - ref, Ya - ref, a, b, n_projections=int(n_projections),
                                                   p=2, seed=int(seed)))
         return math.sqrt(d) * sw
     if method == "sinkhorn":
@@ -166,6 +180,51 @@ def wasserstein(X: Any, Y: Any, *, weights_x: Any = None, weights_y: Any = None,
                         converged=all(r.converged for r in runs), divergence=float(val))
         return math.sqrt(max(val, 0.0))
     raise AssertionError(method)  # pragma: no cover (validated above)
+
+
+#: Relative rounding bound of :func:`wasserstein` (``method="exact"``), in units of the
+#: float64 epsilon: the centring, the differences and squares of the cost and the
+#: linear program's sums (see ``_exact_w2``).
+EXACT_ROUND_UNITS = 16.0
+
+
+def _exact_w2(ot: Any, X: np.ndarray, Y: np.ndarray, a: np.ndarray,
+              b: np.ndarray) -> tuple[float, float]:
+    r"""``(W2, resolution)`` of the exact method, free of cancellation.
+
+    For any coupling :math:`\pi` of :math:`\mu, \nu` with means :math:`m_\mu, m_\nu`,
+    :math:`E_\pi|x - y|^2 = |m_\mu - m_\nu|^2 + E_\pi|\tilde x - \tilde y|^2` (the cross
+    term :math:`2(m_\mu - m_\nu)\cdot E_\pi[\tilde x - \tilde y]` vanishes), so
+    :math:`W_2^2 = |m_\mu - m_\nu|^2 + W_2^2(\tilde\mu, \tilde\nu)` exactly, with
+    :math:`\tilde\mu, \tilde\nu` the centred measures.  The means are taken about a common
+    reference token (differences first, so a far translation does not round them away),
+    the centred tokens are scaled by a power of two (exact) into the unit ball before the
+    squared differences are formed (no under/overflow for tiny or huge clouds) and the
+    linear program solves the centred problem.  ``resolution`` bounds the absolute error
+    from float64 rounding, :data:`EXACT_ROUND_UNITS` :math:`\epsilon\,(R + |m_\mu - m_\nu|)`
+    with :math:`R` the larger radius of the centred clouds (the tokens' own rounding, at
+    :math:`\epsilon |x|`, is the caller's).
+    """
+    ref = X[0]
+    Xc = X - ref
+    Yc = Y - ref
+    dm = a @ Xc - b @ Yc
+    Xc = Xc - a @ Xc
+    Yc = Yc - b @ Yc
+    r = max(float(np.max(np.abs(Xc))), float(np.max(np.abs(Yc))))
+    big = float(np.max(np.abs(dm)))
+    # |dm|: scaled by its largest component (no under/overflow of the squares)
+    mean_part = big * math.sqrt(float(np.sum((dm / big) ** 2))) if big > 0 else 0.0
+    centred = 0.0
+    if r > 0:
+        ex = math.frexp(r)[1]
+        Xs, Ys = np.ldexp(Xc, -ex), np.ldexp(Yc, -ex)
+        M = np.sum((Xs[:, None, :] - Ys[None, :, :]) ** 2, axis=2)
+        val = float(ot.emd2(a, b, M, numItermax=max(100_000, 50 * M.size)))
+        centred = math.ldexp(math.sqrt(max(val, 0.0)), ex)
+    w2 = math.hypot(mean_part, centred)
+    rad = math.sqrt(Xc.shape[1]) * r
+    return w2, EXACT_ROUND_UNITS * float(np.finfo(float).eps) * (rad + mean_part)
 
 
 #: Entries of one cost block in the Sinkhorn passes: 1 MB blocks stay in cache (measured

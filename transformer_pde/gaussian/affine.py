@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import validation
 from ..attention import KINDS, Attention, AttentionParams
-from ..errors import ArgumentError
+from ..errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["affine_field", "moment_ode", "sinkhorn_cross_covariance"]
 
@@ -28,14 +28,14 @@ __all__ = ["affine_field", "moment_ode", "sinkhorn_cross_covariance"]
 # =========================================================================== validation
 def check_attention(att: Any) -> Attention:
     if not isinstance(att, Attention):
-        raise TypeError(f"att must be an Attention, got {type(att).__name__}")
+        raise ArgumentTypeError(f"att must be an Attention, got {type(att).__name__}")
     if not KINDS[att.kind].affine_on_gaussians:
-        raise ValueError(
+        raise ArgumentError(
             f"att.kind={att.kind!r} is not affine on Gaussian measures (Gaussians do not stay "
             "Gaussian); the Gaussian module supports "
             f"{sorted(k for k, v in KINDS.items() if v.affine_on_gaussians)}")
     if att.masked:
-        raise ValueError("att.masked=True is not supported by the Gaussian module: a masked "
+        raise ArgumentError("att.masked=True is not supported by the Gaussian module: a masked "
                          "flow acts on (position, x) measures; use the particle engine")
     if att.has_bias:
         # The field stays affine on Gaussians with biases (softmax: the tilt becomes
@@ -47,11 +47,27 @@ def check_attention(att: Any) -> Attention:
     return att
 
 
+#: Largest ``|mean|`` entry and ``|cov|`` entry the Gaussian module accepts: the moment
+#: equations form products of up to three moments (e.g. :math:`\alpha^\top\Sigma A\alpha`,
+#: :math:`\Sigma A \Sigma`), which stay below the float64 range (1.8e308) from here.
+MOMENT_MAX = 1e100
+
+
+def check_time(name: str, t: Any) -> float:
+    """A finite real time (bools, complex numbers, NaN and inf rejected)."""
+    return validation.scalar(name, t)
+
+
 def check_mean_cov(mean: Any, cov: Any, d: int, mname: str = "mean", cname: str = "cov",
                    batch: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Real finite mean(s) and covariance(s) under the package's one PSD rule
-    (:func:`transformer_pde.validation.covariance`); returns the symmetric part."""
+    (:func:`transformer_pde.validation.covariance`), entries at most :data:`MOMENT_MAX` in
+    magnitude; returns the symmetric part."""
     m = validation.finite_array(mname, mean)
+    if m.size and float(np.max(np.abs(m))) > MOMENT_MAX:
+        raise ArgumentError(f"{mname} must have entries of magnitude <= {MOMENT_MAX:g} (the "
+                            f"moment equations square it), got max |{mname}| = "
+                            f"{float(np.max(np.abs(m))):.3g}: rescale the problem")
     if batch:
         if m.ndim != 2 or m.shape[1] != d:
             raise ArgumentError(f"{mname} must have shape (B, d) = (B, {d}), got {m.shape}")
@@ -61,7 +77,12 @@ def check_mean_cov(mean: Any, cov: Any, d: int, mname: str = "mean", cname: str 
                                 f"got {c.shape}")
     elif m.shape != (d,):
         raise ArgumentError(f"{mname} must have shape (d,) = ({d},), got {m.shape}")
-    return m, validation.covariance(cname, cov, d, batch=batch)
+    c = validation.covariance(cname, cov, d, batch=batch)
+    if c.size and float(np.max(np.abs(c))) > MOMENT_MAX:
+        raise ArgumentError(f"{cname} must have entries of magnitude <= {MOMENT_MAX:g} (the "
+                            f"moment equations multiply it by itself), got max |{cname}| = "
+                            f"{float(np.max(np.abs(c))):.3g}: rescale the problem")
+    return m, c
 
 
 def psd_factor(cov: np.ndarray) -> np.ndarray:
@@ -218,7 +239,7 @@ def affine_field(att: Attention, mean: Any, cov: Any, t: float = 0.0
     cov : array_like, shape (d, d)
         Symmetric positive semi-definite (singular allowed).
     t : float
-        Time at which time-dependent parameters are evaluated.
+        Time at which time-dependent parameters are evaluated (finite).
 
     Returns
     -------
@@ -227,12 +248,14 @@ def affine_field(att: Attention, mean: Any, cov: Any, t: float = 0.0
 
     Raises
     ------
-    ValueError, TypeError
-        Non-affine kind (sigmoid/relu/exp), masked attention, wrong shapes, NaN,
-        non-symmetric or indefinite ``cov``.
+    ArgumentError, ArgumentTypeError
+        Non-affine kind (sigmoid/relu/exp), masked attention, wrong shapes or types, NaN or
+        inf, non-symmetric or indefinite ``cov``, entries of ``mean`` or ``cov`` above
+        :data:`MOMENT_MAX`, non-finite ``t``; a field that overflows.
     """
     att = check_attention(att)
     m, c = check_mean_cov(mean, cov, att.d)
+    t = check_time("t", t)
     pb = stack_params([att.at(t)])
     with np.errstate(over="ignore", invalid="ignore"):
         M, b = affine_batch(pb, m[None], c[None])
@@ -250,12 +273,23 @@ def moment_ode(att: Attention, mean: Any, cov: Any, t: float = 0.0
     For ``kind="linear"`` this is the closed form :math:`M = \beta V(\Sigma + \alpha\alpha^\top)A`,
     :math:`b = 0`, i.e. :math:`\alpha' = \beta V(\Sigma+\alpha\alpha^\top)A\alpha`; in 1-D with
     :math:`\alpha = 0`, :math:`\sigma' = 2\beta v a\sigma^2` (finite-time blow-up, see
-    :func:`exact_linear_1d`).  See :func:`affine_field` for every kind.
+    :func:`exact_linear_1d`).  See :func:`affine_field` for every kind, the arguments (``t``
+    finite) and the errors.
+
+    Returns
+    -------
+    dmean : ndarray (d,)
+    dcov : ndarray (d, d)
     """
     M, b = affine_field(att, mean, cov, t)
     m = np.asarray(mean, float)
     c = sym(np.asarray(cov, float))
-    return M @ m + b, M @ c + c @ M.T
+    dm, dc = M @ m + b, M @ c + c @ M.T
+    if not (np.all(np.isfinite(dm)) and np.all(np.isfinite(dc))):
+        raise ArgumentError("the moment equations overflow for this mean and cov (max |mean| "
+                            f"= {np.abs(m).max():.3g}, max |cov| = {np.abs(c).max():.3g}): "
+                            "rescale the problem")
+    return dm, dc
 
 
 def sinkhorn_cross_covariance(A: Any, cov: Any, eps: float = 1.0) -> np.ndarray:
@@ -265,12 +299,42 @@ def sinkhorn_cross_covariance(A: Any, cov: Any, eps: float = 1.0) -> np.ndarray:
     Computed as :math:`C = S M_0^\top` with :math:`M_0 = 2S^{1/2}(\varepsilon I + R')^{-1}S^{1/2}A`
     (see :func:`affine_field`); equal to the cross-covariance of ``docs/conventions.md``,
     :math:`C = 2 S^{1/2}(\varepsilon I + R)^{-1}S^{1/2}A^\top S`.  Include the temperature in ``A``.
+
+    Parameters
+    ----------
+    A : array_like (d, d)
+        Finite real matrix.
+    cov : array_like (d, d)
+        Symmetric positive semi-definite, entries at most :data:`MOMENT_MAX`.
+    eps : float
+        Entropic regularisation, finite and > 0.
+
+    Returns
+    -------
+    ndarray (d, d)
+
+    Raises
+    ------
+    ArgumentError, ArgumentTypeError
+        Naming the argument: wrong type or shape, NaN or inf, ``cov`` not PSD,
+        ``eps <= 0``; a result that overflows.
     """
-    A = np.asarray(A, float)
-    S = sym(np.asarray(cov, float))
+    eps = validation.positive("eps", eps)
+    A = validation.finite_array("A", A)
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise ArgumentError(f"A must be a square matrix, got shape {A.shape}")
+    S = check_mean_cov(np.zeros(A.shape[0]), cov, A.shape[0], "mean", "cov")[1]
     d = S.shape[0]
     one = np.ones(1)
-    M0, _ = head_affine("sinkhorn", A[None], np.eye(d)[None], np.eye(d)[None], one,
-                         np.array([float(eps)]), one, np.zeros((1, d)), S[None])
-    return S @ M0[0].T
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            M0, _ = head_affine("sinkhorn", A[None], np.eye(d)[None], np.eye(d)[None], one,
+                                np.array([float(eps)]), one, np.zeros((1, d)), S[None])
+            C = S @ M0[0].T
+    except np.linalg.LinAlgError:  # eigh of an overflowed matrix
+        C = np.full((d, d), np.nan)
+    if not np.all(np.isfinite(C)):
+        raise ArgumentError(f"the cross-covariance overflows (max |A| = {np.abs(A).max():.3g}, "
+                            f"max |cov| = {np.abs(S).max():.3g}, eps = {eps:.3g}): rescale")
+    return C
 

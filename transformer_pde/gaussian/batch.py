@@ -12,7 +12,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..attention import Attention
-from ..errors import ArgumentError, EarlyStopWarning
+from .. import validation
+from ..errors import ArgumentError, ArgumentTypeError, EarlyStopWarning
 from ..integrate.controller import PIController, initial_step
 from ..integrate.tableaux import DOPRI5
 from ..results import ResultKind, Status
@@ -22,7 +23,9 @@ from .system import (
     CLASSIFY_SIZE,
     CONVERGENCE_MODES,
     MomentSystem,
+    check_flag,
     check_solver_args,
+    check_t_eval,
     classify,
     conv_rates,
     converged_codes,
@@ -318,13 +321,15 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
     t_max, rtol, atol, blowup_threshold, converge_tol, convergence
         As in :func:`solve`.
     t_eval : array_like (T,), optional
-        Common output times; ``traj_means`` / ``traj_covs`` hold NaN after a member terminated.
+        Common output times (finite, strictly increasing, in ``[0, t_max]``);
+        ``traj_means`` / ``traj_covs`` hold NaN after a member terminated.
     max_steps : int
-        Step attempts per member of the explicit method, capped at 4000; a member that needs
+        Step attempts per member (>= 1) of the explicit method, capped at 4000; a member that needs
         more (typically a stiff one: a collapsing direction of :math:`\Sigma` decaying much
         faster than the rest evolves) is continued alone with the implicit Radau method
         (see :func:`solve`).
     use_numba : bool
+        (A bool: anything else raises :class:`~transformer_pde.errors.ArgumentTypeError`.)
         For ``softmax`` / ``linear`` with constant parameters, run the same per-member
         algorithm compiled with numba, with the 8th-order DOP853 pair instead of
         Dormand--Prince 5(4) (about 0.6x the right-hand-side evaluations at ``rtol = 1e-10``),
@@ -343,11 +348,20 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
     -----
     EarlyStopWarning
         Once per call, when members stopped before ``t_max`` for a reason other than
-        convergence (blow-up, budget), with the counts.
+        convergence (blow-up, budget, overflow: status ``"nonfinite"``), with the counts.
+
+    Raises
+    ------
+    ArgumentError, ArgumentTypeError
+        As :func:`solve` (``means0`` / ``covs0`` for ``mean0`` / ``cov0``), and for
+        ``use_numba`` not a bool or ``max_steps`` not an integer >= 1.
     """
     if isinstance(att, Attention):
         atts = [check_attention(att)]
     else:
+        if not isinstance(att, Sequence) or isinstance(att, (str, bytes)):
+            raise ArgumentTypeError("att must be an Attention or a sequence of them, got "
+                                    f"{type(att).__name__}")
         atts = [check_attention(a) for a in att]
         if not atts:
             raise ArgumentError("att must be an Attention or a non-empty sequence of them")
@@ -362,6 +376,9 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
     if len(atts) > 1 and len(atts) != B:
         raise ArgumentError(f"att has {len(atts)} members but means0 has {B}")
     check_solver_args(t_max, rtol, atol, blowup_threshold, converge_tol, convergence)
+    t_eval = check_t_eval(t_eval, float(t_max))
+    use_numba = check_flag("use_numba", use_numba)
+    max_steps = validation.integer("max_steps", max_steps, minimum=1)
     sysm = MomentSystem(atts, B)
     all_idx = np.arange(B)
     Y = sysm.pack(np.zeros(B), m0, psd_factor(c0), all_idx)

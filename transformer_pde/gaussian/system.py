@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from .. import validation
 from ..attention import Attention
-from ..errors import ArgumentError
+from ..errors import ArgumentError, ArgumentTypeError
 from ..integrate.breakpoints import jump_times, layer_tables
 from ..results import Status
 from .affine import ParamBatch, affine_batch, stack_params, sym
@@ -175,7 +177,8 @@ def classify(sysm: MomentSystem, Y: np.ndarray, idx: np.ndarray, converge_tol: f
 
     ``reason`` per member: 0 = ``t_max`` reached, 1 = size threshold, 2 = converged
     (relative criterion), 3 = step budget spent, 5 = converged (algebraic approach), 6 =
-    converged (absolute or trace criterion).  ``Yc``: for members with reason 1, the state
+    converged (absolute or trace criterion), 7 = the right-hand side overflowed (non-finite).
+    ``Yc``: for members with reason 1, the state
     continued past the drawing threshold (:data:`CLASSIFY_SIZE`), where the blow-up test,
     :math:`T^*` and the limit shape are measured (defaults to ``Y``); ``creason`` is how
     that continuation ended (codes as ``reason``; -1: not continued): a continuation that
@@ -281,6 +284,10 @@ def classify(sysm: MomentSystem, Y: np.ndarray, idx: np.ndarray, converge_tol: f
     for i in np.nonzero(reason == 6)[0]:
         status[i] = Status.CONVERGED
         msgs[i] = f"converged at t={t[i]:.6g} ({crit})"
+    for i in np.nonzero(reason == 7)[0]:
+        status[i] = Status.NONFINITE
+        msgs[i] = (f"the moment equations overflowed (a non-finite right-hand side) after "
+                   f"t={t[i]:.6g}; the last finite state is kept")
     for i in np.nonzero(reason == 3)[0]:
         status[i] = Status.MAX_STEPS
         msgs[i] = f"stopped at t={t[i]:.6g}: step budget spent"
@@ -369,10 +376,39 @@ def check_solver_args(t_max: float, rtol: float, atol: float, blowup_threshold: 
                       converge_tol: float, convergence: str = "auto") -> None:
     for n, v in (("t_max", t_max), ("rtol", rtol), ("atol", atol),
                  ("blowup_threshold", blowup_threshold), ("converge_tol", converge_tol)):
-        if not (isinstance(v, (int, float, np.floating, np.integer)) and np.isfinite(v) and v > 0):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.floating,
+                                                                   np.integer)):
+            raise ArgumentTypeError(f"{n} must be a real number, got {v!r:.60}")
+        if not (np.isfinite(v) and v > 0):
             raise ArgumentError(f"{n} must be a finite number > 0, got {v!r}")
     if rtol < 1e-14:
         raise ArgumentError(f"rtol must be >= 1e-14, got {rtol}")
-    if convergence not in CONVERGENCE_MODES:
+    if not isinstance(convergence, str) or convergence not in CONVERGENCE_MODES:
         raise ArgumentError(f"convergence must be one of {sorted(CONVERGENCE_MODES)}, "
                             f"got {convergence!r}")
+
+
+def check_t_eval(t_eval: Any, t_max: float) -> np.ndarray | None:
+    """``t_eval`` as a float array: 1-D (a scalar is one time), finite, real, strictly
+    increasing, in ``[0, t_max]`` (``None`` passes through)."""
+    if t_eval is None:
+        return None
+    te = validation.finite_array("t_eval", t_eval)
+    if te.ndim > 1:
+        raise ArgumentError(f"t_eval must be one-dimensional, got shape {te.shape}")
+    te = te.ravel()
+    if te.size > 1 and not np.all(np.diff(te) > 0):
+        i = int(np.argmin(np.diff(te) > 0))
+        raise ArgumentError(f"t_eval must be strictly increasing, got t_eval[{i}] = {te[i]!r} "
+                            f">= t_eval[{i + 1}] = {te[i + 1]!r}")
+    if te.size and (te[0] < 0 or te[-1] > t_max):
+        raise ArgumentError(f"t_eval must lie in [0, t_max] = [0, {t_max:g}], got "
+                            f"[{te[0]:g}, {te[-1]:g}]")
+    return te
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """A bool (Python or NumPy); anything else raises :class:`ArgumentTypeError`."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ArgumentTypeError(f"{name} must be a bool (True or False), got {value!r:.60}")
+    return bool(value)

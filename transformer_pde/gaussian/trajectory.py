@@ -19,6 +19,7 @@ from .system import (
     CLASSIFY_SIZE,
     MomentSystem,
     check_solver_args,
+    check_t_eval,
     classify,
     conv_rates,
     converged_codes,
@@ -137,8 +138,8 @@ def solve(att: Attention, mean0: Any, cov0: Any, *, t_max: float, rtol: float = 
         * ``"trace"``: :math:`\operatorname{tr}\Sigma <` ``converge_tol`` (the paper's
           ``tol_low``).
     t_eval : array_like, optional
-        Times at which to report the state (dense output, inverted in ``s``); by default the
-        accepted steps.
+        Times at which to report the state (dense output, inverted in ``s``): finite,
+        strictly increasing, in ``[0, t_max]``; by default the accepted steps.
 
     Returns
     -------
@@ -147,12 +148,24 @@ def solve(att: Attention, mean0: Any, cov0: Any, *, t_max: float, rtol: float = 
     Warns
     -----
     EarlyStopWarning
-        When the run stops before ``t_max`` for a reason other than convergence: blow-up, or
-        its step budget spent (status ``"max_steps"``).
+        When the run stops before ``t_max`` for a reason other than convergence: blow-up,
+        its step budget spent (status ``"max_steps"``), or an overflow of the moment
+        equations (status ``"nonfinite"``: e.g. a mean growing like :math:`e^{t}` past the
+        float range; the last finite state is kept).
+
+    Raises
+    ------
+    ArgumentError, ArgumentTypeError
+        Naming the argument: wrong types (bools for numbers included) or shapes, NaN or
+        inf, entries of ``mean0`` / ``cov0`` above
+        :data:`~transformer_pde.gaussian.affine.MOMENT_MAX` (their squares would leave the
+        float range), tolerances or ``t_max`` not > 0, ``t_eval`` not strictly
+        increasing in ``[0, t_max]``.
     """
     att = check_attention(att)
     m0, c0 = check_mean_cov(mean0, cov0, att.d, "mean0", "cov0")
     check_solver_args(t_max, rtol, atol, blowup_threshold, converge_tol, convergence)
+    t_eval = check_t_eval(t_eval, float(t_max))
     tr = solve_from_factor(att, 0.0, m0, psd_factor(c0), t_max=float(t_max), rtol=rtol,
                            atol=atol, blowup_threshold=blowup_threshold,
                            converge_tol=converge_tol, convergence=convergence, t_eval=t_eval)
@@ -198,6 +211,22 @@ def _conv_events(sysm: MomentSystem, atol: float, convergence: str, converge_tol
     return ev_conv, ev_alg, alg_hit
 
 
+class _NonFinite(Exception):
+    """The moment equations' right-hand side overflowed (internal)."""
+
+
+def _checked_rhs(sysm: MomentSystem, idx: np.ndarray):
+    """The right-hand side for ``solve_ivp``, raising :class:`_NonFinite` when it is not
+    finite (an overflow would otherwise shrink the step forever or fail obscurely)."""
+    def fun(_s, y):
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            f = sysm.rhs(y[None], idx)[0]
+        if not np.all(np.isfinite(f)):
+            raise _NonFinite
+        return f
+    return fun
+
+
 def _continue_past(sysm: MomentSystem, att: Attention, Y: np.ndarray, log_thr_c: float,
                    rtol: float, atol_vec: np.ndarray, method: str, atol: float,
                    convergence: str, converge_tol: float) -> tuple[np.ndarray, int]:
@@ -209,9 +238,7 @@ def _continue_past(sysm: MomentSystem, att: Attention, Y: np.ndarray, log_thr_c:
     tables = layer_tables(att)
     t0 = float(Y[0])
     stops = [*jump_times(tables, t0, math.inf).tolist(), math.inf]
-
-    def fun(_s, y):
-        return sysm.rhs(y[None], idx)[0]
+    fun = _checked_rhs(sysm, idx)
 
     def ev_size(_s, y):
         return float(sysm.log_size(y[None], idx)[0]) - log_thr_c
@@ -292,11 +319,12 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
     t_lo = t0
     Y = Y0
     alg = np.full((1, 4), np.inf)
-
-    def fun(_s, y):
-        return sysm.rhs(y[None], idx)[0]
+    fun = _checked_rhs(sysm, idx)
+    last = [Y0]   # the last finite state the events saw (accepted steps)
 
     def ev_size(_s, y):
+        if np.all(np.isfinite(y)):
+            last[0] = y.copy()
         return float(sysm.log_size(y[None], idx)[0]) - log_thr
     ev_size.terminal = True
     ev_size.direction = 1
@@ -337,8 +365,16 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
             events = [ev_size, ev_time, ev_conv, ev_budget, ev_alg]
             t_start = float(Y[0])
             # unbounded s-span: the events (size, t = stop, convergence) end each segment
-            sol = solve_ivp(fun, (s0, 1e300), Y, method=method, rtol=rtol, atol=atol_vec,
-                            events=events, dense_output=True)
+            try:
+                sol = solve_ivp(fun, (s0, 1e300), Y, method=method, rtol=rtol, atol=atol_vec,
+                                events=events, dense_output=True)
+            except _NonFinite:
+                sol = None
+            if sol is None:      # overflow: stop at the last finite accepted state
+                reason = 7
+                Y = last[0]
+                seg_y.append(Y[None])
+                break
             nfev += sol.nfev
             if sol.status == -1:
                 raise RuntimeError(f"solve_ivp failed: {sol.message}")
@@ -380,9 +416,12 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
     Yc = None
     creason = np.array([-1])
     if reason == 1 and log_thr_c > log_thr:
-        Yc_, creason[0] = _continue_past(sysm, att, Y.copy(), log_thr_c, rtol, atol_vec, method,
-                                         atol, convergence, converge_tol)
-        Yc = Yc_[None]
+        try:
+            Yc_, creason[0] = _continue_past(sysm, att, Y.copy(), log_thr_c, rtol, atol_vec,
+                                             method, atol, convergence, converge_tol)
+            Yc = Yc_[None]
+        except _NonFinite:
+            pass   # overflow while measuring: classified at the threshold itself
     status, Tstar, limit, msgs = classify(sysm, Y[None], idx, converge_tol,
                                           np.array([reason]), Yc, convergence, creason, log_thr)
     if reason == 3:

@@ -11,14 +11,16 @@ r"""Time integration: Butcher tableaux, Runge–Kutta steppers, step-size contro
 * :mod:`~transformer_pde.integrate.breakpoints` — jump times of piecewise-constant
   parameters (layer boundaries), which steps must not cross.
 * :mod:`~transformer_pde.integrate.loop` — the time loop with its options
-  (:class:`SaveAt`, :class:`Limits`, :class:`Monitor`).
+  (:class:`SaveAt`, :class:`Limits`, :class:`Monitor`) and its state (:class:`LoopState`).
+* :mod:`~transformer_pde.integrate.checkpoint` — versioned, checksummed checkpoint files
+  and the identity of a run they are compared by.
 """
 
 from __future__ import annotations
 
 from .breakpoints import is_jump, jump_times, layer_tables, next_jump
 from .controller import PIController, clip_step, initial_step
-from .loop import Limits, Monitor, SaveAt, TimeLoop
+from .loop import Limits, LoopState, Monitor, SaveAt, TimeLoop
 from .rk import array_namespace, error_norm, rk_attempt, rk_step
 from .solvers import (SOLVERS, AdamsBashforth, Dop853, Dopri5, EmbeddedRungeKutta, Euler,
                       ExplicitRungeKutta, Heun, ImplicitMidpoint, RK4, adams_bashforth_weights,
@@ -27,7 +29,7 @@ from .tableaux import CLASSICAL_RK4, DOP853, DOPRI5, EULER, HEUN, TABLEAUX, Butc
 
 __all__ = ["CLASSICAL_RK4", "DOP853", "DOPRI5", "EULER", "HEUN", "RK4", "SOLVERS", "TABLEAUX",
            "AdamsBashforth", "ButcherTableau", "Dop853", "Dopri5", "EmbeddedRungeKutta",
-           "Euler", "ExplicitRungeKutta", "Heun", "ImplicitMidpoint", "Limits", "Monitor",
-           "PIController", "SaveAt", "TimeLoop", "adams_bashforth_weights", "array_namespace",
+           "Euler", "ExplicitRungeKutta", "Heun", "ImplicitMidpoint", "Limits", "LoopState",
+           "Monitor", "PIController", "SaveAt", "TimeLoop", "adams_bashforth_weights", "array_namespace",
            "clip_step", "error_norm", "get_solver", "initial_step", "is_jump", "jump_times",
            "layer_tables", "next_jump", "rk_attempt", "rk_step"]

@@ -27,9 +27,9 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from ..validation import positive
 from .breakpoints import is_jump
 from .controller import clip_step
 
-__all__ = ["Limits", "Monitor", "Progress", "SaveAt", "TimeLoop", "n_fixed_steps"]
+__all__ = ["LoopState", "Limits", "Monitor", "Progress", "SaveAt", "TimeLoop", "n_fixed_steps"]
 
 logger = logging.getLogger("transformer_pde.integrate")
 
@@ -164,7 +164,13 @@ class Monitor:
     checkpoint : str or Path, optional
         File to which the whole state of the run (time, tokens, saved states, solver
         history, Sinkhorn warm starts, counters) is written every ``checkpoint_every``
-        seconds (atomically: a temporary file renamed over it).
+        seconds and at the end of a finished run (atomically: a temporary file renamed
+        over it; format in :mod:`~.checkpoint`).  The path is checked before the first
+        step: its folder must exist and accept new files, and it must not be a folder, a
+        device or another special file, nor an existing file other than a checkpoint
+        (never overwritten).  A write that fails during the run (full disk, folder
+        removed) issues a :class:`~transformer_pde.errors.CheckpointWarning` and the run
+        goes on.
     checkpoint_every : float, default 60.0
         Seconds between checkpoints.
     resume : bool, default False
@@ -173,9 +179,12 @@ class Monitor:
         the saved states, the counters, the solver's history (Adams–Bashforth), the
         step-size controller and the Sinkhorn warm starts; only the progress bar and the
         checkpoint timer start again.  The file must come from the same problem
-        (attention, tokens, solver, times, saving, block, field options), which is
-        checked.  A finished run also writes its final checkpoint, so resuming it
-        returns at once.
+        (attention, tokens, solver, times, saving, block, field options; callables of
+        time by their values where the checkpointed part of the run used them), else
+        :class:`~transformer_pde.errors.CheckpointError` names what differs; a file that
+        was edited, truncated or corrupted is an
+        :class:`~transformer_pde.errors.IntegrityError`.  A finished run also writes its
+        final checkpoint, so resuming it returns at once.
 
     Notes
     -----
@@ -244,6 +253,110 @@ class Progress:
 
 
 # ------------------------------------------------------------------ the loop
+def _opt_int(name: str, value: Any) -> int | None:
+    return None if value is None else _req_int(name, value)
+
+
+def _req_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"loop state {name!r} must be an integer, got {value!r}")
+    return int(value)
+
+
+def _req_float(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"loop state {name!r} must be a real number, got {value!r}")
+    return float(value)
+
+
+@dataclass
+class LoopState:
+    r"""Where a :class:`TimeLoop` run stands: everything needed to continue it exactly.
+
+    Attributes
+    ----------
+    t : float
+        Current time.
+    y : array (backend)
+        Current state.
+    n_steps, n_rejected : int
+        Attempted steps so far, and rejected ones (adaptive solvers).
+    stop : int
+        Index of the segment being integrated (see the module docstring).
+    seg_left : int or None
+        Fixed steps left in that segment (``None``: not yet decided).
+    step_idx : int
+        Fixed steps taken so far (for ``SaveAt(every=k)``).
+    h : float
+        Next trial step (adaptive solvers).
+    fy : array (backend) or None
+        Field at ``(t, y)`` (first-same-as-last), ``None`` until evaluated.
+    ctrl_prev : float
+        The step-size controller's memory (previous error).
+    save_k : int
+        Index of the next save time of the adaptive grid.
+    done : bool
+        The run reached ``t_max``.
+    """
+
+    #: version of the plain data of :meth:`get_state`
+    VERSION: ClassVar[int] = 1
+
+    t: float = 0.0
+    y: Any = None
+    n_steps: int = 0
+    n_rejected: int = 0
+    stop: int = 0
+    seg_left: int | None = None
+    step_idx: int = 0
+    h: float = 0.0
+    fy: Any = None
+    ctrl_prev: float = 1.0
+    save_k: int = 1
+    done: bool = False
+
+    def get_state(self) -> dict[str, Any]:
+        """Plain data (floats, ints, bools, arrays) with a ``"version"`` key; the arrays are
+        the state's own (not copies)."""
+        out: dict[str, Any] = {"version": self.VERSION}
+        out.update({f.name: getattr(self, f.name) for f in fields(self)})
+        return out
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state`'s data.
+
+        Raises
+        ------
+        ValueError
+            An unknown version, a missing or unknown key, or a value of the wrong type
+            (the message names the key)."""
+        if not isinstance(state, dict) or state.get("version") != self.VERSION:
+            got = state.get("version") if isinstance(state, dict) else state
+            raise ValueError(f"loop state version {got!r} is not supported (expected "
+                             f"{self.VERSION})")
+        names = {f.name for f in fields(self)}
+        keys = set(state) - {"version"}
+        if keys != names:
+            raise ValueError(f"loop state keys differ: missing {sorted(names - keys)}, "
+                             f"unknown {sorted(keys - names)}")
+        if not isinstance(state["done"], (bool, np.bool_)):
+            raise ValueError(f"loop state 'done' must be a bool, got {state['done']!r}")
+        self.t = _req_float("t", state["t"])
+        self.h = _req_float("h", state["h"])
+        self.ctrl_prev = _req_float("ctrl_prev", state["ctrl_prev"])
+        for name in ("n_steps", "n_rejected", "stop", "step_idx", "save_k"):
+            setattr(self, name, _req_int(name, state[name]))
+        self.seg_left = _opt_int("seg_left", state["seg_left"])
+        self.y, self.fy, self.done = state["y"], state["fy"], bool(state["done"])
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> "LoopState":
+        """A new :class:`LoopState` from :meth:`get_state`'s data (see :meth:`set_state`)."""
+        out = cls()
+        out.set_state(state)
+        return out
+
+
 class TimeLoop:
     r"""Advance a state with a solver, saving, stopping on events, reporting.
 
@@ -265,14 +378,14 @@ class TimeLoop:
     save : callable ``save(t, y)``
         Called at every save time with the (backend) state.
     progress : _Progress-like object with ``update(t)``
-    checkpoint : callable ``checkpoint(loop_state) -> None``, optional
+    checkpoint : callable ``checkpoint(loop_state: LoopState) -> None``, optional
         Called every ``checkpoint_every`` seconds after an accepted step.
     """
 
     def __init__(self, solver: Any, field: Callable[..., Any], *, t_max: float, dt: float,
                  saveat: SaveAt, limits: Limits, tables: Sequence[Any], xp: Any,
                  save: Callable[[float, Any], None], progress: Any = None,
-                 checkpoint: Callable[[dict], None] | None = None,
+                 checkpoint: Callable[[LoopState], None] | None = None,
                  checkpoint_every: float = 60.0):
         self.solver, self.field = solver, field
         self.t_max, self.dt = float(t_max), float(dt)
@@ -343,23 +456,22 @@ class TimeLoop:
         self._save(t, y)
         self.last_saved = t
 
-    def initial_state(self, y0: Any) -> dict:
+    def initial_state(self, y0: Any) -> LoopState:
         """The loop state at ``t = 0`` (what a checkpoint stores)."""
-        return {"t": 0.0, "y": y0, "n_steps": 0, "n_rejected": 0, "stop": 0,
-                "seg_left": None, "step_idx": 0, "h": self.dt, "fy": None, "ctrl_prev": 1.0,
-                "save_k": 1, "done": False}
+        return LoopState(t=0.0, y=y0, h=self.dt)
 
     # .................................................................. run
-    def run(self, state: dict) -> tuple[Status, str, dict]:
+    def run(self, state: LoopState) -> tuple[Status, str, LoopState]:
         """Run from ``state`` (see :meth:`initial_state`) to the end.
 
-        Returns ``(status, message, state)``.  ``KeyboardInterrupt`` ends the run with
+        ``state`` itself is not changed: the run advances a copy.  Returns
+        ``(status, message, state)``.  ``KeyboardInterrupt`` ends the run with
         status ``interrupted`` (the states saved so far are kept); failures of an inner
         solve or of a user callable end it with ``failed``."""
-        st = dict(state)
+        st = replace(state)
         self._last_ckpt = time.monotonic()
-        if st.get("done"):   # a finished run (resumed from its final checkpoint)
-            return Status.OK, f"reached t_max={self.t_max:g} in {st['n_steps']} steps", st
+        if st.done:   # a finished run (resumed from its final checkpoint)
+            return Status.OK, f"reached t_max={self.t_max:g} in {st.n_steps} steps", st
         try:
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                 if self.adaptive:
@@ -368,21 +480,21 @@ class TimeLoop:
                     status, msg = self._run_fixed(st)
         except KeyboardInterrupt:
             status, msg = Status.INTERRUPTED, (
-                f"interrupted by the user (KeyboardInterrupt) at t={st['t']:.6g}; the "
+                f"interrupted by the user (KeyboardInterrupt) at t={st.t:.6g}; the "
                 f"states saved up to t={self.last_saved:.6g} are kept")
         except (SinkhornNotConverged, SolverNotConverged) as exc:
             status, msg = Status.FAILED, str(exc)
         except Exception as exc:  # noqa: BLE001 - a user callable (parameter, fn) went bad mid-run
             status, msg = Status.FAILED, (
-                f"{type(exc).__name__} in the step from t={st['t']:.6g}: {exc}; the states "
+                f"{type(exc).__name__} in the step from t={st.t:.6g}: {exc}; the states "
                 f"saved up to t={self.last_saved:.6g} are kept")
             self.exception = exc
         if status == Status.OK:
-            st["done"] = True
-            msg = f"reached t_max={self.t_max:g} in {st['n_steps']} steps"
+            st.done = True
+            msg = f"reached t_max={self.t_max:g} in {st.n_steps} steps"
         return status, msg, st
 
-    def _maybe_checkpoint(self, st: dict) -> None:
+    def _maybe_checkpoint(self, st: LoopState) -> None:
         if self.checkpoint_fn is None:
             return
         now = time.monotonic()
@@ -390,39 +502,39 @@ class TimeLoop:
             self.checkpoint_fn(st)
             self._last_ckpt = time.monotonic()
 
-    def _budget(self, st: dict) -> tuple[Status, str]:
+    def _budget(self, st: LoopState) -> tuple[Status, str]:
         return Status.MAX_STEPS, (f"max_steps={self.limits.max_steps} reached at "
-                                  f"t={st['t']:.6g} before t_max={self.t_max:g}")
+                                  f"t={st.t:.6g} before t_max={self.t_max:g}")
 
-    def _run_fixed(self, st: dict) -> tuple[Status, str]:
+    def _run_fixed(self, st: LoopState) -> tuple[Status, str]:
         solver, dt = self.solver, self.dt
         every = self.saveat.every
         multistep = getattr(solver, "multistep", False)
         nstops = len(self.stops)
-        while st["stop"] < nstops:
-            stop = self.stops[st["stop"]]
-            if st["seg_left"] is None:
-                st["seg_left"] = n_fixed_steps(stop - st["t"], dt)
-            while st["seg_left"] > 0:
-                t, y = st["t"], st["y"]
-                last = st["seg_left"] == 1
+        while st.stop < nstops:
+            stop = self.stops[st.stop]
+            if st.seg_left is None:
+                st.seg_left = n_fixed_steps(stop - st.t, dt)
+            while st.seg_left > 0:
+                t, y = st.t, st.y
+                last = st.seg_left == 1
                 h = min(dt, stop - t)
                 self._step_end = t + h
                 self._stage = 0
                 y_new = solver.step(self._f, t, y, h)
-                st["n_steps"] += 1
+                st.n_steps += 1
                 t_new = stop if last else t + h
                 bad, msg = self._check(y_new, t, t_new)
                 if bad == Status.NONFINITE:
                     return bad, msg
-                st["y"], st["t"] = y_new, t_new
-                st["seg_left"] -= 1
-                st["step_idx"] += 1
+                st.y, st.t = y_new, t_new
+                st.seg_left -= 1
+                st.step_idx += 1
                 if multistep and is_jump(self.tables, t_new):
                     solver.reset()  # multistep history must not reach across a jump
-                end = last and st["stop"] == nstops - 1
+                end = last and st.stop == nstops - 1
                 if self._save_at_stop is None:
-                    do_save = st["step_idx"] % every == 0 or end
+                    do_save = st.step_idx % every == 0 or end
                 else:
                     do_save = last and t_new in self._save_at_stop
                 if bad == Status.BLOWUP or do_save:
@@ -431,48 +543,48 @@ class TimeLoop:
                     self.progress.update(t_new)
                 if bad == Status.BLOWUP:
                     return bad, msg
-                if st["n_steps"] >= self.limits.max_steps and not end:
+                if st.n_steps >= self.limits.max_steps and not end:
                     return self._budget(st)
                 self._maybe_checkpoint(st)
-            st["stop"] += 1
-            st["seg_left"] = None
+            st.stop += 1
+            st.seg_left = None
         return Status.OK, ""
 
-    def _save_time(self, st: dict) -> tuple[float, bool]:
+    def _save_time(self, st: LoopState) -> tuple[float, bool]:
         """Next save time of the adaptive grid and whether it is the final one."""
         if self.saveat.ts is not None:
-            k = st["stop"]
+            k = st.stop
             return self.stops[k], k == len(self.stops) - 1
         n = n_fixed_steps(self.t_max, self.dt * self.saveat.every)
-        k = st["save_k"]
+        k = st.save_k
         if k >= n:
             return self.t_max, True
         return min(k * (self.dt * self.saveat.every), self.t_max), False
 
-    def _run_adaptive(self, st: dict) -> tuple[Status, str]:
+    def _run_adaptive(self, st: LoopState) -> tuple[Status, str]:
         solver = self.solver
         ctrl = solver.controller()
-        ctrl.prev = st["ctrl_prev"]
+        ctrl.prev = st.ctrl_prev
         self._stage = None
         self._step_end = math.inf
-        if st["fy"] is None:
-            st["fy"] = self._f(st["t"], st["y"])
+        if st.fy is None:
+            st.fy = self._f(st.t, st.y)
         while True:
             t_save, final = self._save_time(st)
-            while st["t"] < t_save:
-                t, y, h = st["t"], st["y"], st["h"]
+            while st.t < t_save:
+                t, y, h = st.t, st.y, st.h
                 h_try = clip_step(t, h, t_save, self.tables)
                 self._step_end = t + h_try
-                y_new, err, f_new = solver.attempt(self._f, t, y, h_try, st["fy"])
+                y_new, err, f_new = solver.attempt(self._f, t, y, h_try, st.fy)
                 self._step_end = math.inf
-                st["n_steps"] += 1
-                if st["n_steps"] >= self.limits.max_steps:
+                st.n_steps += 1
+                if st.n_steps >= self.limits.max_steps:
                     return self._budget(st)
                 if not (err <= 1.0):
-                    st["n_rejected"] += 1
-                    st["h"] = h_try * ctrl.factor(err, False)
-                    st["ctrl_prev"] = ctrl.prev
-                    if st["h"] < max(1e-12 * self.dt, 8 * np.finfo(float).eps * abs(t)):
+                    st.n_rejected += 1
+                    st.h = h_try * ctrl.factor(err, False)
+                    st.ctrl_prev = ctrl.prev
+                    if st.h < max(1e-12 * self.dt, 8 * np.finfo(float).eps * abs(t)):
                         return Status.NONFINITE, (
                             f"step size underflow at t={t:.6g} (error {err:.3g}); the flow is "
                             "likely blowing up")
@@ -481,31 +593,31 @@ class TimeLoop:
                 t_new = t_save if landed else t + h_try
                 bad, msg = self._check(y_new, t, t_new)
                 if bad == Status.NONFINITE:
-                    st["n_rejected"] += 1
-                    st["h"] = h_try * 0.2
+                    st.n_rejected += 1
+                    st.h = h_try * 0.2
                     continue
                 h_next = h_try * ctrl.factor(err, True)
-                st["ctrl_prev"] = ctrl.prev
+                st.ctrl_prev = ctrl.prev
                 # keep the controller's step when the save point clipped it
-                st["h"] = max(h_next, h) if h_try < h else h_next
-                st["y"], st["t"], st["fy"] = y_new, t_new, f_new
+                st.h = max(h_next, h) if h_try < h else h_next
+                st.y, st.t, st.fy = y_new, t_new, f_new
                 if is_jump(self.tables, t_new):
                     # first-same-as-last would reuse the left limit of the old layer's
                     # parameters: evaluate the new layer's field instead
-                    st["fy"] = self._f(t_new, y_new)
+                    st.fy = self._f(t_new, y_new)
                 if self.progress is not None:
                     self.progress.update(t_new)
                 if bad == Status.BLOWUP:
                     self.save(t_new, y_new)
                     return bad, msg
-                if st["t"] < t_save:
+                if st.t < t_save:
                     self._maybe_checkpoint(st)
-            if self._save_at_stop is None or st["t"] in self._save_at_stop:
-                self.save(st["t"], st["y"])
+            if self._save_at_stop is None or st.t in self._save_at_stop:
+                self.save(st.t, st.y)
             if self.saveat.ts is not None:
-                st["stop"] += 1
+                st.stop += 1
             else:
-                st["save_k"] += 1
+                st.save_k += 1
             if final:
                 return Status.OK, ""
             self._maybe_checkpoint(st)

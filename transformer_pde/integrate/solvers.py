@@ -17,6 +17,7 @@ The explicit Runge–Kutta methods are all the one stepper of :mod:`~.rk` driven
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from typing import Any
@@ -30,9 +31,23 @@ from .tableaux import CLASSICAL_RK4, DOP853, DOPRI5, EULER, HEUN, ButcherTableau
 
 __all__ = ["SOLVERS", "AdamsBashforth", "Dop853", "Dopri5", "EmbeddedRungeKutta", "Euler",
            "ExplicitRungeKutta", "Heun", "ImplicitMidpoint", "RK4", "SolverNotConverged",
-           "adams_bashforth_weights", "get_solver"]
+           "STATE_VERSION", "adams_bashforth_weights", "get_solver"]
 
 Field = Callable[[float, Any], Any]
+
+#: version of the plain data returned by the solvers' ``get_state()``
+STATE_VERSION = 1
+
+
+def _check_state(solver: Any, state: Any, keys: tuple[str, ...]) -> None:
+    """Refuse solver state data of another version or with other keys."""
+    if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+        got = state.get("version") if isinstance(state, dict) else type(state).__name__
+        raise ValueError(f"{solver!r}: solver state version {got!r} is not supported "
+                         f"(expected {STATE_VERSION})")
+    if set(state) != {"version", *keys}:
+        raise ValueError(f"{solver!r}: solver state has keys {sorted(state)}, expected "
+                         f"{sorted({'version', *keys})}")
 
 
 def _real(name: str, value: Any, *, positive: bool = True) -> float:
@@ -75,12 +90,14 @@ class ExplicitRungeKutta:
         """One step of size ``h`` from ``(t, y)``."""
         return rk_step(self.tableau, f, t, y, h)
 
-    def get_state(self) -> dict:
-        """What a checkpoint must keep (nothing for one-step methods)."""
-        return {}
+    def get_state(self) -> dict[str, Any]:
+        """What a checkpoint must keep: plain data with a ``"version"`` (no history for
+        one-step methods)."""
+        return {"version": STATE_VERSION}
 
-    def set_state(self, state: dict) -> None:
-        """Restore :meth:`get_state`."""
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state` (``ValueError`` on data of another version)."""
+        _check_state(self, state, ())
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -155,11 +172,14 @@ class EmbeddedRungeKutta:
         """Trial step: ``(y_new, err, f_new)`` (see :func:`~.rk.rk_attempt`)."""
         return rk_attempt(self.tableau, f, t, y, h, fy, self.rtol, self.atol)
 
-    def get_state(self) -> dict:
-        return {}
+    def get_state(self) -> dict[str, Any]:
+        """What a checkpoint must keep: plain data with a ``"version"`` (no history; the
+        step-size controller's memory is part of the loop state)."""
+        return {"version": STATE_VERSION}
 
-    def set_state(self, state: dict) -> None:
-        pass
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state` (``ValueError`` on data of another version)."""
+        _check_state(self, state, ())
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rtol={self.rtol:g}, atol={self.atol:g})"
@@ -258,11 +278,18 @@ class AdamsBashforth:
         self._t_next = t + h
         return y_new
 
-    def get_state(self) -> dict:
-        """The history (field values, step sizes, next time) for a checkpoint."""
-        return {"fs": list(self._fs), "hs": list(self._hs), "t_next": self._t_next}
+    def get_state(self) -> dict[str, Any]:
+        """The history for a checkpoint: ``fs`` (field values, newest first, backend
+        arrays), ``hs`` (step sizes), ``t_next`` (float or ``None``) and ``"version"``."""
+        return {"version": STATE_VERSION, "fs": list(self._fs), "hs": list(self._hs),
+                "t_next": self._t_next}
 
-    def set_state(self, state: dict) -> None:
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state` (``ValueError`` on data of another version)."""
+        _check_state(self, state, ("fs", "hs", "t_next"))
+        if len(state["fs"]) > self.k or len(state["hs"]) > self.k:
+            raise ValueError(f"{self!r}: a history of {len(state['fs'])} field values and "
+                             f"{len(state['hs'])} steps is longer than k={self.k}")
         self._fs = list(state["fs"])
         self._hs = [float(h) for h in state["hs"]]
         self._t_next = None if state["t_next"] is None else float(state["t_next"])
@@ -326,10 +353,13 @@ class ImplicitMidpoint:
             f"h={h:.3g}: last update {err:.3g} after {it} iterations (tol={self.tol:g}); "
             "reduce dt (the iteration contracts when h * Lipschitz / 2 < 1)")
 
-    def get_state(self) -> dict:
-        return {"iterations": list(self.iterations)}
+    def get_state(self) -> dict[str, Any]:
+        """The fixed-point iteration counts so far (and ``"version"``), for a checkpoint."""
+        return {"version": STATE_VERSION, "iterations": list(self.iterations)}
 
-    def set_state(self, state: dict) -> None:
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state` (``ValueError`` on data of another version)."""
+        _check_state(self, state, ("iterations",))
         self.iterations = [int(i) for i in state["iterations"]]
 
     def __repr__(self) -> str:
@@ -351,23 +381,36 @@ SOLVERS: dict[str, Callable[[], Any]] = {
 
 
 def get_solver(solver: Any, name: str = "solver") -> Any:
-    """A solver from its name (:data:`SOLVERS`, default options) or a solver object as is.
+    """A solver from its name (:data:`SOLVERS`, default options) or a copy of a solver object.
+
+    A solver object carries the history of the run it integrates (Adams–Bashforth field
+    values, iteration counts), so every run gets its own deep copy: one object may be
+    passed to many runs, also concurrently from several threads, and is never changed.
 
     Raises
     ------
     ArgumentError
         Unknown name.
     ArgumentTypeError
-        Neither a name nor an object with ``step`` or ``attempt``."""
+        A solver class instead of an instance (``RK4`` for ``RK4()``), or neither a name
+        nor an object with ``step`` or ``attempt``."""
     if isinstance(solver, str):
         if solver not in SOLVERS:
             raise ArgumentError(f"{name} must be one of {sorted(SOLVERS)} or a solver object "
                                 f"(e.g. Dopri5(rtol=1e-8)), got {solver!r}")
         return SOLVERS[solver]()
-    if getattr(solver, "adaptive", False) and hasattr(solver, "attempt"):
-        return solver
-    if not getattr(solver, "adaptive", True) and hasattr(solver, "step"):
-        return solver
+    if isinstance(solver, type):
+        raise ArgumentTypeError(
+            f"{name} must be a solver name or a solver object, got the class "
+            f"{solver.__qualname__}; pass an instance such as {solver.__qualname__}()")
+    if (getattr(solver, "adaptive", False) and hasattr(solver, "attempt")) or \
+            (not getattr(solver, "adaptive", True) and hasattr(solver, "step")):
+        try:
+            return copy.deepcopy(solver)
+        except Exception as exc:  # noqa: BLE001 - any failure of a user object's copy
+            raise ArgumentTypeError(
+                f"{name}: the solver object {type(solver).__name__} cannot be copied "
+                f"({type(exc).__name__}: {exc}); every run works on its own copy") from None
     raise ArgumentTypeError(
         f"{name} must be a solver name ({', '.join(sorted(SOLVERS))}) or a solver object "
         f"with step() or attempt(), got {type(solver).__name__}")

@@ -1,4 +1,12 @@
-r"""Rank histograms of the limit covariance over random draws."""
+r"""Rank histograms of the limit covariance over random draws.
+
+The draws are solved with one BLAS thread
+(:func:`~transformer_pde.paper.threads.single_blas_thread`): a draw's status
+(``blowup`` or ``diverging``) is decided by thresholds on measured quantities, and a
+multi-threaded BLAS may round them differently with the number of threads, so the numbers
+of a study would depend on where it ran (a Dask worker has one BLAS thread, the command's
+own process as many as cores).  With one thread they are the same everywhere.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +17,7 @@ import numpy as np
 
 from .paths import STATUS_COLOURS
 from .scalings import paper_attention
+from .threads import single_blas_thread
 
 __all__ = ["RankSweep", "rank_figure", "rank_sweep", "rank_sweep_trials"]
 
@@ -94,11 +103,30 @@ def rank_sweep_trials(kind: str, d: int, trials: Sequence[int], *, value: str = 
     (per-member steps and events), so a study can compute the draws in any grouping and
     order (this is what the ``ranks`` command's cells do).
 
+    The draws are solved with one BLAS thread
+(:func:`~transformer_pde.paper.threads.single_blas_thread`), so the result
+    does not depend on the thread count of the process (the command's own, or a Dask
+    worker's).
+
     Returns
     -------
     ranks : ndarray of int, status : ndarray of str
         One entry per element of ``trials``.
     """
+    with single_blas_thread():
+        return _rank_sweep_trials(kind, d, trials, value=value, draws=draws, seed=seed,
+                                  t_max=t_max, blowup_threshold=blowup_threshold, rtol=rtol,
+                                  solver_rtol=solver_rtol, solver_atol=solver_atol,
+                                  max_steps=max_steps, distribution=distribution,
+                                  threshold=threshold, converge_tol=converge_tol,
+                                  max_redraws=max_redraws)
+
+
+def _rank_sweep_trials(kind: str, d: int, trials: Sequence[int], *, value: str, draws: int,
+                       seed: int, t_max: float, blowup_threshold: float, rtol: float,
+                       solver_rtol: float, solver_atol: float, max_steps: int,
+                       distribution: str, threshold: float, converge_tol: float,
+                       max_redraws: int) -> tuple[np.ndarray, np.ndarray]:
     from .. import gaussian  # noqa: PLC0415
     from ..diagnostics import numerical_rank  # noqa: PLC0415
     from .rankstudy import paper_rank_study  # noqa: PLC0415

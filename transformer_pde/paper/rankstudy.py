@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from .euler import euler_reference
+from .threads import single_blas_thread
 from .scalings import paper_attention
 
 __all__ = [
@@ -242,7 +243,21 @@ def paper_rank_study(kind: str, d: int, value: str = "identity", *, trials: int 
     Returns
     -------
     RankStudyResult
+        Computed with one BLAS thread
+        (:func:`~transformer_pde.paper.threads.single_blas_thread`), so that it does not
+        depend on the thread count of the process.
     """
+    with single_blas_thread():  # numbers independent of the BLAS thread count
+        return _paper_rank_study(kind, d, value, trials=trials, seed=seed, threshold=threshold,
+                                 converge_tol=converge_tol, t_max=t_max,
+                                 max_redraws=max_redraws, euler=euler, rtol=rtol, atol=atol,
+                                 indices=indices)
+
+
+def _paper_rank_study(kind: str, d: int, value: str, *, trials: int, seed: int,
+                      threshold: float, converge_tol: float, t_max: float, max_redraws: int,
+                      euler: dict | None, rtol: float, atol: float,
+                      indices: Any) -> RankStudyResult:
     from .. import gaussian  # noqa: PLC0415
 
     _check(kind, d, value, "paper")

@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -25,15 +26,21 @@ import numpy as np
 from ..errors import ArgumentError, ArgumentTypeError, TransformerPDEError, TransformerPDEWarning
 from .store import ResultStore, StoreError
 from .cells import STATUS_CODES
-from .study import DONE, FAILED, Output, Study, run_cell, run_cells
+from .study import DONE, FAILED, Output, Study, cell_name, run_cell, run_cells
 
-__all__ = ["run", "SchedulerError", "CellFailureWarning", "summary"]
+__all__ = ["run", "SchedulerError", "SchedulerArgumentError", "CellFailureWarning",
+           "check_scheduler", "summary", "CONNECT_TIMEOUT"]
 
 logger = logging.getLogger(__name__)
 
 
 class SchedulerError(TransformerPDEError):
     """The Dask scheduler could not be reached or the cluster could not be started."""
+
+
+class SchedulerArgumentError(SchedulerError, ArgumentError):
+    """A scheduler address or scheduler file that cannot be used (checked before any
+    connection is tried); the message names the argument."""
 
 
 class CellFailureWarning(TransformerPDEWarning):
@@ -56,6 +63,84 @@ _EMBEDDED_CLUSTER_CONFIG: dict[str, Any] = {
     "distributed.admin.system-monitor.interval": "5s",
     "distributed.worker.memory.monitor-interval": "2s",
 }
+
+
+#: seconds to wait for an existing Dask scheduler to answer before giving up
+CONNECT_TIMEOUT = 10.0
+
+#: ``[scheme://]host:port`` of a Dask scheduler (``inproc://`` addresses are taken as they are)
+_ADDRESS_RE = re.compile(r"^(?:(?P<scheme>tcp|tls|ws|wss|ucx)://)?"
+                         r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?)"
+                         r":(?P<port>[0-9]{1,5})/?$")
+_ADDRESS_EXAMPLE = "an address such as tcp://10.0.0.5:8786 ([tcp://]host:port)"
+#: the largest scheduler file read (the files Dask writes are a few hundred bytes)
+_SCHEDULER_FILE_MAX = 1 << 20
+
+
+def _check_address(address: str, name: str) -> None:
+    if address.startswith("inproc://"):
+        return
+    m = _ADDRESS_RE.match(address)
+    if m is None or not 0 < int(m.group("port")) < 65536:
+        raise SchedulerArgumentError(f"{name} {address!r}: expected 'serial' or {_ADDRESS_EXAMPLE}")
+
+
+def check_scheduler(scheduler: Any = None, scheduler_file: str | Path | None = None, *,
+                    names: tuple[str, str] = ("scheduler", "scheduler_file")) -> None:
+    """Check ``scheduler`` and ``scheduler_file`` as :func:`run` takes them, before any
+    connection is tried.
+
+    ``scheduler`` must be None, ``"serial"``, a ``distributed.Client`` or an address
+    ``[scheme://]host:port`` (scheme ``tcp``, ``tls``, ``ws``, ``wss``, ``ucx``; or an
+    ``inproc://`` address); ``scheduler_file`` must be a readable file holding the JSON
+    object that ``dask scheduler --scheduler-file`` writes, whose ``address`` is such an
+    address.  ``names`` are the names used in the messages (the CLI passes its options).
+
+    Raises
+    ------
+    SchedulerArgumentError
+        (an :class:`~transformer_pde.errors.ArgumentError` and a :class:`SchedulerError`)
+        The message names the argument and says what is wrong.
+    ArgumentTypeError
+        ``scheduler`` is neither a string nor a client.
+    """
+    sname, fname = names
+    if isinstance(scheduler, str):
+        if scheduler != "serial":
+            _check_address(scheduler, sname)
+    elif scheduler is not None and not hasattr(scheduler, "submit"):
+        raise ArgumentTypeError(f"{sname} must be None, 'serial', an address or a "
+                                f"distributed.Client, got {type(scheduler).__name__}")
+    if scheduler_file is None:
+        return
+    path = Path(scheduler_file)
+    if not path.exists():
+        raise SchedulerArgumentError(f"{fname} {path}: does not exist")
+    if not path.is_file():
+        raise SchedulerArgumentError(f"{fname} {path}: is not a regular file")
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(_SCHEDULER_FILE_MAX + 1)
+    except OSError as exc:
+        raise SchedulerArgumentError(f"{fname} {path}: cannot be read ({exc.strerror or exc})") from None
+    if len(raw) > _SCHEDULER_FILE_MAX:
+        raise SchedulerArgumentError(f"{fname} {path}: too large for a Dask scheduler file")
+    try:
+        info = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise SchedulerArgumentError(f"{fname} {path}: not a Dask scheduler file (not text)") from None
+    except json.JSONDecodeError as exc:
+        raise SchedulerArgumentError(f"{fname} {path}: not a Dask scheduler file (not JSON: {exc.msg} "
+                            f"at line {exc.lineno})") from None
+    address = info.get("address") if isinstance(info, dict) else None
+    if not isinstance(address, str):
+        raise SchedulerArgumentError(f"{fname} {path}: not a Dask scheduler file (no \"address\" "
+                            "string in its JSON object)")
+    if not address.startswith("inproc://"):
+        m = _ADDRESS_RE.match(address)
+        if m is None or not 0 < int(m.group("port")) < 65536:
+            raise SchedulerArgumentError(f"{fname} {path}: its address {address!r} is not "
+                                f"{_ADDRESS_EXAMPLE}")
 
 
 @dataclass
@@ -83,14 +168,15 @@ def _connect(scheduler: Any, workers: int | None, scheduler_file: str | Path | N
                              f"pip install 'dask[distributed]'") from None
     if scheduler is not None and not isinstance(scheduler, str):
         return _Executor(client=scheduler, owned=False)  # the user's distributed.Client
+    timeout = f"{float(CONNECT_TIMEOUT):g}s"
     try:
         if scheduler_file is not None:
             if not Path(scheduler_file).is_file():
                 raise SchedulerError(f"scheduler file {scheduler_file} does not exist")
-            return _Executor(client=Client(scheduler_file=str(scheduler_file), timeout="5s",
+            return _Executor(client=Client(scheduler_file=str(scheduler_file), timeout=timeout,
                                               set_as_default=False))
         if scheduler is not None:
-            return _Executor(client=Client(scheduler, timeout="5s", set_as_default=False))
+            return _Executor(client=Client(scheduler, timeout=timeout, set_as_default=False))
         n = workers or os.cpu_count() or 1
         # One single-threaded worker process per core; numba inside each is set to one thread.
         # Worker logs are silenced: under load, workers log a traceback when their
@@ -110,9 +196,15 @@ def _connect(scheduler: Any, workers: int | None, scheduler_file: str | Path | N
         return _Executor(client=Client(cluster, set_as_default=False), cluster=cluster)
     except SchedulerError:
         raise
-    except (OSError, TimeoutError) as exc:
-        where = scheduler_file if scheduler_file is not None else scheduler
-        raise SchedulerError(f"cannot reach the Dask scheduler at {where!r}: {exc}") from None
+    except (OSError, TimeoutError, ValueError, ImportError) as exc:
+        where = (f"of the scheduler file {scheduler_file}" if scheduler_file is not None
+                 else f"at {scheduler}")
+        raise SchedulerError(f"cannot reach the Dask scheduler {where} within "
+                             f"{float(CONNECT_TIMEOUT):g} s: {_flat(exc)}") from None
+
+
+def _flat(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _infer_outputs(study: Study, pending: list[int]) -> tuple[dict, list]:
@@ -208,8 +300,11 @@ def run(study: Study, store: str | Path | None = None, *, scheduler: Any = None,
     if workers is not None and (scheduler is not None or scheduler_file is not None):
         raise ArgumentError("workers applies to the embedded cluster only (scheduler=None); "
                             "an existing cluster has its own workers")
+    check_scheduler(scheduler, scheduler_file)
 
     early: list = []
+    if store is not None and Path(store).exists() and resume:
+        _check_cell_version(study, store)
     if study.outputs is None:
         if store is not None and Path(store).exists() and resume:
             # the fingerprint includes the outputs: read them back from the store
@@ -259,10 +354,32 @@ def run(study: Study, store: str | Path | None = None, *, scheduler: Any = None,
     return ds
 
 
+def _check_cell_version(study: Study, store: str | Path) -> None:
+    """Refuse to complete ``store`` with another version of its cell function (same
+    ``module:qualname``, different code): the message names the function."""
+    from .store import open_results  # noqa: PLC0415
+
+    try:
+        # only the attributes are read here: damaged cells are found (and recomputed) by the
+        # store's own check on resume, and must not hide a changed cell function
+        stored = json.loads(open_results(store, verify=False).attrs["fingerprint"])["cell"]
+    except (StoreError, KeyError, TypeError, ValueError):
+        return  # not a readable store of a study: the store's own checks report it
+    now = json.loads(study.fingerprint())["cell"]
+    if not isinstance(stored, str) or stored == now or "#" not in now:
+        return
+    name = cell_name(study.cell)
+    if stored.split("#", 1)[0] == name:
+        raise StoreError(
+            f"{store} was written by another version of the cell function {name} (its code, "
+            "defaults or closure values changed since); it cannot complete this store: "
+            "restore that version, or write to a new path")
+
+
 def _outputs_from_store(store: str | Path) -> dict:
     from .store import open_results  # noqa: PLC0415
 
-    ds = open_results(store)
+    ds = open_results(store, verify=False)  # the outputs' declaration only; cells are checked on resume
     try:
         outs = json.loads(ds.attrs["fingerprint"])["outputs"]
         return {k: Output(tuple(v["shape"]), v["dtype"], None if v["dims"] is None

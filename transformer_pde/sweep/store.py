@@ -10,6 +10,18 @@ dimensions ``(*grid axes, "draw", *output dims)``, the int8 variable ``cell_stat
 - ``name``, ``config`` (JSON), ``versions`` (software versions),
 - ``failures``: JSON ``{flat cell index: message}`` of the failed cells.
 
+**Integrity** (format version 2).  The variable ``cell_digest`` (``uint8``, 32 bytes per
+cell, same chunks over the grid) holds the SHA-256 of each done cell's outputs
+(:func:`cell_digest`), written with the outputs and before the status.  :func:`open_results`
+verifies every done cell and raises :class:`StoreIntegrityError` naming the first damaged
+cell (its flat index and coordinates); resuming (:class:`ResultStore` with ``resume=True``)
+marks a damaged cell missing again, warns (:class:`~transformer_pde.errors.IntegrityWarning`)
+and recomputes it.  A deleted chunk reads as the fill value and fails its digest the
+same way.  ``cell_digest`` is internal: the datasets returned by :func:`open_results` and
+:meth:`ResultStore.dataset` do not hold it.  Stores of version 1 (no digests) are opened
+without verification and cannot be resumed by this version (finish them with the version
+that started them, or rerun the study into a new path).
+
 Only the process that runs the study writes to the store, so no locking is needed.  Finished
 cells are kept in memory and written in groups (:meth:`ResultStore.flush`: every chunk that
 holds a new cell is written once, at most every ``flush_interval`` seconds and at the end),
@@ -19,24 +31,96 @@ statuses, so a cell marked done is complete even if the writer is killed in betw
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import TransformerPDEError
+from ..errors import IntegrityError, IntegrityWarning, TransformerPDEError
+from ..integrity import array_digest
 from .grid import Grid
 from .study import DONE, FAILED, MISSING, CellResult, Study
 
-__all__ = ["StoreError", "ResultStore", "open_results", "software_versions", "FORMAT"]
+__all__ = ["StoreError", "StoreIntegrityError", "ResultStore", "open_results",
+           "software_versions", "cell_digest", "FORMAT", "DIGEST_VAR"]
 
-FORMAT = {"format": "transformer-pde-study", "version": 1}
+logger = logging.getLogger(__name__)
+
+FORMAT = {"format": "transformer-pde-study", "version": 2}
+_KNOWN_VERSIONS = (1, 2)
+#: name of the per-cell digest variable in the Zarr store (format version 2)
+DIGEST_VAR = "cell_digest"
 
 
 class StoreError(TransformerPDEError):
     """A results store is missing, corrupt, foreign, or belongs to another study."""
+
+
+class StoreIntegrityError(StoreError, IntegrityError):
+    """A done cell of a results store does not match its digest (a damaged or deleted
+    chunk, an edit); the message names the store and the cell."""
+
+
+def cell_digest(values: Mapping[str, Any]) -> np.ndarray:
+    """SHA-256 (32 ``uint8``) of one cell's outputs: the
+    :func:`~transformer_pde.integrity.array_digest` of each output, in sorted name order."""
+    h = hashlib.sha256()
+    for name in sorted(values):
+        h.update(name.encode())
+        h.update(bytes.fromhex(array_digest(np.asarray(values[name]))))
+    return np.frombuffer(h.digest(), dtype=np.uint8).copy()
+
+
+def _describe_cell(ds: Any, pos: tuple[int, ...]) -> str:
+    """``cell 7 (mu=1.0, draw=1)``: flat index and coordinates of grid position ``pos``."""
+    dims = ds["cell_status"].dims
+    shape = ds["cell_status"].shape
+    coords = []
+    for dim, i in zip(dims, pos, strict=True):
+        value = ds[dim].values[i].item() if dim in ds.coords else i
+        coords.append(f"{dim}={value!r}")
+    return f"cell {int(np.ravel_multi_index(pos, shape))} ({', '.join(coords)})"
+
+
+def _bad_cells(ds: Any, outputs: list[str]) -> list[tuple[tuple[int, ...], str]]:
+    """Grid positions whose status is not a known code, or that are done but whose outputs
+    do not match ``cell_digest``, with the reason."""
+    status = np.asarray(ds["cell_status"].values)
+    digests = np.asarray(ds[DIGEST_VAR].values)
+    arrays = {name: np.asarray(ds[name].values) for name in outputs}
+    bad = []
+    for pos in map(tuple, np.argwhere(~np.isin(status, (MISSING, DONE, FAILED)))):
+        bad.append((pos, f"unknown status {int(status[pos])}"))
+    for pos in map(tuple, np.argwhere(status == DONE)):
+        if not np.array_equal(cell_digest({k: a[pos] for k, a in arrays.items()}),
+                              digests[pos]):
+            bad.append((pos, "outputs do not match the cell's digest"))
+    return bad
+
+
+def _format_version(path: Path, attrs: Mapping[str, Any]) -> int:
+    """The store's format version from its marker attribute (:class:`StoreError` if it is
+    not a study store or the version is unknown)."""
+    try:
+        marker = json.loads(attrs["transformer_pde_study"])
+        ok = marker.get("format") == FORMAT["format"]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        ok = False
+    if not ok:
+        raise StoreError(f"{path} is a Zarr store but not a transformer-pde study (no format "
+                         f"marker); nothing was changed")
+    version = marker.get("version")
+    if type(version) is not int or version not in _KNOWN_VERSIONS:
+        raise StoreIntegrityError(f"{path}: unknown results-store format version {version!r}; "
+                                  f"this transformer-pde reads versions {_KNOWN_VERSIONS[0]} "
+                                  f"to {_KNOWN_VERSIONS[-1]} (the store is corrupt or was "
+                                  f"written by a newer transformer-pde)")
+    return version
 
 
 def software_versions() -> dict[str, str]:
@@ -70,7 +154,9 @@ def _template(study: Study) -> Any:
     import xarray as xr  # noqa: PLC0415
 
     grid = study.grid
-    data_vars = {"cell_status": (grid.dims, np.full(grid.shape, MISSING, dtype=np.int8))}
+    data_vars = {"cell_status": (grid.dims, np.full(grid.shape, MISSING, dtype=np.int8)),
+                 DIGEST_VAR: ((*grid.dims, "digest_byte"),
+                              np.zeros((*grid.shape, 32), dtype=np.uint8))}
     for name, spec in study.outputs.items():
         data_vars[name] = ((*grid.dims, *spec.dim_names(name)),
                            np.full((*grid.shape, *spec.shape), spec.fill, dtype=spec.dtype))
@@ -84,6 +170,9 @@ class ResultStore:
                  attrs: Mapping[str, Any]) -> None:
         self.study = study
         self.path = None if path is None else Path(path)
+        if DIGEST_VAR in (study.outputs or {}):
+            raise StoreError(f"an output may not be called {DIGEST_VAR!r} (the store's "
+                             f"per-cell checksums)")
         self.ds = _template(study)
         self.ds.attrs.update({"transformer_pde_study": json.dumps(FORMAT),
                               "fingerprint": study.fingerprint(), "name": study.name,
@@ -110,7 +199,10 @@ class ResultStore:
             for name, var in self.ds.data_vars.items():
                 n_grid = len(study.grid.dims)
                 item = int(np.prod(var.shape[n_grid:], dtype=int)) * var.dtype.itemsize
-                enc[name] = {"chunks": (*_grid_chunks(study.grid, item), *var.shape[n_grid:])}
+                # no _FillValue: every bit pattern (NaN payloads included) is stored as is,
+                # so that the digests of the cells read back match
+                enc[name] = {"chunks": (*_grid_chunks(study.grid, item), *var.shape[n_grid:]),
+                             "_FillValue": None}
             import dask  # noqa: PLC0415
 
             try:
@@ -135,10 +227,12 @@ class ResultStore:
         except Exception as exc:  # noqa: BLE001 -- any failure to read means corrupt/foreign
             raise StoreError(f"{self.path} is not a readable transformer-pde results store "
                              f"({type(exc).__name__}: {exc}); nothing was changed") from None
-        marker = old.attrs.get("transformer_pde_study")
-        if marker is None or json.loads(marker).get("format") != FORMAT["format"]:
-            raise StoreError(f"{self.path} is a Zarr store but not a transformer-pde study "
-                             f"(no format marker); nothing was changed")
+        if _format_version(self.path, old.attrs) == 1:
+            raise StoreError(f"{self.path} was written by an older transformer-pde (results-"
+                             f"store format 1, without per-cell checksums) and cannot be "
+                             f"resumed by this version; finish it with the version that "
+                             f"started it, or rerun the study into a new path (open_results "
+                             f"still reads it); nothing was changed")
         if old.attrs.get("fingerprint") != self.study.fingerprint():
             raise StoreError(
                 f"{self.path} was written by a different study (its grid, cell function "
@@ -156,6 +250,21 @@ class ResultStore:
             raise StoreError(f"{self.path}: attribute 'failures' is not JSON; the store is "
                              f"corrupt") from None
         self._group = self._zarr_group()
+        bad = _bad_cells(self.ds, list(self.study.outputs))
+        if bad:
+            # a damaged cell is not trusted: it becomes missing again and is recomputed
+            for pos, _ in bad:
+                self.ds["cell_status"].values[pos] = MISSING
+                self.ds[DIGEST_VAR].values[pos] = 0
+                for name, spec in self.study.outputs.items():
+                    self.ds[name].values[pos] = spec.fill
+                self._dirty.add(pos)
+            first = "; ".join(f"{_describe_cell(self.ds, p)}: {why}" for p, why in bad[:3])
+            msg = (f"{self.path}: {len(bad)} done cell(s) failed their checksum (damaged or "
+                   f"deleted chunks) and will be recomputed: {first}"
+                   f"{'; ...' if len(bad) > 3 else ''}")
+            logger.warning("%s", msg)
+            warnings.warn(msg, IntegrityWarning, stacklevel=3)
 
     def pending(self) -> list[int]:
         """Flat indices of the cells still to compute (missing or failed)."""
@@ -171,10 +280,14 @@ class ResultStore:
         if res.status == DONE:
             for name, value in res.values.items():
                 self.ds[name].values[pos] = value
+            # the digest of the values as stored (after the cast to the output's dtype)
+            self.ds[DIGEST_VAR].values[pos] = cell_digest(
+                {name: self.ds[name].values[pos] for name in self.study.outputs})
             self.failures.pop(key, None)
         else:
             for name, spec in self.study.outputs.items():
                 self.ds[name].values[pos] = spec.fill
+            self.ds[DIGEST_VAR].values[pos] = 0
             self.failures[key] = res.message
         self._failures_dirty |= res.status == FAILED or was_failed
         self.ds["cell_status"].values[pos] = res.status
@@ -184,13 +297,13 @@ class ResultStore:
     def flush(self, *, force: bool = True, interval: float = 1.0) -> None:
         """Write the cells recorded since the last flush (if ``force`` or ``interval``
         seconds have passed): each Zarr chunk holding one of them is written once, the
-        outputs first and ``cell_status`` last."""
+        outputs first, then ``cell_digest``, and ``cell_status`` last."""
         if self._group is None or not self._dirty:
             return
         if not force and time.monotonic() - self._last_flush < interval:
             return
         n_grid = len(self.study.grid.dims)
-        names = [*self.study.outputs, "cell_status"]  # status last
+        names = [*self.study.outputs, DIGEST_VAR, "cell_status"]  # status last
         for name in names:
             arr = self._group[name]
             size = arr.chunks[:n_grid]
@@ -206,13 +319,36 @@ class ResultStore:
         self._last_flush = time.monotonic()
 
     def dataset(self) -> Any:
-        return self.ds.copy()
+        """A copy of the results (without the internal ``cell_digest`` variable)."""
+        return self.ds.drop_vars(DIGEST_VAR).copy()
 
 
-def open_results(path: str | Path) -> Any:
+def open_results(path: str | Path, *, verify: bool = True) -> Any:
     """Open a study's Zarr store as an :class:`xarray.Dataset` (loaded into memory).
 
-    Raises :class:`StoreError` when ``path`` is not a transformer-pde study store."""
+    Parameters
+    ----------
+    path : str or Path
+        The store (``results.zarr``).
+    verify : bool, default True
+        Check every done cell against its digest (format version 2).  ``False`` only
+        reads (to inspect a damaged store, or to read its metadata before resuming it).
+
+    Returns
+    -------
+    xarray.Dataset
+        The outputs, ``cell_status`` and the attributes (not the internal ``cell_digest``).
+
+    Raises
+    ------
+    StoreError
+        ``path`` is missing, unreadable, or not a transformer-pde study store.
+    StoreIntegrityError
+        (a :class:`StoreError` and an :class:`~transformer_pde.errors.IntegrityError`) the
+        format version is unknown, or (``verify``) a done cell's outputs do not match its
+        digest or a status is not a known code; the message names the store and the cell
+        (flat index and coordinates).  Version-1 stores (no digests) are not verified.
+    """
     import xarray as xr  # noqa: PLC0415
 
     path = Path(path)
@@ -225,4 +361,19 @@ def open_results(path: str | Path) -> Any:
                          f"({type(exc).__name__}: {exc})") from None
     if "transformer_pde_study" not in ds.attrs:
         raise StoreError(f"{path} is a Zarr store but not a transformer-pde study")
-    return ds
+    version = _format_version(path, ds.attrs)
+    if version == 1:
+        return ds
+    if DIGEST_VAR not in ds or ds[DIGEST_VAR].shape != (*ds["cell_status"].shape, 32):
+        raise StoreIntegrityError(f"{path}: variable {DIGEST_VAR!r} is missing or has the "
+                                  f"wrong shape; the store is corrupt")
+    if verify:
+        outputs = [str(n) for n in ds.data_vars if n not in ("cell_status", DIGEST_VAR)]
+        bad = _bad_cells(ds, outputs)
+        if bad:
+            pos, why = bad[0]
+            raise StoreIntegrityError(
+                f"{path}: {_describe_cell(ds, pos)}: {why} (a damaged or deleted chunk, or "
+                f"an edit); {len(bad)} cell(s) in all. Resume the study (resume=True) to "
+                f"recompute them, or open with verify=False to inspect the store")
+    return ds.drop_vars(DIGEST_VAR)

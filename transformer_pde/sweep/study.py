@@ -21,8 +21,13 @@ from the first cell that succeeds.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import inspect
 import json
+import textwrap
 import traceback
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -31,7 +36,8 @@ import numpy as np
 from ..errors import ArgumentError, ArgumentTypeError
 from .grid import Cell, Grid
 
-__all__ = ["Output", "Study", "CellResult", "run_cell", "run_cells", "DONE", "FAILED", "MISSING"]
+__all__ = ["Output", "Study", "CellResult", "cell_name", "code_digest", "run_cell", "run_cells",
+           "DONE", "FAILED", "MISSING"]
 
 #: values of the ``cell_status`` variable of a study's results
 MISSING, DONE, FAILED = 0, 1, 2
@@ -86,11 +92,98 @@ class Output:
         return cls(a.shape, "float64" if a.dtype.kind == "f" else a.dtype.str)
 
 
+def cell_name(fn: Any) -> str:
+    """``module:qualname`` of a cell function (of its class for a callable object)."""
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    if not isinstance(target, (types.FunctionType, types.MethodType, types.BuiltinFunctionType)):
+        target = type(target)
+    return f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', '?')}"
+
+
+def _stable(value: Any, depth: int = 0) -> Any:
+    """A JSON-able, run-independent description of a value the code depends on (a default,
+    a closure cell, a constant): plain values as they are, arrays by their bytes, functions
+    by their code, anything else by its type (never a repr holding a memory address)."""
+    if depth > 6:
+        return "..."
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value if not isinstance(value, float) else repr(value)
+    if isinstance(value, bytes):
+        return hashlib.sha256(value).hexdigest()
+    if isinstance(value, (tuple, list, frozenset, set)):
+        items = [_stable(v, depth + 1) for v in value]
+        return sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
+    if isinstance(value, dict):
+        return {str(k): _stable(v, depth + 1) for k, v in sorted(value.items(), key=repr)}
+    if isinstance(value, types.CodeType):
+        return _code(value, depth + 1)
+    if isinstance(value, (types.FunctionType, functools.partial, types.MethodType)):
+        return _function(value, depth + 1)
+    if isinstance(value, types.ModuleType):
+        return f"<module {value.__name__}>"
+    if isinstance(value, (np.ndarray, np.generic)):
+        a = np.asarray(value)
+        if a.dtype.kind in "biufc":
+            return [a.dtype.str, list(a.shape), hashlib.sha256(a.tobytes()).hexdigest()]
+    return f"<{type(value).__module__}.{type(value).__qualname__}>"
+
+
+def _code(code: types.CodeType, depth: int = 0) -> Any:
+    """A code object by its bytecode, names and constants (nested code objects included)."""
+    return [hashlib.sha256(code.co_code).hexdigest(), list(code.co_names),
+            list(code.co_varnames), [_stable(c, depth + 1) for c in code.co_consts]]
+
+
+def _function(fn: Any, depth: int = 0) -> Any:
+    """What a function computes: its source (else its code), defaults and closure values."""
+    if isinstance(fn, functools.partial):
+        return {"partial": _function(fn.func, depth + 1),
+                "args": _stable(fn.args, depth + 1), "keywords": _stable(fn.keywords, depth + 1)}
+    if isinstance(fn, types.MethodType):
+        return {"method": _function(fn.__func__, depth + 1),
+                "self": _stable(getattr(fn.__self__, "__dict__", None), depth + 1)}
+    if not isinstance(fn, types.FunctionType):
+        return _stable(fn, depth + 1)
+    try:
+        body: Any = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):  # defined by exec / in an interactive session: its bytecode
+        body = _code(fn.__code__, depth + 1)
+    cells = [c.cell_contents if _filled(c) else None for c in fn.__closure__ or ()]
+    return {"code": body, "defaults": _stable(fn.__defaults__, depth + 1),
+            "kwdefaults": _stable(fn.__kwdefaults__, depth + 1),
+            "closure": [_stable(v, depth + 1) for v in cells]}
+
+
+def _filled(cell: types.CellType) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:  # an empty cell (a name bound later)
+        return False
+    return True
+
+
+def code_digest(fn: Any) -> str:
+    """A digest of what a cell function computes: for a plain function, its source code
+    (its bytecode and constants when the source is not available), defaults and closure
+    values; for a callable object, the code of its class's ``__call__`` and ``run_batch``
+    and its attributes.  Two versions of a function with the same name but different code
+    get different digests.  Plain values (numbers, strings, arrays, nested functions) are
+    described by their content; other objects only by their type."""
+    if isinstance(fn, (types.FunctionType, functools.partial, types.MethodType)):
+        desc: Any = _function(fn)
+    else:
+        cls = type(fn)
+        desc = {name: _function(getattr(cls, name)) for name in ("__call__", "run_batch")
+                if isinstance(getattr(cls, name, None), types.FunctionType)}
+        desc["attributes"] = _stable(getattr(fn, "__dict__", None))
+    text = json.dumps(desc, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
 def _describe(fn: Any) -> str:
     if hasattr(fn, "config"):
         return json.dumps(fn.config(), sort_keys=True, default=str)
-    mod = getattr(fn, "__module__", "?")
-    return f"{mod}:{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+    return f"{cell_name(fn)}#{code_digest(fn)}"
 
 
 @dataclass
@@ -136,8 +229,13 @@ class Study:
             self.outputs = outs
 
     def fingerprint(self) -> str:
-        """JSON identity of the study: grid, cell function (its configuration) and outputs.
-        A store written for one fingerprint is never resumed with another."""
+        """JSON identity of the study: grid, cell function and outputs.  A store written for
+        one fingerprint is never resumed with another.
+
+        A cell function with a ``config()`` method is identified by that configuration;
+        any other by ``module:qualname#digest``, where the digest (:func:`code_digest`)
+        covers its code, defaults and closure values, so that an edited function does not
+        complete a store begun by its earlier version."""
         outs = None if self.outputs is None else {k: v.to_dict() for k, v in self.outputs.items()}
         return json.dumps({"grid": self.grid.to_dict(), "cell": _describe(self.cell),
                            "outputs": outs}, sort_keys=True)

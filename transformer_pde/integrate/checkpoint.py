@@ -1,0 +1,521 @@
+r"""Checkpoint files of :func:`~transformer_pde.simulate`: codec, run identity, integrity.
+
+A checkpoint is an NPZ archive (a zip of ``.npy`` members) written by
+:class:`CheckpointWriter` and read back by :func:`read_checkpoint`:
+
+* ``meta``: JSON text ``{"format": "transformer-pde-checkpoint", "version": 2,
+  "digest_algorithm": "sha256", "body": {...}, "body_digest": ...}``.  The body holds
+  ``run`` (the identity of the run, see below), ``state`` (the plain, versioned data of
+  the loop, the solver, the field evaluator and the saver, encoded by :func:`encode`)
+  and ``arrays`` (the SHA-256 of every other member,
+  :func:`~transformer_pde.integrity.array_digest`); ``body_digest`` is the
+  :func:`~transformer_pde.integrity.json_digest` of the body.
+* ``a0``, ``a1``, ...: the arrays of the state.
+
+**Identity of a run.**  :class:`RunIdentity` records everything that determines the
+run: the attention (its scalars, its constant matrices and :class:`~transformer_pde.Layers`
+tables by hash), the tokens, weights and positions (by hash), dtype, backend and field
+options (Sinkhorn tolerance and iteration budget), the solver's class and options,
+``t_max``, ``dt``, what is saved (``every``, ``ts``, and for ``SaveAt(fn)`` the function's
+qualified name, a hash of its bytecode and constants and of its value on the initial
+state) and every parameter of the :class:`~transformer_pde.Block` (MLP weights,
+LayerNorm options, scale and shift, constraint).  Parameters that are callables of time
+are recorded by their qualified name and by a hash of their values at *probe times*: 0,
+the loop time of the checkpoint and up to :data:`MAX_PROBES` of the times saved so far.
+The part of the run a checkpoint holds was computed with those values, so a resumed run
+whose callables agree there continues the same computation.
+
+**Reading.**  :func:`read_checkpoint` first checks the file (an NPZ archive of this
+format and a known version, the body's digest, every array's digest: any edit,
+truncation or flipped byte is an :class:`~transformer_pde.errors.IntegrityError` naming
+the file), then the run (a different run is a :class:`~transformer_pde.errors.CheckpointError`
+naming every field that differs), and only then decodes the state.
+
+**Writing.**  :func:`check_path` refuses, before a run starts, a path that could not be
+written or must not be replaced (a folder, a device, a missing or read-only folder, an
+existing file that is not a checkpoint).  :class:`CheckpointWriter` writes beside the
+target and renames over it; a write that fails during or at the end of a run issues a
+:class:`~transformer_pde.errors.CheckpointWarning` and the run goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+import warnings
+import zipfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import CheckpointError, CheckpointWarning, IntegrityError
+from ..integrity import DIGEST_ALGORITHM, array_digest, json_digest, verify_array
+
+__all__ = ["FORMAT", "MAX_PROBES", "VERSION", "CheckpointWriter", "RunIdentity", "check_path",
+           "decode", "encode", "is_checkpoint", "read_checkpoint", "write_checkpoint"]
+
+#: format marker in the metadata of every checkpoint
+FORMAT = "transformer-pde-checkpoint"
+#: version of the checkpoint format written (and the only one read)
+VERSION = 2
+#: at most this many saved times (besides 0 and the checkpoint's time) probe callables
+MAX_PROBES = 30
+
+
+# ------------------------------------------------------------------ codec
+def encode(obj: Any, arrays: dict[str, np.ndarray]) -> Any:
+    """JSON description of plain data ``obj``, its arrays moved into ``arrays`` (exact).
+
+    ``obj`` may nest ``None``, bools, ints, floats (kept bit for bit, also ``-0.0``, NaN
+    and infinities), strings, NumPy scalars, NumPy or CuPy arrays, lists, tuples and dicts
+    (any such keys).  Anything else is a ``TypeError``: objects are never stored."""
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return {"v": obj}
+    if isinstance(obj, float):
+        return {"f": repr(obj)}
+    if isinstance(obj, np.generic):
+        if obj.dtype.hasobject:
+            raise TypeError("cannot checkpoint a NumPy object scalar")
+        return {"np": obj.dtype.str, "a": encode(np.asarray(obj), arrays)}
+    if isinstance(obj, np.ndarray) or hasattr(obj, "__cuda_array_interface__"):
+        on_gpu = not isinstance(obj, np.ndarray)
+        host = obj.get() if on_gpu else obj
+        if host.dtype.hasobject:
+            raise TypeError("cannot checkpoint an array of Python objects")
+        key = f"a{len(arrays)}"
+        arrays[key] = host
+        return {"arr": key, "gpu": on_gpu}
+    if isinstance(obj, (list, tuple)):
+        return {"list" if isinstance(obj, list) else "tuple": [encode(x, arrays) for x in obj]}
+    if isinstance(obj, dict):
+        return {"dict": [[encode(k, arrays), encode(v, arrays)] for k, v in obj.items()]}
+    cls = type(obj)
+    raise TypeError(f"cannot checkpoint an object of type {cls.__module__}.{cls.__qualname__} "
+                    "(state data must be plain: numbers, strings, arrays, lists, dicts)")
+
+
+def decode(desc: Any, arrays: Any, asarray: Callable[[np.ndarray], Any]) -> Any:
+    """Inverse of :func:`encode`; ``asarray`` moves arrays that were on a GPU back there.
+
+    Raises ``ValueError`` (or ``KeyError``/``TypeError``) on a description :func:`encode`
+    does not write."""
+    if not isinstance(desc, dict) or len(desc) not in (1, 2):
+        raise ValueError(f"bad checkpoint entry {str(desc)[:60]}")
+    if "v" in desc:
+        v = desc["v"]
+        if v is not None and not isinstance(v, (bool, int, str)):
+            raise ValueError(f"bad checkpoint value {v!r}")
+        return v
+    if "f" in desc:
+        return float(desc["f"])
+    if "np" in desc:
+        return np.asarray(decode(desc["a"], arrays, asarray)).astype(desc["np"])[()]
+    if "arr" in desc:
+        a = arrays[desc["arr"]]
+        return asarray(a) if desc["gpu"] else a
+    if "list" in desc:
+        return [decode(x, arrays, asarray) for x in desc["list"]]
+    if "tuple" in desc:
+        return tuple(decode(x, arrays, asarray) for x in desc["tuple"])
+    if "dict" in desc:
+        return {decode(k, arrays, asarray): decode(v, arrays, asarray) for k, v in desc["dict"]}
+    raise ValueError(f"unknown checkpoint entry {str(desc)[:60]}")
+
+
+# ------------------------------------------------------------------ identity of a run
+def _qualname(obj: Any) -> str:
+    cls = obj if isinstance(obj, type) else type(obj)
+    name = getattr(obj, "__qualname__", None) or cls.__qualname__
+    module = getattr(obj, "__module__", None) or cls.__module__
+    return f"{module}.{name}"
+
+
+def _code_digest(code: Any) -> str:
+    """SHA-256 of a code object's bytecode, names and constants (nested code included)."""
+    h = hashlib.sha256()
+    h.update(code.co_code)
+    h.update(repr((code.co_names, code.co_varnames, code.co_freevars)).encode())
+    for c in code.co_consts:
+        h.update(_code_digest(c).encode() if hasattr(c, "co_code") else repr(c).encode())
+    return h.hexdigest()
+
+
+def _function_code(fn: Any) -> Any:
+    code = getattr(fn, "__code__", None)
+    if code is None:   # a callable object: the code of its class's __call__
+        call = next((vars(k)["__call__"] for k in type(fn).__mro__ if "__call__" in vars(k)),
+                    None)
+        code = getattr(call, "__code__", None)
+    return code
+
+
+def _value_digest(value: Any) -> str:
+    a = np.asarray(value)
+    if a.dtype.hasobject:
+        a = np.asarray(value, dtype=float)
+    return array_digest(a)
+
+
+def _is_layers(value: Any) -> bool:
+    return type(value).__name__ == "Layers" and hasattr(value, "values") \
+        and hasattr(value, "layer_time")
+
+
+def _solver_key(solver: Any) -> str:
+    """What identifies a solver's numerics: its class and its public options."""
+    inner = getattr(solver, "inner", None)
+    if type(solver).__name__ == "BlockStepper" and inner is not None:
+        return f"BlockStepper[{_solver_key(inner)}]"
+    opts = []
+    for k, v in sorted(getattr(solver, "__dict__", {}).items()):
+        if k.startswith("_"):
+            continue
+        if isinstance(v, (bool, int, float, str)):
+            opts.append((k, v))
+        elif dataclasses.is_dataclass(v):   # a Butcher tableau
+            fields = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
+            opts.append((k, json_digest({n: array_digest(x) if isinstance(x, np.ndarray)
+                                         else repr(x) for n, x in fields.items()})))
+    return f"{_qualname(solver)}{opts}"
+
+
+class RunIdentity:
+    """Everything that determines a run, as compared by checkpoints (see the module
+    docstring).
+
+    Parameters
+    ----------
+    static : dict of str to str
+        Field name to a description (scalars by ``repr``, arrays by SHA-256).
+    callables : dict of str to callable ``t -> array``
+        Parameters that are functions of time, compared by their values at probe times.
+    """
+
+    def __init__(self, static: dict[str, str], callables: dict[str, Callable[[float], Any]]):
+        self.static = dict(static)
+        self.callables = dict(callables)
+
+    @classmethod
+    def of_run(cls, *, att: Any, X0: np.ndarray, weights: np.ndarray, positions: Any,
+               dtype: Any, backend: str, field_options: dict[str, Any], solver: Any,
+               t_max: float, dt: float, saveat: Any, block: Any) -> "RunIdentity":
+        """The identity of a :func:`~transformer_pde.simulate` run.
+
+        ``X0`` is the initial state as the run starts from it (after a constraint's
+        renormalisation); ``field_options`` the evaluator's Sinkhorn controls;
+        ``saveat.fn``, if any, is evaluated once on the initial state."""
+        static: dict[str, str] = {}
+        calls: dict[str, Callable[[float], Any]] = {}
+
+        def put(name: str, value: Any) -> None:
+            if value is None or isinstance(value, (bool, int, float, str, np.generic)):
+                static[name] = repr(value.item() if isinstance(value, np.generic) else value)
+            elif isinstance(value, np.ndarray):
+                static[name] = "sha256:" + array_digest(value)
+            elif _is_layers(value):
+                static[name] = "Layers sha256:" + json_digest(
+                    [array_digest(np.asarray(value.values)), repr(value.layer_time),
+                     repr(getattr(value, "t0", 0.0))])
+            elif callable(value):
+                static[name] = "callable " + _qualname(value)
+                calls[name + "(t)"] = value
+            else:
+                static[name] = f"{_qualname(value)}: {value!r}"
+
+        spec = att.to_dict()
+        for key in sorted(spec):
+            if key != "serialisable":
+                put(f"attention.{key}", getattr(att, key, spec[key]))
+        static["tokens"] = json_digest([array_digest(X0), array_digest(weights),
+                                        array_digest(positions)])
+        static["dtype"] = str(np.dtype(dtype))
+        static["backend"] = str(backend)
+        for key in sorted(field_options):
+            if key != "backend":
+                put(f"field.{key}", field_options[key])
+        static["solver"] = _solver_key(solver)
+        static["t_max"], static["dt"] = repr(float(t_max)), repr(float(dt))
+        static["saveat.every"] = repr(saveat.every)
+        static["saveat.ts"] = "None" if saveat.ts is None else "sha256:" + array_digest(
+            np.asarray(saveat.ts, dtype=float))
+        fn = saveat.fn
+        if fn is None:
+            static["saveat.fn"] = "None"
+        else:
+            static["saveat.fn"] = _qualname(fn)
+            code = _function_code(fn)
+            static["saveat.fn.code"] = "unknown" if code is None else _code_digest(code)
+            try:
+                x0 = np.array(X0, dtype=dtype)
+                x0.flags.writeable = False
+                value = fn(0.0, x0, weights)
+                static["saveat.fn(X0)"] = _value_digest(value)
+            except Exception as exc:  # noqa: BLE001 - any failure is part of the identity
+                static["saveat.fn(X0)"] = f"raised {type(exc).__name__}"
+        if block is None:
+            static["block"] = "None"
+        else:
+            static["block"] = "Block"
+            for key, value in sorted(block.parameters().items()):
+                put(f"block.{key}", value)
+        return cls(static, calls)
+
+    @staticmethod
+    def probe_times(saved_times: Sequence[float], t: float) -> list[float]:
+        """0, ``t`` and up to :data:`MAX_PROBES` of ``saved_times`` (evenly spread)."""
+        saved = np.asarray(saved_times, dtype=float)
+        if saved.size > MAX_PROBES:
+            saved = saved[np.unique(np.rint(np.linspace(0, saved.size - 1, MAX_PROBES))
+                                    .astype(int))]
+        return sorted({0.0, float(t), *(float(s) for s in saved if s <= t)})
+
+    def probe(self, times: Sequence[float]) -> dict[str, str]:
+        """Digest of each callable's values at ``times`` (a failure is recorded as such)."""
+        out = {}
+        for name, fn in sorted(self.callables.items()):
+            try:
+                out[name] = json_digest([_value_digest(fn(float(s))) for s in times])
+            except Exception as exc:  # noqa: BLE001 - a failing callable differs from a working one
+                out[name] = f"raised {type(exc).__name__}"
+        return out
+
+    def record(self, saved_times: Sequence[float], t: float) -> dict[str, Any]:
+        """What a checkpoint at loop time ``t`` stores about the run."""
+        times = self.probe_times(saved_times, t)
+        return {"static": dict(self.static), "probe_times": times, "probes": self.probe(times)}
+
+    def differences(self, recorded: Any) -> list[str]:
+        """Names of the fields in which ``recorded`` (a :meth:`record`) differs from this run."""
+        if not isinstance(recorded, dict):
+            return ["run"]
+        old = recorded.get("static")
+        old = old if isinstance(old, dict) else {}
+        diff = {k for k in set(old) | set(self.static) if old.get(k) != self.static.get(k)}
+        times = recorded.get("probe_times")
+        probes = recorded.get("probes")
+        if not isinstance(times, list) or not isinstance(probes, dict) \
+                or not all(isinstance(s, (int, float)) for s in times):
+            return sorted(diff | {"probe_times"})
+        new = self.probe(times)
+        diff |= {k for k in set(probes) | set(new) if probes.get(k) != new.get(k)}
+        return sorted(diff)
+
+    def explain(self, recorded: Any, names: Sequence[str]) -> list[str]:
+        """``names`` with both values where they are short scalars, e.g.
+        ``"dt (0.1 in the checkpoint, 0.05 now)"`` (arrays and callables by name only)."""
+        old = recorded.get("static") if isinstance(recorded, dict) else None
+        old = old if isinstance(old, dict) else {}
+        out = []
+        for name in names:
+            a, b = old.get(name), self.static.get(name)
+            short = all(isinstance(v, str) and len(v) <= 40 and "sha256:" not in v
+                        and not v.startswith("callable ") for v in (a, b))
+            out.append(f"{name} ({a} in the checkpoint, {b} now)" if short else name)
+        return out
+
+
+# ------------------------------------------------------------------ files
+def _where(path: Path) -> str:
+    return f"checkpoint {path}"
+
+
+def is_checkpoint(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a readable file whose metadata carries this library's checkpoint
+    format marker (any version; nothing else is checked)."""
+    path = Path(path)
+    try:
+        if not path.is_file() or not zipfile.is_zipfile(path):
+            return False
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+        return isinstance(meta, dict) and meta.get("format") == FORMAT
+    except Exception:  # noqa: BLE001 - any failure to read the marker: not a checkpoint
+        return False
+
+
+def check_path(path: str | os.PathLike, *, resume: bool) -> None:
+    """Refuse, before a run starts, a checkpoint path that cannot or must not be written.
+
+    The path must not be a folder or a special file (device, pipe, socket); its folder
+    must exist and accept a new file; an existing file there must be a checkpoint of
+    this library (it is then replaced by the run's checkpoints), except with ``resume``,
+    where :func:`read_checkpoint` examines it.
+
+    Raises
+    ------
+    CheckpointError
+        The message names the path and what is wrong.
+    """
+    path = Path(path)
+    where = f"checkpoint={str(path)!r}"
+    if path.is_dir():
+        raise CheckpointError(f"{where} is a folder, not a file; give a file path such as "
+                              f"{str(path / 'run.ckpt')!r}")
+    if os.path.lexists(path) and not path.is_file():
+        kind = "a broken symbolic link" if not path.exists() else \
+            "a special file (device, pipe or socket)"
+        raise CheckpointError(f"{where} is {kind}, not a regular file; checkpoints are "
+                              "written to a new file renamed over the path: choose a file path")
+    folder = path.parent
+    if not folder.is_dir():
+        what = "does not exist" if not folder.exists() else "is not a folder"
+        raise CheckpointError(f"{where}: its folder {str(folder)!r} {what}; create it first")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=folder)
+    except OSError as exc:
+        raise CheckpointError(f"{where}: cannot create a file in the folder {str(folder)!r} "
+                              f"({exc.strerror or exc}); choose a writable folder") from None
+    os.close(fd)
+    Path(probe).unlink(missing_ok=True)
+    if path.exists() and not resume and not is_checkpoint(path):
+        raise CheckpointError(f"{where} exists and is not a transformer-pde checkpoint; "
+                              "refusing to overwrite it: remove it or choose another path")
+
+
+def write_checkpoint(path: str | os.PathLike, run: dict[str, Any], state: dict[str, Any]) -> None:
+    """Write a checkpoint atomically: to ``<path>.tmp``, renamed over ``path``.
+
+    ``run`` is :meth:`RunIdentity.record`'s data, ``state`` the plain data of the parts of
+    the run (see :func:`encode`).  A failure (also Ctrl-C) during the write removes the
+    temporary file and leaves a previous checkpoint intact; the exception propagates."""
+    path = Path(path)
+    arrays: dict[str, np.ndarray] = {}
+    body = {"run": run, "state": encode(state, arrays)}
+    body["arrays"] = {k: array_digest(v) for k, v in arrays.items()}
+    meta = {"format": FORMAT, "version": VERSION, "digest_algorithm": DIGEST_ALGORITHM,
+            "body": body, "body_digest": json_digest(body)}
+    arrays["meta"] = np.array(json.dumps(meta, allow_nan=True))
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _member(z: Any, path: Path, key: str) -> np.ndarray:
+    try:
+        return z[key]
+    except KeyError:
+        raise IntegrityError(f"{_where(path)}: missing array {key!r} (the file was edited "
+                             "or is corrupt)") from None
+    except Exception as exc:  # noqa: BLE001 - corrupt member: BadZipFile, zlib.error, ValueError, EOFError
+        raise IntegrityError(f"{_where(path)}: array {key!r} is unreadable (truncated or "
+                             f"corrupt file: {type(exc).__name__}: {exc})") from None
+
+
+def read_checkpoint(path: str | os.PathLike, identity: RunIdentity,
+                    asarray: Callable[[np.ndarray], Any]) -> dict[str, Any]:
+    """Read a checkpoint of the run ``identity``: the decoded ``state`` given to
+    :func:`write_checkpoint`.
+
+    Raises
+    ------
+    IntegrityError
+        The file is not a checkpoint of this library, of an unknown format version,
+        truncated, corrupt or edited (the body or an array does not match its SHA-256);
+        the message names the file.
+    CheckpointError
+        A checkpoint of another run; the message names every field that differs.
+    FileNotFoundError
+        No such file.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{_where(path)}: no such file")
+    if not path.is_file():
+        raise IntegrityError(f"{_where(path)} is not a regular file")
+    if not zipfile.is_zipfile(path):
+        raise IntegrityError(f"{_where(path)} is not a transformer-pde checkpoint (not an NPZ "
+                             "archive: truncated, corrupt or another kind of file)")
+    try:
+        z = np.load(path, allow_pickle=False)
+    except Exception as exc:  # noqa: BLE001 - BadZipFile, OSError, ValueError, EOFError
+        raise IntegrityError(f"{_where(path)} is not readable (truncated or corrupt archive: "
+                             f"{type(exc).__name__}: {exc})") from None
+    with z:
+        text = str(_member(z, path, "meta"))
+        try:
+            meta = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise IntegrityError(f"{_where(path)}: metadata is not JSON ({exc})") from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise IntegrityError(f"{_where(path)} is not a transformer-pde checkpoint "
+                                 f"(metadata format is not {FORMAT!r})")
+        version = meta.get("version")
+        if version != VERSION or isinstance(version, bool):
+            raise IntegrityError(
+                f"{_where(path)} has format version {version!r}, but this transformer-pde "
+                f"reads version {VERSION} only; start afresh (resume=False) or use the "
+                "version that wrote it")
+        body = meta.get("body")
+        if meta.get("digest_algorithm") != DIGEST_ALGORITHM or not isinstance(body, dict) \
+                or meta.get("body_digest") != json_digest(body):
+            raise IntegrityError(f"{_where(path)}: metadata does not match its checksum (the "
+                                 "file was edited or is corrupt)")
+        digests = body.get("arrays")
+        if not isinstance(digests, dict) or set(z.files) != set(digests) | {"meta"}:
+            raise IntegrityError(f"{_where(path)}: the arrays stored differ from those "
+                                 "recorded (the file was edited or is corrupt)")
+        arrays = {k: verify_array(_member(z, path, k), d, what=k, source=_where(path))
+                  for k, d in digests.items()}
+    diff = identity.differences(body.get("run"))
+    if diff:
+        raise CheckpointError(
+            f"checkpoint {path} comes from a different run: "
+            f"{', '.join(identity.explain(body.get('run'), diff))} differ; "
+            "resume with the same attention, tokens, solver, t_max, dt, saveat, block "
+            "and field options, or start afresh (resume=False)")
+    try:
+        state = decode(body["state"], arrays, asarray)
+    except (KeyError, ValueError, TypeError, IndexError) as exc:
+        raise IntegrityError(f"{_where(path)}: corrupt state ({exc!r})") from None
+    if not isinstance(state, dict):
+        raise IntegrityError(f"{_where(path)}: corrupt state (not a mapping)")
+    return state
+
+
+class CheckpointWriter:
+    """Write the checkpoints of one run; a failed write warns instead of ending the run.
+
+    Parameters
+    ----------
+    path : Path
+        The checkpoint file.
+    identity : RunIdentity
+    collect : callable ``collect(loop_state) -> (state, saved_times)``
+        The plain data of the run's parts, and the times saved so far (probe times).
+
+    Calling the writer with a :class:`~.loop.LoopState` writes a checkpoint and returns
+    whether it was written.  Any failure (``OSError`` such as a full disk or a folder
+    removed mid-run, a callable failing, data that cannot be stored) issues one
+    :class:`~transformer_pde.errors.CheckpointWarning` naming the path and the reason
+    (the first time) and leaves the previous checkpoint in place; ``KeyboardInterrupt``
+    propagates.  ``failures`` counts the failed writes.
+    """
+
+    def __init__(self, path: Path, identity: RunIdentity,
+                 collect: Callable[[Any], tuple[dict[str, Any], Sequence[float]]]):
+        self.path, self.identity, self.collect = Path(path), identity, collect
+        self.failures = 0
+
+    def __call__(self, loop_state: Any) -> bool:
+        try:
+            state, saved_times = self.collect(loop_state)
+            write_checkpoint(self.path, self.identity.record(saved_times, loop_state.t), state)
+        except Exception as exc:  # noqa: BLE001 - a failed checkpoint must not discard the run
+            self.failures += 1
+            if self.failures == 1:
+                warnings.warn(CheckpointWarning(
+                    f"checkpoint {self.path} could not be written at t={loop_state.t:.6g} "
+                    f"({type(exc).__name__}: {exc}); the run goes on and its result is "
+                    "returned, but it cannot be resumed from this write"), stacklevel=2)
+            return False
+        return True
