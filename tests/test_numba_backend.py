@@ -260,7 +260,13 @@ def test_micro_kernel_against_numpy(dtype):
         assert np.all(C[~blk] == -7.0) and np.all(C64[~blk] == 1.0)
     import llvmlite.binding
 
-    features = llvmlite.binding.get_host_cpu_features()
+    # the features Numba compiles for: the host's, unless NUMBA_CPU_NAME picks another
+    # target (then only those of NUMBA_CPU_FEATURES, e.g. none for NUMBA_CPU_NAME=generic)
+    if numba.config.CPU_NAME is None:
+        features = llvmlite.binding.get_host_cpu_features()
+    else:
+        given = (numba.config.CPU_FEATURES or "").split(",")
+        features = {f[1:]: f[0] == "+" for f in given if f[:1] in "+-" and len(f) > 1}
     if features.get("avx2") and features.get("fma"):
         # the reason it exists: packed 256-bit FMAs, not a scalar or dot-product loop
         asm = "\n".join(run.inspect_asm().values())

@@ -277,7 +277,8 @@ def clusters(X: Any, *, tol: float | None = None, weights: Any = None) -> Cluste
             pairs = cKDTree(Z).query_pairs(h, output_type="ndarray")
             graph = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
             _, labels = connected_components(graph, directed=False)
-    h = math.ldexp(h, ex)
+    with np.errstate(over="ignore"):  # a huge tol: the height is inf, as tol * radius
+        h = float(np.ldexp(h, ex))
     masses = np.bincount(labels, weights=w)
     # number clusters by decreasing mass (ties: by first token) for reproducible output
     first = np.full(masses.shape[0], n)

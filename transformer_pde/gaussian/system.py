@@ -393,6 +393,9 @@ def check_t_eval(t_eval: Any, t_max: float) -> np.ndarray | None:
     increasing, in ``[0, t_max]`` (``None`` passes through)."""
     if t_eval is None:
         return None
+    if isinstance(t_eval, (bool, np.bool_)) or (isinstance(t_eval, np.ndarray)
+                                                and t_eval.dtype == bool):
+        raise ArgumentTypeError(f"t_eval must be real times, got {t_eval!r:.60}")
     te = validation.finite_array("t_eval", t_eval)
     if te.ndim > 1:
         raise ArgumentError(f"t_eval must be one-dimensional, got shape {te.shape}")

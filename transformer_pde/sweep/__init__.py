@@ -23,11 +23,13 @@ Example
 from .cells import (CELLS, STATUS_CODES, ClusterCell, ConeCell, ConePathCell, RankCell,
                     RankSweepCell, StabilityCell, status_code)
 from .grid import Cell, Grid
-from .run import CellFailureWarning, SchedulerError, run, summary
-from .store import StoreError, open_results
+from .run import (CellFailureWarning, SchedulerArgumentError, SchedulerError, check_scheduler,
+                  run, summary)
+from .store import StoreError, StoreIntegrityError, open_results
 from .study import DONE, FAILED, MISSING, Output, Study
 
 __all__ = ["CELLS", "STATUS_CODES", "Cell", "CellFailureWarning", "ClusterCell", "ConeCell",
            "ConePathCell", "RankSweepCell",
-           "DONE", "FAILED", "Grid", "MISSING", "Output", "RankCell", "SchedulerError", "StabilityCell",
-           "StoreError", "Study", "open_results", "run", "status_code", "summary"]
+           "DONE", "FAILED", "Grid", "MISSING", "Output", "RankCell", "SchedulerArgumentError",
+           "SchedulerError", "StabilityCell", "StoreError", "StoreIntegrityError", "Study",
+           "check_scheduler", "open_results", "run", "status_code", "summary"]
