@@ -9,12 +9,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from subprocess_runs import DEADLINE, wait_for_checkpoints
 from transformer_pde import load
 from transformer_pde.cli import ExitCode
 
@@ -51,7 +51,6 @@ def _start(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, Path, Path]:
 
 #: deadlines allow for a subprocess that compiles every Numba kernel from a cold cache
 #: (an empty NUMBA_CACHE_DIR) on a loaded machine; the warm-up fixture pays it first
-DEADLINE = 300
 
 
 @pytest.fixture(scope="module")
@@ -68,30 +67,9 @@ def warm(tmp_path_factory) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-def _wait_for_run(proc: subprocess.Popen, ck: Path, run_for: float = 0.5) -> None:
-    """Wait for the "started" signal -- the first checkpoint: the kernels are compiled and
-    the time loop runs -- then for checkpoints rewritten over ``run_for`` seconds of the
-    loop (so that states were saved)."""
-    deadline = time.monotonic() + DEADLINE
-    seen: set = set()
-    started = None
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            st = ck.stat()
-            seen.add((st.st_ino, st.st_mtime_ns))
-            started = time.monotonic() if started is None else started
-        except FileNotFoundError:
-            pass
-        if started is not None and len(seen) >= 5 and time.monotonic() - started >= run_for:
-            return
-        time.sleep(0.01)
-    proc.kill()
-    pytest.fail(f"the run did not start: {proc.communicate()}")
-
-
 def test_sigint_writes_the_states_and_exits_130(tmp_path, warm):
     proc, out, ck = _start(tmp_path)
-    _wait_for_run(proc, ck)
+    wait_for_checkpoints(proc, ck)
     proc.send_signal(signal.SIGINT)
     stdout, err = proc.communicate(timeout=DEADLINE)
     assert proc.returncode == ExitCode.INTERRUPTED == 130, err

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from subprocess_runs import DEADLINE, wait_for_checkpoints
 from transformer_pde import cli, load, sweep
 from transformer_pde.cli import ExitCode
 from transformer_pde.cli.output import (LOCK_NAME, STAGING_PREFIX, OutputDir, OutputError,
@@ -28,7 +29,6 @@ from transformer_pde.cli.output import (LOCK_NAME, STAGING_PREFIX, OutputDir, Ou
 ROOT = Path(__file__).resolve().parents[1]
 #: generous deadlines: a subprocess may compile every Numba kernel from a cold cache
 #: (NUMBA_CACHE_DIR empty) on a loaded machine; the warm-up fixture takes that cost first
-DEADLINE = 300
 
 LONG = """
 [attention]
@@ -77,32 +77,11 @@ def _start_long(tmp_path: Path, out: Path) -> tuple[subprocess.Popen, Path]:
     return proc, ck
 
 
-def _wait_started(proc: subprocess.Popen, ck: Path, run_for: float = 0.5) -> None:
-    """Wait for the "started" signal -- the first checkpoint: the kernels are compiled and
-    the time loop runs -- then for checkpoints rewritten over ``run_for`` seconds of the
-    loop (so that states were saved), never a fixed sleep from the process start."""
-    deadline = time.monotonic() + DEADLINE
-    seen: set = set()
-    started = None
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            st = ck.stat()
-            seen.add((st.st_ino, st.st_mtime_ns))
-            started = time.monotonic() if started is None else started
-        except FileNotFoundError:
-            pass
-        if started is not None and len(seen) >= 5 and time.monotonic() - started >= run_for:
-            return
-        time.sleep(0.01)
-    proc.kill()
-    pytest.fail(f"the run did not start: {proc.communicate()}")
-
-
 # --------------------------------------------------------------------------- signals
 def test_sigterm_writes_the_states_and_exits_143(tmp_path, warm):
     out = tmp_path / "o"
     proc, ck = _start_long(tmp_path, out)
-    _wait_started(proc, ck)
+    wait_for_checkpoints(proc, ck)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=DEADLINE)
     assert proc.returncode == ExitCode.TERMINATED == 143, err
@@ -118,7 +97,7 @@ def test_sigterm_writes_the_states_and_exits_143(tmp_path, warm):
 def test_sigkill_leaves_staging_that_the_next_run_removes(tmp_path, warm):
     out = tmp_path / "o"
     proc, ck = _start_long(tmp_path, out)
-    _wait_started(proc, ck)
+    wait_for_checkpoints(proc, ck)
     proc.kill()  # SIGKILL: no clean-up at all
     proc.communicate(timeout=DEADLINE)
     stale = [p for p in out.iterdir() if p.name.startswith(STAGING_PREFIX)]

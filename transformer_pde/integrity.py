@@ -28,6 +28,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import uuid
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,7 +38,7 @@ import numpy as np
 from .errors import IntegrityError
 
 __all__ = ["DIGEST_ALGORITHM", "NPZ_CHECKSUMS", "array_digest", "verify_array", "json_digest",
-           "save_npz", "load_npz", "IntegrityError"]
+           "save_npz", "load_npz", "write_npz", "IntegrityError"]
 
 #: name recorded beside every digest, so that a reader can refuse an algorithm it does not know
 DIGEST_ALGORITHM = "sha256"
@@ -88,6 +91,23 @@ def json_digest(obj: Any) -> str:
 NPZ_CHECKSUMS = "__checksums__"
 
 
+def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray], *,
+              compressed: bool = False) -> Path:
+    """Write the NPZ archive ``path`` atomically: into a hidden temporary file beside it,
+    renamed over ``path`` once complete.  A failed or interrupted write leaves ``path`` as it
+    was (absent, or the previous file) and no temporary file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.partial")
+    try:
+        with open(tmp, "wb") as fh:
+            (np.savez_compressed if compressed else np.savez)(fh, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
 def save_npz(path: Any, arrays: dict[str, Any], *, compressed: bool = False) -> Any:
     """Write ``arrays`` to the NPZ archive ``path`` with the digest of each array.
 
@@ -105,23 +125,12 @@ def save_npz(path: Any, arrays: dict[str, Any], *, compressed: bool = False) -> 
     compressed : bool, default False
         ``np.savez_compressed`` instead of ``np.savez``.
     """
-    import os  # noqa: PLC0415  (only the writers need it)
-    from pathlib import Path  # noqa: PLC0415
-
     if NPZ_CHECKSUMS in arrays:
         raise ValueError(f"{NPZ_CHECKSUMS!r} is reserved for the checksums")
     arrays = {k: np.asarray(v) for k, v in arrays.items()}
     meta = {"algorithm": DIGEST_ALGORITHM, "arrays": {k: array_digest(v) for k, v in arrays.items()}}
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
-        with open(tmp, "wb") as fh:
-            (np.savez_compressed if compressed else np.savez)(
-                fh, **arrays, **{NPZ_CHECKSUMS: np.array(json.dumps(meta, sort_keys=True))})
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_npz(path, {**arrays, NPZ_CHECKSUMS: np.array(json.dumps(meta, sort_keys=True))},
+              compressed=compressed)
     return path
 
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import uuid
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +36,7 @@ from .integrate.loop import Limits, LoopState, Monitor, SaveAt, TimeLoop
 from .integrate.loop import Progress
 from . import labelled
 from .integrate.solvers import get_solver
-from .integrity import DIGEST_ALGORITHM, array_digest, verify_array
+from .integrity import DIGEST_ALGORITHM, array_digest, verify_array, write_npz
 from .results import ResultKind, Status, warn_stop
 from .validation import points, positive
 
@@ -292,15 +290,7 @@ class ParticleTrajectory:
         arrays["meta"] = np.array(json.dumps(meta, default=_json_default))
         arrays["meta_checksum"] = np.array(array_digest(arrays["meta"]))
         # written beside the target and renamed over it: a failed save leaves no partial file
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.partial")
-        try:
-            with open(tmp, "wb") as fh:
-                np.savez(fh, **arrays)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        return path
+        return write_npz(path, arrays)
 
 
 #: NPZ trajectory format written by :meth:`ParticleTrajectory.save`: 3 = per-array SHA-256

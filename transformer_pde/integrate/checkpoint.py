@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CheckpointError, CheckpointWarning, IntegrityError
-from ..integrity import DIGEST_ALGORITHM, array_digest, json_digest, verify_array
+from ..integrity import DIGEST_ALGORITHM, array_digest, json_digest, verify_array, write_npz
 
 __all__ = ["FORMAT", "MAX_PROBES", "VERSION", "CheckpointWriter", "RunIdentity", "check_path",
            "decode", "encode", "is_checkpoint", "read_checkpoint", "write_checkpoint"]
@@ -378,7 +378,7 @@ def check_path(path: str | os.PathLike, *, resume: bool) -> None:
 
 
 def write_checkpoint(path: str | os.PathLike, run: dict[str, Any], state: dict[str, Any]) -> None:
-    """Write a checkpoint atomically: to ``<path>.tmp``, renamed over ``path``.
+    """Write a checkpoint atomically: to a hidden temporary file beside ``path``, renamed over it.
 
     ``run`` is :meth:`RunIdentity.record`'s data, ``state`` the plain data of the parts of
     the run (see :func:`encode`).  A failure (also Ctrl-C) during the write removes the
@@ -390,14 +390,7 @@ def write_checkpoint(path: str | os.PathLike, run: dict[str, Any], state: dict[s
     meta = {"format": FORMAT, "version": VERSION, "digest_algorithm": DIGEST_ALGORITHM,
             "body": body, "body_digest": json_digest(body)}
     arrays["meta"] = np.array(json.dumps(meta, allow_nan=True))
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_npz(path, arrays)
 
 
 def _member(z: Any, path: Path, key: str) -> np.ndarray:
