@@ -58,8 +58,9 @@ def solve_paths(att: Any, covs0: Any, *, t_max: float, n_eval: int = 400, means0
     d = covs0.shape[-1]
     means0 = np.zeros((len(covs0), d)) if means0 is None else np.asarray(means0, dtype=float)
     ends = gaussian.solve_batch(att, means0, covs0, t_max=t_max, **options).t_final
-    return [gaussian.solve(att, m0, S0, t_max=t_max, t_eval=np.linspace(0.0, t_end, int(n_eval)),
-                           **options)
+    # np.unique: a run that stops at t = 0 is reported at that one time
+    return [gaussian.solve(att, m0, S0, t_max=t_max,
+                           t_eval=np.unique(np.linspace(0.0, t_end, int(n_eval))), **options)
             for m0, S0, t_end in zip(means0, covs0, ends, strict=True)]
 
 
