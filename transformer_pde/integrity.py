@@ -38,7 +38,7 @@ import numpy as np
 from .errors import IntegrityError
 
 __all__ = ["DIGEST_ALGORITHM", "NPZ_CHECKSUMS", "array_digest", "verify_array", "json_digest",
-           "save_npz", "load_npz", "write_npz", "IntegrityError"]
+           "check_version", "save_npz", "load_npz", "write_npz", "IntegrityError"]
 
 #: name recorded beside every digest, so that a reader can refuse an algorithm it does not know
 DIGEST_ALGORITHM = "sha256"
@@ -143,8 +143,6 @@ def load_npz(path: Any) -> dict[str, np.ndarray]:
         The file is not such an archive (no checksums, unreadable), an array is missing,
         extra, or does not match its digest.
     """
-    import zipfile  # noqa: PLC0415  (only the readers need it)
-
     try:
         with np.load(path, allow_pickle=False) as z:
             files = list(z.files)
@@ -161,5 +159,17 @@ def load_npz(path: Any) -> dict[str, np.ndarray]:
             return {k: verify_array(z[k], sums[k], what=k, source=path) for k in names}
     except IntegrityError:
         raise
-    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
+    except Exception as exc:  # noqa: BLE001 - a damaged zip raises BadZipFile, zlib.error, EOFError, NotImplementedError (compression byte), RuntimeError ("encrypted" flag), ...
         raise IntegrityError(f"{path}: not a readable NPZ archive ({type(exc).__name__}: {exc})") from None
+
+
+def check_version(version: Any, known: tuple[int, ...], *, what: str, source: Any,
+                  error: type[IntegrityError] = IntegrityError) -> int:
+    """Return ``version`` if it is one of the ``known`` format versions (ints, ascending);
+    otherwise raise ``error`` naming ``source`` and the ``what`` format (a bool or a float
+    is not a version)."""
+    if type(version) is not int or version not in known:
+        raise error(f"{source}: unknown {what}format version {version!r}; this transformer-pde "
+                    f"reads versions {known[0]} to {known[-1]} (the file is corrupt or was "
+                    "written by a newer transformer-pde)")
+    return version

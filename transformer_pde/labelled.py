@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ArgumentError, IntegrityError, TrajectoryFileError
-from .integrity import DIGEST_ALGORITHM, array_digest, json_digest, verify_array
+from .integrity import DIGEST_ALGORITHM, array_digest, check_version, json_digest, verify_array
 
 __all__ = ["attention_to_json", "attention_from_json", "particle_dataset",
            "particle_fields", "gaussian_dataset", "save_dataset", "open_dataset",
@@ -255,11 +255,7 @@ def _verify(ds: Any, path: Path) -> None:
     raw = ds.attrs.get("checksums")
     if version is None and raw is None:
         return  # version 1: written before checksums existed
-    if type(version) is not int or version not in _KNOWN_VERSIONS:
-        raise IntegrityError(f"{path}: unknown format version {version!r} (attribute "
-                             f"'format_version'); this transformer-pde reads versions "
-                             f"{_KNOWN_VERSIONS[0]} to {_KNOWN_VERSIONS[-1]} -- the file is "
-                             f"corrupt or was written by a newer transformer-pde")
+    check_version(version, _KNOWN_VERSIONS, what="", source=f"{path} (attribute 'format_version')")
     if version == 1:
         return
     try:

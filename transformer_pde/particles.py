@@ -36,7 +36,7 @@ from .integrate.loop import Limits, LoopState, Monitor, SaveAt, TimeLoop
 from .integrate.loop import Progress
 from . import labelled
 from .integrate.solvers import get_solver
-from .integrity import DIGEST_ALGORITHM, array_digest, verify_array, write_npz
+from .integrity import DIGEST_ALGORITHM, array_digest, check_version, verify_array, write_npz
 from .results import ResultKind, Status, warn_stop
 from .validation import points, positive
 
@@ -391,11 +391,7 @@ def load(path: str | Path) -> ParticleTrajectory:
             raise TrajectoryFileError(f"{path} is not a transformer-pde trajectory (metadata "
                                       "format is not 'transformer-pde-trajectory')")
         version = meta.get("version")
-        if type(version) is not int or version not in _NPZ_VERSIONS:
-            raise IntegrityError(f"{path}: unknown trajectory format version {version!r}; "
-                                 f"this transformer-pde reads versions {_NPZ_VERSIONS[0]} to "
-                                 f"{_NPZ_VERSIONS[-1]} -- the file is corrupt or was written "
-                                 f"by a newer transformer-pde")
+        check_version(version, _NPZ_VERSIONS, what="trajectory ", source=path)
         sums = None
         if version >= 3:
             sums = meta.get("checksums")

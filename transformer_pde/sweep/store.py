@@ -42,7 +42,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import IntegrityError, IntegrityWarning, TransformerPDEError
-from ..integrity import array_digest
+from ..integrity import array_digest, check_version
 from .grid import Grid
 from .study import DONE, FAILED, MISSING, CellResult, Study
 
@@ -115,12 +115,8 @@ def _format_version(path: Path, attrs: Mapping[str, Any]) -> int:
         raise StoreError(f"{path} is a Zarr store but not a transformer-pde study (no format "
                          f"marker); nothing was changed")
     version = marker.get("version")
-    if type(version) is not int or version not in _KNOWN_VERSIONS:
-        raise StoreIntegrityError(f"{path}: unknown results-store format version {version!r}; "
-                                  f"this transformer-pde reads versions {_KNOWN_VERSIONS[0]} "
-                                  f"to {_KNOWN_VERSIONS[-1]} (the store is corrupt or was "
-                                  f"written by a newer transformer-pde)")
-    return version
+    return check_version(version, _KNOWN_VERSIONS, what="results-store ", source=path,
+                         error=StoreIntegrityError)
 
 
 def software_versions() -> dict[str, str]:
