@@ -15,7 +15,7 @@ T* = 1 / lambda_max(Sigma0^1/2 (A + A^T) Sigma0^1/2), so both methods are scored
   (the paths stop there; T* is measured past it), numba path, all threads and one thread.
 * Scaling: the same field on a 1e5-point grid of the cone (``--large``), all threads.
 
-Targets (issue 16): solve_batch >= 50x the Euler loop with T* within 1e-8 of the exact value,
+Targets: solve_batch >= 50x the Euler loop with T* within 1e-8 of the exact value,
 and 1e5 initialisations in a few seconds on 2 cores.  All ratios come from one run; the load
 average is printed (the machine may be shared).  One run takes well under 2 minutes.
 

@@ -13,7 +13,7 @@ with
 Large N are timed on M <= N queries against all N keys (rate M·N / time: every query
 does the same work), M growing until a call takes ``--min-time`` seconds.  It also
 reports one full softmax field at N = 1e6, d = 2 (float32), the float32 error against
-the float64 NumPy reference at N = 1e5 (issue target: 1e-5 relative), and the wall time
+the float64 NumPy reference at N = 1e5 (target: 1e-5 relative), and the wall time
 of one ``simulate`` RK4 step at N = 1e5 (softmax, d = 2 and 8, float32 and float64).
 
 Usage::
@@ -22,8 +22,8 @@ Usage::
     python benchmarks/gpu.py --quick    # N <= 1e5, d in {2, 8}: writes gpu_quick.json
 
 Without a working GPU (CuPy missing, no driver, no device, kernels failing their
-self-test) it prints why and exits with status 2.  Targets (H100, float32, from the
-issue): >= 1e12 pairs/s at d <= 4, >= 5e11 at d = 8, >= 3x torch SDPA at d = 8, one
+self-test) it prints why and exits with status 2.  Targets (H100, float32):
+>= 1e12 pairs/s at d <= 4, >= 5e11 at d = 8, >= 3x torch SDPA at d = 8, one
 softmax field at N = 1e6, d = 2 under 1 s.
 """
 

@@ -181,7 +181,7 @@ def _have_keops() -> bool:
 def run(quick: bool, min_time: float, numpy_max_n: int, ns=None, ds=None, kinds=None) -> dict:
     import numba
 
-    from transformer_pde.backends.numba_backend import NumbaBackend
+    from transformer_pde.backends.numba import NumbaBackend
 
     rng = np.random.default_rng(0)
     ns = ns or ([1000, 4000, 20000] if quick else [1000, 4000, 20000, 100000])

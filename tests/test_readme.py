@@ -2,8 +2,8 @@
 written, each in a fresh namespace and a temporary directory.
 
 Only fenced blocks tagged ``python`` run; ``py`` blocks need something optional (the
-pretrained checkpoint: tests/test_pretrained.py runs those) and ``text``/``bash`` blocks
-are not Python.
+pretrained model directory: tests/pretrained/test_pretrained.py runs those) and
+``text``/``bash`` blocks are not Python.
 """
 
 import re

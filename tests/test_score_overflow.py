@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import transformer_pde as tp
-from transformer_pde.backends.numba_backend import NumbaBackend
+from transformer_pde.backends.numba import NumbaBackend
 from transformer_pde.backends.numpy_backend import NumpyBackend, overflow_scale
 from transformer_pde.errors import ArgumentError, ScoreOverflowError
 

@@ -445,7 +445,7 @@ def test_study_from_config_names_bad_keys(tmp_path):
 # ------------------------------------------------------------------------- labelled trajectories
 def test_particle_trajectory_round_trips_through_netcdf_and_zarr(tmp_path):
     import transformer_pde as tp
-    from transformer_pde import labelled
+    from transformer_pde.io import labelled
 
     att = tp.Attention("softmax", np.eye(2), np.eye(2), [[1.0, 0.2], [0.0, 1.0]], beta=0.7,
                        masked=True)

@@ -6,10 +6,11 @@ attention layer is one Euler step of :math:`dx/dt = \Gamma_\mu(x)`.  Main entry 
 - :class:`~transformer_pde.attention.Attention` / :class:`~transformer_pde.attention.Layers`
   -- the attention specification (attention.py)
 - :func:`~transformer_pde.fields.velocity` / :func:`~transformer_pde.particles.simulate` /
-  :func:`~transformer_pde.particles.load` -- the particle engine (particles.py)
+  :func:`~transformer_pde.particles.load` -- the particle engine (:mod:`transformer_pde.particles`)
 - :mod:`transformer_pde.gaussian` -- closed-form mean/covariance ODEs
 - :mod:`transformer_pde.diagnostics` -- stability, rank collapse, blow-up, clusters
-- :mod:`transformer_pde.plot` -- covariance cone, particles, rank histograms
+- :mod:`transformer_pde.plot` -- covariance cone, particles, rank histograms, token flows
+  along depth
 - :mod:`transformer_pde.pretrained` -- a pretrained BERT-family encoder as a token flow
 
 The conventions (score without hidden :math:`1/\sqrt d`, temperatures, kernels, multi-head
@@ -22,7 +23,8 @@ from typing import Any
 from .attention import KINDS, Attention, AttentionParams, Head, Kind, Layers, register_kind
 from .backends import BackendNotAvailable, available_backends, get_backend
 from .blocks import MLP, Block, LayerNorm, PostLayerNorm, Sphere
-from .fields import FieldEvaluator, SinkhornNotConverged
+from .errors import SinkhornNotConverged
+from .fields import FieldEvaluator
 from .integrate.loop import Limits, Monitor, SaveAt
 from .integrate.solvers import (AdamsBashforth, Dop853, Dopri5, Euler, Heun, ImplicitMidpoint,
                                 RK4)

@@ -202,7 +202,7 @@ for _k in (
 ):
     register_kind(_k)
 
-# softmax-free kinds of Cao 2021, "Choose a Transformer: Fourier or Galerkin" (issue 9);
+# softmax-free kinds of Cao 2021, "Choose a Transformer: Fourier or Galerkin";
 # head fields in fields.py, per-token layer norm LN with eps = blocks.SOFTMAX_FREE_LN_EPS
 register_kind(Kind("galerkin", False, False, True,
                    "sum_j w_j b <Qx, LN(K x_j)> LN(V x_j)  (LN per token over k features)"))

@@ -24,8 +24,10 @@ __all__ = [
     "ArgumentTypeError",
     "ConfigError",
     "CheckpointError",
-    "CheckpointFileNotFound",
+    "ModelDirectoryError",
+    "ModelDirectoryNotFound",
     "BackendNotAvailable",
+    "MissingDependencyError",
     "SinkhornNotConverged",
     "SolverNotConverged",
     "ScoreOverflowError",
@@ -56,18 +58,26 @@ class ConfigError(ArgumentError):
 
 
 class CheckpointError(ArgumentError):
-    """A pretrained-model directory cannot be read: unsupported architecture, a config key
-    missing, or weights that do not match the config (the message names the file and key);
-    or a run checkpoint cannot be used: its path cannot or must not be written, or it
+    """A run checkpoint cannot be used: its path cannot or must not be written, or it
     comes from another run (the message names the path and the fields that differ)."""
 
 
-class CheckpointFileNotFound(CheckpointError, FileNotFoundError):
-    """A pretrained-model directory, or a file it must hold, does not exist."""
+class ModelDirectoryError(ArgumentError):
+    """A pretrained model directory cannot be read: unsupported architecture, a config key
+    missing, or weights that do not match the config (the message names the file and key)."""
+
+
+class ModelDirectoryNotFound(ModelDirectoryError, FileNotFoundError):
+    """A pretrained model directory, or a file it must hold, does not exist."""
 
 
 class BackendNotAvailable(TransformerPDEError, ImportError):
     """A requested backend's library, driver or device is missing."""
+
+
+class MissingDependencyError(TransformerPDEError, ImportError):
+    """A feature needs an optional dependency that is not installed; the message names
+    the extra to install (``pip install 'transformer-pde[sweep]'``)."""
 
 
 class SinkhornNotConverged(TransformerPDEError, RuntimeError):

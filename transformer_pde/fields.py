@@ -30,22 +30,20 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .anderson import Anderson
+from . import validation
 from .attention import KINDS, Attention, AttentionParams, Head
 from .backends import get_backend
-from .errors import ArgumentError, ArgumentTypeError, ScoreOverflowError
-from .sinkhorn import (SinkhornNotConverged, SinkhornWarmStart, is_symmetric,
-                       sinkhorn_field, sinkhorn_potentials)
 from .blocks import token_layer_norm
-from . import validation
+from .errors import ArgumentError, ArgumentTypeError, ScoreOverflowError
+from .sinkhorn import SinkhornRecord, SinkhornWarmStart, is_symmetric, sinkhorn_field
 from .validation import type_name as _what
 
 __all__ = [
+    "FieldContext",
     "FieldEvaluator",
     "HEAD_FIELDS",
-    "SinkhornNotConverged",
     "register_head_field",
-    "sinkhorn_potentials",
+    "velocity",
 ]
 
 @dataclass
@@ -59,7 +57,7 @@ class FieldContext:
     sinkhorn_tol: float = 1e-9
     sinkhorn_max_iter: int = 2000
     state: dict = field(default_factory=dict)
-    info: dict = field(default_factory=dict)
+    sinkhorn: SinkhornRecord = field(default_factory=SinkhornRecord)
     stage: int | None = None     # index of the evaluation within a fixed-step solver step
 
 
@@ -200,7 +198,7 @@ HEAD_FIELDS["relu"] = _pointwise("relu")
 
 @register_head_field("sinkhorn")
 def _sinkhorn(ctx, P, h, head, Xq, Xk):
-    # thin caller: the solver, warm start and fused kernels live in transformer_pde.sinkhorn
+    # thin caller: the solver, warm start and fused sweep live in transformer_pde.sinkhorn
     be = ctx.backend
     kx = _k(be, Xk, head)
     qx = _q(be, Xk, head) * P.beta
@@ -209,10 +207,12 @@ def _sinkhorn(ctx, P, h, head, Xq, Xk):
     # cases: use the general two-potential solve then
     symmetric = head.bQ is None and head.bK is None and is_symmetric(head.A)
     state = ctx.state.setdefault(("sinkhorn", h), SinkhornWarmStart())
-    return sinkhorn_field(be, qx, kx, _v(be, Xk, head), ctx.logw, P.eps, q_query=q_query,
-                          symmetric=symmetric, state=state, t=P.t, tol=ctx.sinkhorn_tol,
-                          max_iter=ctx.sinkhorn_max_iter, info=ctx.info, label=f"head {h}",
-                          stage=ctx.stage)[0]
+    out, res = sinkhorn_field(be, qx, kx, _v(be, Xk, head), ctx.logw, P.eps, q_query=q_query,
+                              symmetric=symmetric, state=state, t=P.t, tol=ctx.sinkhorn_tol,
+                              max_iter=ctx.sinkhorn_max_iter, label=f"head {h}",
+                              stage=ctx.stage)
+    ctx.sinkhorn.add(res, P.t, ctx.stage)
+    return out
 
 
 # ------------------------------------------------------------------ softmax-free kinds
@@ -300,8 +300,8 @@ class FieldEvaluator:
 
     Token positions never move, so for masked attention the tokens are sorted by
     position once and every query gets the length of its visible prefix.  Sinkhorn
-    potentials are kept between calls (warm start) in ``state``; iteration counts are
-    appended to ``info["sinkhorn_iterations"]``.
+    potentials are kept between calls (warm start) in ``state``; every Sinkhorn solve is
+    recorded (:attr:`info`).
 
     Parameters
     ----------
@@ -365,8 +365,12 @@ class FieldEvaluator:
                                 int(sinkhorn_max_iter))
 
     @property
-    def info(self) -> dict:
-        return self.ctx.info
+    def info(self) -> dict[str, list]:
+        """The Sinkhorn solves so far, one entry per head and evaluation:
+        ``{"sinkhorn_iterations", "sinkhorn_times", "sinkhorn_stages"}`` (a copy of
+        :meth:`SinkhornRecord.as_info <transformer_pde.sinkhorn.SinkhornRecord.as_info>`;
+        ``{}`` before any, and for every other kind)."""
+        return self.ctx.sinkhorn.as_info()
 
     @property
     def state(self) -> dict:
@@ -378,7 +382,8 @@ class FieldEvaluator:
 
         Set by :func:`~transformer_pde.simulate` before each evaluation (0 for the first
         stage of every step): Sinkhorn warm starts then extrapolate each stage from the
-        same stage of the previous steps (:class:`~transformer_pde.sinkhorn.SinkhornWarmStart`)."""
+        same stage of the previous steps
+        (:class:`~transformer_pde.sinkhorn.SinkhornWarmStart`)."""
         return self.ctx.stage
 
     @stage.setter
@@ -392,11 +397,11 @@ class FieldEvaluator:
         """The warm-start memory and the counters, as plain versioned data.
 
         Returns ``{"version": 1, "warm_starts": [...], "info": {...}}``: one entry per
-        Sinkhorn head with its :class:`~transformer_pde.sinkhorn.SinkhornWarmStart`
-        options, potentials history, per-stage increments, start errors and Anderson secant
-        memory (arrays on the backend, not copied; an entry of the history whose two
-        potentials are one array, as for symmetric scores, stores it once), and a copy of
-        ``info`` (iteration counts).  :meth:`set_state` restores it exactly.
+        Sinkhorn head, ``{"head": h, **SinkhornWarmStart.get_state()}`` (options,
+        potentials history, per-stage increments, start errors and Anderson secant memory;
+        see :meth:`~transformer_pde.sinkhorn.SinkhornWarmStart.get_state`), and
+        :attr:`info` (the record of the Sinkhorn solves).  :meth:`set_state` restores it
+        exactly.
         """
         warm = []
         for key, ws in self.state.items():
@@ -404,18 +409,11 @@ class FieldEvaluator:
                     and isinstance(ws, SinkhornWarmStart)):
                 raise TypeError(f"cannot checkpoint the field state entry {key!r} "
                                 f"({type(ws).__name__})")
-            warm.append({
-                "head": int(key[1]), "order": ws.order, "stage_order": ws.stage_order,
-                "reuse_secants": ws.reuse_secants,
-                "hist": [_triple(e) for e in ws.hist],
-                "stage_inc": [[s, [_triple(e) for e in lst]] for s, lst in ws.stage_inc.items()],
-                "start_err": [[s, float(v)] for s, v in getattr(ws, "start_err", {}).items()],
-                "memory": _anderson_state(ws.memory)})
-        return {"version": self.STATE_VERSION, "warm_starts": warm,
-                "info": {k: list(v) if isinstance(v, list) else v for k, v in self.info.items()}}
+            warm.append({"head": int(key[1]), **ws.get_state()})
+        return {"version": self.STATE_VERSION, "warm_starts": warm, "info": self.info}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`get_state`'s data (replacing the warm starts and ``info``).
+        """Restore :meth:`get_state`'s data (replacing the warm starts and the record).
 
         Raises
         ------
@@ -429,22 +427,18 @@ class FieldEvaluator:
         new: dict = {}
         for w in state["warm_starts"]:
             try:
-                ws = SinkhornWarmStart(order=w["order"], reuse_secants=w["reuse_secants"],
-                                       stage_order=w["stage_order"])
-                ws.hist = [_untriple(e) for e in w["hist"]]
-                ws.stage_inc = {int(s): [_untriple(e) for e in lst] for s, lst in w["stage_inc"]}
-                ws.start_err = {None if s is None else int(s): float(v)
-                                for s, v in w["start_err"]}
-                ws.memory = _anderson_restore(w["memory"])
-                new[("sinkhorn", int(w["head"]))] = ws
+                new[("sinkhorn", int(w["head"]))] = SinkhornWarmStart.from_state(w)
             except (KeyError, TypeError, ValueError) as exc:
                 raise ValueError(f"field evaluator state: bad warm start entry ({exc!r})") from None
         if not isinstance(state["info"], dict):
             raise ValueError("field evaluator state: 'info' is not a mapping")
+        try:
+            record = SinkhornRecord.from_info(state["info"])
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"field evaluator state: bad 'info' ({exc})") from None
         self.state.clear()
         self.state.update(new)
-        self.info.clear()
-        self.info.update(state["info"])
+        self.ctx.sinkhorn = record
 
     def query_limits(self, query_positions: Any, m: int):
         qp = validation.positions("query_positions", query_positions, m, required=True)
@@ -500,35 +494,6 @@ class FieldEvaluator:
         if bool(xp.all(xp.isfinite(out))):
             return
         raise ScoreOverflowError(_overflow_message(P, h, np.dtype(out.dtype), self.att.heads))
-
-
-def _triple(entry: tuple) -> list:
-    """``(t, f, g)`` as ``[t, f or None, g]``: ``None`` when ``f`` is ``g`` (one array)."""
-    t, f, g = entry
-    return [float(t), None if f is g else f, g]
-
-
-def _untriple(entry: Any) -> tuple:
-    t, f, g = entry
-    return (float(t), g if f is None else f, g)
-
-
-def _anderson_state(acc: Any) -> dict[str, Any] | None:
-    if acc is None:
-        return None
-    if not isinstance(acc, Anderson):
-        raise TypeError(f"cannot checkpoint a Sinkhorn memory of type {type(acc).__name__}")
-    return {"m": acc.m, "dX": list(acc.dX), "dR": list(acc.dR), "x_prev": acc.x_prev,
-            "r_prev": acc.r_prev}
-
-
-def _anderson_restore(data: Any) -> Anderson | None:
-    if data is None:
-        return None
-    acc = Anderson(int(data["m"]))
-    acc.dX, acc.dR = list(data["dX"]), list(data["dR"])
-    acc.x_prev, acc.r_prev = data["x_prev"], data["r_prev"]
-    return acc
 
 
 def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = None,

@@ -1,4 +1,4 @@
-"""Stored outputs of the Sinkhorn solvers on fixed inputs (tests/test_sinkhorn_golden.py).
+"""Stored outputs of the Sinkhorn solvers on fixed inputs (tests/sinkhorn/test_sinkhorn_golden.py).
 
 Run from the repository root to regenerate ``tests/data/sinkhorn_golden.npz``::
 

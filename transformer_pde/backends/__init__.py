@@ -17,6 +17,21 @@ A backend evaluates, for projected queries ``q`` (M, r), keys ``k`` (N, r), valu
 Backends also expose ``asarray(a, dtype)``, ``to_numpy(a)`` and an array namespace ``xp``
 so that the state can live on the backend's device.  :func:`get_backend` is the single
 dispatch point; ``"auto"`` picks the fastest installed backend for a problem size.
+
+Optional methods.  A backend *may* also provide faster fused forms of what callers can
+build from the primitives; callers detect one with ``getattr(be, name, None)`` and
+otherwise use the primitives, so a backend without it stays complete:
+
+``sinkhorn_sweep(q, k, v, bias, w) -> (out, lse, col)``
+    one alternating Sinkhorn iteration in one pass over the pairs: with the row softmax
+    :math:`P_{ij} = e^{\ell_{ij} - \mathrm{lse}_i}` of the logits
+    :math:`\ell_{ij} = q_i\cdot k_j + b_j` (``bias`` finite, no mask), ``lse`` and
+    ``out`` as for ``softmax`` (``out`` (M, 0) when ``v`` is ``None``) and the column sums
+    :math:`\mathrm{col}_j = \sum_i w_i P_{ij}` (float64) of the plan, from which the
+    column potential follows as :math:`g'_j = g_j - \varepsilon\log(\mathrm{col}_j/w_j)`.
+    Provided by the Numba backend
+    (:meth:`transformer_pde.backends.numba.NumbaBackend.sinkhorn_sweep`, which states the
+    contract); the Sinkhorn solver uses it where present.
 """
 
 from __future__ import annotations
@@ -31,7 +46,11 @@ __all__ = ["Backend", "BackendNotAvailable", "available_backends", "get_backend"
 
 
 class Backend(Protocol):
-    """Interface implemented by every backend (see the module docstring)."""
+    """Interface implemented by every backend (see the module docstring).
+
+    The optional methods (``sinkhorn_sweep``) are not part of the protocol: callers
+    look them up with ``getattr(be, "sinkhorn_sweep", None)``.
+    """
 
     name: str
     xp: Any
@@ -51,7 +70,7 @@ class Backend(Protocol):
 # only needed when their backend is requested.
 BACKENDS: dict[str, str] = {
     "numpy": "transformer_pde.backends.numpy_backend:NumpyBackend",
-    "numba": "transformer_pde.backends.numba_backend:NumbaBackend",
+    "numba": "transformer_pde.backends.numba:NumbaBackend",
     "cupy": "transformer_pde.backends.cupy_backend:CupyBackend",
 }
 

@@ -23,9 +23,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import CheckpointError, ConfigError, TransformerPDEError
-from ..integrity import save_npz
+from ..io.container import save_npz
+from ..io.jsonfmt import dumps
 from .config import (Table, build_attention, build_simulate, build_tokens, check_memory,
-                     covariance, human_bytes, library_call, read_options, sections,
+                     covariance, library_call, read_options, sections,
                      typed_parameters)
 from .output import OutputDir, OutputError
 
@@ -107,9 +108,10 @@ def run_demo(out: str | Path = "transformer-pde-demo", *, n: int = 256, seed: in
 
     from .. import plot  # noqa: PLC0415
     from ..attention import Attention  # noqa: PLC0415
-    from ..particles import FieldOptions, simulate  # noqa: PLC0415
+    from ..integrate import planned_saves  # noqa: PLC0415
+    from ..particles import FieldOptions, SaveAt, simulate  # noqa: PLC0415
 
-    n_saved = math.floor(t_max / dt) + 2
+    n_saved = planned_saves(t_max, dt, SaveAt())
     check_memory("--t-max", 8.0 * 2 * n_saved * n * 2,
                  f"saving {n_saved} states of {n} x 2 tokens (t_max / dt = {t_max / dt:.3g})")
     with OutputDir(out, force=force) as outdir:
@@ -224,7 +226,7 @@ def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True, force: bo
     if want_gif and att.d < 2:
         raise ConfigError(f"output.gif: the animation draws two coordinates and needs "
                           f"attention.d >= 2, got d = {att.d}")
-    _preflight(opts, X0)
+    _preflight(att, opts, X0)
     if checkpoint is not None:
         _check_checkpoint(checkpoint)
     try:
@@ -269,63 +271,49 @@ def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True, force: bo
     return summary
 
 
-def _is_checkpoint(path: Path) -> bool:
-    """Whether ``path`` is a file written by a ``--checkpoint`` run (an ``.npz`` archive
-    with the run's metadata)."""
-    import zipfile  # noqa: PLC0415
-
-    try:
-        with zipfile.ZipFile(path) as z:
-            return "meta.npy" in z.namelist()
-    except (OSError, zipfile.BadZipFile):
-        return False
-
-
 def _check_checkpoint(checkpoint: str | Path) -> None:
     """Refuse, before anything is computed, a ``--checkpoint`` path that cannot hold the
     run's checkpoints or whose file would be replaced although it is something else (a
-    directory, a device such as ``/dev/null``, the configuration file, any file that is not
-    a checkpoint).  An existing checkpoint is continued with ``--resume``, else replaced."""
-    path = Path(checkpoint)
-    where = f"--checkpoint {checkpoint}"
+    folder, a device such as ``/dev/null``, the configuration file, any file that is not
+    a checkpoint): the library's own rule,
+    :func:`~transformer_pde.integrate.checkpoint.check_path`.  An existing checkpoint is
+    continued with ``--resume``, else replaced; any other file is refused with or without
+    ``--resume``."""
+    from ..integrate.checkpoint import check_path  # noqa: PLC0415
+
     if str(checkpoint).strip() == "":
         raise UsageError("--checkpoint: expected the path of a file, got an empty string")
-    if path.is_dir():
-        raise UsageError(f"{where}: is a directory; give the path of a file (e.g. run.ckpt)")
-    if path.exists() or path.is_symlink():
-        if not path.is_file():
-            raise UsageError(f"{where}: is not a regular file (a device, pipe, socket or "
-                             "broken link); give the path of a file (e.g. run.ckpt)")
-        if not _is_checkpoint(path):
-            raise UsageError(f"{where}: exists and is not a transformer-pde checkpoint; it "
-                             "would be replaced (choose another path, or remove it)")
-    parent = path.absolute().parent
-    if not parent.is_dir():
-        raise UsageError(f"{where}: the directory {parent} does not exist")
+    try:
+        check_path(checkpoint, resume=False)
+    except CheckpointError as exc:
+        raise UsageError(f"--checkpoint {checkpoint}: {exc}") from None
 
 
-def _preflight(opts: dict, X0: np.ndarray) -> None:
-    """Refuse, naming the key, a run the library would refuse for its step count or the
-    memory of its saved states (the limits are the library's own)."""
-    t_max, dt, saveat, limits = opts["t_max"], opts["dt"], opts["saveat"], opts["limits"]
-    adaptive = getattr(opts["solver"], "adaptive", False)
-    n_steps = math.ceil(t_max / dt)
-    if not adaptive and n_steps > limits.max_steps:
-        raise ConfigError(f"run.dt: t_max / dt = {n_steps:.3g} steps, more than "
-                          f"limits.max_steps = {limits.max_steps}; raise limits.max_steps or "
-                          "run.dt")
-    if saveat.ts is not None:
-        n_saved = len(saveat.ts) + 2
-        key = "run.save_at"
-    else:
-        n_saved = math.floor(t_max / (dt * saveat.every)) + 2
-        key = "run.save_every"
-    nbytes = 8.0 * n_saved * X0.size
-    if nbytes > limits.memory_limit():
-        raise ConfigError(f"{key}: saving {n_saved} states of {X0.shape[0]} x {X0.shape[1]} "
-                          f"tokens would need {human_bytes(nbytes)}, more than "
-                          f"limits.max_memory = {human_bytes(limits.memory_limit())}; save "
-                          "fewer states (a larger run.save_every) or raise limits.max_memory")
+def _preflight(att: Any, opts: dict, X0: np.ndarray) -> None:
+    """Refuse, naming the key, a run the library would refuse: the library's own checks
+    (:func:`~transformer_pde.integrate.check_step_budget` and
+    :func:`~transformer_pde.integrate.preflight` on the run's arguments as
+    :func:`~transformer_pde.simulate` reads them,
+    :meth:`~transformer_pde.particles.simulation.RunSpec.of`), which ``simulate`` makes
+    before its first step: the command line refuses exactly the runs the library refuses
+    (``t_max = 0.07, dt = 0.01`` is 7 steps)."""
+    from ..errors import ArgumentError  # noqa: PLC0415
+    from ..integrate import check_step_budget, preflight  # noqa: PLC0415
+    from ..particles.simulation import RunSpec  # noqa: PLC0415
+
+    spec = RunSpec.of(att, X0, opts["t_max"], opts["dt"], opts["saveat"], opts["block"],
+                      opts["field"], opts["limits"], None)
+    adaptive = bool(getattr(opts["solver"], "adaptive", False))
+    try:
+        check_step_budget(spec.t_max, spec.dt, spec.saveat, spec.limits, adaptive=adaptive)
+    except ArgumentError as exc:
+        raise ConfigError(f"run.dt: {exc} (limits.max_steps)") from None
+    try:
+        preflight(spec.t_max, spec.dt, saveat=spec.saveat, limits=spec.limits,
+                  adaptive=adaptive, state_shape=spec.X0.shape, dtype=spec.dtype)
+    except ArgumentError as exc:
+        key = "run.save_at" if spec.saveat.ts is not None else "run.save_every"
+        raise ConfigError(f"{key}: {exc} (limits.max_memory)") from None
 
 
 # =========================================================================== gaussian
@@ -523,7 +511,7 @@ def run_cone(cfg: dict, out: str | Path, *, force: bool = False, resume: bool = 
     library_call("attention", check_attention, att)
     cell = ConePathCell(att, tuple(tuple(map(tuple, c)) for c in covs0.tolist()), t_max,
                         n_eval, tuple(sorted(opts.items())),
-                        json.dumps(cfg.get("attention", {}), sort_keys=True, default=str))
+                        dumps(cfg.get("attention", {}), sort_keys=True, describe=True))
     study = Study(Grid({"run": list(range(n))}, draws=1), cell, name="cone")
     ds, outdir = _run_study(study, out, cfg, force=force, resume=resume, scheduler=scheduler,
                             scheduler_file=scheduler_file, workers=workers, progress=progress)

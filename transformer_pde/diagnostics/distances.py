@@ -14,7 +14,8 @@ import numpy as np
 
 from .. import validation
 from ..errors import ArgumentError, ConvergenceWarning, SinkhornNotConverged
-from ..sinkhorn_loop import EpsilonScaling, sinkhorn_loop
+from ..sinkhorn.loop import sinkhorn_loop
+from ..sinkhorn.options import Acceleration, EpsilonScaling, SoftMins, Stopping
 from .common import weighted_moments
 
 __all__ = ["EXACT_MAX_PAIRS", "EXACT_ROUND_UNITS", "bures_wasserstein", "conditional_wasserstein", "token_distance",
@@ -298,7 +299,7 @@ def _sinkhorn_cost(X: np.ndarray, Y: np.ndarray, a: np.ndarray, b: np.ndarray, r
     (the other marginal is exact after the last half-step), below ``tol``; ``max_iter``
     counts all iterations.
 
-    Both are :func:`transformer_pde.sinkhorn_loop.sinkhorn_loop` with the soft-min
+    Both are :func:`transformer_pde.sinkhorn.sinkhorn_loop` with the soft-min
     :func:`_softmin` (dense blocks of squared distances):
 
     * Cross term: at every stage, Anderson-accelerated alternating iterations
@@ -329,19 +330,19 @@ def _sinkhorn_cost(X: np.ndarray, Y: np.ndarray, a: np.ndarray, b: np.ndarray, r
     if symmetric:
         # one averaged sweep f <- (f + T f)/2 per coarse stage, then Anderson on T itself
         # at reg with the residual safeguard; the last image T f is returned
-        res = sinkhorn_loop(np, lambda h, e: _softmin(X, X, la, h, e), reg, n=X.shape[0],
-                            tol=tol, max_iter=max_iter, anderson=_ANDERSON,
-                            scaling=EpsilonScaling(start, _EPS_RATIO, None, 1),
-                            finish="image")
+        res = sinkhorn_loop(np, SoftMins(lambda h, e: _softmin(X, X, la, h, e)), reg,
+                            n=X.shape[0], stopping=Stopping(tol, max_iter, finish="image"),
+                            acceleration=Acceleration(_ANDERSON),
+                            scaling=EpsilonScaling(start, _EPS_RATIO, None, 1))
         f = g = res.g
     else:
         # every stage: alternating iterations, Anderson with the dual safeguard; coarse
         # stages to _STAGE_TOL within _STAGE_ITER iterations, then to tol at reg
-        res = sinkhorn_loop(np, lambda h, e: _softmin(X, Y, lb, h, e), reg, n=Y.shape[0],
-                            softmin_g=lambda h, e: _softmin(Y, X, la, h, e), tol=tol,
-                            max_iter=max_iter, anderson=_ANDERSON,
-                            scaling=EpsilonScaling(start, _EPS_RATIO, _STAGE_TOL, _STAGE_ITER),
-                            safeguard="dual", marginals=(a, b), finish="image")
+        res = sinkhorn_loop(np, SoftMins(lambda h, e: _softmin(X, Y, lb, h, e),
+                                         lambda h, e: _softmin(Y, X, la, h, e)), reg,
+                            n=Y.shape[0], stopping=Stopping(tol, max_iter, finish="image"),
+                            acceleration=Acceleration(_ANDERSON, "dual", marginals=(a, b)),
+                            scaling=EpsilonScaling(start, _EPS_RATIO, _STAGE_TOL, _STAGE_ITER))
         g = res.g
         f = _softmin(X, Y, lb, g, reg)  # exact row marginals for the returned plan
     it, err = res.n_iter, res.err

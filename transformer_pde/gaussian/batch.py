@@ -11,13 +11,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..attention import Attention
 from .. import validation
+from ..attention import Attention, Layers
 from ..errors import ArgumentError, ArgumentTypeError, EarlyStopWarning
-from ..integrate.controller import PIController, initial_step
-from ..integrate.tableaux import DOPRI5
 from ..results import ResultKind, Status
-from . import kernels
+from . import member
 from .affine import check_attention, check_mean_cov, psd_factor
 from .system import (
     CLASSIFY_SIZE,
@@ -26,9 +24,7 @@ from .system import (
     check_flag,
     check_solver_args,
     check_t_eval,
-    classify,
-    conv_rates,
-    converged_codes,
+    classify_members,
     layer_breakpoints,
 )
 from .trajectory import GaussianTrajectory, solve_from_factor
@@ -38,7 +34,13 @@ __all__ = ["GaussianBatch", "solve_batch"]
 logger = logging.getLogger(__name__)
 
 _STIFF_STEPS_BATCH = 4000  # step attempts per member of solve_batch before the Radau hand-off
-_LAND = 1e-12              # landing tolerance on t (relative) and on log(size)
+
+
+def _tabulated(att: Attention) -> bool:
+    """Whether every time-dependent parameter of ``att`` is a :class:`~transformer_pde.Layers`
+    table (constant between breakpoints: the member integrator takes it as a table)."""
+    return not any(callable(v) and not isinstance(v, Layers)
+                   for v in (att.Q, att.K, att.V, att.W_O))
 
 
 @dataclass
@@ -63,7 +65,8 @@ class GaussianBatch:
         cone, the shape at that size, and the member's message says so).
     n_steps : ndarray (B,)
         Accepted explicit steps per member up to the final state (members handed to Radau
-        add ``nfev // 8``).
+        add ``nfev // 8``; members with callable parameters count ``nfev // 12`` of
+        :func:`solve`'s DOP853).
     t_eval : ndarray (T,) or None
     traj_means, traj_covs : ndarray (B, T, d), (B, T, d, d) or None
         States at ``t_eval`` (NaN after a member terminated).
@@ -141,176 +144,22 @@ class GaussianBatch:
                                   self.means[i], self.covs[i])
 
 
-def _numpy_advance(sysm: MomentSystem, Y: np.ndarray, ids: np.ndarray, h: np.ndarray,
-                   stops: np.ndarray, kstop: np.ndarray, eval_pos: np.ndarray,
-                   trY: np.ndarray | None, rtol: float, atol_vec: np.ndarray, atol: float,
-                   log_thr: float, convergence: str, converge_tol: float, budget: int,
-                   n_steps: np.ndarray, reason: np.ndarray, pi_prev: np.ndarray) -> None:
-    """The NumPy integrator: advance members ``ids`` (rows of ``Y``, updated in place) with
-    Dormand--Prince 5(4) and per-member step control until the last of ``stops`` (reason 0),
-    the size threshold ``exp(log_thr)``, landed on to 1e-12 relative (1), convergence
-    (2, 5, 6) or ``budget`` attempts (3).  ``kstop`` is each member's next stop.  Step
-    sizes: the package's PI controller (:meth:`PIController.factors
-    <transformer_pde.integrate.controller.PIController.factors>`, exponents from the
-    pair's error order), one history per member in ``pi_prev`` (updated in place)."""
-    B = Y.shape[0]
-    tab = DOPRI5
-    ctrl = PIController(tab.error_order)
-    ns = tab.n_stages
-    t_prev_stop = np.where(kstop > 0, stops[np.maximum(kstop - 1, 0)], 0.0)
-    t_prev_stop = np.minimum(t_prev_stop, Y[:, 0])
-    alg = np.full((B, 4), np.inf)
-    n_att = np.zeros(B, dtype=int)
-    h_ctrl = h.copy()
-    secant = np.zeros(B, dtype=bool)
-    sz_land = np.zeros(B, dtype=bool)    # landing on the size threshold (after an overshoot)
-
-    def set_window(ia):
-        st = stops[kstop[ia]]
-        lo = t_prev_stop[ia]
-        fin = np.isfinite(st)
-        st_ = np.where(fin, st, lo + 1.0)
-        eta = np.minimum(1e-7 * np.maximum(1.0, np.abs(st_)), 0.25 * (st_ - lo))
-        sysm.lo[ia] = lo + eta
-        sysm.hi[ia] = np.where(fin, st_ - eta, np.inf)
-
-    active = np.zeros(B, dtype=bool)
-    active[ids] = True
-    set_window(ids)
-    f = np.zeros_like(Y)
-    f[ids] = sysm.rhs(Y[ids], ids)
-    lsz = np.zeros(B)
-    lsz[ids] = sysm.log_size(Y[ids], ids)
-    while np.any(active):
-        ia = np.nonzero(active)[0]
-        yA, fA, hA = Y[ia], f[ia], h[ia]
-        st = stops[kstop[ia]]
-        gap = st - yA[:, 0]
-        h_aim = gap / fA[:, 0]                  # dt/ds = fA[:,0]
-        aiming = h_aim <= hA
-        hA = np.where(aiming, h_aim, hA)
-        K = [fA]
-        for i in range(1, ns):
-            acc = np.zeros_like(yA)
-            for j in range(i):
-                a = tab.A[i, j]
-                if a != 0.0:
-                    acc += a * K[j]
-            K.append(sysm.rhs(yA + hA[:, None] * acc, ia))
-        acc = np.zeros_like(yA)
-        for j in range(ns):
-            if tab.b[j] != 0.0:
-                acc += tab.b[j] * K[j]
-        ynew = yA + hA[:, None] * acc
-        fnew = sysm.rhs(ynew, ia)
-        K.append(fnew)
-        err = np.zeros_like(yA)
-        for j in range(ns + 1):
-            if tab.e[j] != 0.0:
-                err += tab.e[j] * K[j]
-        err *= hA[:, None]
-        sc = atol_vec + rtol * np.maximum(np.abs(yA), np.abs(ynew))
-        en = np.sqrt(np.mean((err / sc) ** 2, axis=1))
-        en = np.where(np.all(np.isfinite(ynew), axis=1), en, np.inf)
-        ok = en <= 1.0
-        tn = ynew[:, 0]
-        with np.errstate(invalid="ignore"):
-            tol_t = _LAND * np.maximum(1.0, np.abs(st))
-            over = ok & (tn > st + tol_t)
-            landed = ok & ~over & aiming & (np.abs(tn - st) <= tol_t)
-        lnew = np.where(ok, sysm.log_size(np.where(ok[:, None], ynew, yA), ia), -np.inf)
-        # the size threshold is a stop as well: a step past it is retried with a secant step
-        # in s on log(size) (nearly linear in s near a blow-up)
-        over_sz = ok & (lnew > log_thr + _LAND)
-        accept = ok & ~over & ~over_sz
-        # the PI rule; a step that passed the error test but overshot a stop or the
-        # threshold is retried with a secant step below (its factor is not used) and does
-        # not enter the controller's history
-        fac, prev_new = ctrl.factors(en, pi_prev[ia], accept)
-        pi_prev[ia] = prev_new
-        h_new = hA * fac
-        l0 = lsz[ia]
-        # (the secant steps are computed for every member and used only where they apply:
-        # elsewhere, e.g. after a rejected step with lnew = -inf, they may overflow)
-        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-            # overshoot of a stop: secant correction in s
-            h_new = np.where(over, hA * gap / np.maximum(tn - yA[:, 0], 1e-300), h_new)
-            h_sz = hA * (log_thr - l0) / np.maximum(lnew - l0, 1e-300)
-        h_new = np.where(over_sz, np.where(over, np.minimum(h_new, h_sz), h_sz), h_new)
-        # after an aimed, accepted step keep the previous (larger) proposal
-        h_new = np.where(accept & aiming, np.maximum(h[ia], h_new), h_new)
-        # landing on the threshold: once a step overshot it, every accepted step that stays
-        # below it is followed by a step aimed with that step's slope of log(size) (the
-        # controller's step would overshoot again and cost another retry)
-        sz_land[ia] |= over_sz
-        aim_sz = accept & sz_land[ia] & (lnew > l0) & (lnew < log_thr - _LAND)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            h_aim_sz = hA * (log_thr - lnew) / np.where(aim_sz, lnew - l0, 1.0)
-        aim_sz &= h_aim_sz < h_new
-        h_new = np.where(aim_sz, h_aim_sz, h_new)
-        # the error controller's proposal after accepted steps (a continuation restarts from
-        # it, not from the secant step that landed on the threshold)
-        free = accept & ~aiming & ~secant[ia]
-        h_ctrl[ia] = np.where(free, hA * fac, h_ctrl[ia])
-        secant[ia] = over | over_sz | aim_sz
-        n_att[ia] += 1
-        n_steps[ia] += accept
-        acc_i = ia[accept]
-        Y[acc_i] = ynew[accept]
-        f[acc_i] = fnew[accept]
-        lsz[acc_i] = lnew[accept]
-        h[ia] = h_new
-        # landings
-        for j in np.nonzero(landed & accept)[0]:
-            i = ia[j]
-            Y[i, 0] = stops[kstop[i]]
-            if trY is not None and eval_pos[kstop[i]] >= 0:
-                trY[i, eval_pos[kstop[i]]] = Y[i]
-            t_prev_stop[i] = stops[kstop[i]]
-            if kstop[i] == stops.size - 1:
-                reason[i] = 0
-                active[i] = False
-            else:
-                kstop[i] += 1
-                set_window(np.array([i]))
-                f[i] = sysm.rhs(Y[i:i + 1], np.array([i]))[0]
-        # events on accepted, still-active members
-        chk = acc_i[active[acc_i]]
-        if chk.size:
-            big = lsz[chk] >= log_thr - _LAND
-            reason[chk[big]] = 1
-            active[chk[big]] = False
-            rest = chk[~big]
-            if rest.size:
-                hist = alg[rest]            # a copy: the updated history is written back
-                code = converged_codes(convergence, conv_rates(sysm, Y[rest], rest, atol),
-                                       converge_tol, Y[rest, 0], hist)
-                alg[rest] = hist
-                conv = code > 0
-                reason[rest[conv]] = code[conv]
-                active[rest[conv]] = False
-        stiff = active & (n_att >= budget)
-        if np.any(stiff):
-            reason[stiff] = 3
-            active[stiff] = False
-    h[ids] = np.maximum(h[ids], h_ctrl[ids])
-
-
 def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *, t_max: float,
                 rtol: float = 1e-10, atol: float = 1e-12, blowup_threshold: float = 1e8,
                 converge_tol: float = 1e-10, convergence: str = "auto", t_eval: Any = None,
                 max_steps: int = 100_000, use_numba: bool = True) -> GaussianBatch:
     r"""Integrate many Gaussian initial conditions (and optionally parameter sets) together.
 
-    All members are advanced simultaneously by one vectorised adaptive Dormand--Prince 5(4)
-    integrator (DOP853 on the numba path, see ``use_numba``) on the reparametrised system of
-    :mod:`transformer_pde.gaussian`, **with a step size, error control and event handling per
-    member** (NumPy arrays of shape ``(B, ...)``; members that terminate leave the active
-    set).  Members land exactly (to :math:`10^{-12}` relative) on ``t_eval`` points,
+    Each member is integrated by the per-member DOP853 integrator of
+    :mod:`transformer_pde.gaussian.member` on the reparametrised system of
+    :mod:`transformer_pde.gaussian`, **with its own step size, error control and event
+    handling**.  Members land exactly (to :math:`10^{-12}` relative) on ``t_eval`` points,
     :class:`~transformer_pde.Layers` breakpoints, ``t_max`` and the size threshold by
     secant-adjusted steps in :math:`s`.  Statuses, :math:`T^*` and limits follow
     :func:`solve` (same classification, measured past the threshold as there), and the
-    results agree with :func:`solve` member by member to about ``1e3 * rtol``.
+    results agree with :func:`solve` member by member to about ``1e3 * rtol``.  Members whose
+    parameters are callables of ``t`` (not :class:`~transformer_pde.Layers` tables) are
+    integrated one by one by :func:`solve`'s integrator.
 
     Parameters
     ----------
@@ -330,15 +179,13 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
         (see :func:`solve`).
     use_numba : bool
         (A bool: anything else raises :class:`~transformer_pde.errors.ArgumentTypeError`.)
-        For ``softmax`` / ``linear`` with constant parameters, run the same per-member
-        algorithm compiled with numba, with the 8th-order DOP853 pair instead of
-        Dormand--Prince 5(4) (about 0.6x the right-hand-side evaluations at ``rtol = 1e-10``),
-        one member after the other, or, from 256 members on, in parallel over members
-        (``prange``, numba's thread count; members are independent, so the results are
-        identical for any thread count).  Steps: the package's PI controller
-        (:mod:`transformer_pde.integrate.controller`) on both paths.  The first call compiles
-        (about a minute of CPU, d = 2 gets its own faster build, +25 s for the parallel
-        kernel; cached on disk).  Otherwise, or with ``False`` (or without numba), the NumPy implementation.
+        ``True``: the integrator compiled by numba, one member after the other or, from
+        :data:`~transformer_pde.gaussian.member.PAR_MIN_MEMBERS` members on, in parallel
+        over members (``prange``, numba's thread count; members are independent, so the
+        results are identical for any thread count); the first call compiles it (cached on
+        disk).  ``False`` (or without numba): the same code run by the interpreter: the
+        same steps and statuses, states equal up to rounding (a few ulps per step), at a
+        much higher cost per member.
 
     Returns
     -------
@@ -389,15 +236,15 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
         raise ArgumentError(f"member {i}: the initial size already exceeds blowup_threshold")
     n = sysm.n
     atol_vec = np.full(n, atol)
-    atol_vec[1] = rtol
+    atol_vec[1] = rtol            # rho is a log: its error is a relative error of F
     budget = min(int(max_steps), _STIFF_STEPS_BATCH)
 
     te = None if t_eval is None else np.unique(np.asarray(t_eval, float).ravel())
     if te is not None:
         te = te[(te >= 0) & (te <= t_max)]
-    bps = layer_breakpoints(atts, 0.0, t_max)
+    bps = layer_breakpoints(atts, 0.0, math.inf)
     stops = np.unique(np.concatenate([
-        bps, np.array([float(t_max)]), te[te > 0] if te is not None else np.zeros(0)]))
+        bps[bps < t_max], np.array([float(t_max)]), te[te > 0] if te is not None else np.zeros(0)]))
     traj_m = traj_c = None
     if te is not None:
         traj_m = np.full((B, te.size, d), np.nan)
@@ -406,46 +253,34 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
             traj_m[:, 0] = m0
             traj_c[:, 0] = c0
     te_pos = {float(v): i for i, v in enumerate(te)} if te is not None else {}
-    eval_pos = np.array([te_pos.get(float(v), -1) for v in stops], dtype=np.int64)
-    # full states landed on at t_eval (row eval_pos[k] for stop k), NaN until reached; both
-    # integrators fill it, the moments are taken once after them
+    eval_pos = np.array([te_pos.get(float(v), -1) for v in stops], dtype=float)
+    stops_c = np.concatenate([bps, [math.inf]])
+    stop_tab = np.stack([stops, eval_pos, np.searchsorted(bps, stops)]).astype(float)
+    cont_tab = np.stack([stops_c, np.full(stops_c.size, -1.0), np.searchsorted(bps, stops_c)])
+    # full states landed on at t_eval (row eval_pos[k] for stop k), NaN until reached; the
+    # moments are taken once after the integration
     trY = np.full((B, 1 if te is None else max(te.size, 1), n), np.nan)
-    mode = CONVERGENCE_MODES[convergence]
-
-    fast = use_numba and kernels.AVAILABLE and not sysm.dynamic and sysm.kind in ("softmax",
-                                                                                   "linear")
-    if fast:
-        # the compiled kernel does the initial convergence check, the step choice and the
-        # continuation past the threshold per member
-        reason, n_steps, Yc, creason = kernels.run_compiled(
-            sysm, atts, Y, stops, eval_pos, rtol, atol_vec, atol, log_thr, log_thr_c, mode,
-            converge_tol, budget, trY)
-    else:
-        reason = np.full(B, -1)
-        code = converged_codes(convergence, conv_rates(sysm, Y, all_idx, atol), converge_tol,
-                               Y[:, 0], np.full((B, 4), np.inf))
-        reason[code > 0] = code[code > 0]
-        # initial step (Hairer-Wanner heuristic, per member: the package's controller)
-        h = initial_step(Y, sysm.rhs(Y, all_idx), rtol, atol_vec,
-                         f=lambda z: sysm.rhs(z, all_idx), error_order=DOPRI5.error_order)
-        n_steps = np.zeros(B, dtype=int)
-        kstop = np.zeros(B, dtype=int)
-        pi_prev = np.ones(B)           # the PI controller's history per member
-        run = np.nonzero(reason < 0)[0]
-        if run.size:
-            _numpy_advance(sysm, Y, run, h, stops, kstop, eval_pos, trY, rtol, atol_vec, atol,
-                           log_thr, convergence, converge_tol, budget, n_steps, reason, pi_prev)
-        # continue the members on the threshold (no output, no final time) to measure the
-        # blow-up, T* and the limit, or to see a transient crossing converge
-        Yc = Y.copy()
-        creason = np.full(B, -1)
-        cont = np.nonzero(reason == 1)[0] if log_thr_c > log_thr else np.zeros(0, dtype=int)
-        if cont.size:
-            stops_c = np.concatenate([layer_breakpoints(atts, 0.0, math.inf), [math.inf]])
-            kc = np.searchsorted(stops_c, Y[:, 0], side="right")
-            _numpy_advance(sysm, Yc, cont, h.copy(), stops_c, kc, np.full(stops_c.size, -1),
-                           None, rtol, atol_vec, atol, log_thr_c, convergence, converge_tol,
-                           budget, np.zeros(B, dtype=int), creason, pi_prev)
+    ctl = member.controls(rtol, atol, log_thr, log_thr_c, converge_tol,
+                          CONVERGENCE_MODES[convergence], budget)
+    # members whose parameters are callables of t (no table of constant segments) are
+    # integrated one by one by solve's integrator below
+    smooth = [a.time_dependent and not _tabulated(a) for a in atts]
+    handed = np.arange(B) if all(smooth) else np.nonzero(smooth)[0] if len(atts) > 1 \
+        else np.zeros(0, dtype=int)
+    run = np.setdiff1d(np.arange(B), handed)
+    reason = np.full(B, -1)
+    creason = np.full(B, -1)
+    n_steps = np.zeros(B, dtype=int)
+    Yc = Y.copy()
+    if run.size:
+        atts_r = [atts[i] for i in run] if len(atts) > 1 else atts
+        prm, con = member.param_table(atts_r, sysm.kind, bps)
+        Yr, trYr = np.ascontiguousarray(Y[run]), np.ascontiguousarray(trY[run])
+        reason[run], n_steps[run], Yc[run], creason[run] = member.run_members(
+            MomentSystem(atts_r, run.size), Yr, trYr, prm, con, stop_tab, cont_tab, ctl,
+            atol_vec, use_numba)
+        Y[run], trY[run] = Yr, trYr
+    reason[handed] = 4
 
     if te is not None:
         bi, ti = np.nonzero(np.isfinite(trY[:, :, 0]))
@@ -454,13 +289,15 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
             traj_m[bi, ti] = mm
             traj_c[bi, ti] = SS
 
-    status, Tstar, limit, msgs = classify(sysm, Y, all_idx, converge_tol,
-                                          np.where(reason == 3, 0, reason), Yc, convergence,
-                                          creason, log_thr)
+    status, Tstar, limit, msgs = classify_members(
+        sysm, Y, all_idx, converge_tol, np.where(np.isin(reason, (3, 4)), 0, reason), Yc,
+        convergence, creason, log_thr)
     t_fin, means, covs = sysm.moments(Y, all_idx)
-    # members that became stiff: continue one by one with the implicit Radau method
-    for i in np.nonzero(reason == 3)[0]:
-        logger.info("solve_batch: member %d stiff at t=%.6g, continuing with Radau", i, t_fin[i])
+    # members that became stiff: continued one by one with the implicit Radau method;
+    # members with parameters that are callables of t: solve's integrator (scipy's DOP853)
+    for i in np.nonzero((reason == 3) | (reason == 4))[0]:
+        method = "Radau" if reason[i] == 3 else "DOP853"
+        logger.info("solve_batch: member %d at t=%.6g continued with %s", i, t_fin[i], method)
         a_i = atts[i] if len(atts) > 1 else atts[0]
         F_i = np.exp(Y[i, 1]) * Y[i, 2:2 + d * d].reshape(d, d)
         rem = None if te is None else te[te > t_fin[i]]
@@ -469,7 +306,7 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
             tr = solve_from_factor(a_i, float(t_fin[i]), means[i], F_i, t_max=float(t_max),
                                    rtol=rtol, atol=atol, blowup_threshold=blowup_threshold,
                                    converge_tol=converge_tol, convergence=convergence,
-                                   t_eval=rem, method="Radau")
+                                   t_eval=rem, method=method)
         status[i], Tstar[i], limit[i], msgs[i] = tr.status, tr.blowup_time, tr.limit, tr.message
         t_fin[i] = tr.t_final
         if te is not None and len(tr.times):
@@ -477,7 +314,7 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
             traj_m[i, pos] = tr.means
             traj_c[i, pos] = tr.covs
         means[i], covs[i] = tr.final_mean, tr.final_cov
-        n_steps[i] += tr.nfev // 8
+        n_steps[i] += tr.nfev // (8 if method == "Radau" else 12)
     value = {st: st.value for st in Status}          # (enum attribute access is slow)
     res = GaussianBatch(np.array([value[s] for s in status]), Tstar, t_fin, means, covs, limit,
                         n_steps, te, traj_m, traj_c, msgs)

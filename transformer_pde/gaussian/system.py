@@ -169,10 +169,10 @@ class MomentSystem:
         return tau, q, info
 
 
-def classify(sysm: MomentSystem, Y: np.ndarray, idx: np.ndarray, converge_tol: float,
-             reason: np.ndarray, Yc: np.ndarray | None = None,
-             convergence: str = "auto", creason: np.ndarray | None = None,
-             log_thr: float = math.inf) -> tuple[list, np.ndarray, np.ndarray, list]:
+def classify_members(sysm: MomentSystem, Y: np.ndarray, idx: np.ndarray, converge_tol: float,
+                     reason: np.ndarray, Yc: np.ndarray | None = None,
+                     convergence: str = "auto", creason: np.ndarray | None = None,
+                     log_thr: float = math.inf) -> tuple[list, np.ndarray, np.ndarray, list]:
     """Classify terminal states (see :mod:`transformer_pde.gaussian`, *Statuses*).
 
     ``reason`` per member: 0 = ``t_max`` reached, 1 = size threshold, 2 = converged
@@ -223,7 +223,7 @@ def classify(sysm: MomentSystem, Y: np.ndarray, idx: np.ndarray, converge_tol: f
         tau, q, info = sysm.tau_q(Yb, idx[big])
         qmax = sysm.q_max(tc, idx[big])
         # a singularity of the law has q -> 1/p <= q_max: a larger q is a transient of
-        # oscillating growth (seen for l2 with singular K), not a blow-up
+        # oscillating growth (l2 with singular K can grow so), not a blow-up
         isb = (np.isfinite(q) & (qmax > 0) & (q > 0.5 * qmax) & (q <= 1.5 * qmax)
                & (tau > 0))
         rem = np.where(isb, tau / np.where(isb, q, 1.0), np.nan)
@@ -243,7 +243,7 @@ def classify(sysm: MomentSystem, Y: np.ndarray, idx: np.ndarray, converge_tol: f
         limit[big[pos]] = shape_now[pos]
         lsel = isb & pos
         # the linear extrapolation is a small correction when the shape moves like T* - t;
-        # when it moves faster (e.g. like (T* - t)^g, g < 1, seen with random V) it can leave
+        # when it moves faster (e.g. like (T* - t)^g, g < 1, possible with random V) it can leave
         # the positive semi-definite cone: then the shape measured at the continuation size
         # (CLASSIFY_SIZE) is the limit
         not_psd = np.zeros(big.size, dtype=bool)

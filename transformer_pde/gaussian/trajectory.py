@@ -20,7 +20,7 @@ from .system import (
     MomentSystem,
     check_solver_args,
     check_t_eval,
-    classify,
+    classify_members,
     conv_rates,
     converged_codes,
 )
@@ -84,9 +84,9 @@ class GaussianTrajectory:
     def to_xarray(self) -> Any:
         """The trajectory as a labelled :class:`xarray.Dataset` (``means (time, dim)``,
         ``covs (time, dim, dim_)``, ``limit``; status, T*, message as attributes):
-        :func:`transformer_pde.labelled.gaussian_dataset`.  Save it with
-        :func:`transformer_pde.labelled.save_dataset` (``.nc`` or ``.zarr``)."""
-        from ..labelled import gaussian_dataset  # noqa: PLC0415  (xarray only when asked)
+        :func:`transformer_pde.io.labelled.gaussian_dataset`.  Save it with
+        :func:`transformer_pde.io.labelled.save_dataset` (``.nc`` or ``.zarr``)."""
+        from ..io.labelled import gaussian_dataset  # noqa: PLC0415  (xarray only when asked)
 
         return gaussian_dataset(self)
 
@@ -263,7 +263,7 @@ def _continue_past(sysm: MomentSystem, att: Attention, Y: np.ndarray, log_thr_c:
 
         def ev_budget(s_, y, count=count):
             # a function of s only, as in solve_from_factor (root finding re-evaluates it: a
-            # counter alone gave the same sign at both ends and a ValueError from brentq)
+            # counter alone can have the same sign at both ends of the bracket)
             count[0] += 1
             if count[0] > STIFF_STEPS and count[1] == math.inf:
                 count[1] = s_ - 1e-12 * max(1.0, abs(s_))
@@ -422,8 +422,9 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
             Yc = Yc_[None]
         except _NonFinite:
             pass   # overflow while measuring: classified at the threshold itself
-    status, Tstar, limit, msgs = classify(sysm, Y[None], idx, converge_tol,
-                                          np.array([reason]), Yc, convergence, creason, log_thr)
+    status, Tstar, limit, msgs = classify_members(sysm, Y[None], idx, converge_tol,
+                                                  np.array([reason]), Yc, convergence, creason,
+                                                  log_thr)
     if reason == 3:
         msgs[0] = (f"stopped at t={Y[0]:.6g} before t_max={t_max:g}: step budget "
                    f"({STIFF_STEPS} explicit + {IMPLICIT_STEPS} implicit steps per segment) "

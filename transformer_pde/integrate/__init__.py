@@ -6,8 +6,12 @@ r"""Time integration: Butcher tableaux, Runge–Kutta steppers, step-size contro
   arrays, driven by a tableau (fixed steps and embedded trial steps).
 * :mod:`~transformer_pde.integrate.solvers` — solver objects carrying their options
   (``Dopri5(rtol=..., atol=...)``), Adams–Bashforth, implicit midpoint.
-* :mod:`~transformer_pde.integrate.controller` — PI step-size control, initial step,
-  clipping to stops and jumps.
+* :mod:`~transformer_pde.integrate.controller` — step-size controllers with one protocol
+  (:class:`ConstantStepSize` for fixed steps, :class:`PIController` for embedded pairs),
+  the fixed-step count :func:`n_fixed_steps`, initial step, clipping to stops and jumps.
+* :mod:`~transformer_pde.integrate.plan` — the steps and saves a run takes
+  (:func:`planned_steps`, :func:`planned_saves`) and the checks before it starts
+  (:func:`preflight`).
 * :mod:`~transformer_pde.integrate.breakpoints` — jump times of piecewise-constant
   parameters (layer boundaries), which steps must not cross.
 * :mod:`~transformer_pde.integrate.loop` — the time loop with its options
@@ -19,8 +23,10 @@ r"""Time integration: Butcher tableaux, Runge–Kutta steppers, step-size contro
 from __future__ import annotations
 
 from .breakpoints import is_jump, jump_times, layer_tables, next_jump
-from .controller import PIController, clip_step, initial_step
+from .controller import (ConstantStepSize, PIController, Step, clip_step, initial_step,
+                         n_fixed_steps)
 from .loop import Limits, LoopState, Monitor, SaveAt, TimeLoop
+from .plan import check_step_budget, planned_saves, planned_steps, preflight, segment_stops
 from .rk import array_namespace, error_norm, rk_attempt, rk_step
 from .solvers import (SOLVERS, AdamsBashforth, Dop853, Dopri5, EmbeddedRungeKutta, Euler,
                       ExplicitRungeKutta, Heun, ImplicitMidpoint, RK4, adams_bashforth_weights,
@@ -28,8 +34,10 @@ from .solvers import (SOLVERS, AdamsBashforth, Dop853, Dopri5, EmbeddedRungeKutt
 from .tableaux import CLASSICAL_RK4, DOP853, DOPRI5, EULER, HEUN, TABLEAUX, ButcherTableau
 
 __all__ = ["CLASSICAL_RK4", "DOP853", "DOPRI5", "EULER", "HEUN", "RK4", "SOLVERS", "TABLEAUX",
-           "AdamsBashforth", "ButcherTableau", "Dop853", "Dopri5", "EmbeddedRungeKutta",
-           "Euler", "ExplicitRungeKutta", "Heun", "ImplicitMidpoint", "Limits", "LoopState",
-           "Monitor", "PIController", "SaveAt", "TimeLoop", "adams_bashforth_weights", "array_namespace",
-           "clip_step", "error_norm", "get_solver", "initial_step", "is_jump", "jump_times",
-           "layer_tables", "next_jump", "rk_attempt", "rk_step"]
+           "AdamsBashforth", "ButcherTableau", "ConstantStepSize", "Dop853", "Dopri5",
+           "EmbeddedRungeKutta", "Euler", "ExplicitRungeKutta", "Heun", "ImplicitMidpoint",
+           "Limits", "LoopState", "Monitor", "PIController", "SaveAt", "Step", "TimeLoop",
+           "adams_bashforth_weights", "array_namespace", "check_step_budget", "clip_step",
+           "error_norm", "get_solver", "initial_step", "is_jump", "jump_times", "layer_tables",
+           "n_fixed_steps", "next_jump", "planned_saves", "planned_steps", "preflight",
+           "rk_attempt", "rk_step", "segment_stops"]

@@ -8,8 +8,8 @@ A checkpoint is an NPZ archive (a zip of ``.npy`` members) written by
   ``run`` (the identity of the run, see below), ``state`` (the plain, versioned data of
   the loop, the solver, the field evaluator and the saver, encoded by :func:`encode`)
   and ``arrays`` (the SHA-256 of every other member,
-  :func:`~transformer_pde.integrity.array_digest`); ``body_digest`` is the
-  :func:`~transformer_pde.integrity.json_digest` of the body.
+  :func:`~transformer_pde.io.digests.array_digest`); ``body_digest`` is the
+  :func:`~transformer_pde.io.digests.json_digest` of the body.
 * ``a0``, ``a1``, ...: the arrays of the state.
 
 **Identity of a run.**  :class:`RunIdentity` records everything that determines the
@@ -54,7 +54,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import CheckpointError, CheckpointWarning, IntegrityError
-from ..integrity import DIGEST_ALGORITHM, array_digest, json_digest, verify_array, write_npz
+from ..io.codec import attention_fields
+from ..io.container import write_npz
+from ..io.digests import DIGEST_ALGORITHM, array_digest, json_digest, verify_array
+from ..io.jsonfmt import dumps
 
 __all__ = ["FORMAT", "MAX_PROBES", "VERSION", "CheckpointWriter", "RunIdentity", "check_path",
            "decode", "encode", "is_checkpoint", "read_checkpoint", "write_checkpoint"]
@@ -227,10 +230,8 @@ class RunIdentity:
             else:
                 static[name] = f"{_qualname(value)}: {value!r}"
 
-        spec = att.to_dict()
-        for key in sorted(spec):
-            if key != "serialisable":
-                put(f"attention.{key}", getattr(att, key, spec[key]))
+        for key, value in sorted(attention_fields(att).items()):
+            put(f"attention.{key}", value)
         static["tokens"] = json_digest([array_digest(X0), array_digest(weights),
                                         array_digest(positions)])
         static["dtype"] = str(np.dtype(dtype))
@@ -389,7 +390,7 @@ def write_checkpoint(path: str | os.PathLike, run: dict[str, Any], state: dict[s
     body["arrays"] = {k: array_digest(v) for k, v in arrays.items()}
     meta = {"format": FORMAT, "version": VERSION, "digest_algorithm": DIGEST_ALGORITHM,
             "body": body, "body_digest": json_digest(body)}
-    arrays["meta"] = np.array(json.dumps(meta, allow_nan=True))
+    arrays["meta"] = np.array(dumps(meta))
     write_npz(path, arrays)
 
 

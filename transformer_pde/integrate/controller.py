@@ -17,23 +17,116 @@ compile this very function); :class:`PIController` applies it to one system, and
 arrays: the NumPy path of ``solve_batch``).  Steps are
 clipped to the next stop (save time, final time) and to the next jump of a
 piecewise-constant parameter (:mod:`~.breakpoints`) by :func:`clip_step`.
+
+**One protocol for both kinds of steps** (anchor: diffrax's ``ConstantStepSize`` next to
+its ``PIDController``).  The time loop (:class:`~.loop.TimeLoop`) asks a controller for
+the next :class:`Step` towards a *target* (the next time the steps must land on) with
+``propose``, runs the solver, then reports the outcome with ``accept`` or ``reject``.
+:class:`ConstantStepSize` cuts a segment of length :math:`L` into
+:math:`n = \max(1, \lceil L/\Delta t - 10^{-9}\rceil)` steps (:func:`n_fixed_steps`) of
+size :math:`\min(\Delta t, \text{target} - t)`, the last landing exactly on the target,
+and never retries a step; :class:`PIController` sizes trial steps by the PI rule and
+retries rejected ones.  In this protocol neither keeps run state of its own: what they
+carry from step to step lives in the loop state (``steps_left``; ``h`` and ``err_prev``),
+so a checkpoint holds it (:attr:`PIController.prev` is only the history of
+:meth:`PIController.factor`, used outside the loop).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..errors import ArgumentError
 from .breakpoints import next_jump
 
-__all__ = ["PIController", "clip_step", "initial_step", "pi_factor"]
+__all__ = ["ERR_FLOOR", "NONFINITE_SHRINK", "STEP_TOL", "ConstantStepSize", "PIController",
+           "Step", "clip_step", "initial_step", "n_fixed_steps", "pi_factor"]
 
 #: Floor of the scaled error norm in the PI rule (a zero error gives the largest step ratio).
 ERR_FLOOR = 1e-10
+#: a remainder of a segment below this fraction of ``dt`` is not a step of its own
+STEP_TOL = 1e-9
+#: an adaptive step whose error passed but whose state is not finite is retried this much shorter
+NONFINITE_SHRINK = 0.2
+
+
+def n_fixed_steps(length: float, dt: float) -> int:
+    r"""Number of fixed steps covering a segment: :math:`\max(1, \lceil L/\Delta t - 10^{-9}\rceil)`.
+
+    The count is decided relative to the step, so ``n_fixed_steps(1e-11, 1e-13) == 100``
+    and ``n_fixed_steps(0.07, 0.01) == 7`` although ``0.07 / 0.01`` is ``7.000000000000001``
+    in floating point."""
+    return max(1, math.ceil(length / dt - STEP_TOL))
+
+
+class Step(NamedTuple):
+    """A step proposed by a controller from the loop state's time ``t``.
+
+    Attributes
+    ----------
+    h : float
+        Step size handed to the solver.
+    t_end : float
+        Time reached if the step is taken: the target itself when the step lands on it
+        (never a rounded ``t + h``).
+    lands : bool
+        The step reaches the target.
+    final : bool
+        Taking the step ends the run whatever the solver returns (a constant step landing
+        on ``t_max``); the step budget is not enforced on it.  An adaptive trial step is
+        never final: its error is judged only after the budget check.
+    """
+
+    h: float
+    t_end: float
+    lands: bool
+    final: bool
+
+
+class ConstantStepSize:
+    r"""Fixed steps of size ``dt`` (anchor: diffrax ``ConstantStepSize``).
+
+    A segment from :math:`t` to a target takes :func:`n_fixed_steps` steps of size
+    :math:`\min(\Delta t, \text{target} - t)`, the last one landing exactly on the target
+    (so the last step of a run is shortened when :math:`t_{max}` is not a multiple of
+    :math:`\Delta t`).  Steps are never retried: a rejected step ends the run.  The steps
+    left in the segment are the loop state's ``steps_left`` (``None`` before the segment
+    is started).
+
+    Parameters
+    ----------
+    dt : float
+        Step size (> 0).
+    """
+
+    adaptive = False
+
+    def __init__(self, dt: float):
+        self.dt = float(dt)
+
+    def propose(self, st: Any, target: float, final: bool, tables: Iterable[Any] = ()) -> Step:
+        """The next step from ``st.t`` towards ``target`` (``final``: the run's last target);
+        starts the segment's count when ``st.steps_left`` is ``None``."""
+        if st.steps_left is None:
+            st.steps_left = n_fixed_steps(target - st.t, self.dt)
+        last = st.steps_left == 1
+        h = min(self.dt, target - st.t)
+        return Step(h, target if last else st.t + h, last, last and final)
+
+    def accept(self, st: Any, step: Step, err: float) -> None:
+        """Count the step taken (the count restarts with the next segment)."""
+        st.steps_left = None if step.lands else st.steps_left - 1
+
+    def reject(self, st: Any, step: Step, err: float) -> float | None:
+        """``None``: a constant step size cannot retry a step."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"ConstantStepSize(dt={self.dt!r})"
 
 
 def pi_factor(err: float, prev: float, accepted: bool, alpha: float, beta: float,
@@ -67,6 +160,8 @@ class PIController:
         Safety factor :math:`s` and the bounds of the step-size ratio.
     """
 
+    adaptive = True
+
     def __init__(self, error_order: int, safety: float = 0.9, fmin: float = 0.2,
                  fmax: float = 5.0):
         k = int(error_order) + 1
@@ -74,6 +169,34 @@ class PIController:
         self.beta = 0.4 / k
         self.safety, self.fmin, self.fmax = safety, fmin, fmax
         self.prev = 1.0
+
+    # .................................................................. loop protocol
+    def propose(self, st: Any, target: float, final: bool, tables: Iterable[Any] = ()) -> Step:
+        """The trial step from ``st.t``: ``st.h`` clipped to ``target`` and to the next jump
+        of ``tables`` (:func:`clip_step`).  It lands on the target when it reaches it or
+        stops within :math:`10^{-12}|\text{target}|` of it."""
+        t = st.t
+        h_try = clip_step(t, st.h, target, tables)
+        lands = h_try >= target - t or target - (t + h_try) <= 1e-12 * abs(target)
+        return Step(h_try, target if lands else t + h_try, lands, False)
+
+    def accept(self, st: Any, step: Step, err: float) -> None:
+        """Size the next trial step after an accepted one (history ``st.err_prev``); a step
+        shortened by the target or a jump does not shrink the controller's step ``st.h``."""
+        fac, st.err_prev = pi_factor(float(err), st.err_prev, True, self.alpha, self.beta,
+                                     self.safety, self.fmin, self.fmax)
+        h_next = step.h * float(fac)
+        st.h = max(h_next, st.h) if step.h < st.h else h_next
+
+    def reject(self, st: Any, step: Step, err: float) -> float | None:
+        """The next trial step after a rejected one: the PI rule's shrink for an error above
+        1 (or non-finite), :data:`NONFINITE_SHRINK` times the step when the error passed but
+        the state came out non-finite.  The history ``st.err_prev`` is kept."""
+        if err <= 1.0:
+            return step.h * NONFINITE_SHRINK
+        fac, st.err_prev = pi_factor(float(err), st.err_prev, False, self.alpha, self.beta,
+                                     self.safety, self.fmin, self.fmax)
+        return step.h * float(fac)
 
     def factor(self, err: float, accepted: bool) -> float:
         """Ratio :math:`h_{new}/h` after a step with scaled error ``err`` (:func:`pi_factor`;

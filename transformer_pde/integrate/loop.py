@@ -6,14 +6,27 @@ events of :class:`Limits` (a state above ``max_norm``, a non-finite state, the s
 budget) and reporting through :class:`Monitor` (progress bar, periodic log lines,
 checkpoints).  It ends with a :class:`~transformer_pde.results.Status` and a message.
 
-**Steps and stops.**  The run is cut into segments ending at the *stops*: the save times
-of ``SaveAt(ts=...)`` (or only :math:`t_{max}`).  A fixed-step solver takes, in a segment
-of length :math:`L`, :math:`n = \lceil L/\Delta t - 10^{-9}\rceil` steps of size
-:math:`\Delta t` (the last one shorter, landing exactly on the stop): the step count is
-decided relative to the step, so ``t_max = 1e-11, dt = 1e-13`` takes exactly 100 steps.
-An adaptive solver lands on every save time of its grid (``SaveAt(every=k)``: the
-multiples of :math:`k\,\Delta t`) and on every jump of a piecewise-constant parameter
-(:mod:`~.breakpoints`).
+**One loop body.**  Every step goes through the same body: a step-size controller
+(:mod:`~.controller`) proposes a step towards the next *target*, the solver tries it, the
+controller accepts it or sizes a retry, and the accepted state is checked, saved and
+reported.  Fixed-step solvers are driven by :class:`~.controller.ConstantStepSize`,
+embedded pairs by their :class:`~.controller.PIController` (``solver.controller()``).
+
+**Steps and targets.**  The run is cut into segments ending at the *stops*: the save
+times of ``SaveAt(ts=...)`` (or only :math:`t_{max}`; :func:`~.plan.segment_stops`).  A
+fixed-step solver takes, in a segment of length :math:`L`,
+:math:`n = \max(1, \lceil L/\Delta t - 10^{-9}\rceil)` steps of size :math:`\Delta t` (the
+last one shorter, landing exactly on the stop): the step count is decided relative to the
+step, so ``t_max = 1e-11, dt = 1e-13`` takes exactly 100 steps.  An adaptive solver lands
+on every save time of its grid (``SaveAt(every=k)``: the multiples of :math:`k\,\Delta t`;
+``SaveAt(ts=...)``: the stops) and on every jump of a piecewise-constant parameter
+(:mod:`~.breakpoints`).  Fixed steps save every ``every``-th step, adaptive ones at the
+grid points they land on.
+
+**Step budget.**  ``Limits.max_steps`` counts attempted steps.  A fixed-step run that
+needs more is refused before it starts (:func:`~.plan.check_step_budget`); an adaptive
+run stops with status ``max_steps`` after the attempt that uses up the budget (that
+attempt is not taken).
 
 **Left limits.**  Stages evaluated at the right end of a step get ``left=True``, so that a
 step over :math:`[\ell h, (\ell+1)h]` only sees layer :math:`\ell` of a
@@ -33,23 +46,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import ArgumentError, ArgumentTypeError, SinkhornNotConverged, SolverNotConverged
+from ..errors import (ArgumentError, ArgumentTypeError, CheckpointError, SinkhornNotConverged,
+                      SolverNotConverged)
 from ..results import Status
 from ..validation import positive
 from .breakpoints import is_jump
-from .controller import clip_step
+from .controller import ConstantStepSize, Step, n_fixed_steps
+from .plan import check_step_budget, planned_saves, planned_steps, segment_stops
 
-__all__ = ["LoopState", "Limits", "Monitor", "Progress", "SaveAt", "TimeLoop", "n_fixed_steps"]
+__all__ = ["LoopState", "Limits", "Monitor", "Progress", "SaveAt", "TimeLoop"]
 
 logger = logging.getLogger("transformer_pde.integrate")
-
-#: a remainder of a segment below this fraction of ``dt`` is not a step of its own
-STEP_TOL = 1e-9
-
-
-def n_fixed_steps(length: float, dt: float) -> int:
-    r"""Number of fixed steps covering a segment: :math:`\max(1, \lceil L/\Delta t - 10^{-9}\rceil)`."""
-    return max(1, math.ceil(length / dt - STEP_TOL))
 
 
 # ------------------------------------------------------------------ options
@@ -279,40 +286,38 @@ class LoopState:
         Current time.
     y : array (backend)
         Current state.
-    n_steps, n_rejected : int
-        Attempted steps so far, and rejected ones (adaptive solvers).
-    stop : int
-        Index of the segment being integrated (see the module docstring).
-    seg_left : int or None
-        Fixed steps left in that segment (``None``: not yet decided).
-    step_idx : int
-        Fixed steps taken so far (for ``SaveAt(every=k)``).
-    h : float
-        Next trial step (adaptive solvers).
     fy : array (backend) or None
-        Field at ``(t, y)`` (first-same-as-last), ``None`` until evaluated.
-    ctrl_prev : float
-        The step-size controller's memory (previous error).
-    save_k : int
-        Index of the next save time of the adaptive grid.
+        Field at ``(t, y)`` for first-same-as-last pairs (adaptive solvers), ``None``
+        until evaluated and for fixed-step solvers.
+    n_steps, n_rejected : int
+        Attempted steps so far, and rejected ones (adaptive solvers); the accepted ones
+        are ``n_steps - n_rejected`` (fixed steps: every ``every``-th is saved).
+    target : int
+        Index of the next target the steps land on (:meth:`TimeLoop.target`).
+    h : float
+        Next trial step of an adaptive solver (``dt`` for fixed steps).
+    steps_left : int or None
+        Fixed steps left before the target (:class:`~.controller.ConstantStepSize`;
+        ``None``: not yet counted).
+    err_prev : float
+        Scaled error norm of the last accepted adaptive step (the PI controller's
+        history, 1 initially).
     done : bool
         The run reached ``t_max``.
     """
 
     #: version of the plain data of :meth:`get_state`
-    VERSION: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 2
 
     t: float = 0.0
     y: Any = None
+    fy: Any = None
     n_steps: int = 0
     n_rejected: int = 0
-    stop: int = 0
-    seg_left: int | None = None
-    step_idx: int = 0
+    target: int = 0
     h: float = 0.0
-    fy: Any = None
-    ctrl_prev: float = 1.0
-    save_k: int = 1
+    steps_left: int | None = None
+    err_prev: float = 1.0
     done: bool = False
 
     def get_state(self) -> dict[str, Any]:
@@ -327,11 +332,19 @@ class LoopState:
 
         Raises
         ------
+        CheckpointError
+            (a ``ValueError``) data of an earlier version: it was written by an earlier
+            version of the package, whose loop kept other data, and cannot be continued.
         ValueError
             An unknown version, a missing or unknown key, or a value of the wrong type
             (the message names the key)."""
-        if not isinstance(state, dict) or state.get("version") != self.VERSION:
-            got = state.get("version") if isinstance(state, dict) else state
+        got = state.get("version") if isinstance(state, dict) else state
+        if isinstance(got, int) and not isinstance(got, bool) and 1 <= got < self.VERSION:
+            raise CheckpointError(
+                f"the loop state is of version {got}, written by an earlier version of "
+                f"transformer-pde; this one continues version {self.VERSION} only: start "
+                "afresh (resume=False)")
+        if not isinstance(state, dict) or got != self.VERSION:
             raise ValueError(f"loop state version {got!r} is not supported (expected "
                              f"{self.VERSION})")
         names = {f.name for f in fields(self)}
@@ -343,10 +356,10 @@ class LoopState:
             raise ValueError(f"loop state 'done' must be a bool, got {state['done']!r}")
         self.t = _req_float("t", state["t"])
         self.h = _req_float("h", state["h"])
-        self.ctrl_prev = _req_float("ctrl_prev", state["ctrl_prev"])
-        for name in ("n_steps", "n_rejected", "stop", "step_idx", "save_k"):
+        self.err_prev = _req_float("err_prev", state["err_prev"])
+        for name in ("n_steps", "n_rejected", "target"):
             setattr(self, name, _req_int(name, state[name]))
-        self.seg_left = _opt_int("seg_left", state["seg_left"])
+        self.steps_left = _opt_int("steps_left", state["steps_left"])
         self.y, self.fy, self.done = state["y"], state["fy"], bool(state["done"])
 
     @classmethod
@@ -363,10 +376,11 @@ class TimeLoop:
     Parameters
     ----------
     solver : solver object (see :mod:`~.solvers`)
+        Fixed-step (``step``) or adaptive (``attempt`` and ``controller()``).
     field : callable ``field(t, y, left, stage) -> dy``
         The right-hand side; ``left`` asks for left limits of piecewise-constant
         parameters, ``stage`` is the index of the evaluation within a fixed step
-        (``None`` for adaptive steps), for warm starts.
+        (``None`` for adaptive steps, which may be retried), for warm starts.
     t_max, dt : float
         Final time; step size (fixed) or save-grid unit and first trial step (adaptive).
     saveat : SaveAt
@@ -377,9 +391,15 @@ class TimeLoop:
     xp : array namespace of the state
     save : callable ``save(t, y)``
         Called at every save time with the (backend) state.
-    progress : _Progress-like object with ``update(t)``
+    progress : Progress-like object with ``update(t)``
     checkpoint : callable ``checkpoint(loop_state: LoopState) -> None``, optional
         Called every ``checkpoint_every`` seconds after an accepted step.
+
+    Attributes
+    ----------
+    controller : ConstantStepSize or PIController
+        Sizes the steps: ``ConstantStepSize(dt)`` for a fixed-step solver,
+        ``solver.controller()`` for an adaptive one.
     """
 
     def __init__(self, solver: Any, field: Callable[..., Any], *, t_max: float, dt: float,
@@ -400,34 +420,37 @@ class TimeLoop:
         self._stage: int | None = None
         self.last_saved = 0.0
         self.adaptive = bool(getattr(solver, "adaptive", False))
-        # stops: ends of the segments (save times with ts, else only t_max)
-        if saveat.ts is not None:
-            stops = [float(s) for s in saveat.ts if 0.0 < s < self.t_max] + [self.t_max]
-            self._save_at_stop = {float(s) for s in saveat.ts if s <= self.t_max}
-        else:
-            stops = [self.t_max]
-            self._save_at_stop = None
-        self.stops = stops
+        self.controller = solver.controller() if self.adaptive else ConstantStepSize(self.dt)
+        self.stops = segment_stops(self.t_max, saveat)
+        self._save_at_stop = (None if saveat.ts is None else
+                              {float(s) for s in saveat.ts if s <= self.t_max})
+        # adaptive runs with SaveAt(every=k) land on the multiples of k * dt
+        self._grid = (n_fixed_steps(self.t_max, self.dt * saveat.every)
+                      if self.adaptive and saveat.ts is None else None)
 
-    # .................................................................. preflight
+    # .................................................................. plan
     def planned_steps(self) -> int | None:
-        """Number of steps of a fixed-step run (``None`` for adaptive solvers)."""
-        if self.adaptive:
-            return None
-        total, t = 0, 0.0
-        for s in self.stops:
-            total += n_fixed_steps(s - t, self.dt)
-            t = s
-        return total
+        """Number of steps of a fixed-step run (``None`` for adaptive solvers):
+        :func:`~.plan.planned_steps`."""
+        return planned_steps(self.t_max, self.dt, self.saveat, adaptive=self.adaptive)
 
     def planned_saves(self) -> int:
-        """Number of states the run will save if it reaches ``t_max``."""
-        if self.saveat.ts is not None:
-            return len(self._save_at_stop)
-        every = self.saveat.every
-        if self.adaptive:
-            return n_fixed_steps(self.t_max, self.dt * every) + 1
-        return math.ceil(self.planned_steps() / every) + 1
+        """Number of states the run will save if it reaches ``t_max``:
+        :func:`~.plan.planned_saves`."""
+        return planned_saves(self.t_max, self.dt, self.saveat, adaptive=self.adaptive)
+
+    def target(self, index: int) -> tuple[float, bool]:
+        """Target number ``index`` of the run and whether it is the last one.
+
+        The stops (:func:`~.plan.segment_stops`), or for an adaptive run saving
+        ``every=k`` the grid :math:`j k \\Delta t` (:math:`j = 1, 2, \\dots`) ending at
+        :math:`t_{max}`."""
+        if self._grid is None:
+            return self.stops[index], index == len(self.stops) - 1
+        k = index + 1
+        if k >= self._grid:
+            return self.t_max, True
+        return min(k * (self.dt * self.saveat.every), self.t_max), False
 
     # .................................................................. pieces
     def _f(self, tau: float, z: Any) -> Any:
@@ -452,6 +475,27 @@ class TimeLoop:
                                    f"{self.limits.max_norm:g} at t={t_new:.6g}")
         return None, ""
 
+    def _attempt(self, st: LoopState, step: Step) -> tuple[Any, float, Any]:
+        """The solver's trial step: ``(y_new, err, f_new)`` (fixed steps: error 0, no
+        first-same-as-last value)."""
+        self._step_end = st.t + step.h
+        if self.adaptive:
+            self._stage = None
+            out = self.solver.attempt(self._f, st.t, st.y, step.h, st.fy)
+        else:
+            self._stage = 0   # stage indices: fixed steps are never retried
+            out = self.solver.step(self._f, st.t, st.y, step.h), 0.0, None
+        self._step_end = math.inf
+        return out
+
+    def _due(self, st: LoopState, step: Step, final: bool) -> bool:
+        """Whether the state just reached is saved."""
+        if self._save_at_stop is not None:
+            return step.lands and st.t in self._save_at_stop
+        if self._grid is not None:
+            return step.lands
+        return (st.n_steps - st.n_rejected) % self.saveat.every == 0 or (step.lands and final)
+
     def save(self, t: float, y: Any) -> None:
         self._save(t, y)
         self.last_saved = t
@@ -467,17 +511,21 @@ class TimeLoop:
         ``state`` itself is not changed: the run advances a copy.  Returns
         ``(status, message, state)``.  ``KeyboardInterrupt`` ends the run with
         status ``interrupted`` (the states saved so far are kept); failures of an inner
-        solve or of a user callable end it with ``failed``."""
+        solve or of a user callable end it with ``failed``.
+
+        Raises
+        ------
+        ArgumentError
+            A fixed-step run that needs more than ``max_steps`` steps
+            (:func:`~.plan.check_step_budget`), before any step."""
+        check_step_budget(self.t_max, self.dt, self.saveat, self.limits, adaptive=self.adaptive)
         st = replace(state)
         self._last_ckpt = time.monotonic()
         if st.done:   # a finished run (resumed from its final checkpoint)
             return Status.OK, f"reached t_max={self.t_max:g} in {st.n_steps} steps", st
         try:
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                if self.adaptive:
-                    status, msg = self._run_adaptive(st)
-                else:
-                    status, msg = self._run_fixed(st)
+                status, msg = self._run(st)
         except KeyboardInterrupt:
             status, msg = Status.INTERRUPTED, (
                 f"interrupted by the user (KeyboardInterrupt) at t={st.t:.6g}; the "
@@ -502,122 +550,54 @@ class TimeLoop:
             self.checkpoint_fn(st)
             self._last_ckpt = time.monotonic()
 
-    def _budget(self, st: LoopState) -> tuple[Status, str]:
-        return Status.MAX_STEPS, (f"max_steps={self.limits.max_steps} reached at "
-                                  f"t={st.t:.6g} before t_max={self.t_max:g}")
-
-    def _run_fixed(self, st: LoopState) -> tuple[Status, str]:
-        solver, dt = self.solver, self.dt
-        every = self.saveat.every
-        multistep = getattr(solver, "multistep", False)
-        nstops = len(self.stops)
-        while st.stop < nstops:
-            stop = self.stops[st.stop]
-            if st.seg_left is None:
-                st.seg_left = n_fixed_steps(stop - st.t, dt)
-            while st.seg_left > 0:
-                t, y = st.t, st.y
-                last = st.seg_left == 1
-                h = min(dt, stop - t)
-                self._step_end = t + h
-                self._stage = 0
-                y_new = solver.step(self._f, t, y, h)
-                st.n_steps += 1
-                t_new = stop if last else t + h
-                bad, msg = self._check(y_new, t, t_new)
-                if bad == Status.NONFINITE:
-                    return bad, msg
-                st.y, st.t = y_new, t_new
-                st.seg_left -= 1
-                st.step_idx += 1
-                if multistep and is_jump(self.tables, t_new):
-                    solver.reset()  # multistep history must not reach across a jump
-                end = last and st.stop == nstops - 1
-                if self._save_at_stop is None:
-                    do_save = st.step_idx % every == 0 or end
-                else:
-                    do_save = last and t_new in self._save_at_stop
-                if bad == Status.BLOWUP or do_save:
-                    self.save(t_new, y_new)
-                if self.progress is not None:
-                    self.progress.update(t_new)
-                if bad == Status.BLOWUP:
-                    return bad, msg
-                if st.n_steps >= self.limits.max_steps and not end:
-                    return self._budget(st)
-                self._maybe_checkpoint(st)
-            st.stop += 1
-            st.seg_left = None
-        return Status.OK, ""
-
-    def _save_time(self, st: LoopState) -> tuple[float, bool]:
-        """Next save time of the adaptive grid and whether it is the final one."""
-        if self.saveat.ts is not None:
-            k = st.stop
-            return self.stops[k], k == len(self.stops) - 1
-        n = n_fixed_steps(self.t_max, self.dt * self.saveat.every)
-        k = st.save_k
-        if k >= n:
-            return self.t_max, True
-        return min(k * (self.dt * self.saveat.every), self.t_max), False
-
-    def _run_adaptive(self, st: LoopState) -> tuple[Status, str]:
-        solver = self.solver
-        ctrl = solver.controller()
-        ctrl.prev = st.ctrl_prev
-        self._stage = None
-        self._step_end = math.inf
-        if st.fy is None:
+    def _run(self, st: LoopState) -> tuple[Status, str]:
+        """The loop body shared by fixed and adaptive steps (see the module docstring)."""
+        ctrl, solver = self.controller, self.solver
+        multistep = bool(getattr(solver, "multistep", False))
+        self._stage, self._step_end = None, math.inf
+        if self.adaptive and st.fy is None:
             st.fy = self._f(st.t, st.y)
         while True:
-            t_save, final = self._save_time(st)
-            while st.t < t_save:
-                t, y, h = st.t, st.y, st.h
-                h_try = clip_step(t, h, t_save, self.tables)
-                self._step_end = t + h_try
-                y_new, err, f_new = solver.attempt(self._f, t, y, h_try, st.fy)
-                self._step_end = math.inf
-                st.n_steps += 1
-                if st.n_steps >= self.limits.max_steps:
-                    return self._budget(st)
-                if not (err <= 1.0):
-                    st.n_rejected += 1
-                    st.h = h_try * ctrl.factor(err, False)
-                    st.ctrl_prev = ctrl.prev
-                    if st.h < max(1e-12 * self.dt, 8 * np.finfo(float).eps * abs(t)):
-                        return Status.NONFINITE, (
-                            f"step size underflow at t={t:.6g} (error {err:.3g}); the flow is "
-                            "likely blowing up")
-                    continue
-                landed = h_try >= t_save - t or t_save - (t + h_try) <= 1e-12 * abs(t_save)
-                t_new = t_save if landed else t + h_try
-                bad, msg = self._check(y_new, t, t_new)
-                if bad == Status.NONFINITE:
-                    st.n_rejected += 1
-                    st.h = h_try * 0.2
-                    continue
-                h_next = h_try * ctrl.factor(err, True)
-                st.ctrl_prev = ctrl.prev
-                # keep the controller's step when the save point clipped it
-                st.h = max(h_next, h) if h_try < h else h_next
-                st.y, st.t, st.fy = y_new, t_new, f_new
-                if is_jump(self.tables, t_new):
+            target, final = self.target(st.target)
+            step = ctrl.propose(st, target, final, self.tables)
+            t = st.t
+            y_new, err, f_new = self._attempt(st, step)
+            st.n_steps += 1
+            if st.n_steps >= self.limits.max_steps and not step.final:
+                return Status.MAX_STEPS, (f"max_steps={self.limits.max_steps} reached at "
+                                          f"t={st.t:.6g} before t_max={self.t_max:g}")
+            bad, msg = self._check(y_new, t, step.t_end) if err <= 1.0 else (None, "")
+            if not (err <= 1.0) or bad == Status.NONFINITE:
+                h_retry = ctrl.reject(st, step, err)
+                if h_retry is None:          # a constant step size cannot retry
+                    return bad, msg
+                st.n_rejected += 1
+                st.h = h_retry
+                if not (err <= 1.0) and h_retry < max(1e-12 * self.dt,
+                                                      8 * np.finfo(float).eps * abs(t)):
+                    return Status.NONFINITE, (
+                        f"step size underflow at t={t:.6g} (error {err:.3g}); the flow is "
+                        "likely blowing up")
+                continue
+            ctrl.accept(st, step, err)
+            st.y, st.t = y_new, step.t_end
+            if f_new is not None:
+                st.fy = f_new
+            if is_jump(self.tables, st.t):
+                if multistep:
+                    solver.reset()   # multistep history must not reach across a jump
+                if st.fy is not None:
                     # first-same-as-last would reuse the left limit of the old layer's
                     # parameters: evaluate the new layer's field instead
-                    st.fy = self._f(t_new, y_new)
-                if self.progress is not None:
-                    self.progress.update(t_new)
-                if bad == Status.BLOWUP:
-                    self.save(t_new, y_new)
-                    return bad, msg
-                if st.t < t_save:
-                    self._maybe_checkpoint(st)
-            if self._save_at_stop is None or st.t in self._save_at_stop:
+                    st.fy = self._f(st.t, st.y)
+            if bad == Status.BLOWUP or self._due(st, step, final):
                 self.save(st.t, st.y)
-            if self.saveat.ts is not None:
-                st.stop += 1
-            else:
-                st.save_k += 1
-            if final:
-                return Status.OK, ""
+            if self.progress is not None:
+                self.progress.update(st.t)
+            if bad == Status.BLOWUP:
+                return bad, msg
+            if step.lands:
+                st.target += 1
+                if final:
+                    return Status.OK, ""
             self._maybe_checkpoint(st)

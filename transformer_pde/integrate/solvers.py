@@ -31,7 +31,8 @@ from .tableaux import CLASSICAL_RK4, DOP853, DOPRI5, EULER, HEUN, ButcherTableau
 
 __all__ = ["SOLVERS", "AdamsBashforth", "Dop853", "Dopri5", "EmbeddedRungeKutta", "Euler",
            "ExplicitRungeKutta", "Heun", "ImplicitMidpoint", "RK4", "SolverNotConverged",
-           "STATE_VERSION", "adams_bashforth_weights", "get_solver"]
+           "STATE_VERSION", "adams_bashforth_weights", "get_solver", "restore_solver_state",
+           "solver_state"]
 
 Field = Callable[[float, Any], Any]
 
@@ -48,6 +49,31 @@ def _check_state(solver: Any, state: Any, keys: tuple[str, ...]) -> None:
     if set(state) != {"version", *keys}:
         raise ValueError(f"{solver!r}: solver state has keys {sorted(state)}, expected "
                          f"{sorted({'version', *keys})}")
+
+
+def solver_state(solver: Any) -> dict[str, Any]:
+    """What a checkpoint keeps of ``solver``: ``solver.get_state()``, plain versioned data.
+
+    A solver object that keeps nothing between steps may have no ``get_state``; its state
+    is then the empty mapping ``{}``."""
+    get = getattr(solver, "get_state", None)
+    return {} if get is None else get()
+
+
+def restore_solver_state(solver: Any, state: dict[str, Any]) -> None:
+    """Restore :func:`solver_state`'s data into ``solver`` (``solver.set_state(state)``).
+
+    Raises
+    ------
+    ValueError
+        Data of another version or shape, or non-empty data for a solver object without
+        ``set_state``."""
+    restore = getattr(solver, "set_state", None)
+    if restore is not None:
+        restore(state)
+    elif state != {}:
+        raise ValueError(f"{solver!r} keeps no state, but the checkpoint holds solver state "
+                         f"{str(state)[:60]}")
 
 
 def _real(name: str, value: Any, *, positive: bool = True) -> float:

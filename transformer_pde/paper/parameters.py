@@ -36,7 +36,7 @@ __all__ = [
     "EXTRA_RUNS",
     "FIGURE_NAMES",
     "Figure",
-    "Grid",
+    "CovarianceGrid",
     "PaperRun",
     "StopRule",
     "init_grid",
@@ -94,8 +94,9 @@ def init_grid(n_U: int, n_C: int, limits: Any) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class Grid:
-    """Arguments of :func:`init_grid`."""
+class CovarianceGrid:
+    """The grid of initial 2 x 2 covariances of a paper figure: the arguments of
+    :func:`init_grid` (not a parameter-study grid, which is :class:`transformer_pde.sweep.Grid`)."""
 
     n_U: int
     n_C: int
@@ -151,7 +152,7 @@ class PaperRun:
     Q: np.ndarray = field(repr=False)
     K: np.ndarray = field(repr=False)
     V: np.ndarray = field(repr=False)
-    grid: Grid
+    grid: CovarianceGrid
     rule: StopRule
     paper: bool = True
 
@@ -181,7 +182,7 @@ class Figure:
     """A figure of the paper: its grid, matrices and panels (in the paper's order)."""
 
     name: str
-    grid: Grid
+    grid: CovarianceGrid
     Q: np.ndarray = field(repr=False)
     K: np.ndarray = field(repr=False)
     V: np.ndarray = field(repr=False)
@@ -221,7 +222,7 @@ _V_INIT = _m([[1.8317530059587854, -0.37688784393619434],
               [0.34811234158600607, -0.11628155656536983]])
 _I2 = _m([[1.0, 0.0], [0.0, 1.0]])
 
-_SMALL = Grid(10, 10, (-0.5, 0.5, -0.5, 0.5))
+_SMALL = CovarianceGrid(10, 10, (-0.5, 0.5, -0.5, 0.5))
 
 #: figure -> (grid, Q, K, V, [(variant, heads, step, tol_low, tol_high, max_iter), ...])
 _TABLE = {
@@ -233,14 +234,14 @@ _TABLE = {
              [("trad", 1, 0.5, 1e-4, 1e3, 50_000), ("L2", 1, 0.5, 1e-4, 1e3, 50_000)]),
     "plane": (_SMALL, _Q_LINE, _m(-_Q_LINE), _I2,
               [("multihead", 2, 0.5, 1e-4, 1e3, 50_000)]),
-    "twolines": (Grid(20, 20, (-1.0, 1.0, -1.0, 1.0)), _Q_TWO, _K_TWO, _V_TWO,
+    "twolines": (CovarianceGrid(20, 20, (-1.0, 1.0, -1.0, 1.0)), _Q_TWO, _K_TWO, _V_TWO,
                  [("trad", 1, 0.01, 1e-7, 1e3, 50_000), ("L2", 1, 0.01, 1e-7, 1e3, 50_000)]),
-    "blowup": (Grid(40, 40, (-1.0, 1.0, -1.0, 1.0)), _Q_BLOW, _K_BLOW, _I2,
+    "blowup": (CovarianceGrid(40, 40, (-1.0, 1.0, -1.0, 1.0)), _Q_BLOW, _K_BLOW, _I2,
                [("trad", 1, 0.01, 1e-4, 1e3, 100_000),
                 ("multihead", 2, 0.002, 1e-4, 1e3, 100_000),
                 ("L2", 1, 0.001, 1e-5, 1e4, 50_000),
                 ("sinkhorn", 1, 0.01, 1e-5, 1e4, 50_000)]),
-    "initial": (Grid(30, 30, (-1.0, 1.0, -1.0, 1.0)), _Q_TWO, _K_TWO, _V_INIT,
+    "initial": (CovarianceGrid(30, 30, (-1.0, 1.0, -1.0, 1.0)), _Q_TWO, _K_TWO, _V_INIT,
                 [("trad", 1, 0.003, 1e-4, 1e3, 50_000), ("L2", 1, 0.002, 1e-4, 1e3, 50_000),
                  ("multihead", 1, 0.002, 1e-4, 1e3, 50_000)]),
 }

@@ -104,7 +104,7 @@ def rank_sweep_trials(kind: str, d: int, trials: Sequence[int], *, value: str = 
     order (this is what the ``ranks`` command's cells do).
 
     The draws are solved with one BLAS thread
-(:func:`~transformer_pde.paper.threads.single_blas_thread`), so the result
+    (:func:`~transformer_pde.paper.threads.single_blas_thread`), so the result
     does not depend on the thread count of the process (the command's own, or a Dask
     worker's).
 

@@ -75,7 +75,7 @@ def draw_rank_parameters(d: int, value: str, rng: np.random.Generator,
 
     ``distribution="paper"``: :math:`Q` of shape :math:`(\lfloor d/2\rfloor, d)` standard
     normal, :math:`K = -Q`, :math:`V = I` or (``value="psd"``) :math:`W^\top W`.
-    ``distribution="square"`` (the library's older sweep, :func:`rank_sweep`): :math:`Q, K`
+    ``distribution="square"`` (the draw of :func:`rank_sweep`, not the paper's): :math:`Q, K`
     independent standard normal :math:`d\times d`, :math:`V = I`, standard normal
     (``"random"``) or :math:`W^\top W` (``"psd"``).  Draw order: :math:`Q` (then :math:`K`),
     then :math:`W`.

@@ -68,9 +68,10 @@ class RankCell(_Cell):
     ``distribution="paper"`` is the paper's experiment (:math:`Q \in \mathbb R^{\lfloor d/2
     \rfloor\times d}`, :math:`K = -Q`, :math:`V = I` or :math:`W^\top W`,
     :math:`\Sigma_0 = SS^\top`, converged runs only, rank = eigenvalues of :math:`\Sigma`
-    above ``threshold``); ``"square"`` is the library's older square draw.  The exact
-    moment ODE is solved until :math:`\|\Sigma'\|_F <` ``converge_tol``; a run that does not
-    converge draws a new :math:`\Sigma_0` (at most ``max_redraws`` times).
+    above ``threshold``); ``"square"`` is the square draw of
+    :func:`~transformer_pde.paper.rank_sweep` (not the paper's).  The exact moment ODE is
+    solved until :math:`\|\Sigma'\|_F <` ``converge_tol``; a run that does not converge
+    draws a new :math:`\Sigma_0` (at most ``max_redraws`` times).
 
     Outputs: ``rank`` (-1 when no draw converged), ``redraws``, ``t_stop``.
     """

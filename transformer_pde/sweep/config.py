@@ -25,12 +25,12 @@ The results go to ``OUT/results.zarr`` and a summary to ``OUT/summary.json``.
 from __future__ import annotations
 
 import importlib
-import json
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from ..errors import ArgumentError, ArgumentTypeError, ConfigError
+from ..io.jsonfmt import dumps
 from .cells import CELLS
 from .grid import Grid
 from .study import Output, Study
@@ -161,5 +161,5 @@ def run_config(path: str | Path, out: str | Path, *, scheduler: str | None = Non
     s = {"command": "sweep", "name": study.name, "config": str(path),
          "store": str(out / "results.zarr"), **summary(ds)}
     with open(out / "summary.json", "w", encoding="utf-8") as fh:
-        json.dump(s, fh, indent=2)
+        fh.write(dumps(s, indent=2))
     return s

@@ -9,7 +9,6 @@ never on which worker runs it, in which order, or whether the study was resumed.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
@@ -17,6 +16,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError
+from ..io.jsonfmt import dumps
 
 __all__ = ["Grid", "Cell"]
 
@@ -148,4 +148,4 @@ class Grid:
                 "seed": self.seed}
 
     def fingerprint(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
+        return dumps(self.to_dict(), sort_keys=True)

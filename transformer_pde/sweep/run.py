@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError, TransformerPDEError, TransformerPDEWarning
+from ..extras import require
+from ..io.jsonfmt import dumps
 from .store import ResultStore, StoreError
 from .cells import STATUS_CODES
 from .study import DONE, FAILED, Output, Study, cell_name, run_cell, run_cells
@@ -161,11 +163,8 @@ class _Executor:
 
 
 def _connect(scheduler: Any, workers: int | None, scheduler_file: str | Path | None) -> _Executor:
-    try:
-        from distributed import Client, LocalCluster  # noqa: PLC0415
-    except ImportError as exc:  # pragma: no cover - declared dependency
-        raise SchedulerError(f"Dask distributed is not installed ({exc}); "
-                             f"pip install 'dask[distributed]'") from None
+    distributed = require("distributed", "running a parameter study")
+    Client, LocalCluster = distributed.Client, distributed.LocalCluster
     if scheduler is not None and not isinstance(scheduler, str):
         return _Executor(client=scheduler, owned=False)  # the user's distributed.Client
     timeout = f"{float(CONNECT_TIMEOUT):g}s"
@@ -183,8 +182,7 @@ def _connect(scheduler: Any, workers: int | None, scheduler_file: str | Path | N
         # heartbeat meets the closing scheduler; a real failure reaches this process anyway
         # (a failed cell's message, or the exception of a lost task).
         try:
-            import dask  # noqa: PLC0415
-
+            dask = require("dask", "running a parameter study")
             with dask.config.set(_EMBEDDED_CLUSTER_CONFIG):
                 cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                                        dashboard_address=":0", silence_logs=logging.CRITICAL)
@@ -311,8 +309,8 @@ def run(study: Study, store: str | Path | None = None, *, scheduler: Any = None,
             study.outputs = _outputs_from_store(store)
         else:
             study.outputs, early = _infer_outputs(study, list(range(study.grid.n_cells)))
-    attrs = {"config": json.dumps(config or {}, sort_keys=True, default=str),
-             "status_codes": json.dumps(STATUS_CODES)}
+    attrs = {"config": dumps(config or {}, sort_keys=True, describe=True),
+             "status_codes": dumps(STATUS_CODES)}
     # Connect before touching the store: an unreachable scheduler leaves nothing behind.
     ex = None if scheduler == "serial" else _connect(scheduler, workers, scheduler_file)
     bar = None
@@ -406,7 +404,7 @@ def _record(results: ResultStore, res: Any, bar: Any) -> None:
 
 def _run_dask(ex: _Executor, study: Study, results: ResultStore, pending: list[int],
               batch_size: int | None, bar: Any) -> None:
-    from distributed import as_completed  # noqa: PLC0415
+    as_completed = require("distributed", "running a parameter study").as_completed
 
     n_workers = max(1, len(ex.client.scheduler_info().get("workers", {})))
     with ex.client.as_current():  # current for this block only: no global default scheduler

@@ -42,7 +42,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import IntegrityError, IntegrityWarning, TransformerPDEError
-from ..integrity import array_digest, check_version
+from ..extras import require
+from ..io.digests import array_digest, check_version
+from ..io.jsonfmt import dumps
 from .grid import Grid
 from .study import DONE, FAILED, MISSING, CellResult, Study
 
@@ -68,7 +70,7 @@ class StoreIntegrityError(StoreError, IntegrityError):
 
 def cell_digest(values: Mapping[str, Any]) -> np.ndarray:
     """SHA-256 (32 ``uint8``) of one cell's outputs: the
-    :func:`~transformer_pde.integrity.array_digest` of each output, in sorted name order."""
+    :func:`~transformer_pde.io.digests.array_digest` of each output, in sorted name order."""
     h = hashlib.sha256()
     for name in sorted(values):
         h.update(name.encode())
@@ -147,7 +149,7 @@ def _grid_chunks(grid: Grid, item_size: int, target: int = 1 << 16) -> tuple[int
 
 
 def _template(study: Study) -> Any:
-    import xarray as xr  # noqa: PLC0415
+    xr = require("xarray", "a parameter study's results store")
 
     grid = study.grid
     data_vars = {"cell_status": (grid.dims, np.full(grid.shape, MISSING, dtype=np.int8)),
@@ -170,9 +172,9 @@ class ResultStore:
             raise StoreError(f"an output may not be called {DIGEST_VAR!r} (the store's "
                              f"per-cell checksums)")
         self.ds = _template(study)
-        self.ds.attrs.update({"transformer_pde_study": json.dumps(FORMAT),
+        self.ds.attrs.update({"transformer_pde_study": dumps(FORMAT),
                               "fingerprint": study.fingerprint(), "name": study.name,
-                              "versions": json.dumps(software_versions(), sort_keys=True),
+                              "versions": dumps(software_versions(), sort_keys=True),
                               "failures": "{}", **attrs})
         self.failures: dict[str, str] = {}
         self._group = None
@@ -199,8 +201,7 @@ class ResultStore:
                 # so that the digests of the cells read back match
                 enc[name] = {"chunks": (*_grid_chunks(study.grid, item), *var.shape[n_grid:]),
                              "_FillValue": None}
-            import dask  # noqa: PLC0415
-
+            dask = require("dask", "a parameter study's results store")
             try:
                 with dask.config.set(scheduler="synchronous"):
                     self.ds.to_zarr(self.path, mode="w-", zarr_format=2, encoding=enc,
@@ -211,13 +212,11 @@ class ResultStore:
 
     # ------------------------------------------------------------------ reading
     def _zarr_group(self) -> Any:
-        import zarr  # noqa: PLC0415
-
+        zarr = require("zarr", "a parameter study's results store")
         return zarr.open_group(str(self.path), mode="r+", zarr_format=2)
 
     def _open_existing(self) -> None:
-        import xarray as xr  # noqa: PLC0415
-
+        xr = require("xarray", "a parameter study's results store")
         try:
             old = xr.open_zarr(self.path, consolidated=False, zarr_format=2, chunks=None).load()
         except Exception as exc:  # noqa: BLE001 -- any failure to read means corrupt/foreign
@@ -287,7 +286,7 @@ class ResultStore:
             self.failures[key] = res.message
         self._failures_dirty |= res.status == FAILED or was_failed
         self.ds["cell_status"].values[pos] = res.status
-        self.ds.attrs["failures"] = json.dumps(self.failures, sort_keys=True)
+        self.ds.attrs["failures"] = dumps(self.failures, sort_keys=True)
         self._dirty.add(pos)
 
     def flush(self, *, force: bool = True, interval: float = 1.0) -> None:
@@ -309,7 +308,7 @@ class ResultStore:
                 sl = tuple(slice(i * c, (i + 1) * c) for i, c in zip(b, size, strict=True))
                 arr[sl] = values[sl]
         if self._failures_dirty:
-            self._group.attrs["failures"] = json.dumps(self.failures, sort_keys=True)
+            self._group.attrs["failures"] = dumps(self.failures, sort_keys=True)
             self._failures_dirty = False
         self._dirty.clear()
         self._last_flush = time.monotonic()
@@ -345,8 +344,7 @@ def open_results(path: str | Path, *, verify: bool = True) -> Any:
         digest or a status is not a known code; the message names the store and the cell
         (flat index and coordinates).  Version-1 stores (no digests) are not verified.
     """
-    import xarray as xr  # noqa: PLC0415
-
+    xr = require("xarray", "reading a parameter study's results")
     path = Path(path)
     if not path.exists():
         raise StoreError(f"{path} does not exist")

@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-import json
 import textwrap
 import traceback
 import types
@@ -34,6 +33,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError
+from ..io.jsonfmt import dumps
 from .grid import Cell, Grid
 
 __all__ = ["Output", "Study", "CellResult", "cell_name", "code_digest", "run_cell", "run_cells",
@@ -176,13 +176,13 @@ def code_digest(fn: Any) -> str:
         desc = {name: _function(getattr(cls, name)) for name in ("__call__", "run_batch")
                 if isinstance(getattr(cls, name, None), types.FunctionType)}
         desc["attributes"] = _stable(getattr(fn, "__dict__", None))
-    text = json.dumps(desc, sort_keys=True, default=str)
+    text = dumps(desc, sort_keys=True, describe=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def _describe(fn: Any) -> str:
     if hasattr(fn, "config"):
-        return json.dumps(fn.config(), sort_keys=True, default=str)
+        return dumps(fn.config(), sort_keys=True, describe=True)
     return f"{cell_name(fn)}#{code_digest(fn)}"
 
 
@@ -237,8 +237,8 @@ class Study:
         covers its code, defaults and closure values, so that an edited function does not
         complete a store begun by its earlier version."""
         outs = None if self.outputs is None else {k: v.to_dict() for k, v in self.outputs.items()}
-        return json.dumps({"grid": self.grid.to_dict(), "cell": _describe(self.cell),
-                           "outputs": outs}, sort_keys=True)
+        return dumps({"grid": self.grid.to_dict(), "cell": _describe(self.cell),
+                      "outputs": outs}, sort_keys=True)
 
 
 @dataclass

@@ -1,0 +1,150 @@
+"""The per-member DOP853 integrator of solve_batch (transformer_pde.gaussian.member): one
+code, compiled by numba or run by the interpreter (``use_numba=False``).
+
+Rules: after a fixed number of steps the two runs of one member differ by rounding only
+(the interpreter's and the compiled exp / log / sqrt may differ in the last bit): at most
+1e-13 relative (infinity norm of the packed state) after 20 steps; whole runs take the same
+steps (codes, statuses and step counts equal) on every kind and on stable, blowing-up,
+converging, degenerate-covariance and layered members.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from transformer_pde import gaussian as g
+from transformer_pde.attention import Attention, Layers
+from transformer_pde.errors import EarlyStopWarning
+from transformer_pde.gaussian import member
+from transformer_pde.gaussian.affine import psd_factor
+from transformer_pde.gaussian.system import CONVERGENCE_MODES, MomentSystem, layer_breakpoints
+from transformer_pde.integrate.tableaux import DOP853
+
+pytest.importorskip("numba")
+
+
+def _rot(theta):
+    c, s = math.cos(theta), math.sin(theta)
+    return np.array([[c, -s], [s, c]])
+
+
+# name: (attention, mean, covariance)
+MEMBERS = {
+    "softmax stable (rotation)": (Attention("softmax", np.eye(2), np.eye(2), _rot(1.4) * 0.3),
+                                  np.array([0.2, -0.1]), np.array([[0.5, 0.1], [0.1, 0.3]])),
+    "softmax blow-up": (Attention("softmax", np.eye(2), np.eye(2), np.eye(2)), np.zeros(2),
+                        np.array([[1.0, 0.3], [0.3, 0.5]])),
+    "softmax converging": (Attention("softmax", -np.eye(2), np.eye(2), np.eye(2)), np.zeros(2),
+                           np.array([[1.0, 0.3], [0.3, 0.5]])),
+    "softmax rank one, d = 3": (Attention("softmax", np.diag([1.0, 0.5, -0.2]), np.eye(3),
+                                          np.eye(3)), np.zeros(3),
+                                np.outer([1.0, 0.5, -0.3], [1.0, 0.5, -0.3])),
+    "linear with a mean": (Attention("linear", np.eye(2) * 0.5, np.eye(2), np.eye(2)),
+                           np.array([0.3, 0.1]), np.array([[0.4, 0.0], [0.0, 0.2]])),
+    "l2 singular keys (blow-up)": (Attention("l2", [[0.0, 1.0], [0.0, 0.0]], np.diag([1.0, 0.0]),
+                                             np.diag([0.0, 1.0])), np.zeros(2),
+                                   np.outer([1.0, 1.0], [1.0, 1.0]) + 1e-3 * np.eye(2)),
+    "l2 two heads": (Attention("l2", np.diag([0.3, -0.2, 0.5, 0.1]), np.eye(4), np.eye(4),
+                               heads=2), np.full(4, 0.1), np.eye(4) * 0.5),
+    "sinkhorn": (Attention("sinkhorn", np.array([[0.9, 0.2], [-0.3, 0.7]]), np.eye(2),
+                           np.array([[0.8, -0.4], [0.3, 0.5]])), np.array([0.3, -0.2]),
+                 np.array([[0.4, 0.1], [0.1, 0.3]])),
+    "sinkhorn singular covariance": (Attention("sinkhorn", np.eye(2), np.eye(2), np.eye(2)),
+                                     np.zeros(2), np.outer([1.0, 0.5], [1.0, 0.5])),
+    "layers (V = +1 then -1)": (Attention("softmax", [[0.4]], [[1.0]],
+                                          Layers(np.array([[[1.0]], [[-1.0]]]))),
+                                np.zeros(1), np.array([[0.5]])),
+}
+
+
+def _setup(att, mean, cov, *, t_max, budget, blowup_threshold=1e8):
+    """The arguments of member.advance_member for one member, as solve_batch builds them."""
+    sysm = MomentSystem([att], 1)
+    idx = np.zeros(1, dtype=int)
+    Y = sysm.pack(np.zeros(1), mean[None], psd_factor(cov[None]), idx)
+    bps = layer_breakpoints([att], 0.0, math.inf)
+    stops = np.concatenate([bps[bps < t_max], [t_max]])
+    stop_tab = np.stack([stops, np.full(stops.size, -1.0), np.searchsorted(bps, stops)])
+    stops_c = np.concatenate([bps, [math.inf]])
+    cont_tab = np.stack([stops_c, np.full(stops_c.size, -1.0), np.searchsorted(bps, stops_c)])
+    prm, con = member.param_table([att], att.kind, bps)
+    con[:, 1] = sysm.kappa
+    atol_vec = np.full(sysm.n, 1e-12)
+    atol_vec[1] = 1e-10
+    ctl = member.controls(1e-10, 1e-12, math.log(blowup_threshold), math.log(1e10), 1e-10,
+                          CONVERGENCE_MODES["auto"], budget)
+    h0 = 1e-3
+    tab = (DOP853.A, DOP853.b, DOP853.e, DOP853.e_aux)
+    return (Y[0], np.empty_like(Y[0]), np.empty((1, sysm.n)), h0, att.d,
+            att.kind in ("l2", "sinkhorn"), prm[0], con[0],
+            stop_tab, cont_tab, ctl, atol_vec, tab)
+
+
+@pytest.mark.parametrize("name", list(MEMBERS))
+def test_compiled_and_interpreted_steps_agree_to_rounding(name):
+    att, mean, cov = MEMBERS[name]
+    n_steps = 20
+    a_nb = _setup(att, mean, cov, t_max=50.0, budget=n_steps)
+    a_py = _setup(att, mean, cov, t_max=50.0, budget=n_steps)
+    r_nb = member.advance_member(*a_nb)
+    r_py = member.advance_member.py_func(*a_py)
+    assert tuple(int(v) for v in r_nb) == tuple(int(v) for v in r_py)
+    y_nb, y_py = a_nb[0], a_py[0]
+    assert np.all(np.isfinite(y_nb))
+    assert np.max(np.abs(y_nb - y_py)) <= 1e-13 * np.max(np.abs(y_nb))
+    assert y_nb[0] > 0.0                              # it moved
+
+
+@pytest.mark.parametrize("name", list(MEMBERS))
+def test_whole_runs_take_the_same_steps(name):
+    att, mean, cov = MEMBERS[name]
+    kw = {"t_max": 20.0, "t_eval": np.linspace(0.0, 0.2, 3)}
+    out = {}
+    for use_numba in (True, False):
+        with _quiet():
+            out[use_numba] = g.solve_batch(att, mean[None], cov[None], use_numba=use_numba, **kw)
+    nb, py = out[True], out[False]
+    assert list(nb.status) == list(py.status)
+    np.testing.assert_array_equal(nb.n_steps, py.n_steps)
+    np.testing.assert_allclose(nb.t_final, py.t_final, rtol=1e-11)
+    np.testing.assert_allclose(nb.blowup_time, py.blowup_time, rtol=1e-11)
+    np.testing.assert_allclose(nb.traj_covs, py.traj_covs, rtol=1e-11, atol=1e-15)
+    np.testing.assert_allclose(nb.limit, py.limit, rtol=0, atol=1e-10)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Early stops (blow-ups) are the subject here, not their warnings."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", EarlyStopWarning)
+        yield
+
+
+def test_member_statuses_on_the_table():
+    # the expected outcome of each member of the table (t_max = 20)
+    expected = {"softmax stable (rotation)": "ok", "softmax blow-up": "blowup",
+                "softmax converging": "converged", "softmax rank one, d = 3": "blowup",
+                "linear with a mean": "blowup", "l2 singular keys (blow-up)": "blowup",
+                "sinkhorn singular covariance": "ok"}
+    for name, want in expected.items():
+        att, mean, cov = MEMBERS[name]
+        with _quiet():
+            b = g.solve_batch(att, mean[None], cov[None], t_max=20.0, use_numba=False)
+        assert b.status[0] == want, (name, b.messages[0])
+
+
+def test_callable_parameters_are_integrated_by_solve():
+    # parameters that are callables of t have no table of constant segments: such members
+    # are integrated by solve's integrator (the same result as solve)
+    att = Attention("softmax", np.eye(2), np.eye(2), lambda t: np.eye(2) * (1.0 + 0.1 * t))
+    S0 = np.array([[1.0, 0.3], [0.3, 0.5]])
+    with _quiet():
+        b = g.solve_batch(att, np.zeros((1, 2)), S0[None], t_max=5.0)
+        tr = g.solve(att, np.zeros(2), S0, t_max=5.0)
+    assert b.status[0] == tr.status == "blowup"
+    np.testing.assert_allclose(b.blowup_time[0], tr.blowup_time, rtol=1e-8)

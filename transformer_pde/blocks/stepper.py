@@ -1,0 +1,151 @@
+r"""The solver wrapper that advances a :class:`~transformer_pde.blocks.Block` flow by
+operator splitting (``"lie"``, ``"strang"`` or ``"none"``; the schemes are described in
+:mod:`transformer_pde.blocks`)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import ArgumentError, ArgumentTypeError
+from ..integrate.solvers import restore_solver_state, solver_state
+from .block import Block
+
+__all__ = ["BlockStepper"]
+
+
+# --------------------------------------------------------------------------- stepper
+class BlockStepper:
+    r"""Solver wrapper that advances a Transformer block flow by operator splitting.
+
+    Follows the fixed-step solver protocol of :mod:`transformer_pde.integrate.solvers`
+    (``step``, ``reset``, ``name``, ``order``) and is built by
+    :func:`~transformer_pde.simulate` from its ``block=`` (see the module docstring for
+    the schemes).  ``f(t, X)`` passed to :meth:`step` is the attention field.
+
+    Parameters
+    ----------
+    solver : fixed-step solver
+        Integrates every sub-flow.  Multistep solvers are refused with a splitting (their
+        history would mix states moved by the other sub-flow).
+    block : Block
+    d : int
+        Token dimension.
+    """
+
+    adaptive = False
+
+    def __init__(self, solver: Any, block: Block, d: int):
+        if not isinstance(block, Block):
+            raise ArgumentTypeError(
+                f"block must be a transformer_pde.Block, got {type(block).__name__}")
+        if getattr(solver, "adaptive", False) or not hasattr(solver, "step"):
+            raise ArgumentError(
+                f"solver={getattr(solver, 'name', solver)!r}: block options (mlp, layernorm, "
+                "constraint) need a fixed-step solver (e.g. 'euler', 'heun', 'rk4', "
+                "'implicit_midpoint')")
+        mlp = block.mlp
+        splitting = (block.splitting or "strang") if mlp is not None else "none"
+        if mlp is not None:
+            if mlp.d != d:
+                raise ArgumentError(f"mlp acts on d={mlp.d} features but the tokens have d={d}")
+            if splitting != "none" and getattr(solver, "multistep", False):
+                raise ArgumentError(
+                    f"solver={solver.name!r} is multistep and cannot integrate the sub-flows "
+                    "of an operator splitting; use Block(splitting='none') or a one-step "
+                    "solver")
+        if block.layernorm is not None and d < 2:
+            raise ArgumentError("layernorm needs d >= 2 features")
+        self.block = block
+        self.inner = solver
+        self.d = d
+        self.mlp = mlp
+        self.ln_att, self.ln_mlp = block.pre_norms
+        self.constraint = block.constraint
+        self.splitting = splitting
+        self.name = f"{solver.name}+{self.splitting}" if mlp is not None else solver.name
+        cap = {"lie": 1, "strang": 2, "none": solver.order}[self.splitting]
+        self.order = min(solver.order, cap)
+        self.multistep = bool(getattr(solver, "multistep", False))
+        # per-layer tables of the MLP / LayerNorms: simulate restarts a multistep history
+        # where they (or the attention's tables) jump
+        self.tables = block.tables
+        self._end = 0.0
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-friendly summary for ``ParticleTrajectory.info``."""
+        return {**self.block.describe(), "inner_method": self.inner.name}
+
+    def initial(self, X0: np.ndarray) -> np.ndarray:
+        """Check (and for the sphere, exactly renormalise) the initial tokens."""
+        if self.constraint is not None:
+            return self.constraint.initial(X0)
+        return X0
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    #: version of the plain data of :meth:`get_state`
+    STATE_VERSION = 1
+
+    def get_state(self) -> dict[str, Any]:
+        """Plain, versioned data for a checkpoint: the wrapped solver's state
+        (:func:`~transformer_pde.integrate.solvers.solver_state`) under ``"inner"`` (the
+        stepper itself keeps nothing between steps)."""
+        return {"version": self.STATE_VERSION, "inner": solver_state(self.inner)}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state` (``ValueError`` on data of another version)."""
+        if not isinstance(state, dict) or state.get("version") != self.STATE_VERSION \
+                or set(state) != {"version", "inner"}:
+            raise ValueError(f"block stepper state {state!r:.80} is not of version "
+                             f"{self.STATE_VERSION}")
+        restore_solver_state(self.inner, state["inner"])
+
+    # ------------------------------------------------------------------ pieces
+    def _left(self, tau: float) -> bool:
+        return tau >= self._end - 1e-12 * max(1.0, abs(self._end))
+
+    def _attention(self, f: Callable) -> Callable:
+        def fa(tau, z):
+            u = z if self.ln_att is None else self.ln_att(z, tau, left=self._left(tau))
+            v = f(tau, u)
+            return self.constraint.tangent(z, v) if self.constraint is not None else v
+        return fa
+
+    def _mlp(self, frozen: float | None) -> Callable:
+        def fm(tau, z):
+            s = tau if frozen is None else frozen
+            left = self._left(s)
+            u = z if self.ln_mlp is None else self.ln_mlp(z, s, left=left)
+            v = self.mlp(s, u, left=left)
+            return self.constraint.tangent(z, v) if self.constraint is not None else v
+        return fm
+
+    def _project(self, y: Any, tau: float, *, after_mlp: bool = False) -> Any:
+        c = self.constraint
+        if c is None:
+            return y
+        if after_mlp and hasattr(c, "retract_mlp"):  # a post-norm pair: LN2 after the MLP
+            return c.retract_mlp(y, tau, left=self._left(tau))
+        return c.retract(y, tau, left=self._left(tau))
+
+    def step(self, f: Callable, t: float, y: Any, h: float) -> Any:
+        """Advance the block flow from ``t`` to ``t + h`` (``f``: attention field)."""
+        self._end = t + h
+        step = self.inner.step
+        fa = self._attention(f)
+        if self.mlp is None:
+            return self._project(step(fa, t, y, h), t + h)
+        if self.splitting == "none":
+            fm = self._mlp(None)
+            return self._project(step(lambda tau, z: fa(tau, z) + fm(tau, z), t, y, h), t + h,
+                                 after_mlp=True)
+        if self.splitting == "lie":
+            y = self._project(step(fa, t, y, h), t + h)
+            return self._project(step(self._mlp(t), t, y, h), t + h, after_mlp=True)
+        half = 0.5 * h
+        y = self._project(step(fa, t, y, half), t + half)
+        y = self._project(step(self._mlp(t + half), t, y, h), t + half, after_mlp=True)
+        return self._project(step(fa, t + half, y, half), t + h)

@@ -1,0 +1,284 @@
+"""Trajectories as labelled xarray Datasets, saved to netCDF or Zarr.
+
+:func:`particle_dataset` and :func:`gaussian_dataset` turn results into
+:class:`xarray.Dataset` objects with named dimensions (``time``, ``token``, ``dim``,
+``dim_``) whose attributes keep the status, the message, the run information and the
+attention specification (exact JSON of :func:`~transformer_pde.io.codec.attention_to_json`:
+float64 values round-trip exactly through ``repr``).  :func:`save_dataset` writes ``.nc``
+(netCDF-4 through h5netcdf) or ``.zarr`` and never overwrites an existing path;
+:func:`particle_fields` gives the constructor arguments of a
+:class:`~transformer_pde.particles.ParticleTrajectory` from such a Dataset.
+
+**Integrity.**  :func:`save_dataset` writes format version :data:`DATASET_FORMAT_VERSION`
+(attribute ``format_version``): the attribute ``checksums`` (JSON) records the SHA-256
+digest (:func:`~transformer_pde.io.digests.array_digest`) of every variable and coordinate
+and one digest of the other attributes, and :func:`open_dataset` recomputes them: an
+edited, truncated or bit-flipped file, or a Zarr store with a chunk deleted, raises
+:class:`~transformer_pde.errors.IntegrityError` naming the file and the variable, never
+returns different data.  Files without ``format_version`` (version 1, written before
+checksums existed) are read without checksum checks (only the invariants of the reader);
+an unknown version is refused.  A save writes to a temporary path beside the target and
+renames it into place, so a failed save leaves nothing behind.
+
+xarray is imported only when these functions are called.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ArgumentError, IntegrityError, TrajectoryFileError
+from .codec import attention_from_json, attention_to_json
+from .digests import DIGEST_ALGORITHM, array_digest, check_version, json_digest, verify_array
+from .jsonfmt import dumps, tag_arrays, untag_arrays
+
+__all__ = ["particle_dataset",
+           "particle_fields", "gaussian_dataset", "save_dataset", "open_dataset",
+           "TrajectoryFileError", "IntegrityError", "LABELLED_SUFFIXES",
+           "DATASET_FORMAT_VERSION"]
+
+#: file suffixes written and read through xarray (NPZ is handled by the trajectory itself)
+LABELLED_SUFFIXES = (".nc", ".zarr")
+
+#: format version written by :func:`save_dataset` (2: checksums); 1 = no ``format_version``
+DATASET_FORMAT_VERSION = 2
+_KNOWN_VERSIONS = (1, 2)
+#: attributes that describe the file itself, not covered by the attribute digest
+_OWN_ATTRS = ("format_version", "checksums")
+
+
+def _safe_text(text: str) -> str:
+    """``text`` storable as a netCDF attribute (HDF5 strings end at a NUL and must be
+    UTF-8): NUL as ``\\x00``, lone surrogates backslash-escaped.  The exact text is kept
+    in a ``*_json`` attribute beside it."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
+def _plain(value: Any) -> Any:
+    """Attribute value as plain Python (what both backends read back the same)."""
+    if isinstance(value, np.ndarray):
+        return [_plain(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def particle_dataset(traj: Any) -> Any:
+    """:class:`xarray.Dataset` of a particle trajectory: ``states (time, token, dim)`` (or,
+    for a run that saved a statistic, ``last (token, dim)``, ``means (time, dim)``,
+    ``covs (time, dim, dim_)`` and ``values (time, ...)``), ``weights (token)`` and
+    ``positions (token)`` when masked; attributes ``status``, ``message``, ``info`` (JSON)
+    and ``attention`` (exact JSON)."""
+    import xarray as xr  # noqa: PLC0415
+
+    data: dict[str, Any] = {"weights": (("token",), np.asarray(traj.weights))}
+    if traj.states is not None:
+        data["states"] = (("time", "token", "dim"), np.asarray(traj.states))
+    else:
+        data["last"] = (("token", "dim"), np.asarray(traj.last))
+        means, covs = traj.moments()
+        data["means"] = (("time", "dim"), np.asarray(means))
+        data["covs"] = (("time", "dim", "dim_"), np.asarray(covs))
+        if traj.values is not None:
+            values = np.asarray(traj.values)
+            data["values"] = (("time", *(f"values_{i}" for i in range(values.ndim - 1))),
+                              values)
+    if traj.positions is not None:
+        data["positions"] = (("token",), np.asarray(traj.positions))
+    attrs = {"transformer_pde": "particle-trajectory", "status": str(traj.status),
+             "message": _safe_text(str(traj.message)),
+             "message_json": dumps(str(traj.message)),
+             "info": dumps(tag_arrays(dict(traj.info)), describe=True),
+             "attention": attention_to_json(traj.attention)}
+    return xr.Dataset(data, coords={"time": np.asarray(traj.times)}, attrs=attrs)
+
+
+def particle_fields(ds: Any, source: str = "dataset") -> dict:
+    """The constructor arguments of a
+    :class:`~transformer_pde.particles.ParticleTrajectory` from a Dataset made by
+    :func:`particle_dataset` (inverse of it); errors name ``source``."""
+    if ds.attrs.get("transformer_pde") != "particle-trajectory":
+        raise TrajectoryFileError(f"{source} is not a transformer-pde particle trajectory "
+                                  f"(attribute 'transformer_pde' missing)")
+
+    def arr(name: str) -> Any:
+        return np.asarray(ds[name].values) if name in ds else None
+
+    try:
+        message = (json.loads(ds.attrs["message_json"]) if "message_json" in ds.attrs
+                   else ds.attrs["message"])
+        if not isinstance(message, str):
+            raise TypeError("attribute 'message_json' is not a JSON string")
+        out = {"times": np.asarray(ds["time"].values), "states": arr("states"),
+               "weights": np.asarray(ds["weights"].values), "positions": arr("positions"),
+               "status": ds.attrs["status"], "message": message,
+               "attention": attention_from_json(ds.attrs.get("attention", "null")),
+               "info": untag_arrays(json.loads(ds.attrs.get("info", "{}"))),
+               "values": arr("values"), "last": arr("last"),
+               "saved_means": arr("means"), "saved_covs": arr("covs")}
+    except (KeyError, ValueError, TypeError) as exc:
+        raise TrajectoryFileError(f"{source}: incomplete or inconsistent trajectory "
+                                  f"({type(exc).__name__}: {exc})") from None
+    T, n = out["times"].shape[0], out["weights"].shape[0]
+    states = out["states"]
+    if states is None and (out["last"] is None or out["saved_means"] is None):
+        raise TrajectoryFileError(f"{source}: neither 'states' nor 'last'/'means' are stored")
+    if states is not None and (states.ndim != 3 or states.shape[:2] != (T, n)):
+        raise TrajectoryFileError(f"{source}: inconsistent shapes: states {states.shape}, "
+                                  f"{T} times, {n} weights")
+    return out
+
+
+def gaussian_dataset(traj: Any) -> Any:
+    """:class:`xarray.Dataset` of a Gaussian trajectory: ``means (time, dim)``,
+    ``covs (time, dim, dim_)``, ``limit (dim, dim_)``; attributes ``status``,
+    ``blowup_time``, ``t_final``, ``message``."""
+    import xarray as xr  # noqa: PLC0415
+
+    data = {"means": (("time", "dim"), np.asarray(traj.means)),
+            "covs": (("time", "dim", "dim_"), np.asarray(traj.covs)),
+            "limit": (("dim", "dim_"), np.asarray(traj.limit))}
+    attrs = {"transformer_pde": "gaussian-trajectory", "status": str(traj.status),
+             "blowup_time": float(traj.blowup_time), "t_final": float(traj.t_final),
+             "message": _safe_text(str(traj.message)),
+             "message_json": dumps(str(traj.message))}
+    return xr.Dataset(data, coords={"time": np.asarray(traj.times)}, attrs=attrs)
+
+
+def _checksums(ds: Any) -> str:
+    """The ``checksums`` attribute of ``ds``: digests of every variable (coordinates
+    included) and of the attributes other than :data:`_OWN_ATTRS`."""
+    keys = sorted(str(k) for k in ds.attrs if k not in _OWN_ATTRS)
+    return dumps({"algorithm": DIGEST_ALGORITHM,
+                       "arrays": {str(name): array_digest(np.asarray(var.values))
+                                  for name, var in ds.variables.items()},
+                       "attrs": {"keys": keys,
+                                 "digest": json_digest({k: _plain(ds.attrs[k]) for k in keys})}},
+                      sort_keys=True)
+
+
+def save_dataset(ds: Any, path: str | Path) -> Path:
+    """Write ``ds`` to ``path``: ``.nc`` (netCDF-4, h5netcdf) or ``.zarr`` (Zarr v2).
+
+    An existing path is never overwritten.  The file is format version
+    :data:`DATASET_FORMAT_VERSION`: ``ds``'s values are written exactly as they are (no
+    fill-value masking, no encodings) with the ``checksums`` attribute that
+    :func:`open_dataset` verifies.  The data are written to a temporary path beside
+    ``path`` (a hidden ``.<name>.<random>.partial`` file or folder) that is renamed to
+    ``path`` once complete; on any failure it is removed, so nothing is left at or beside
+    ``path``.  ``ds`` itself is not modified.
+    """
+    path = Path(path)
+    if path.suffix not in LABELLED_SUFFIXES:
+        raise ArgumentError(f"path must end in one of {LABELLED_SUFFIXES}, got {path.name!r}")
+    if path.exists():
+        raise ArgumentError(f"{path} already exists; refusing to overwrite it")
+    import dask  # noqa: PLC0415  (xarray's writers go through dask when it is installed)
+
+    ds = ds.copy(deep=False)
+    for var in ds.variables.values():
+        var.encoding = {}
+    ds.attrs = {k: v for k, v in ds.attrs.items() if k not in _OWN_ATTRS}
+    ds.attrs["checksums"] = _checksums(ds)
+    ds.attrs["format_version"] = DATASET_FORMAT_VERSION
+    # raw values: no _FillValue, so NaN payloads and every other bit pattern round-trip
+    encoding = {str(name): {"_FillValue": None} for name in ds.variables}
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.partial")
+    try:
+        # In-memory data: write in this thread even if a Dask Client is the default scheduler.
+        with dask.config.set(scheduler="synchronous"):
+            if path.suffix == ".nc":
+                ds.to_netcdf(tmp, engine="h5netcdf", encoding=encoding)
+            else:
+                ds.to_zarr(tmp, mode="w-", zarr_format=2, consolidated=False,
+                           encoding=encoding)
+        if path.exists():
+            raise ArgumentError(f"{path} appeared while it was being written; refusing to "
+                                f"overwrite it")
+        os.rename(tmp, path)
+    except BaseException:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _verify(ds: Any, path: Path) -> None:
+    """Check the format version and the checksums written by :func:`save_dataset`."""
+    version = _plain(ds.attrs.get("format_version"))
+    raw = ds.attrs.get("checksums")
+    if version is None and raw is None:
+        return  # version 1: written before checksums existed
+    check_version(version, _KNOWN_VERSIONS, what="", source=f"{path} (attribute 'format_version')")
+    if version == 1:
+        return
+    try:
+        sums = json.loads(raw)
+        arrays, attrs = sums["arrays"], sums["attrs"]
+        keys, attrs_digest = list(attrs["keys"]), attrs["digest"]
+        algorithm = sums["algorithm"]
+        if not isinstance(arrays, dict):
+            raise TypeError("'arrays' is not a mapping")
+    except (TypeError, KeyError, ValueError) as exc:
+        raise IntegrityError(f"{path}: the 'checksums' attribute is missing or unreadable "
+                             f"({type(exc).__name__}: {exc}); the file was edited or is "
+                             f"corrupt") from None
+    if algorithm != DIGEST_ALGORITHM:
+        raise IntegrityError(f"{path}: unknown checksum algorithm {algorithm!r}")
+    names = {str(n) for n in ds.variables}
+    for name in sorted(set(arrays) - names):
+        raise IntegrityError(f"{path}: array {name!r} is missing (the file was edited or is "
+                             f"corrupt)")
+    for name in sorted(names - set(arrays)):
+        raise IntegrityError(f"{path}: array {name!r} has no checksum (the file was edited)")
+    for name in sorted(names):
+        verify_array(np.asarray(ds[name].values), arrays[name], what=name, source=path)
+    missing = [k for k in keys if k not in ds.attrs]
+    if missing:
+        raise IntegrityError(f"{path}: attribute {missing[0]!r} is missing (the file was "
+                             f"edited or is corrupt)")
+    if json_digest({k: _plain(ds.attrs[k]) for k in keys}) != attrs_digest:
+        raise IntegrityError(f"{path}: the attributes ({', '.join(keys)}) do not match their "
+                             f"checksum (the file was edited or is corrupt)")
+
+
+def open_dataset(path: str | Path) -> Any:
+    """Read a Dataset written by :func:`save_dataset` (loaded into memory) and verify it.
+
+    Raises
+    ------
+    TrajectoryFileError
+        ``path`` does not exist or cannot be read as netCDF / Zarr.
+    IntegrityError
+        (a :class:`TrajectoryFileError`) unknown ``format_version``, or a variable or the
+        attributes do not match the recorded checksums (version 2); the message names the
+        file and the variable.  Version-1 files (no ``format_version``) have no checksums
+        and are returned unverified.
+    """
+    import xarray as xr  # noqa: PLC0415
+
+    path = Path(path)
+    if not path.exists():
+        raise TrajectoryFileError(f"{path} does not exist")
+    try:
+        if path.suffix == ".nc":
+            with xr.open_dataset(path, engine="h5netcdf") as ds:
+                ds = ds.load()
+        else:
+            ds = xr.open_zarr(path, consolidated=False, zarr_format=2, chunks=None).load()
+    except Exception as exc:  # noqa: BLE001 -- every reader failure means a bad file
+        raise TrajectoryFileError(f"{path} is not a readable {path.suffix} trajectory "
+                                  f"({type(exc).__name__}: {exc})") from None
+    _verify(ds, path)
+    return ds

@@ -1,0 +1,79 @@
+"""How the attention field of a particle run is evaluated: :class:`FieldOptions`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..attention import Attention
+from ..errors import ArgumentError, ArgumentTypeError
+
+__all__ = ["FieldOptions"]
+
+
+@dataclass(frozen=True, eq=False)
+class FieldOptions:
+    """How the attention field is evaluated.
+
+    Parameters
+    ----------
+    backend : {"auto", "numpy", "numba", "cupy"} or backend object, default "auto"
+        Where fields are computed; the state stays on that backend between steps and only
+        saved states are copied to the host.  ``"auto"`` picks the fastest installed
+        backend for the number of tokens (NumPy below 64 tokens).
+    dtype : {float32, float64}, optional
+        Working precision; default that of ``X0`` (float32 stays float32, anything else
+        runs in float64).
+    sinkhorn_tol, sinkhorn_max_iter : float, int, optional
+        Inner Sinkhorn solve controls (defaults 1e-9 and 2000; warm-started from the
+        previous evaluation).  Only for ``kind="sinkhorn"``: an error otherwise.
+    """
+
+    backend: Any = "auto"
+    dtype: Any = None
+    sinkhorn_tol: float | None = None
+    sinkhorn_max_iter: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.backend is None:
+            raise ArgumentTypeError("backend must be a backend name or object, got None")
+        if self.dtype is not None:
+            try:
+                dt = np.dtype(self.dtype)
+            except TypeError:
+                raise ArgumentTypeError(f"dtype must be float32 or float64, got {self.dtype!r}") from None
+            if dt not in (np.float32, np.float64):
+                raise ArgumentError(f"dtype must be float32 or float64, got {dt}")
+            object.__setattr__(self, "dtype", dt)
+        if self.sinkhorn_tol is not None:
+            v = self.sinkhorn_tol
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+                raise ArgumentTypeError(f"sinkhorn_tol must be a real number, got {v!r}")
+            if not (math.isfinite(v) and v > 0):
+                raise ArgumentError(f"sinkhorn_tol must be finite and > 0, got {v!r}")
+        if self.sinkhorn_max_iter is not None:
+            v = self.sinkhorn_max_iter
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise ArgumentTypeError(f"sinkhorn_max_iter must be an integer, got {v!r}")
+            if v < 1:
+                raise ArgumentError(f"sinkhorn_max_iter must be >= 1, got {v!r}")
+
+    def check(self, att: Attention) -> None:
+        """Refuse options that do not apply to ``att``."""
+        if att.kind != "sinkhorn":
+            for name in ("sinkhorn_tol", "sinkhorn_max_iter"):
+                if getattr(self, name) is not None:
+                    raise ArgumentError(f"FieldOptions({name}=...) applies only to "
+                                        f"kind='sinkhorn', not to kind={att.kind!r}")
+
+    def evaluator_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of :class:`~transformer_pde.fields.FieldEvaluator` (``backend``,
+        ``sinkhorn_tol``, ``sinkhorn_max_iter``, with their defaults 1e-9 and 2000)."""
+        return {"backend": self.backend,
+                "sinkhorn_tol": 1e-9 if self.sinkhorn_tol is None else float(self.sinkhorn_tol),
+                "sinkhorn_max_iter": 2000 if self.sinkhorn_max_iter is None
+                else int(self.sinkhorn_max_iter)}
+

@@ -1,0 +1,176 @@
+"""The result of a particle run: :class:`ParticleTrajectory`, its moments, and its files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..attention import Attention
+from ..io import labelled
+from ..io.trajectory import dataset_fields, read_trajectory, save_trajectory
+from ..results import ResultKind, Status
+
+__all__ = ["ParticleTrajectory", "load", "weighted_moments"]
+
+
+def weighted_moments(states: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r"""Means :math:`m = \sum_i w_i x_i` (T, d) and covariances
+    :math:`\Sigma = \sum_i w_i (x_i - m)(x_i - m)^\top` (T, d, d) of ``states`` (T, N, d)."""
+    X = np.asarray(states, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    m = np.einsum("n,tnd->td", w, X)
+    C = X - m[:, None, :]
+    S = np.einsum("n,tnd,tne->tde", w, C, C)
+    return m, 0.5 * (S + np.swapaxes(S, 1, 2))
+
+
+@dataclass
+class ParticleTrajectory:
+    """Saved states of a particle simulation (follows :class:`transformer_pde.results.Result`).
+
+    Attributes
+    ----------
+    times : ndarray (T,)
+        Saved times.
+    states : ndarray (T, N, d) or None
+        Token positions at the saved times (host memory, the simulation's dtype);
+        ``None`` when a statistic was saved instead (``SaveAt(fn=...)``).
+    weights : ndarray (N,)
+        Normalised token weights.
+    positions : ndarray (N,) or None
+        Token positions in [0, 1] (masked attention); they never move.
+    status : Status
+        ``ok``: reached ``t_max``; ``blowup``: max :math:`|x|` exceeded ``max_norm`` (the
+        offending state is the last one saved); ``nonfinite``: a step produced NaN/inf
+        (not saved); ``failed``: an inner solve (Sinkhorn, implicit step) or a user
+        callable failed; ``max_steps``: the step budget ran out; ``interrupted``:
+        Ctrl-C (``KeyboardInterrupt``) during the run.  Every state saved before the stop
+        is kept.
+    message : str
+        How the run ended (when and why).
+    attention : Attention or None
+        The specification that was simulated (``None`` after loading one made of
+        callables, which cannot be stored).
+    info : dict
+        Method, backend, step counts, Sinkhorn iterations per evaluation, ...
+    values : ndarray (T, ...) or None
+        ``SaveAt(fn=...)``'s value at each saved time.
+    last : ndarray (N, d)
+        The last saved state (``states[-1]`` when states are kept).
+    saved_means, saved_covs : ndarray (T, d), (T, d, d) or None
+        The weighted moments at the saved times, kept when the states are not
+        (``SaveAt(fn=...)``); use :meth:`moments`.
+    """
+
+    times: np.ndarray
+    states: np.ndarray | None
+    weights: np.ndarray
+    positions: np.ndarray | None
+    status: Status
+    message: str
+    attention: Attention | None = None
+    info: dict = field(default_factory=dict)
+    values: np.ndarray | None = None
+    last: np.ndarray | None = None
+    saved_means: np.ndarray | None = field(default=None, repr=False)
+    saved_covs: np.ndarray | None = field(default=None, repr=False)
+
+    #: :class:`~transformer_pde.results.ResultKind` of the result protocol
+    result_kind: ClassVar[ResultKind] = ResultKind.PARTICLES
+
+    def __post_init__(self) -> None:
+        self.status = Status.parse(self.status)
+        if self.last is None and self.states is not None:
+            self.last = self.states[-1]
+
+    @property
+    def success(self) -> bool:
+        """``status.success``: the run answered the question (``ok`` or a detected blow-up)."""
+        return self.status.success
+
+    @property
+    def final(self) -> np.ndarray:
+        """Last saved state (N, d)."""
+        return self.last
+
+    @property
+    def t_final(self) -> float:
+        return float(self.times[-1])
+
+    def moments(self) -> tuple[np.ndarray, np.ndarray]:
+        r"""``(means (T, d), covs (T, d, d))`` of the token measure at the saved times,
+        weighted by the token weights (population covariance, weights summing to 1)."""
+        if self.states is not None:
+            return weighted_moments(self.states, self.weights)
+        return self.saved_means, self.saved_covs
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def __repr__(self) -> str:
+        N, d = self.last.shape
+        return (f"ParticleTrajectory(saved={len(self.times)}, N={N}, d={d}, "
+                f"t=[{self.times[0]:g}, {self.times[-1]:g}], status='{self.status}')")
+
+    # ------------------------------------------------------------------ I/O
+    def to_xarray(self) -> Any:
+        """The trajectory as a labelled :class:`xarray.Dataset` (dimensions ``time``,
+        ``token``, ``dim``; status, message, run information and the attention in its
+        attributes): :func:`transformer_pde.io.labelled.particle_dataset`."""
+        return labelled.particle_dataset(self)
+
+    @classmethod
+    def from_xarray(cls, ds: Any, source: str = "dataset") -> "ParticleTrajectory":
+        """Inverse of :meth:`to_xarray`; the invariants of :func:`load` are checked
+        (:class:`~transformer_pde.errors.IntegrityError` naming ``source`` otherwise;
+        :func:`transformer_pde.io.trajectory.dataset_fields`)."""
+        return cls(**dataset_fields(ds, source))
+
+    def save(self, path: str | Path) -> Path:
+        """Write the trajectory to ``path``: NPZ, or netCDF (``.nc``) / Zarr (``.zarr``)
+        through :meth:`to_xarray`.  :func:`load` restores it exactly.
+
+        Every array is written with its SHA-256 digest (NPZ format version
+        :data:`~transformer_pde.io.trajectory.NPZ_FORMAT_VERSION`; labelled files:
+        :func:`transformer_pde.io.labelled.save_dataset`) and the file is first written to
+        a temporary path beside ``path`` and renamed into place, so a failed save leaves
+        nothing behind.  An existing NPZ file is replaced (atomically); an existing ``.nc``
+        or ``.zarr`` is never overwritten (:func:`transformer_pde.io.trajectory.save_trajectory`).
+
+        Raises
+        ------
+        ArgumentError
+            The trajectory breaks an invariant that :func:`load` checks (it could not be
+            read back); nothing is written.
+        """
+        return save_trajectory(self, path)
+
+
+def load(path: str | Path) -> ParticleTrajectory:
+    """Read a :class:`ParticleTrajectory` written by :meth:`ParticleTrajectory.save`.
+
+    The file is verified before anything is returned
+    (:func:`transformer_pde.io.trajectory.read_trajectory`): the SHA-256 checksums of NPZ
+    files of format version 3 and of ``.nc`` / ``.zarr`` files of version 2, then the
+    invariants of every version (``times`` float64, finite and strictly increasing;
+    ``states`` / ``last`` float32 or float64; ``weights`` finite, >= 0 and summing to 1;
+    ``positions`` in [0, 1]; consistent shapes; no non-finite state in a run that ended
+    with a success status).
+
+    Raises
+    ------
+    TrajectoryFileError
+        (a :class:`~transformer_pde.errors.TransformerPDEError` and ``ValueError``) the
+        file is empty, truncated, not an NPZ archive, a plain ``.npy``, has no or bad
+        metadata, misses arrays or has inconsistent shapes; the message names the file.
+    IntegrityError
+        (a :class:`~transformer_pde.errors.TrajectoryFileError`) an array does not match
+        its checksum, an invariant is broken, or the format version is unknown; the
+        message names the file and the array.
+    FileNotFoundError
+        No such file.
+    """
+    return ParticleTrajectory(**read_trajectory(path))

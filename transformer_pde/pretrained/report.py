@@ -1,0 +1,217 @@
+r"""The run report of a pretrained encoder: four token flows of one text, their statistics,
+figures, a JSON summary and the states.
+
+:func:`flow_report` runs, from the embedding output of a text,
+
+1. ``network``: the model itself (:meth:`~transformer_pde.pretrained.PretrainedEncoder.hidden_states`);
+2. ``continuous``: the continuous-depth network (``steps_per_layer`` steps of ``solver``
+   per sub-layer, :meth:`~transformer_pde.pretrained.PretrainedEncoder.simulate`);
+3. ``repeated_layer_<l>``: each layer :math:`\ell` of ``repeat_layers`` iterated
+   ``long_time`` times with its own weights (one Euler step per layer, ALBERT-style weight
+   sharing), saved at the depths 0, 1, 2, 3, 5, 10, 20, 30, 50, 100, ... and the last;
+4. ``continuous_repeated_layer_<l>``: one layer repeated in continuous depth (RK4).
+
+Each flow gets :func:`~transformer_pde.diagnostics.depth_statistics` at its saved depths
+plus ``relative_radius`` (cloud radius over mean token norm: below ~1e-15 the cloud is one
+point to rounding).  The figures are drawn by :func:`transformer_pde.plot.token_paths`,
+:func:`~transformer_pde.plot.statistics_along_depth` and
+:func:`~transformer_pde.plot.cosine_matrices`; the summary is written with the package's
+JSON encoding (:func:`transformer_pde.io.dumps`) and the states in its checksummed NPZ
+container (:func:`transformer_pde.io.save_npz`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..diagnostics.depth import depth_statistics
+from ..errors import ArgumentError
+from ..io import dumps, save_npz
+from .encoder import PretrainedEncoder
+
+__all__ = ["flow_report", "run_flows", "sample_depths"]
+
+#: settings of :func:`~transformer_pde.diagnostics.depth_statistics` used by the report
+_CLUSTER_TOL = 0.05
+_RANK_RTOL = 1e-6
+
+
+def sample_depths(t_max: int) -> list[int]:
+    """Depths 0, 1, 2, 3, 5, 10, 20, 30, 50, 100, ... up to ``t_max`` (and ``t_max``)."""
+    out = [0]
+    for dec in (1, 10, 100, 1000, 10000):
+        for m in (1, 2, 3, 5):
+            if m * dec <= t_max:
+                out.append(m * dec)
+    if out[-1] != t_max:
+        out.append(t_max)
+    return sorted(set(out))
+
+
+def _repeated(tr: Any, times: list[int]) -> dict[str, Any]:
+    return {"times": times, "states": tr.states[times], "status": str(tr.status),
+            "last_step_change": float(np.abs(tr.states[-1] - tr.states[-2]).max())}
+
+
+def run_flows(model: PretrainedEncoder, text: str, *, steps_per_layer: int = 8,
+              solver: str = "rk4", long_time: int = 300,
+              repeat_layers: Sequence[int] | None = None, continuous_long_time: int = 50,
+              continuous_layer: int | None = None,
+              continuous_steps: int = 4) -> dict[str, dict[str, Any]]:
+    """The four flows of :func:`flow_report`, with their statistics.
+
+    Returns
+    -------
+    dict
+        Flow name -> ``times`` (list of depths), ``states`` (T, N, d), ``statistics``
+        (:func:`~transformer_pde.diagnostics.depth_statistics` with ``relative_radius``)
+        and, except for ``network``, ``status``; the repeated flows also carry
+        ``last_step_change`` (largest coordinate change over the last layer).
+
+    Raises
+    ------
+    ArgumentError
+        A layer index out of range, ``long_time`` or ``continuous_long_time`` not an
+        integer >= 1, or text the model cannot read.
+    """
+    L = model.n_layers
+    layers = list(range(L)) if repeat_layers is None else [int(i) for i in repeat_layers]
+    for ell in layers:
+        model.layer(ell)
+    c_layer = L - 1 if continuous_layer is None else int(continuous_layer)
+    model.layer(c_layer)
+    for name, v in (("long_time", long_time), ("continuous_long_time", continuous_long_time)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ArgumentError(f"{name} must be an integer >= 1, got {v!r}")
+    model.tokens(text)
+
+    flows: dict[str, dict[str, Any]] = {}
+    flows["network"] = {"times": list(range(L + 1)), "states": model.hidden_states(text)}
+    cont = model.simulate(text, steps_per_layer=steps_per_layer, solver=solver)
+    flows["continuous"] = {"times": list(range(L + 1)), "states": cont.states,
+                           "status": str(cont.status)}
+    rep_times = sample_depths(int(long_time))
+    for ell in layers:
+        tr = model.simulate(text, repeat_layer=ell, n_layers=int(long_time))
+        flows[f"repeated_layer_{ell}"] = _repeated(tr, rep_times)
+    tr = model.simulate(text, repeat_layer=c_layer, n_layers=int(continuous_long_time),
+                        steps_per_layer=continuous_steps, solver="rk4")
+    flows[f"continuous_repeated_layer_{c_layer}"] = _repeated(
+        tr, sample_depths(int(continuous_long_time)))
+    for f in flows.values():
+        st = depth_statistics(f["states"], cluster_tol=_CLUSTER_TOL, rank_rtol=_RANK_RTOL)
+        st["relative_radius"] = [r / m for r, m in zip(st["radius"], st["mean_norm"], strict=True)]
+        f["statistics"] = st
+    return flows
+
+
+def _figures(model: PretrainedEncoder, text: str, toks: list[str],
+             flows: dict[str, dict[str, Any]], settings: dict[str, Any]) -> list[Any]:
+    """The three figures of :func:`flow_report`, in the order paths, statistics, cosine."""
+    from .. import plot  # noqa: PLC0415 (matplotlib only when drawing)
+
+    L = model.n_layers
+    layers, c_layer = settings["repeat_layers"], settings["continuous_layer"]
+    rep, crep = f"repeated_layer_{layers[-1]}", f"continuous_repeated_layer_{c_layer}"
+    net = flows["network"]["states"]
+    paths = plot.token_paths(
+        [plot.PathPanel(f"the network ({L} layers)", net, net, labelled=True),
+         plot.PathPanel(f"continuous depth ({settings['solver']}, "
+                        f"{settings['steps_per_layer']} steps/layer)",
+                        flows["continuous"]["states"], net, labelled=True),
+         plot.PathPanel(f"layer {layers[-1]} repeated, t ≤ {settings['long_time']}",
+                        flows[rep]["states"]),
+         plot.PathPanel(f"layer {c_layer} repeated, continuous, "
+                        f"t ≤ {settings['continuous_long_time']}", flows[crep]["states"])],
+        toks, title=f"token paths along depth (o start, ■ end): {text!r}")
+
+    def curve(key: str, label: str, style: str, ms: float | None = None) -> Any:
+        return plot.DepthCurve(label, flows[key]["times"], flows[key]["statistics"], style, ms)
+
+    stats = plot.statistics_along_depth(
+        [curve("network", "network", "o-"), curve("continuous", "continuous", "s--")],
+        [curve(f"repeated_layer_{ell}", f"layer {ell} repeated", "o-", 3) for ell in layers]
+        + [curve(crep, f"layer {c_layer} repeated, continuous", "k^--", 4)],
+        title=f"{len(toks)} tokens, d = {model.d}: the network (top) and repeated layers to "
+              "long times (bottom)")
+
+    # the repeated layers ending with the fewest and with the most clusters
+    final = {ell: flows[f"repeated_layer_{ell}"]["statistics"]["n_clusters"][-1]
+             for ell in layers}
+    shown = sorted({min(layers, key=lambda e: (final[e], -e)),
+                    max(layers, key=lambda e: (final[e], -e))})
+    rows = [("layer", flows["network"])]
+    rows += [(f"layer {ell}×, t", flows[f"repeated_layer_{ell}"]) for ell in shown]
+    rows.append((f"layer {c_layer} cont., t", flows[crep]))
+    cosine = plot.cosine_matrices([(lab, f["times"], f["states"]) for lab, f in rows],
+                                  ncol=max(L + 1, 7))
+    return [paths, stats, cosine]
+
+
+def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
+                steps_per_layer: int = 8, solver: str = "rk4", long_time: int = 300,
+                repeat_layers: Sequence[int] | None = None,
+                continuous_long_time: int = 50, continuous_layer: int | None = None,
+                continuous_steps: int = 4, prefix: str = "pretrained",
+                save_states: bool = True) -> dict[str, Any]:
+    r"""Token flow of ``text`` through ``model``: figures, statistics and a JSON summary.
+
+    Runs the four flows of :func:`run_flows` (see the module docstring): the network, its
+    continuous-depth version, each layer of ``repeat_layers`` (default: all) repeated for
+    ``long_time`` layers, and layer ``continuous_layer`` (default: the last) repeated for
+    ``continuous_long_time`` layers in continuous depth (``continuous_steps`` RK4 steps per
+    sub-layer).
+
+    Writes into ``out_dir``: ``{prefix}_paths.png`` (token paths along depth in the plane of
+    the first two principal components of the states), ``{prefix}_statistics.png``
+    (clusters, effective covariance rank, mean cosine similarity and relative radius against
+    depth), ``{prefix}_cosine.png`` (cosine-similarity matrices per layer and along the long
+    flows), ``{prefix}_summary.json`` and, with ``save_states``, ``{prefix}_states.npz``
+    (each flow's states under its name and its depths under ``<name>__times``).
+
+    Returns
+    -------
+    dict
+        The JSON summary: ``text``, ``tokens``, ``model_dir``, ``model``, ``settings``,
+        per flow (``flows``) the depths, status and statistics, and the figure file names.
+    """
+    flows = run_flows(model, text, steps_per_layer=steps_per_layer, solver=solver,
+                      long_time=long_time, repeat_layers=repeat_layers,
+                      continuous_long_time=continuous_long_time,
+                      continuous_layer=continuous_layer, continuous_steps=continuous_steps)
+    L = model.n_layers
+    toks = model.tokens(text)
+    settings = {"steps_per_layer": steps_per_layer, "solver": solver,
+                "long_time": int(long_time),
+                "repeat_layers": list(range(L)) if repeat_layers is None
+                else [int(i) for i in repeat_layers],
+                "continuous_layer": L - 1 if continuous_layer is None else int(continuous_layer),
+                "continuous_long_time": int(continuous_long_time),
+                "continuous_steps": continuous_steps, "cluster_tol": _CLUSTER_TOL,
+                "rank_rtol": _RANK_RTOL}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    names = [f"{prefix}_{kind}.png" for kind in ("paths", "statistics", "cosine")]
+    for fig, name, dpi in zip(_figures(model, text, toks, flows, settings), names,
+                              (110, 110, 100), strict=True):
+        fig.savefig(out / name, dpi=dpi)
+    summary: dict[str, Any] = {
+        "text": text, "tokens": toks, "model_dir": str(model.model_dir),
+        "model": {"type": model.config.model_type, "layers": L, "d": model.d,
+                  "heads": model.config.heads},
+        "settings": settings,
+        "flows": {k: {kk: vv for kk, vv in f.items() if kk != "states"}
+                  for k, f in flows.items()},
+        "figures": names,
+    }
+    (out / f"{prefix}_summary.json").write_text(dumps(summary, indent=1))
+    if save_states:
+        save_npz(out / f"{prefix}_states.npz",
+                 {**{k: f["states"] for k, f in flows.items()},
+                  **{f"{k}__times": np.asarray(f["times"]) for k, f in flows.items()}},
+                 compressed=True)
+    return summary
