@@ -9,6 +9,14 @@ Hypothesis profiles
               (tests with an explicit ``max_examples`` keep it).
 ``ci``        like ``default`` but derandomised, so CI failures reproduce exactly; selected
               automatically when the ``CI`` environment variable is set (as ``.ci/run`` is).
+
+Fixtures
+--------
+``rng``       a seeded NumPy generator.
+``backend``   the name of each backend that loads on this machine
+              (:func:`transformer_pde.backends.available_backends`: numpy and numba, cupy
+              where a GPU is present); a test taking it runs once per backend, with the
+              backend's name as the test id.
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ import matplotlib
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
+
+from transformer_pde.backends import available_backends
 
 matplotlib.use("Agg")  # figures in tests and examples never open a window
 
@@ -37,3 +47,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if _IN_CI else "
 def rng() -> np.random.Generator:
     """A seeded generator, so that non-hypothesis random tests are reproducible."""
     return np.random.default_rng(20250122)
+
+
+@pytest.fixture(params=available_backends(), ids=str)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The name of one installed backend; the test runs once for each (ids: the names)."""
+    return request.param

@@ -98,7 +98,7 @@ def _rhs(y, out, d, prm, seg, con, scr, general):
 
 
 if _overload is not None:
-    @_overload(_rhs, inline="always", strict=False, prefer_literal=True)
+    @_overload(_rhs, strict=False, prefer_literal=True)
     def _rhs_typed(y, out, d, prm, seg, con, scr, general):
         # ``general`` is a literal in the compiled kernels: only its field is compiled
         if getattr(general, "literal_value", True):

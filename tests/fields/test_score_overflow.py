@@ -1,7 +1,7 @@
-"""Scores that overflow the float range (issue 13, family 1).
+"""Scores that overflow the float range.
 
-Finite tokens and matrices can give logits beyond 1.8e308.  The rule: both backends agree,
-and the field is right (computed exactly by a power-of-two rescaling of the logits), or
+Finite tokens and matrices can give logits beyond 1.8e308.  The rule, on every backend:
+the field is right (computed exactly by a power-of-two rescaling of the logits), or
 the true value itself overflows (``velocity`` then raises ScoreOverflowError), or a clear
 error is raised — never a silently zero / NaN / inf field, never a run that reports ``ok`` with frozen tokens.
 """
@@ -16,19 +16,18 @@ from transformer_pde.backends.numba import NumbaBackend
 from transformer_pde.backends.numpy_backend import NumpyBackend, overflow_scale
 from transformer_pde.errors import ArgumentError, ScoreOverflowError
 
-BACKENDS = ["numpy", "numba"]
 ONE = [[1.0]]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_issue_example_is_right(backend):
+def test_softmax_of_overflowing_scores_is_right(backend):
     att = tp.Attention("softmax", ONE, ONE, ONE)
     X = np.array([[1e155], [2e155], [3e155]])
-    # logits x_i x_j ~ 1e310: every query puts all its mass on the largest token
-    np.testing.assert_array_equal(tp.velocity(att, X, backend=backend), np.full((3, 1), 3e155))
+    # logits x_i x_j ~ 1e310: every query puts all its mass on the largest token (the other
+    # weights are e^(-1e310) = 0 in floating point, so at most one rounding remains)
+    np.testing.assert_allclose(tp.velocity(att, X, backend=backend), np.full((3, 1), 3e155),
+                               rtol=1e-15)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("scale", [1e150, 1e154, 1e160, 1e200])
 def test_softmax_huge_tokens_match_the_exact_limit(backend, scale, rng):
     # 1-D, Q = K = V = 1: x_i > 0 attends (in the limit) to max_j x_j; x_i < 0 to min_j x_j
@@ -44,20 +43,18 @@ def test_softmax_huge_tokens_match_the_exact_limit(backend, scale, rng):
     ("sigmoid", "mean_pos"),       # sigma(+huge) = 1, sigma(-huge) = 0
     ("linear", "inf"), ("relu", "inf"), ("exp", "inf"),
 ])
-def test_pointwise_and_exp_kinds_agree_and_are_right(kind, want):
+def test_pointwise_and_exp_kinds_are_right(kind, want, backend):
     att = tp.Attention(kind, ONE, ONE, ONE)
     X = np.array([[1e155], [2e155], [3e155]])
     if want == "inf":              # the true field exceeds the float range: never returned
-        for b in BACKENDS:
-            with pytest.raises(ScoreOverflowError, match=f"'{kind}' attention field"):
-                tp.velocity(att, X, backend=b)
+        with pytest.raises(ScoreOverflowError, match=f"'{kind}' attention field"):
+            tp.velocity(att, X, backend=backend)
         return
-    outs = [tp.velocity(att, X, backend=b) for b in BACKENDS]
-    np.testing.assert_array_equal(outs[0], outs[1])
-    np.testing.assert_allclose(outs[0], np.full((3, 1), 2e155), rtol=1e-15)
+    # sigmoid(+-1e310) is exactly 1 or 0: the mean of the tokens, to a rounding or two
+    np.testing.assert_allclose(tp.velocity(att, X, backend=backend), np.full((3, 1), 2e155),
+                               rtol=1e-15)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_l2_far_from_origin_is_right(backend):
     # |k|^2 ~ 1e320 overflows, |k - c|^2 does not: every token attends to itself
     att = tp.Attention("l2", ONE, ONE, ONE, l2_beta=1.0)
@@ -65,7 +62,6 @@ def test_l2_far_from_origin_is_right(backend):
     np.testing.assert_allclose(tp.velocity(att, X, backend=backend), X, rtol=1e-15)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_l2_spread_beyond_float_range_raises(backend):
     att = tp.Attention("l2", ONE, ONE, ONE)
     X = np.array([[1e155], [2e155], [-3e155]])
@@ -97,18 +93,22 @@ def test_primitives_with_overflowing_logits_agree(dtype, rng):
     want_idx = raw.argmax(axis=1)          # the softmax concentrates on the largest logit
     limits = rng.integers(1, 31, 20)
     ref = NumpyBackend()
+    # different kernels, the same rescaled logits: the weights concentrate on one key, so
+    # the outputs agree to the dtype's rounding (and in their infinities and NaNs)
+    tol = {np.float64: 1e-12, np.float32: 1e-5}[dtype]
     for be in (ref, NumbaBackend(), NumbaBackend(kernel="tiled")):
         out, lse = be.softmax(q, k, v, None, None)
         np.testing.assert_allclose(out, v[want_idx], rtol=1e-6)
         assert np.all(lse > 0) and not np.any(np.isnan(lse))
         o2, _ = be.softmax(q, k, v, None, limits)
-        np.testing.assert_array_equal(o2, ref.softmax(q, k, v, None, limits)[0])
-        np.testing.assert_array_equal(be.lse(q, k, None, limits), ref.lse(q, k, None, limits))
+        np.testing.assert_allclose(o2, ref.softmax(q, k, v, None, limits)[0], rtol=tol, atol=0)
+        np.testing.assert_allclose(be.lse(q, k, None, limits), ref.lse(q, k, None, limits),
+                                   rtol=tol, atol=0)
         for phi in ("identity", "sigmoid", "relu"):
             with np.errstate(over="ignore", invalid="ignore"):
-                np.testing.assert_array_equal(
+                np.testing.assert_allclose(
                     be.pointwise(phi, q, k, v, np.ones(30, dtype), limits),
-                    ref.pointwise(phi, q, k, v, np.ones(30, dtype), limits))
+                    ref.pointwise(phi, q, k, v, np.ones(30, dtype), limits), rtol=tol, atol=0)
 
 
 def test_rescaling_is_exact_when_nothing_overflows(rng):
@@ -120,7 +120,6 @@ def test_rescaling_is_exact_when_nothing_overflows(rng):
                                NumpyBackend().softmax(q, k, v, None, None)[0], rtol=1e-12)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_simulate_from_huge_tokens_moves_or_stops_with_a_status(backend):
     att = tp.Attention("softmax", ONE, ONE, ONE)
     X0 = np.array([[1e160], [2e160]])

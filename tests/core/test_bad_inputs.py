@@ -1,4 +1,4 @@
-"""Property-based bad-input suite over the public entry points (issue 13).
+"""Property-based bad-input suite over the public entry points.
 
 The rule, for every entry point and every argument: a call either
 
@@ -34,6 +34,7 @@ from hypothesis.extra import numpy as hnp
 import transformer_pde as tp
 from transformer_pde import diagnostics as D
 from transformer_pde.errors import TransformerPDEError
+from transformer_pde.testing import references
 
 TALLY: Counter = Counter()
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
@@ -138,19 +139,16 @@ ATT = tp.Attention("softmax", np.array([[1.0, 0.2], [0.0, 0.7]]), np.eye(2),
                    np.array([[0.5, -1.0], [0.3, 0.8]]))
 
 
-def _softmax_field(X, w, Q, K, V, beta=1.0):
-    S = beta * (X @ Q.T) @ (X @ K.T).T
-    S -= S.max(axis=1, keepdims=True)
-    P = w[None, :] * np.exp(S)
-    P /= P.sum(axis=1, keepdims=True)
-    return P @ (X @ V.T)
+def _softmax_field(X, w):
+    """The field of ``ATT`` by the reference implementation (weights ``w``)."""
+    return references.field("softmax", X, ATT.Q, ATT.K, ATT.V, weights=w)
 
 
 @SETTINGS
 @given(w=bad_values((5,)))
 def test_velocity_weights(w):
     def check(out):
-        ref = _softmax_field(X5, _weights_ref(w, 5), ATT.Q, ATT.K, ATT.V)
+        ref = _softmax_field(X5, _weights_ref(w, 5))
         np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-14)
     outcome("weights", lambda: tp.velocity(ATT, X5, weights=w), check)
 
@@ -161,7 +159,7 @@ def test_velocity_tokens(X):
     def check(out):
         Xr = _as_real(X, (5, 2))
         assert Xr is not None and np.all(np.isfinite(Xr))
-        ref = _softmax_field(Xr, np.full(5, 0.2), ATT.Q, ATT.K, ATT.V)
+        ref = _softmax_field(Xr, np.full(5, 0.2))
         np.testing.assert_allclose(out, ref, rtol=1e-9, atol=1e-12 * max(1, np.abs(Xr).max()))
     outcome("X", lambda: tp.velocity(ATT, X), check)
 
@@ -170,7 +168,7 @@ def test_velocity_tokens(X):
 @given(t=st.sampled_from(SCALAR_JUNK), which=st.sampled_from(["t", "positions"]))
 def test_velocity_scalars(t, which):
     def check(out):
-        np.testing.assert_allclose(out, _softmax_field(X5, np.full(5, 0.2), ATT.Q, ATT.K, ATT.V),
+        np.testing.assert_allclose(out, _softmax_field(X5, np.full(5, 0.2)),
                                    rtol=1e-12)
     if which == "t":
         outcome("t", lambda: tp.velocity(ATT, X5, t=t), check)

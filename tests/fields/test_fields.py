@@ -1,9 +1,10 @@
-"""Attention velocity fields: hand-computed values, an independent loop reference, symmetries.
+"""Attention velocity fields: hand-computed values, the reference implementations, symmetries.
 
-Every expected value here is computed without library code: either literal formulas
-worked out by hand (small N, 1-D, Q = K = V = 1) or :func:`reference_field`, a direct
-transcription of the formulas of docs/conventions.md with Python loops over queries, heads and keys
-(Sinkhorn couplings from POT, an independent solver).
+Every expected value here is computed without the library's field code: either literal
+formulas worked out by hand (small N, 1-D, Q = K = V = 1) or
+:mod:`transformer_pde.testing.references`, a direct transcription of the formulas of
+docs/conventions.md with loops over heads and queries (its Sinkhorn coupling is checked
+against POT in tests/testing/test_references.py).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import ot
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,7 +20,7 @@ import transformer_pde as tp
 from transformer_pde.attention import KINDS, Layers
 from transformer_pde.backends import BackendNotAvailable, get_backend, register_backend
 from transformer_pde.backends import BACKENDS
-from transformer_pde.testing import CORE_KINDS, attention_problems, attentions, measures
+from transformer_pde.testing import CORE_KINDS, attention_problems, attentions, measures, references
 
 ALL_KINDS = sorted(CORE_KINDS)
 NORMALISED = [k for k in ALL_KINDS if KINDS[k].normalized]
@@ -31,85 +31,6 @@ E = math.e
 
 def sig(z: float) -> float:
     return 1.0 / (1.0 + math.exp(-z))
-
-
-# --------------------------------------------------------------------------- reference
-def matrix_at(value, t):
-    """A parameter's matrix at time t (arrays, callables and Layers tables)."""
-    if value is None or isinstance(value, np.ndarray):
-        return value
-    return np.asarray(value(t), dtype=float)
-
-
-def pot_plan(S: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    """Entropic OT self-coupling of (w, w) for cost -S, regularisation eps, from POT."""
-    plan = ot.sinkhorn(w, w, -S, eps, method="sinkhorn_log", numItermax=20000,
-                       stopThr=1e-14, warn=False)
-    # the comparison below is only meaningful if POT really converged
-    assert np.allclose(plan.sum(1), w, rtol=0, atol=1e-11)
-    assert np.allclose(plan.sum(0), w, rtol=0, atol=1e-11)
-    return plan
-
-
-def reference_field(kind, X, Q, K, V, *, w=None, pos=None, heads=1, beta=1.0, eps=1.0,
-                    l2_beta=0.5, W_O=None, queries=None, qpos=None):
-    """The field of docs/conventions.md, transcribed literally: loops over heads, queries and visible keys."""
-    X = np.asarray(X, float)
-    N, d = X.shape
-    w = np.full(N, 1.0 / N) if w is None else np.asarray(w, float) / np.sum(w)
-    Y = X if queries is None else np.asarray(queries, float)
-    yp = pos if queries is None else qpos
-    out = np.zeros((Y.shape[0], d))
-    k = d // heads
-    for h in range(heads):
-        rows = slice(h * k, (h + 1) * k) if heads > 1 else slice(0, d)
-        Qh = Q[rows] if heads > 1 else Q
-        Kh = K[rows] if heads > 1 else K
-        Vh = V[rows]
-        if kind == "sinkhorn":
-            S = beta * np.array([[(Qh @ X[i]) @ (Kh @ X[j]) for j in range(N)]
-                                 for i in range(N)])
-            plan = pot_plan(S, w, eps)
-            # g_j / eps up to a constant, read off the first row of the plan
-            g = np.log(plan[0]) - np.log(w) - S[0] / eps
-        for i, y in enumerate(Y):
-            vis = [j for j in range(N) if pos is None or pos[j] <= yp[i]]
-            if not vis:  # a query before every token sees nothing: empty sum, field 0
-                continue
-            s = np.array([beta * (Qh @ y) @ (Kh @ X[j]) for j in vis])
-            wv = w[vis]
-            if kind == "softmax":
-                a = wv * np.exp(s - s.max())
-                a = a / a.sum()
-            elif kind == "l2":
-                ell = np.array([-l2_beta * np.sum((Qh @ y - Kh @ X[j]) ** 2) for j in vis])
-                a = wv * np.exp(ell - ell.max())
-                a = a / a.sum()
-            elif kind == "sinkhorn":
-                ell = g + s / eps
-                a = w * np.exp(ell - ell.max())
-                a = a / a.sum()
-            elif kind == "linear":
-                a = wv * s
-            elif kind == "sigmoid":
-                a = wv / (1.0 + np.exp(-s))
-            elif kind == "relu":
-                a = wv * np.maximum(s, 0.0)
-            elif kind == "exp":
-                a = wv * np.exp(s)
-            else:  # pragma: no cover
-                raise AssertionError(kind)
-            out[i, rows] = Vh @ (a @ X[vis])
-    if W_O is not None:
-        out = out @ W_O.T
-    return out
-
-
-def reference_for(att, m, t=0.0, queries=None, qpos=None):
-    return reference_field(
-        att.kind, m.X, matrix_at(att.Q, t), matrix_at(att.K, t), matrix_at(att.V, t),
-        w=m.weights, pos=m.positions, heads=att.heads, beta=att.beta, eps=att.eps,
-        l2_beta=att.l2_beta, W_O=matrix_at(att.W_O, t), queries=queries, qpos=qpos)
 
 
 def one_d(kind, **kw):
@@ -193,9 +114,10 @@ def test_hand_computed_masked():
 def test_matches_loop_reference(problem, t):
     att, m = problem
     got = tp.velocity(att, m.X, t=t, **m.kwargs)
-    # double precision on O(1) values, exponentials of at most e^8 (see testing.py);
-    # sinkhorn carries the 1e-9 log-domain stopping error of both solvers
-    np.testing.assert_allclose(got, reference_for(att, m, t), rtol=1e-7, atol=1e-8)
+    # double precision on O(1) values, exponentials of at most e^8 (transformer_pde.testing
+    # strategies); sinkhorn carries the library's 1e-9 log-domain stopping error
+    np.testing.assert_allclose(got, references.velocity(att, m.X, t=t, **m.kwargs),
+                               rtol=1e-7, atol=1e-8)
 
 
 @given(problem=attention_problems(masked=None, weighted=None), data=st.data())
@@ -203,7 +125,7 @@ def test_queries_match_reference(problem, data):
     att, m = problem
     q = data.draw(measures(d=m.d, n=(1, 4), positions=att.masked))
     got = tp.velocity(att, m.X, queries=q.X, query_positions=q.positions, **m.kwargs)
-    want = reference_for(att, m, queries=q.X, qpos=q.positions)
+    want = references.velocity(att, m.X, queries=q.X, query_positions=q.positions, **m.kwargs)
     np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-8)
 
 
@@ -368,12 +290,12 @@ def test_sinkhorn_small_eps():
     got = tp.velocity(att, np.array([[0.0], [1.0]]))
     np.testing.assert_allclose(got[:, 0], [math.exp(-500) / (1 + math.exp(-500)),
                                            1 / (1 + math.exp(-500))], rtol=1e-9, atol=0)
-    # 2-D, non-symmetric A, eps = 0.1 against POT's log-domain solver
+    # 2-D, non-symmetric A, eps = 0.1 against the reference's plain log-domain Sinkhorn
     rng = np.random.default_rng(4)
     X = rng.normal(size=(5, 2))
     R = np.array([[0.0, -1.0], [1.0, 0.3]])
     att = tp.Attention("sinkhorn", np.eye(2), R, np.eye(2), eps=0.1)
-    want = reference_field("sinkhorn", X, np.eye(2), R, np.eye(2), eps=0.1)
+    want = references.field("sinkhorn", X, np.eye(2), R, np.eye(2), eps=0.1)
     # potentials of size ~|s| = O(1) divided by eps: the 1e-9 log-domain stopping error
     # of each solver moves the weights by ~1e-9 relative
     np.testing.assert_allclose(tp.velocity(att, X), want, rtol=1e-7, atol=1e-8)

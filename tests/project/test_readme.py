@@ -14,7 +14,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md"] + sorted(
     p for p in (ROOT / "docs").rglob("*.md")
     if not any(part.startswith(("_", ".")) or part == "auto_examples"

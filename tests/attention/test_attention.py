@@ -229,7 +229,7 @@ def test_strategy_argument_errors():
 
 
 # --------------------------------------------------------------------------- docs and examples
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_clustering_example_runs(tmp_path):

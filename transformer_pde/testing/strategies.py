@@ -1,8 +1,10 @@
 r"""Hypothesis strategies for token measures, attention parameters and Gaussians.
 
 These strategies are public so that users (and the project's own tests) can write
-property-based tests of anything built on :mod:`transformer_pde`.  They need the
-optional test dependency ``hypothesis`` (``pip install 'transformer-pde[test]'``).
+property-based tests of anything built on :mod:`transformer_pde`; the package
+:mod:`transformer_pde.testing` re-exports every name of this module.  They need the
+optional test dependency ``hypothesis`` (``pip install 'transformer-pde[test]'``); the
+reference implementations of :mod:`transformer_pde.testing.references` do not.
 
 Every strategy draws values in a range where the mathematics is **well conditioned**,
 so that a property failing is a bug and not round-off:
@@ -48,10 +50,10 @@ try:
     from hypothesis.extra import numpy as hnp
 except ImportError as exc:  # pragma: no cover - exercised only without hypothesis
     raise ImportError(
-        "transformer_pde.testing needs the optional dependency 'hypothesis' "
+        "transformer_pde.testing.strategies needs the optional dependency 'hypothesis' "
         "(pip install 'transformer-pde[test]')") from exc
 
-from .attention import KINDS, Attention, Layers
+from ..attention import KINDS, Attention, Layers
 
 __all__ = [
     "CORE_KINDS",

@@ -14,10 +14,9 @@ import pytest
 from transformer_pde import sweep
 from transformer_pde.errors import ArgumentError, ArgumentTypeError
 
-sys.path.insert(0, str(Path(__file__).parent))
 import sweep_cells
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1] / "transformer_pde"
+ROOT = Path(__file__).resolve().parents[2] / "transformer_pde"
 PKG = "transformer_pde"
 
 

@@ -5,7 +5,7 @@ document they do not have (the conventions live in docs/conventions.md)."""
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # "SPEC", "SPEC.md", "SPEC's" as words; names such as SPECTRUM_RTOL are not references
 _REFERENCE = re.compile(r"\bSPEC(?:\.md|'s)?\b(?!TRUM)")
 _SUFFIXES = {".py", ".md", ".toml", ".txt", ".cff", ".rst", ".cfg", ".yaml", ".yml"}
