@@ -616,7 +616,7 @@ def test_mean_field_rate_n_to_minus_half():
     assert -0.8 <= slope <= -0.3
 
 
-# ------------------------------------------------------------- issue 13 item 2: classify
+# ------------------------------------------------------------- classify
 def _particle_traj(att, t, scale, status="ok"):
     X0 = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]])
     states = scale[:, None, None] * X0[None]
@@ -688,7 +688,7 @@ def test_exponential_growth_bound():
     assert bound(_gaussian_traj([0.0], [[[1.0]]])) is None
 
 
-# ------------------------------------------------------------- issue 13 item 7: clusters
+# ------------------------------------------------------------- clusters
 @pytest.mark.parametrize("spread", [1e-3, 0.05, 0.3])
 def test_clusters_default_finds_separated_blobs_at_any_spread(spread):
     rng = np.random.default_rng(11)

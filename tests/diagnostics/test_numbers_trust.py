@@ -1,5 +1,5 @@
 """Trust in the numbers: scale-free clustering, cancellation-free W2, overflow of the
-Gaussian moment equations, and clear errors for bad arguments (issue "Trust, round 2")."""
+Gaussian moment equations, and clear errors for bad arguments."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from transformer_pde import paper
+from transformer_pde.testing import references
 
 
 def test_paper_attention_scalings_match_spec():
@@ -15,19 +16,12 @@ def test_paper_attention_scalings_match_spec():
     d = 4
     Q, K, V = rng.normal(size=(3, d, d))
     X = rng.normal(size=(7, d))
-
-    def reference(logits):  # independent row-softmax average of V x_j
-        w = np.exp(logits - logits.max(axis=1, keepdims=True))
-        w /= w.sum(axis=1, keepdims=True)
-        return w @ X @ V.T
-
     # softmax: score <Qx, Ky>/sqrt(d)
-    ref = reference((X @ Q.T) @ (X @ K.T).T / np.sqrt(d))
+    ref = references.field("softmax", X, Q, K, V, beta=1 / np.sqrt(d))
     np.testing.assert_allclose(velocity(paper.paper_attention("softmax", Q, K, V), X), ref,
                                rtol=1e-10)
     # L2: kernel exp(-|Qx/sqrt(d) - Ky|^2)
-    diff = (X @ Q.T)[:, None, :] / np.sqrt(d) - (X @ K.T)[None, :, :]
-    ref = reference(-np.sum(diff ** 2, axis=-1))
+    ref = references.field("l2", X, Q / np.sqrt(d), K, V, l2_beta=1.0)
     np.testing.assert_allclose(velocity(paper.paper_attention("l2", Q, K, V), X), ref, rtol=1e-10)
     # multi-head: each head's score scaled by 1/sqrt(k)
     att = paper.paper_attention("softmax", Q, K, V, heads=2)
@@ -35,9 +29,9 @@ def test_paper_attention_scalings_match_spec():
         # rounding: the scale is applied to Q before the product (a few ulp of the largest entry)
         np.testing.assert_allclose(head.A, K[head.rows].T @ Q[head.rows] / np.sqrt(2), rtol=1e-12,
                                    atol=1e-15)
-    # sinkhorn: unscaled, eps = 1
+    # sinkhorn: unscaled (a factor 1/sqrt(d) would halve A), eps = 1; A = K^T Q to rounding
     att = paper.paper_attention("sinkhorn", Q, K, V)
-    np.testing.assert_array_equal(att.at(0.0).heads[0].A, K.T @ Q)
+    np.testing.assert_allclose(att.at(0.0).heads[0].A, K.T @ Q, rtol=1e-14, atol=1e-15)
     assert att.eps == 1.0
     with pytest.raises(ValueError, match="kind"):
         paper.paper_attention("linear", Q, K, V)
