@@ -49,7 +49,9 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(20250122)
 
 
-@pytest.fixture(params=available_backends(), ids=str)
+@pytest.fixture(scope="session", params=available_backends(), ids=str)
 def backend(request: pytest.FixtureRequest) -> str:
-    """The name of one installed backend; the test runs once for each (ids: the names)."""
+    """The name of one installed backend; the test runs once for each (ids: the names).
+
+    Session-scoped (a name, no state), so hypothesis tests may take it too."""
     return request.param

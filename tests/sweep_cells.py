@@ -1,4 +1,4 @@
-"""Cell functions for tests/test_sweep.py, importable by Dask worker processes."""
+"""Cell functions for tests/sweep/test_sweep.py, importable by Dask worker processes."""
 
 import os
 import time

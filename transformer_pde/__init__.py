@@ -4,7 +4,7 @@ Tokens are a probability measure on :math:`\mathbb R^d`, depth is time, and each
 attention layer is one Euler step of :math:`dx/dt = \Gamma_\mu(x)`.  Main entry points:
 
 - :class:`~transformer_pde.attention.Attention` / :class:`~transformer_pde.attention.Layers`
-  -- the attention specification (attention.py)
+  -- the attention specification (attention/)
 - :func:`~transformer_pde.fields.velocity` / :func:`~transformer_pde.particles.simulate` /
   :func:`~transformer_pde.particles.load` -- the particle engine (:mod:`transformer_pde.particles`)
 - :mod:`transformer_pde.gaussian` -- closed-form mean/covariance ODEs

@@ -111,9 +111,9 @@ def test_hand_computed_masked():
 @given(problem=attention_problems(heads=None, masked=None, weighted=None,
                                   time_dependent=None),
        t=st.floats(0.0, 3.0))
-def test_matches_loop_reference(problem, t):
+def test_matches_loop_reference(problem, t, backend):
     att, m = problem
-    got = tp.velocity(att, m.X, t=t, **m.kwargs)
+    got = tp.velocity(att, m.X, t=t, backend=backend, **m.kwargs)
     # double precision on O(1) values, exponentials of at most e^8 (transformer_pde.testing
     # strategies); sinkhorn carries the library's 1e-9 log-domain stopping error
     np.testing.assert_allclose(got, references.velocity(att, m.X, t=t, **m.kwargs),

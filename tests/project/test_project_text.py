@@ -31,7 +31,7 @@ def test_the_conventions_page_exists_and_is_referenced():
     text = page.read_text(encoding="utf-8")
     for topic in ("no hidden 1/√d", "Multi-head layout", "Masked", "Covariance-cone", "Sinkhorn"):
         assert topic in text, topic
-    assert "docs/conventions.md" in (ROOT / "transformer_pde" / "attention.py").read_text()
+    assert "docs/conventions.md" in (ROOT / "transformer_pde" / "attention" / "__init__.py").read_text()
 
 
 # Development history (dates of runs, issue numbers) belongs in CHANGELOG.md; the pages
@@ -70,7 +70,7 @@ def test_documentation_and_docstrings_carry_no_dates_or_issue_numbers():
 
 def test_the_history_rules_match_what_they_are_meant_to():
     scanned = {p.relative_to(ROOT).as_posix() for p in _project_text_files()}
-    assert {"README.md", "docs/benchmarks.md", "docs/guides/gpu.md", "transformer_pde/attention.py",
+    assert {"README.md", "docs/benchmarks.md", "docs/guides/gpu.md", "transformer_pde/attention/__init__.py",
             "benchmarks/sweep.py"} <= scanned
     assert not any(p.startswith(("docs/_build/", "docs/auto_examples/")) for p in scanned)
     for text in ("run on 2026-11-23", "at 23:18 UTC", "(issue 9)", "Issue #25", "issues 3"):

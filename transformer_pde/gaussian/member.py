@@ -43,24 +43,21 @@ import numpy as np
 from ..attention import Attention
 from ..integrate.controller import PIController, initial_step, pi_factor
 from ..integrate.tableaux import DOP853
-from .system import ALG_K_MIN, ALG_STEADY, MomentSystem
+from .member_field import KIND_CODES, jitable, member_conv, member_converged, member_rhs
+from .system import MomentSystem
 
 __all__ = ["AVAILABLE", "KIND_CODES", "PAR_MIN_MEMBERS", "advance_member", "controls",
            "param_table", "run_members"]
 
 try:  # numba is optional: without it the interpreter runs the same code
     import numba as _nb
-    from numba.extending import overload as _overload
 except ImportError:  # pragma: no cover
     _nb = None
-    _overload = None
 
 #: True when numba is installed (the compiled path can run).
 AVAILABLE = _nb is not None
 #: Batches at least this large run their members in parallel (``prange``).
 PAR_MIN_MEMBERS = 256
-#: Kind codes of ``con[0]``.
-KIND_CODES = {"softmax": 0, "linear": 1, "l2": 2, "sinkhorn": 3}
 # indices of the settings array ``ctl``
 CTL_RTOL, CTL_ATOL, CTL_LTHR, CTL_LTHR_C, CTL_CONV_TOL, CTL_CONV_MODE, CTL_BUDGET = range(7)
 CTL_PI = 7          # ctl[7:12] = PI controller [alpha, beta, safety, fmin, fmax]
@@ -68,320 +65,10 @@ CTL_PI = 7          # ctl[7:12] = PI controller [alpha, beta, safety, fmin, fmax
 _LAND_LOG = 1e-12
 
 
-def _jitable(inline: str = "never"):
-    """Keep a function plain for the interpreter and let numba compile it where a compiled
-    kernel calls it (literal arguments such as ``d = 2`` stay literal: unrolled loops)."""
-    def wrap(fn):
-        if _overload is not None:
-            @_overload(fn, inline=inline, strict=False, prefer_literal=True)
-            def _ov(*args):
-                return fn
-        return fn
-    return wrap
+_pi = jitable("always")(pi_factor)
 
 
-_pi = _jitable("always")(pi_factor)
-
-
-def _rhs(y, out, d, prm, seg, con, scr, general):
-    """dY/ds of one member into ``out`` with the parameters ``prm[seg]`` (head, [Vf, A, G],
-    d, d); leaves S, M, alpha, alpha' in the scratch (read by :func:`_conv`) and returns
-    the size nu.  Per head the affine field is ``M0, b0`` (kind by kind as
-    :func:`transformer_pde.gaussian.affine.head_affine`) and ``M += Vf M0``, ``b += Vf b0``
-    with ``Vf = W_O E_h V_h``.  ``general``: l2 / sinkhorn (else softmax / linear)."""
-    g2, e2r, trS, phi = _state(y, d, con, scr)
-    if general:
-        _field_general(y, d, prm, seg, con, scr)
-    else:
-        _field_affine(d, prm, seg, con, scr)
-    return _flow(y, out, d, con, scr, g2, e2r, trS, phi)
-
-
-if _overload is not None:
-    @_overload(_rhs, strict=False, prefer_literal=True)
-    def _rhs_typed(y, out, d, prm, seg, con, scr, general):
-        # ``general`` is a literal in the compiled kernels: only its field is compiled
-        if getattr(general, "literal_value", True):
-            def rhs(y, out, d, prm, seg, con, scr, general):
-                g2, e2r, trS, phi = _state(y, d, con, scr)
-                _field_general(y, d, prm, seg, con, scr)
-                return _flow(y, out, d, con, scr, g2, e2r, trS, phi)
-        else:
-            def rhs(y, out, d, prm, seg, con, scr, general):
-                g2, e2r, trS, phi = _state(y, d, con, scr)
-                _field_affine(d, prm, seg, con, scr)
-                return _flow(y, out, d, con, scr, g2, e2r, trS, phi)
-        return rhs
-
-
-@_jitable("always")
-def _state(y, d, con, scr):
-    """Sigma (and S2 = Sigma + alpha alpha^T for linear) and alpha into the scratch;
-    returns ``(|G|^2, e^(2 rho), tr Sigma, phi)``."""
-    S, S2, al = scr[0], scr[1], scr[5]
-    linear = int(con[0]) == 1
-    kap = con[1]
-    n_g = d * d
-    rho = y[1]
-    g2 = 0.0
-    for i in range(n_g):
-        g2 += y[2 + i] * y[2 + i]
-    e2r = np.exp(2.0 * rho)
-    trS = e2r * g2
-    phi = np.sqrt(1.0 + kap * trS)
-    for i in range(d):
-        al[i] = phi * y[2 + n_g + i]
-    for i in range(d):
-        for j in range(i + 1):
-            acc = 0.0
-            for k in range(d):
-                acc += y[2 + i * d + k] * y[2 + j * d + k]
-            S[i, j] = e2r * acc
-            S[j, i] = S[i, j]
-            S2[i, j] = S[i, j] + (al[i] * al[j] if linear else 0.0)
-            S2[j, i] = S2[i, j]
-    return g2, e2r, trS, phi
-
-
-@_jitable("always")
-def _field_affine(d, prm, seg, con, scr):
-    """softmax / linear: ``M = sum_h Vf_h S2 A_h``, ``b = sum_h Vf_h alpha`` (softmax) or 0."""
-    S2, M, T, al, bvec = scr[1], scr[2], scr[3], scr[5], scr[6]
-    linear = int(con[0]) == 1
-    for i in range(d):
-        bvec[i] = 0.0
-        for j in range(d):
-            M[i, j] = 0.0
-    for h in range(prm.shape[1]):
-        # T = S2 @ A_h ; M += Vf_h @ T
-        for i in range(d):
-            for j in range(d):
-                acc = 0.0
-                for k in range(d):
-                    acc += S2[i, k] * prm[seg, h, 1, k, j]
-                T[i, j] = acc
-        for i in range(d):
-            for j in range(d):
-                acc = 0.0
-                for k in range(d):
-                    acc += prm[seg, h, 0, i, k] * T[k, j]
-                M[i, j] += acc
-        if not linear:
-            for i in range(d):
-                acc = 0.0
-                for k in range(d):
-                    acc += prm[seg, h, 0, i, k] * al[k]
-                bvec[i] += acc
-
-
-@_jitable()
-def _field_general(y, d, prm, seg, con, scr):
-    """l2 / sinkhorn: ``M = sum_h Vf_h M0_h``, ``b = sum_h Vf_h b0_h`` (per head
-    :func:`_head_l2` / :func:`_head_sinkhorn`; ``dmean`` holds ``b0_h`` meanwhile)."""
-    S, M, T, al, bvec, dmean, W1, W2, F = (scr[0], scr[2], scr[3], scr[5], scr[6], scr[7],
-                                           scr[8], scr[9], scr[10])
-    sinkhorn = int(con[0]) == 3
-    for i in range(d):
-        bvec[i] = 0.0
-        for j in range(d):
-            M[i, j] = 0.0
-    if sinkhorn:
-        er = np.exp(y[1])
-        for i in range(d):
-            for j in range(d):
-                F[i, j] = er * y[2 + i * d + j]
-    for h in range(prm.shape[1]):
-        if sinkhorn:
-            _head_sinkhorn(T, dmean, F, al, prm[seg, h, 1], con[3], W1, W2, d)
-        else:
-            _head_l2(T, dmean, S, al, prm[seg, h, 1], prm[seg, h, 2], con[2], W1, W2, d)
-        for i in range(d):
-            acc = 0.0
-            for j in range(d):
-                acc2 = 0.0
-                for k in range(d):
-                    acc2 += prm[seg, h, 0, i, k] * T[k, j]
-                M[i, j] += acc2
-                acc += prm[seg, h, 0, i, j] * dmean[j]
-            bvec[i] += acc
-
-
-@_jitable("always")
-def _flow(y, out, d, con, scr, g2, e2r, trS, phi):
-    """dY/ds from the field ``M, b`` in the scratch (``dmean`` receives alpha'); returns
-    the size nu."""
-    M, MG, al, bvec, dmean = scr[2], scr[4], scr[5], scr[6], scr[7]
-    linear = int(con[0]) == 1
-    kap = con[1]
-    n_g = d * d
-    gmg = 0.0
-    for i in range(d):
-        for j in range(d):
-            acc = 0.0
-            for k in range(d):
-                acc += M[i, k] * y[2 + k * d + j]
-            MG[i, j] = acc
-            gmg += y[2 + i * d + j] * acc
-    mu = gmg / g2 if g2 > 0 else 0.0
-    a2 = 0.0
-    for i in range(d):
-        acc = bvec[i]
-        for k in range(d):
-            acc += M[i, k] * al[k]
-        dmean[i] = acc
-        a2 += al[i] * al[i]
-    nu = trS + (a2 if linear else 0.0)
-    w = 1.0 + kap * nu
-    iw = 1.0 / w
-    dtrS = 2.0 * e2r * gmg
-    dlogphi = 0.5 * kap * dtrS / (phi * phi)
-    out[0] = iw
-    out[1] = mu * iw
-    for i in range(d):
-        for j in range(d):
-            out[2 + i * d + j] = (MG[i, j] - mu * y[2 + i * d + j]) * iw
-    ipw = iw / phi
-    for i in range(d):
-        out[2 + n_g + i] = (dmean[i] - al[i] * dlogphi) * ipw
-    return nu
-
-
-@_jitable("always")
-def _matmul(out, X, Y, d):
-    """``out = X @ Y`` (d x d)."""
-    for i in range(d):
-        for j in range(d):
-            acc = 0.0
-            for k in range(d):
-                acc += X[i, k] * Y[k, j]
-            out[i, j] = acc
-
-
-@_jitable()
-def _head_l2(T, b0, S, al, A0, G, lb, W1, W2, d):
-    """l2: ``M0 = lb S (I + lb G S)^-1 A0``, ``b0 = (I + lb S G)^-1 alpha``."""
-    _matmul(W1, G, S, d)
-    _matmul(W2, S, G, d)
-    for i in range(d):
-        for j in range(d):
-            W1[i, j] = lb * W1[i, j] + (1.0 if i == j else 0.0)
-            W2[i, j] = lb * W2[i, j] + (1.0 if i == j else 0.0)
-    X = np.linalg.solve(W1, np.ascontiguousarray(A0))
-    _matmul(T, S, X, d)
-    for i in range(d):
-        for j in range(d):
-            T[i, j] = lb * T[i, j]
-    z = np.linalg.solve(W2, al.copy())
-    for i in range(d):
-        b0[i] = z[i]
-
-
-@_jitable()
-def _head_sinkhorn(T, b0, F, al, A, eps, W1, W2, d):
-    """sinkhorn: ``M0 = 2 Sh (eps I + R')^-1 Sh A`` with ``Sh = Sigma^1/2`` from the SVD of
-    the factor ``F`` and ``(eps I + R')^-1`` from the SVD of ``Sh A F``; ``b0 = alpha -
-    M0 alpha``."""
-    U, sv, _ = np.linalg.svd(F)
-    for i in range(d):                      # W1 = Sh
-        for j in range(d):
-            acc = 0.0
-            for k in range(d):
-                acc += U[i, k] * sv[k] * U[j, k]
-            W1[i, j] = acc
-    _matmul(W2, W1, A, d)                   # W2 = Sh A
-    _matmul(T, W2, F, d)                    # Z = Sh A F
-    X, zeta, _ = np.linalg.svd(T)
-    for i in range(d):
-        zeta[i] = 1.0 / (eps + np.sqrt(eps * eps + 4.0 * zeta[i] * zeta[i]))
-    for i in range(d):                      # T = Sh (eps I + R')^-1
-        for j in range(d):
-            acc = 0.0
-            for k in range(d):
-                acc2 = 0.0
-                for m in range(d):
-                    acc2 += X[k, m] * zeta[m] * X[j, m]
-                acc += W1[i, k] * acc2
-            T[i, j] = acc
-    _matmul(W1, T, W2, d)                   # M0 / 2 = Sh inv Sh A
-    for i in range(d):
-        acc = 0.0
-        for j in range(d):
-            T[i, j] = 2.0 * W1[i, j]
-            acc += T[i, j] * al[j]
-        b0[i] = al[i] - acc
-
-
-@_jitable()
-def _conv(d, S, M, al, dmean, atol, cv):
-    """Convergence measures from the scratch of the last :func:`_rhs` call (evaluated once
-    per accepted step, not per stage): returns the relative rate of
-    :meth:`MomentSystem.conv_measure`; ``cv`` receives ``[R, |Sigma'|_F, tr Sigma]`` with
-    ``R = |Sigma'|_F + |(alpha alpha^T)'|_F`` (the rate tested for algebraic convergence)."""
-    nS = 0.0
-    ndS = 0.0
-    trS = 0.0
-    for i in range(d):
-        trS += S[i, i]
-        for j in range(d):
-            nS += S[i, j] * S[i, j]
-            acc = 0.0
-            for k in range(d):
-                acc += M[i, k] * S[k, j] + S[i, k] * M[j, k]
-            ndS += acc * acc
-    nS = np.sqrt(nS)
-    rS = np.sqrt(ndS) / (nS + atol)
-    dm = 0.0
-    a2 = 0.0
-    dmm = 0.0
-    for i in range(d):
-        dm += dmean[i] * dmean[i]
-        a2 += al[i] * al[i]
-        for j in range(d):
-            x = dmean[i] * al[j] + al[i] * dmean[j]
-            dmm += x * x
-    rm = np.sqrt(dm) / (np.sqrt(a2) + np.sqrt(nS) + atol)
-    cv[0] = np.sqrt(ndS) + np.sqrt(dmm)
-    cv[1] = np.sqrt(ndS)
-    cv[2] = trS
-    return max(rm, rS)
-
-
-@_jitable()
-def _converged(mode, rel, cv, conv_tol, t, alg):
-    """0 (not converged), 2 (relative criterion), 5 (algebraic approach) or 6 (absolute /
-    trace criterion) for convergence ``mode`` 0 relative, 1 auto, 2 absolute, 3 trace.
-    ``alg`` = [log t, log R, k anchor, t anchor] carries the algebraic detector's history
-    (the rule of :func:`transformer_pde.gaussian.system.converged_codes`)."""
-    if mode == 2:
-        return 6 if cv[1] <= conv_tol else 0
-    if mode == 3:
-        return 6 if cv[2] <= conv_tol else 0
-    if rel <= conv_tol:
-        return 2
-    if mode == 1 and t > 0.0 and cv[0] > 0.0:
-        lt = np.log(t)
-        if np.isfinite(alg[0]) and not lt > alg[0]:
-            return 0           # only later times update the history
-        lr = np.log(cv[0])
-        hit = False
-        if np.isfinite(alg[0]):
-            k = -(lr - alg[1]) / (lt - alg[0])
-            if k >= ALG_K_MIN:
-                if np.isfinite(alg[2]) and abs(k - alg[2]) <= ALG_STEADY * alg[2]:
-                    hit = t >= 2.0 * alg[3]
-                else:
-                    alg[2] = k
-                    alg[3] = t
-            else:
-                alg[2] = np.inf
-        alg[0] = lt
-        alg[1] = lr
-        if hit:
-            return 5
-    return 0
-
-
-@_jitable()
+@jitable()
 def _advance(y, K, d, general, prm, con, stops, lthr, budget, traj, h, ctl, atol_vec, tab,
              scr, wk):
     """Advance one member from ``y`` (updated in place) until the last of ``stops`` (code 0),
@@ -409,7 +96,7 @@ def _advance(y, K, d, general, prm, con, stops, lthr, budget, traj, h, ctl, atol
     natt = 0
     nacc = 0
     res = -1
-    lsz = np.log(_rhs(y, K[0], d, prm, seg, con, scr, general))
+    lsz = np.log(member_rhs(y, K[0], d, prm, seg, con, scr, general))
     h_ctrl = h
     secant = False
     sz_land = False           # landing on the size threshold (after a first overshoot)
@@ -430,7 +117,7 @@ def _advance(y, K, d, general, prm, con, stops, lthr, budget, traj, h, ctl, atol
                         acc[j] += a * K[l, j]
             for j in range(n):
                 ytmp[j] = y[j] + hh * acc[j]
-            _rhs(ytmp, K[i], d, prm, seg, con, scr, general)
+            member_rhs(ytmp, K[i], d, prm, seg, con, scr, general)
         for j in range(n):
             acc[j] = 0.0
         for l in range(ns):
@@ -440,7 +127,7 @@ def _advance(y, K, d, general, prm, con, stops, lthr, budget, traj, h, ctl, atol
                     acc[j] += a * K[l, j]
         for j in range(n):
             ynew[j] = y[j] + hh * acc[j]
-        nu = _rhs(ynew, K[ns], d, prm, seg, con, scr, general)
+        nu = member_rhs(ynew, K[ns], d, prm, seg, con, scr, general)
         for j in range(n):
             e5v[j] = 0.0
             e3v[j] = 0.0
@@ -518,13 +205,13 @@ def _advance(y, K, d, general, prm, con, stops, lthr, budget, traj, h, ctl, atol
                 k += 1
                 if int(stops[2, k]) != seg:     # a layer breakpoint: the field jumps
                     seg = int(stops[2, k])
-                    _rhs(y, K[0], d, prm, seg, con, scr, general)
+                    member_rhs(y, K[0], d, prm, seg, con, scr, general)
             if lnew >= lthr - _LAND_LOG:
                 res = 1
                 break
             # S, M, alpha, alpha' in the scratch are those of y (the last RHS call)
-            rel = _conv(d, S, M, al, dm, atol, cv)
-            c = _converged(conv_mode, rel, cv, conv_tol, y[0], alg)
+            rel = member_conv(d, S, M, al, dm, atol, cv)
+            c = member_converged(conv_mode, rel, cv, conv_tol, y[0], alg)
             if c > 0:
                 res = c
                 break
@@ -563,9 +250,9 @@ def advance_member(y, yc, traj, h0, d, general, prm, con, stops, stops_c, ctl, a
     wk = (np.empty(3), np.full(4, np.inf), out, np.empty(n), np.empty(n), np.empty(n),
           np.empty(n), np.empty(n))
     K = np.empty((ns + 1, n))
-    _rhs(y, K[0], d, prm, int(stops[2, 0]), con, scr, general)
-    rel = _conv(d, scr[0], scr[2], scr[5], scr[7], ctl[CTL_ATOL], wk[0])
-    c0 = _converged(int(ctl[CTL_CONV_MODE]), rel, wk[0], ctl[CTL_CONV_TOL], 0.0, wk[1])
+    member_rhs(y, K[0], d, prm, int(stops[2, 0]), con, scr, general)
+    rel = member_conv(d, scr[0], scr[2], scr[5], scr[7], ctl[CTL_ATOL], wk[0])
+    c0 = member_converged(int(ctl[CTL_CONV_MODE]), rel, wk[0], ctl[CTL_CONV_TOL], 0.0, wk[1])
     if c0 > 0:
         yc[:] = y
         return c0, -1, 0

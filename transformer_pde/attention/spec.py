@@ -1,0 +1,350 @@
+r"""The :class:`Attention` specification: parameters, their validation and :meth:`Attention.at`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Union
+
+import numpy as np
+
+from ..errors import ArgumentError, ArgumentTypeError
+from ..validation import matrix, positive, real_array, scalar
+from ..validation import type_name as _what
+from .heads import AttentionParams, Head
+from .kinds import KINDS
+from .layers import Layers
+
+__all__ = ["Attention"]
+
+ArrayLike = Any
+#: names of the optional bias vectors of an :class:`Attention`
+_BIASES = ("b_Q", "b_K", "b_V", "b_O")
+Param = Union[np.ndarray, Callable[[float], ArrayLike], "Layers"]
+
+
+def _check_vector(name: str, value: ArrayLike, t: float | None = None) -> np.ndarray:
+    """A finite real bias vector; shapes (n,), (1, n) and (n, 1) are accepted and flattened."""
+    where = "" if t is None else f" (evaluated at t={t})"
+    if isinstance(value, type):
+        raise ArgumentTypeError(f"{name}{where} must be a real vector, got {_what(value)}")
+    arr = real_array(f"{name}{where}", value, what="vector")
+    if arr.ndim == 2 and 1 in arr.shape:
+        arr = arr.ravel()
+    if arr.ndim != 1 or arr.size == 0:
+        raise ArgumentError(f"{name}{where} must be a non-empty vector, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ArgumentError(f"{name}{where} contains NaN or inf")
+    return arr
+
+
+def _check_scores(Q: np.ndarray, K: np.ndarray, t: float, head: int | None) -> None:
+    r"""Refuse finite Q, K whose product :math:`K^\top Q` overflows (infinite scores).
+
+    Cheap bound first (:math:`|K^\top Q|_{ij} \le k\,\max|K|\,\max|Q|`): the product is
+    formed only when that bound passes 1e300."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        bound = float(np.abs(Q).max()) * float(np.abs(K).max()) * Q.shape[0]
+        if bound < 1e300:
+            return
+        A = K.T @ Q
+    if not np.all(np.isfinite(A)):
+        which = "" if head is None else f" of head {head}"
+        raise ArgumentError(
+            f"Q and K{which} (t={t}) are finite but K^T Q overflows float64 (entries beyond "
+            "1.8e308): every score <Qx, Ky> would be infinite; rescale Q and K")
+
+
+
+@dataclass(frozen=True, eq=False)
+class Attention:
+    r"""Specification of an attention velocity field :math:`\Gamma_\mu`.
+
+    Parameters
+    ----------
+    kind : {"softmax", "linear", "l2", "sinkhorn", "sigmoid", "relu", "exp", "galerkin", "fourier"}
+        Attention variant (see :data:`KINDS`).  With :math:`s = \beta\langle Qx, Ky\rangle`:
+
+        * ``softmax``: :math:`\Gamma(x) = \sum_j w_j e^{s(x,x_j)} V x_j / \sum_j w_j e^{s(x,x_j)}`
+        * ``linear``: :math:`\sum_j w_j s(x,x_j) V x_j`
+        * ``l2``: kernel :math:`e^{-\beta' |Qx - Kx_j|^2}` (:math:`\beta'` = ``l2_beta``), normalised
+          like softmax; ``beta`` must stay 1 (``l2_beta`` is this kind's temperature)
+        * ``sinkhorn``: density of the entropic OT self-coupling of :math:`\mu` for cost
+          :math:`-s` and regularisation ``eps`` (doubly stochastic)
+        * ``sigmoid`` / ``relu`` / ``exp``: :math:`\sum_j w_j \varphi(s(x,x_j)) V x_j`, unnormalised
+        * ``galerkin`` / ``fourier``: softmax-free attention of Cao (2021), linear attention with
+          per-token layer normalisation of keys and values (Galerkin) or queries and keys
+          (Fourier), layer-norm epsilon 1e-5 (see :mod:`transformer_pde.fields`)
+    Q, K : array (k, d), callable ``t -> array`` or :class:`Layers`
+        Query and key matrices.  With ``heads > 1`` they must be d×d.
+    V : array (d, d), callable or :class:`Layers`
+        Value matrix.
+    heads : int, default 1
+        Number of heads :math:`H`; must divide :math:`d`.
+    masked : bool, default False
+        Causal attention over token positions (not available for ``sinkhorn``).
+    beta : float, default 1.0
+        Temperature multiplying the score.
+    eps : float, default 1.0
+        Entropic regularisation of ``sinkhorn`` (> 0).
+    l2_beta : float, default 0.5
+        :math:`\beta'` of the ``l2`` kernel (> 0).
+    W_O : array (d, d), callable, :class:`Layers` or None
+        Output projection applied to the concatenated heads (identity if None).
+    b_Q, b_K : array (k,), callable, :class:`Layers` of shape (L, 1, k), or None
+        Query and key biases (``k`` = rows of ``Q``; ``d`` with heads): the score becomes
+        :math:`\beta\langle Qx + b_Q, Ky + b_K\rangle`.  ``b_K`` only adds
+        :math:`\beta\langle Qx + b_Q, b_K\rangle`, the same for every key: for softmax it
+        cancels, for sinkhorn ``b_Q`` cancels too, and l2 sees only :math:`b_Q - b_K`.  The
+        cancelling parts are removed exactly before any score is formed
+        (:attr:`Kind.bias_rule`, :func:`score_head`), so a huge cancelling bias cannot spoil
+        the field by rounding; the parameters themselves are kept as given.
+    b_V : array (d,), callable, :class:`Layers` or None
+        Value bias: each head averages :math:`V_h y + b_{V,h}`.
+    b_O : array (d,), callable, :class:`Layers` or None
+        Output bias added after ``W_O``.  A BERT self-attention sub-layer is ``kind="softmax"``,
+        ``heads=H``, ``beta=1/sqrt(d/H)`` with all four biases (see docs/conventions.md).
+
+    Raises
+    ------
+    ArgumentTypeError
+        A parameter of the wrong type: ``None`` for ``Q``, ``K`` or ``V``, strings,
+        complex matrices, biases or numbers, a bool where a number is expected, a class
+        where an instance or array is expected.
+    ArgumentError
+        On unknown kind, malformed or non-finite matrices or biases, biases of the wrong
+        length, heads not dividing ``d``, non-positive ``eps`` / ``l2_beta``, masked
+        sinkhorn, finite ``Q``, ``K`` whose product overflows.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> att = Attention("softmax", np.eye(2), np.eye(2), np.eye(2), beta=2.0)
+    >>> att.d, att.at(0.0).heads[0].A.tolist()
+    (2, [[1.0, 0.0], [0.0, 1.0]])
+    """
+
+    kind: str
+    Q: Param
+    K: Param
+    V: Param
+    heads: int = 1
+    masked: bool = False
+    beta: float = 1.0
+    eps: float = 1.0
+    l2_beta: float = 0.5
+    W_O: Param | None = None
+    b_Q: Param | None = None
+    b_K: Param | None = None
+    b_V: Param | None = None
+    b_O: Param | None = None
+    d: int = field(init=False)
+    time_dependent: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, str):
+            raise ArgumentTypeError(
+                f"kind must be one of {sorted(KINDS)}, got {_what(self.kind)}")
+        if self.kind not in KINDS:
+            raise ArgumentError(
+                f"kind must be one of {sorted(KINDS)}, got {self.kind!r}")
+        if isinstance(self.heads, (bool, np.bool_)) or \
+                not isinstance(self.heads, (int, np.integer)):
+            raise ArgumentTypeError(f"heads must be a positive integer, got {self.heads!r:.60}")
+        if self.heads < 1:
+            raise ArgumentError(f"heads must be >= 1, got {self.heads}")
+        if not isinstance(self.masked, (bool, np.bool_)):
+            raise ArgumentTypeError(f"masked must be a bool, got {self.masked!r:.60}")
+        set_ = object.__setattr__
+        set_(self, "heads", int(self.heads))
+        set_(self, "masked", bool(self.masked))
+        set_(self, "beta", scalar("beta", self.beta))
+        set_(self, "eps", positive("eps", self.eps))
+        set_(self, "l2_beta", positive("l2_beta", self.l2_beta))
+        if self.masked and not KINDS[self.kind].maskable:
+            raise ArgumentError(
+                f"masked=True is not defined for kind={self.kind!r}: no doubly-stochastic "
+                "masked coupling exists; use an unmasked sinkhorn or a maskable kind")
+        if self.kind == "l2" and self.beta != 1.0:
+            raise ArgumentError(
+                "beta must be 1.0 for kind='l2'; its temperature is l2_beta "
+                f"(kernel exp(-l2_beta |Qx - Ky|^2)), got beta={self.beta}")
+        dynamic = False
+        for name in ("Q", "K", "V", "W_O"):
+            value = getattr(self, name)
+            if value is None:
+                if name != "W_O":
+                    raise ArgumentTypeError(f"{name} must be a matrix, a callable of t or "
+                                            "Layers, got None")
+                continue
+            if isinstance(value, type):
+                raise ArgumentTypeError(f"{name} must be a matrix, a callable of t or Layers, "
+                                        f"got {_what(value)}")
+            if isinstance(value, Layers) or callable(value):
+                dynamic = True
+            else:
+                set_(self, name, _readonly(matrix(name, value)))
+        for name in _BIASES:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, type):
+                raise ArgumentTypeError(f"{name} must be a vector, a callable of t or Layers, "
+                                        f"got {_what(value)}")
+            if isinstance(value, Layers) or callable(value):
+                dynamic = True
+            else:
+                set_(self, name, _readonly(_check_vector(name, value)))
+        set_(self, "time_dependent", dynamic)
+        Q0 = self._matrix("Q", 0.0)
+        set_(self, "d", Q0.shape[1])
+        P0 = self.at(0.0)  # validates shapes at t = 0
+        if self.kind in ("galerkin", "fourier") and P0.heads[0].Q.shape[0] < 2:
+            raise ArgumentError(
+                f"kind={self.kind!r} normalises each token over the head's k features and "
+                f"needs k >= 2, got k={P0.heads[0].Q.shape[0]} (Q has shape {Q0.shape}"
+                f"{f', heads={self.heads}' if self.heads > 1 else ''})")
+
+    # ------------------------------------------------------------------ evaluation
+    def _matrix(self, name: str, t: float, left: bool = False) -> np.ndarray:
+        value = getattr(self, name)
+        if isinstance(value, np.ndarray):
+            return value
+        if isinstance(value, Layers):
+            return value(t, left=left)
+        return matrix(name, value(t), t)
+
+    def _bias(self, name: str, n: int, t: float, left: bool) -> np.ndarray | None:
+        value = getattr(self, name)
+        if value is None:
+            return None
+        if isinstance(value, Layers):
+            v = value(t, left=left)
+            if v.shape[0] != 1:
+                raise ArgumentError(f"{name}: a Layers table of biases must have shape "
+                                    f"(L, 1, n), got {value.values.shape}")
+            v = v[0]
+        elif isinstance(value, np.ndarray):
+            v = value
+        else:
+            v = _check_vector(name, value(t), t)
+        if v.shape != (n,):
+            raise ArgumentError(f"{name} must have {n} entries, got shape {v.shape} (t={t})")
+        return v
+
+    @property
+    def has_bias(self) -> bool:
+        """Whether any of ``b_Q``, ``b_K``, ``b_V``, ``b_O`` is set (affine attention maps)."""
+        return any(getattr(self, n) is not None for n in _BIASES)
+
+    @property
+    def tables(self) -> list[Layers]:
+        """Every piecewise-constant :class:`Layers` parameter (matrices and biases)."""
+        return [v for n in ("Q", "K", "V", "W_O") + _BIASES
+                if isinstance(v := getattr(self, n), Layers)]
+
+    def at(self, t: float = 0.0, *, left: bool = False) -> AttentionParams:
+        """Freeze every parameter at time ``t`` (validating shapes) into :class:`AttentionParams`.
+
+        ``left=True`` takes left limits of :class:`Layers` tables at layer boundaries
+        (callables are assumed continuous and simply evaluated at ``t``)."""
+        t = scalar("t", t)
+        Q = self._matrix("Q", t, left)
+        K = self._matrix("K", t, left)
+        V = self._matrix("V", t, left)
+        d = Q.shape[1]
+        if getattr(self, "d", d) != d:
+            raise ArgumentError(f"Q at t={t} has {d} columns but the attention was built with d={self.d}")
+        if K.shape != Q.shape:
+            raise ArgumentError(f"K must have the shape of Q {Q.shape}, got {K.shape} (t={t})")
+        if V.shape != (d, d):
+            raise ArgumentError(f"V must have shape (d, d) = {(d, d)}, got {V.shape} (t={t})")
+        H = self.heads
+        if H > 1:
+            if d % H:
+                raise ArgumentError(f"heads={H} must divide the dimension d={d}")
+            if Q.shape != (d, d):
+                raise ArgumentError(
+                    f"with heads={H}, Q and K must be d x d = {(d, d)}, got {Q.shape}")
+        bQ = self._bias("b_Q", Q.shape[0], t, left)
+        bK = self._bias("b_K", Q.shape[0], t, left)
+        bV = self._bias("b_V", d, t, left)
+        b_O = self._bias("b_O", d, t, left)
+        if H > 1:
+            k = d // H
+
+            def blk(v, h):
+                return None if v is None else v[h * k:(h + 1) * k]
+
+            heads = tuple(
+                Head(Q[h * k:(h + 1) * k], K[h * k:(h + 1) * k], V[h * k:(h + 1) * k],
+                     slice(h * k, (h + 1) * k), blk(bQ, h), blk(bK, h), blk(bV, h))
+                for h in range(H))
+        else:
+            heads = (Head(Q, K, V, slice(0, d), bQ, bK, bV),)
+        for h, head in enumerate(heads):
+            _check_scores(head.Q, head.K, t, h if H > 1 else None)
+        W_O = None
+        if self.W_O is not None:
+            W_O = self._matrix("W_O", t, left)
+            if W_O.shape != (d, d):
+                raise ArgumentError(f"W_O must have shape (d, d) = {(d, d)}, got {W_O.shape}")
+        return AttentionParams(self.kind, d, heads, W_O, self.beta, self.eps,
+                               self.l2_beta, self.masked, float(t), b_O)
+
+    def replace(self, **changes: Any) -> "Attention":
+        """A copy with some constructor arguments changed (validated again)."""
+        args = {n: getattr(self, n) for n in
+                ("kind", "Q", "K", "V", "heads", "masked", "beta", "eps", "l2_beta", "W_O")
+                + _BIASES}
+        args.update(changes)
+        return Attention(**args)
+
+    # ------------------------------------------------------------------ serialisation
+    def to_dict(self) -> dict[str, Any]:
+        """Plain description (scalars and arrays) for saving; callables become ``None``
+        with ``"serialisable": False``; :class:`Layers` are stored with their table."""
+        out: dict[str, Any] = {"kind": self.kind, "heads": self.heads, "masked": self.masked,
+                               "beta": self.beta, "eps": self.eps, "l2_beta": self.l2_beta,
+                               "serialisable": True}
+        for name in ("Q", "K", "V", "W_O") + _BIASES:
+            v = getattr(self, name)
+            if v is None and name in _BIASES:
+                continue  # absent biases are not stored (files without them stay as they were)
+            if v is None or isinstance(v, np.ndarray):
+                out[name] = v
+            elif isinstance(v, Layers):
+                out[name] = {"layers": v.values, "layer_time": v.layer_time, "t0": v.t0}
+            else:
+                out[name] = None
+                out["serialisable"] = False
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Attention":
+        """Inverse of :meth:`to_dict` (raises if the spec held callables)."""
+        if not data.get("serialisable", True):
+            raise ArgumentError("this attention held callables of time and cannot be rebuilt")
+        kw = {}
+        for name in ("Q", "K", "V", "W_O") + _BIASES:
+            v = data.get(name)
+            if isinstance(v, dict):
+                v = Layers(v["layers"], layer_time=v["layer_time"], t0=v["t0"])
+            kw[name] = v
+        return cls(data["kind"], kw["Q"], kw["K"], kw["V"], heads=int(data["heads"]),
+                   masked=bool(data["masked"]), beta=float(data["beta"]),
+                   eps=float(data["eps"]), l2_beta=float(data["l2_beta"]), W_O=kw["W_O"],
+                   **{n: kw[n] for n in _BIASES})
+
+    def __repr__(self) -> str:
+        extra = "" if not self.time_dependent else ", time-dependent"
+        if self.has_bias:
+            extra += ", biases=" + "/".join(n for n in _BIASES if getattr(self, n) is not None)
+        return (f"Attention(kind={self.kind!r}, d={self.d}, heads={self.heads}, "
+                f"masked={self.masked}, beta={self.beta}, eps={self.eps}, "
+                f"l2_beta={self.l2_beta}{extra})")
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a = np.array(a, dtype=float)
+    a.setflags(write=False)
+    return a
