@@ -35,9 +35,11 @@ def modules() -> tuple[list[str], dict[str, list[str]]]:
             continue
         if info.ispkg:
             sub = importlib.import_module(info.name)
+            # nested packages (backends.numba) and their modules too
             subpackages[info.name] = [
-                m.name for m in pkgutil.iter_modules(sub.__path__, info.name + ".")
-                if m.name not in SKIP and not m.name.rsplit(".", 1)[1].startswith("_")]
+                m.name for m in pkgutil.walk_packages(sub.__path__, info.name + ".")
+                if m.name not in SKIP
+                and not any(p.startswith("_") for p in m.name.split(".")[2:])]
         else:
             plain.append(info.name)
     return plain, subpackages
@@ -94,7 +96,10 @@ def write(out: Path) -> list[Path]:
                 for n in foreign)
             text.append(f"\nAlso importable from ``{pkg}``: {links}.\n")
         for mod in mods:
-            rest = [n for n in _public(importlib.import_module(mod)) if n not in exported]
+            # names re-exported by an enclosing package are documented there
+            shown = set(exported).union(*(_public(importlib.import_module(p)) for p in mods
+                                          if mod.startswith(p + ".")))
+            rest = [n for n in _public(importlib.import_module(mod)) if n not in shown]
             text.append("\n" + _title(f"``{mod}``", "-"))
             # a module named like one of the package's exports (cli.main, sweep.run)
             # would describe the same dotted name twice
