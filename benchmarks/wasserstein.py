@@ -43,7 +43,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import ot  # noqa: E402,F401  (imported here so that its import time is not timed)
 
-from transformer_pde.diagnostics import bures_wasserstein, wasserstein  # noqa: E402
+from transformer_pde.diagnostics import bures_wasserstein, wasserstein, wasserstein_result  # noqa: E402
 
 MEAN_Y = np.array([1.0, 0.0])
 SCALE_Y = np.array([1.5, 0.7])
@@ -80,18 +80,18 @@ def run_size(n: int, repeats: int, exact_max_pairs: float, data: str) -> dict:
         row["exact"] = {"value": exact, "wall_s": wall, "cpu_s": cpu}
     sl, wall, cpu = timed(lambda: wasserstein(X, Y, method="sliced"), repeats)
     row["sliced"] = {"value": sl, "wall_s": wall, "cpu_s": cpu}
-    info: dict = {}
-    sk, wall, cpu = timed(lambda: wasserstein(X, Y, method="sinkhorn", info=info), repeats)
-    row["sinkhorn"] = {"value": sk, "wall_s": wall, "cpu_s": cpu, "reg": info["reg"],
-                       "n_iter": list(info["n_iter"]), "marginal_err": list(info["err"]),
-                       "converged": info["converged"]}
+    info, wall, cpu = timed(lambda: wasserstein_result(X, Y, method="sinkhorn"), repeats)
+    sk = info.value
+    row["sinkhorn"] = {"value": sk, "wall_s": wall, "cpu_s": cpu, "reg": info.reg,
+                       "n_iter": list(info.n_iter), "marginal_err": list(info.err),
+                       "converged": info.converged}
     if exact is not None:
         for m in ("sliced", "sinkhorn"):
             row[m]["rel_err"] = row[m]["value"] / exact - 1.0
             row[m]["rel_err_sq"] = row[m]["value"] ** 2 / exact ** 2 - 1.0
         H = math.log(n)  # uniform weights: H(a) = H(b) = log N
-        s2, w2 = info["divergence"], exact ** 2
-        row["sinkhorn"]["bracket_ok"] = bool(w2 - info["reg"] * H <= s2 <= w2 + info["reg"] * H)
+        s2, w2 = info.divergence, exact ** 2
+        row["sinkhorn"]["bracket_ok"] = bool(w2 - info.reg * H <= s2 <= w2 + info.reg * H)
     if data == "gaussians":
         row["population_bw"] = bures_wasserstein(np.zeros(2), np.eye(2), MEAN_Y,
                                                  np.diag(SCALE_Y ** 2))

@@ -143,13 +143,12 @@ def w2_cases() -> dict:
              "abs_reg": (X, Y, None, None, {"reg": 0.05, "tol": 1e-8}),
              "budget": (Xc, Yc, None, None, {"max_iter": 30})}
     for name, (a, b, wa, wb, kw) in cases.items():
-        info: dict = {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            val = tp.diagnostics.wasserstein(a, b, weights_x=wa, weights_y=wb,
-                                             method="sinkhorn", info=info, **kw)
-        out[f"w2_{name}"] = np.array([val, info["divergence"], *info["err"]])
-        out[f"w2_{name}_it"] = np.array(info["n_iter"])
+            r = tp.diagnostics.wasserstein_result(a, b, weights_x=wa, weights_y=wb,
+                                                  method="sinkhorn", **kw)
+        out[f"w2_{name}"] = np.array([r.value, r.divergence, *r.err])
+        out[f"w2_{name}_it"] = np.array(r.n_iter)
     return out
 
 

@@ -24,7 +24,8 @@ import numpy as np
 
 from .. import validation
 from ..errors import ArgumentError, ConfigError
-from .config import Table, check_memory, library_call, numeric_array, read_options, typed_parameters
+from .config import (Table, check_memory, library_call, numeric_array, read_options,
+                     typed_parameters)
 
 __all__ = [
     "DISTRIBUTIONS",

@@ -8,14 +8,17 @@ writes the figures and the JSON summary through :class:`~transformer_pde.cli.out
 
 from __future__ import annotations
 
+import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import ArgumentError, ConfigError, ModelDirectoryError
+from .exits import ExitCode
 from .output import OutputDir
 
-__all__ = ["default_model_dir", "run_pretrained"]
+__all__ = ["cmd_pretrained", "default_model_dir", "run_pretrained"]
 
 
 def default_model_dir() -> Path | None:
@@ -66,3 +69,27 @@ def run_pretrained(text: str, out: str | Path = "transformer-pde-pretrained", *,
             long_time=long_time, repeat_layers=repeat_layers,
             continuous_long_time=continuous_long_time)
     return summary
+
+
+def cmd_pretrained(args: argparse.Namespace) -> int:
+    """``transformer-pde pretrained TEXT``: :func:`run_pretrained`, its statistics on
+    stdout."""
+    s = run_pretrained(args.text, args.out, model_dir=args.model_dir,
+                       steps_per_layer=args.steps_per_layer, long_time=args.long_time,
+                       repeat_layers=args.layers,
+                       continuous_long_time=args.continuous_long_time, force=args.force)
+    net = s["flows"]["network"]["statistics"]
+    sys.stdout.write(f"pretrained: {len(s['tokens'])} tokens through {s['model']['layers']} "
+                     f"layers: mean cosine {net['mean_cosine'][0]:.3f} -> "
+                     f"{net['mean_cosine'][-1]:.3f}, effective rank "
+                     f"{net['effective_rank'][0]:.2f} -> {net['effective_rank'][-1]:.2f}, "
+                     f"{net['n_clusters'][-1]} clusters\n")
+    for key, f in s["flows"].items():
+        if key.startswith(("repeated", "continuous_repeated")):
+            st = f["statistics"]
+            sys.stdout.write(f"  {key} to t = {f['times'][-1]}: {st['n_clusters'][-1]} "
+                             f"clusters, mean cosine {st['mean_cosine'][-1]:.3f}, radius / "
+                             f"norm {st['relative_radius'][-1]:.2e}\n")
+    sys.stdout.write(f"files in {args.out}: {', '.join(s['figures'])}, pretrained_summary.json, "
+                     "pretrained_states.npz\n")
+    return ExitCode.OK

@@ -23,7 +23,8 @@ import numpy as np
 from ..errors import CheckpointError, ConfigError
 from ..io.container import save_npz
 from .builders import build_attention, build_simulate, build_tokens, covariance
-from .config import Table, check_memory, library_call, load_config, read_options, sections, typed_parameters
+from .config import (Table, check_memory, library_call, load_config, read_options, sections,
+                     typed_parameters)
 from .exits import Signals, UsageError, status_exit
 from .output import OutputDir
 
@@ -310,7 +311,7 @@ def _preflight(att: Any, opts: dict, X0: np.ndarray) -> None:
 
 # =========================================================================== gaussian
 def gaussian_options(name: str, allowed: tuple[str, ...], data: Any,
-                      t_max: float) -> tuple[Table, float, dict]:
+                     t_max: float) -> tuple[Table, float, dict]:
     """The table ``name`` with its own keys ``allowed``, ``t_max`` (default ``t_max``) and
     the keyword options of :func:`transformer_pde.gaussian.solve` (``rtol``, ``atol``,
     ``blowup_threshold``, ``converge_tol``, ``convergence``; the library's defaults)."""

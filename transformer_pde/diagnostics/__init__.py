@@ -34,7 +34,8 @@ from __future__ import annotations
 
 from .clustering import Clusters, cluster_counts, clusters
 from .depth import cosine_similarity, depth_statistics
-from .distances import EXACT_MAX_PAIRS, bures_wasserstein, conditional_wasserstein, wasserstein
+from .distances import (EXACT_MAX_PAIRS, WassersteinResult, bures_wasserstein, conditional_wasserstein,
+                        wasserstein, wasserstein_result)
 from .energy import KineticEnergy, kinetic_energy
 from .growth import Classification, classify, exponential_growth_bound
 from .ranks import (RankCollapse, RankProfile, effective_rank, numerical_rank, rank_collapse,
@@ -68,4 +69,6 @@ __all__ = [
     "stability_profile",
     "stable_rank",
     "wasserstein",
+    "wasserstein_result",
+    "WassersteinResult",
 ]

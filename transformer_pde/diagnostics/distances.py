@@ -18,8 +18,8 @@ from ..sinkhorn.loop import sinkhorn_loop
 from ..sinkhorn.options import Acceleration, EpsilonScaling, SoftMins, Stopping
 from .common import weighted_moments
 
-__all__ = ["EXACT_MAX_PAIRS", "EXACT_ROUND_UNITS", "bures_wasserstein", "conditional_wasserstein", "token_distance",
-           "wasserstein"]
+__all__ = ["EXACT_MAX_PAIRS", "EXACT_ROUND_UNITS", "WassersteinResult", "bures_wasserstein",
+           "conditional_wasserstein", "token_distance", "wasserstein", "wasserstein_result"]
 
 logger = logging.getLogger(__name__)
 
@@ -29,10 +29,44 @@ logger = logging.getLogger(__name__)
 #: cost matrix), and the sliced distance beyond.
 EXACT_MAX_PAIRS = 4_000_000
 
+@dataclass(frozen=True)
+class WassersteinResult:
+    r"""A :math:`W_2` distance with what its method knows about its accuracy.
+
+    Attributes
+    ----------
+    value : float
+        :math:`W_2` (not squared), the value :func:`wasserstein` returns.
+    method : str
+        The method used (``"auto"`` resolved).
+    resolution : float or None
+        Exact method: absolute error bound from float64 rounding (see :func:`wasserstein`).
+    reg : float or None
+        Sinkhorn method: the absolute :math:`\varepsilon`.
+    n_iter, err : tuple or None
+        Sinkhorn method: iterations and final marginal error of the cross term and of the
+        two self terms.
+    converged : bool or None
+        Sinkhorn method: all three problems reached ``tol``.
+    divergence : float or None
+        Sinkhorn method: :math:`S_\varepsilon` itself, possibly negative
+        (``value`` is :math:`\sqrt{\max(S_\varepsilon, 0)}`).
+    """
+
+    value: float
+    method: str
+    resolution: float | None = None
+    reg: float | None = None
+    n_iter: tuple[int, int, int] | None = None
+    err: tuple[float, float, float] | None = None
+    converged: bool | None = None
+    divergence: float | None = None
+
+
 def wasserstein(X: Any, Y: Any, *, weights_x: Any = None, weights_y: Any = None,
                 method: str = "exact", n_projections: int = 500, seed: int = 0,
                 reg: float | None = None, rel_reg: float = 1e-2, max_iter: int = 1000,
-                tol: float = 1e-3, info: dict | None = None) -> float:
+                tol: float = 1e-3) -> float:
     r"""2-Wasserstein distance between empirical measures :math:`\sum_i a_i\delta_{x_i}`
     and :math:`\sum_j b_j \delta_{y_j}` (squared Euclidean cost).
 
@@ -102,17 +136,14 @@ def wasserstein(X: Any, Y: Any, *, weights_x: Any = None, weights_y: Any = None,
         marginal error :math:`\max_j |\log((P^\top 1)_j / b_j)|` is below ``tol`` (the
         other marginal is exact), within ``max_iter`` iterations (annealing included);
         a warning is logged otherwise.
-    info : dict, optional
-        Exact method: filled with ``resolution`` (see ``"exact"``).  Sinkhorn method:
-        filled with ``reg`` (the absolute :math:`\varepsilon`),
-        ``n_iter`` and ``err`` (iterations and final marginal error of the cross term and
-        the two self terms), ``converged`` (all three below ``tol``) and ``divergence``
-        (:math:`S_\varepsilon`, possibly negative).
 
     Returns
     -------
     float
-        :math:`W_2` (not squared).
+        :math:`W_2` (not squared).  :func:`wasserstein_result` takes the same arguments
+        and returns a :class:`WassersteinResult`: the value with the exact method's
+        rounding bound or the Sinkhorn method's :math:`\varepsilon`, iterations,
+        marginal errors and divergence.
 
     Examples
     --------
@@ -120,6 +151,27 @@ def wasserstein(X: Any, Y: Any, *, weights_x: Any = None, weights_y: Any = None,
     >>> X = np.random.default_rng(0).normal(size=(50, 2))
     >>> round(wasserstein(X, X + [3.0, 4.0]), 9)
     5.0
+    """
+    return wasserstein_result(X, Y, weights_x=weights_x, weights_y=weights_y, method=method,
+                              n_projections=n_projections, seed=seed, reg=reg, rel_reg=rel_reg,
+                              max_iter=max_iter, tol=tol).value
+
+
+def wasserstein_result(X: Any, Y: Any, *, weights_x: Any = None, weights_y: Any = None,
+                       method: str = "exact", n_projections: int = 500, seed: int = 0,
+                       reg: float | None = None, rel_reg: float = 1e-2, max_iter: int = 1000,
+                       tol: float = 1e-3) -> WassersteinResult:
+    """:func:`wasserstein` with its accuracy information: a :class:`WassersteinResult`.
+
+    The arguments are those of :func:`wasserstein`; ``result.value`` is its return value.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.random.default_rng(0).normal(size=(50, 2))
+    >>> r = wasserstein_result(X, X + [3.0, 4.0])
+    >>> round(r.value, 9), r.method, r.resolution < 1e-13
+    (5.0, 'exact', True)
     """
     Xa = validation.points("X", X, column=True, keep_float32=False)
     Ya = validation.points("Y", Y, Xa.shape[1], column=True, keep_float32=False, d_from="X")
@@ -132,9 +184,7 @@ def wasserstein(X: Any, Y: Any, *, weights_x: Any = None, weights_y: Any = None,
 
     if method == "exact":
         val, res = _exact_w2(ot, Xa, Ya, a, b)
-        if info is not None:
-            info.update(resolution=res)
-        return val
+        return WassersteinResult(val, method, resolution=res)
     if method == "sliced":
         # the projections are held at once: d * n_projections floats
         n_projections = validation.integer("n_projections", n_projections, minimum=1,
@@ -148,17 +198,15 @@ def wasserstein(X: Any, Y: Any, *, weights_x: Any = None, weights_y: Any = None,
         ref = Xa[0]
         sw = float(ot.sliced_wasserstein_distance(Xa - ref, Ya - ref, a, b, n_projections=int(n_projections),
                                                   p=2, seed=int(seed)))
-        return math.sqrt(d) * sw
+        return WassersteinResult(math.sqrt(d) * sw, method)
     if method == "sinkhorn":
         if reg is None:
             ma, Ca = weighted_moments(Xa, a)
             mb, Cb = weighted_moments(Ya, b)
             scale = float(np.trace(Ca) + np.trace(Cb) + np.sum((ma - mb) ** 2))
             if scale == 0.0:
-                if info is not None:
-                    info.update(reg=0.0, n_iter=(0, 0, 0), err=(0.0, 0.0, 0.0),
-                                converged=True, divergence=0.0)
-                return 0.0
+                return WassersteinResult(0.0, method, reg=0.0, n_iter=(0, 0, 0), err=(0.0, 0.0, 0.0),
+                                         converged=True, divergence=0.0)
             reg = validation.positive("rel_reg", rel_reg) * scale
             if not math.isfinite(reg):
                 raise ArgumentError(f"rel_reg={rel_reg!r} times the cost scale {scale:.3g} "
@@ -175,11 +223,9 @@ def wasserstein(X: Any, Y: Any, *, weights_x: Any = None, weights_y: Any = None,
             raise SinkhornNotConverged(
                 f"wasserstein(method='sinkhorn'): the divergence is not finite (reg={reg:.3g}); "
                 "the points or reg are beyond the float range of the solver")
-        if info is not None:
-            info.update(reg=float(reg), n_iter=tuple(r.n_iter for r in runs),
-                        err=tuple(r.err for r in runs),
-                        converged=all(r.converged for r in runs), divergence=float(val))
-        return math.sqrt(max(val, 0.0))
+        return WassersteinResult(math.sqrt(max(val, 0.0)), method, reg=float(reg),
+                                 n_iter=tuple(r.n_iter for r in runs), err=tuple(r.err for r in runs),
+                                 converged=all(r.converged for r in runs), divergence=float(val))
     raise AssertionError(method)  # pragma: no cover (validated above)
 
 
