@@ -211,15 +211,15 @@ def test_bench_scripts_runs_each_with_quick(tmp_path, monkeypatch, capfd):
     (bench / "_helper.py").write_text("raise SystemExit(3)\n")  # private: not run
     (bench / "tiny.py").write_text("import sys\nprint('tiny args', sys.argv[1:])\n")
     assert cli.benchmark_scripts(tmp_path) == [bench / "tiny.py"]
-    monkeypatch.setattr(cli.commands, "benchmark_scripts", lambda root=None: [bench / "tiny.py"])
+    monkeypatch.setattr(cli.bench, "benchmark_scripts", lambda root=None: [bench / "tiny.py"])
     assert cli.main(["bench", "--scripts"]) == 0
     assert "tiny args ['--quick']" in capfd.readouterr().out
     # a failing script: one line naming it, exit status 4
     (bench / "bad.py").write_text("raise SystemExit(3)\n")
-    monkeypatch.setattr(cli.commands, "benchmark_scripts", lambda root=None: [bench / "bad.py"])
+    monkeypatch.setattr(cli.bench, "benchmark_scripts", lambda root=None: [bench / "bad.py"])
     assert cli.main(["bench", "--scripts"]) == cli.ExitCode.ERROR
     assert "bad.py exited with status 3" in capfd.readouterr().err
-    monkeypatch.setattr(cli.commands, "benchmark_scripts", lambda root=None: [])
+    monkeypatch.setattr(cli.bench, "benchmark_scripts", lambda root=None: [])
     assert cli.main(["bench", "--scripts"]) == 2
 
 

@@ -234,7 +234,7 @@ def test_gaussian_defaults_are_the_library_defaults(tmp_path):
 
 @pytest.mark.parametrize("name", [[], {}, 3, None])
 def test_solver_table_with_a_name_of_the_wrong_type_is_a_config_error(name):
-    from transformer_pde.cli.config import build_solver
+    from transformer_pde.cli.builders import build_solver
     from transformer_pde.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"run\.solver\.name"):
@@ -258,7 +258,8 @@ def test_cli_refuses_exactly_the_runs_the_library_refuses(tmp_path, capsys, t_ma
     runs from the command line exactly when the same ``simulate`` call runs, with as many
     steps; a refused one names its key before anything is written."""
     import transformer_pde as tp
-    from transformer_pde.cli.config import build_simulate, load_config
+    from transformer_pde.cli.builders import build_simulate
+    from transformer_pde.cli.config import load_config
 
     text = BASE.format(kind="softmax", tokens="", run=run, field=field, limits=limits,
                        block="").replace("t_max = 0.2\ndt = 0.1",

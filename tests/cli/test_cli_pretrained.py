@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from transformer_pde.cli.main import ExitCode, main
+from transformer_pde.cli import ExitCode, main
 from transformer_pde.cli.pretrained import default_model_dir
 
 MODEL_DIR = default_model_dir()

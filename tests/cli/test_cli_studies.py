@@ -109,7 +109,7 @@ def test_ranks_on_a_local_dask_cluster_equal_serial(serial_ranks, tmp_path):
 
 @pytest.mark.filterwarnings("ignore::transformer_pde.errors.EarlyStopWarning")
 def test_cone_numbers_are_those_of_solve_paths(tmp_path):
-    from transformer_pde.cli.config import build_attention
+    from transformer_pde.cli.builders import build_attention
 
     cfg = tmp_path / "c.toml"
     cfg.write_text(CONE)

@@ -3,9 +3,10 @@ code, compiled by numba or run by the interpreter (``use_numba=False``).
 
 Rules: after a fixed number of steps the two runs of one member differ by rounding only
 (the interpreter's and the compiled exp / log / sqrt may differ in the last bit): at most
-1e-13 relative (infinity norm of the packed state) after 20 steps; whole runs take the same
-steps (codes, statuses and step counts equal) on every kind and on stable, blowing-up,
-converging, degenerate-covariance and layered members.
+1e-13 relative (infinity norm of the packed state) after 20 steps at rtol 1e-6; whole runs
+at the default rtol 1e-10 take the same steps (codes, statuses and step counts equal) and
+agree to 1e-11 at common times on every kind and on stable, blowing-up, converging,
+degenerate-covariance and layered members.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ MEMBERS = {
 }
 
 
-def _setup(att, mean, cov, *, t_max, budget, blowup_threshold=1e8):
+def _setup(att, mean, cov, *, t_max, budget, rtol, atol, blowup_threshold=1e8):
     """The arguments of member.advance_member for one member, as solve_batch builds them."""
     sysm = MomentSystem([att], 1)
     idx = np.zeros(1, dtype=int)
@@ -74,11 +75,11 @@ def _setup(att, mean, cov, *, t_max, budget, blowup_threshold=1e8):
     cont_tab = np.stack([stops_c, np.full(stops_c.size, -1.0), np.searchsorted(bps, stops_c)])
     prm, con = member.param_table([att], att.kind, bps)
     con[:, 1] = sysm.kappa
-    atol_vec = np.full(sysm.n, 1e-12)
-    atol_vec[1] = 1e-10
-    ctl = member.controls(1e-10, 1e-12, math.log(blowup_threshold), math.log(1e10), 1e-10,
+    atol_vec = np.full(sysm.n, atol)
+    atol_vec[1] = rtol
+    ctl = member.controls(rtol, atol, math.log(blowup_threshold), math.log(1e10), 1e-10,
                           CONVERGENCE_MODES["auto"], budget)
-    h0 = 1e-3
+    h0 = 1e-2
     tab = (DOP853.A, DOP853.b, DOP853.e, DOP853.e_aux)
     return (Y[0], np.empty_like(Y[0]), np.empty((1, sysm.n)), h0, att.d,
             att.kind in ("l2", "sinkhorn"), prm[0], con[0],
@@ -88,9 +89,13 @@ def _setup(att, mean, cov, *, t_max, budget, blowup_threshold=1e8):
 @pytest.mark.parametrize("name", list(MEMBERS))
 def test_compiled_and_interpreted_steps_agree_to_rounding(name):
     att, mean, cov = MEMBERS[name]
+    # rtol 1e-6: the error estimates lie far above rounding, so rounding does not steer the
+    # step sizes (error estimates at the rounding level, e.g. at rtol 1e-10 in the first
+    # steps, make the step sizes of the two paths differ, and their states at step N with them)
     n_steps = 20
-    a_nb = _setup(att, mean, cov, t_max=50.0, budget=n_steps)
-    a_py = _setup(att, mean, cov, t_max=50.0, budget=n_steps)
+    kw = {"t_max": 50.0, "budget": n_steps, "rtol": 1e-6, "atol": 1e-9}
+    a_nb = _setup(att, mean, cov, **kw)
+    a_py = _setup(att, mean, cov, **kw)
     r_nb = member.advance_member(*a_nb)
     r_py = member.advance_member.py_func(*a_py)
     assert tuple(int(v) for v in r_nb) == tuple(int(v) for v in r_py)

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
 
 import transformer_pde as tp
+from transformer_pde.testing import references
 from transformer_pde.integrate.solvers import (SOLVERS, AdamsBashforth, ImplicitMidpoint,
                                               SolverNotConverged, adams_bashforth_weights,
                                               get_solver)
@@ -25,22 +26,13 @@ def _problem():
     return att, X0
 
 
-def _softmax_field(att, X):
-    # independent brute-force softmax field (single head, beta = 1, uniform weights)
-    P = att.at(0.0).heads[0]
-    L = (X @ P.Q.T) @ (X @ P.K.T).T
-    W = np.exp(L - L.max(axis=1, keepdims=True))
-    W /= W.sum(axis=1, keepdims=True)
-    return W @ X @ P.V.T
-
-
 T_END = 1.05  # not a multiple of the steps below: the last step is a partial one
 
 
 @pytest.fixture(scope="module")
 def reference():
     att, X0 = _problem()
-    sol = solve_ivp(lambda t, y: _softmax_field(att, y.reshape(X0.shape)).ravel(),
+    sol = solve_ivp(lambda t, y: references.velocity(att, y.reshape(X0.shape)).ravel(),
                     (0.0, T_END), X0.ravel(), method="DOP853", rtol=1e-13, atol=1e-14)
     assert sol.success
     return att, X0, sol.y[:, -1].reshape(X0.shape)
@@ -172,7 +164,7 @@ def test_multistep_restarts_at_layer_boundaries(method, order):
     y = X0.ravel()
     for ell, (a, b) in enumerate([(0.0, 0.5), (0.5, T_END)]):
         layer = tp.Attention("softmax", P.Q, P.K, Vs[ell])
-        y = solve_ivp(lambda t, z, layer=layer: _softmax_field(layer, z.reshape(X0.shape)).ravel(),
+        y = solve_ivp(lambda t, z, layer=layer: references.velocity(layer, z.reshape(X0.shape)).ravel(),
                       (a, b), y, method="DOP853", rtol=1e-13, atol=1e-14).y[:, -1]
     ref = y.reshape(X0.shape)
     dts = [0.1, 0.05, 0.025, 0.0125]

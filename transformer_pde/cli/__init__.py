@@ -16,6 +16,9 @@ Commands (``transformer-pde COMMAND --help`` for each):
     trace-normalised slice).
 ``ranks [CONFIG.toml]``
     Rank histogram sweep: numerical rank of the limit covariance over random draws.
+``sweep CONFIG.toml``
+    A parameter study (tables ``[study]``, ``[study.axes]``, ``[cell]``) cell by cell on
+    Dask, written to ``results.zarr`` as cells finish (:mod:`transformer_pde.sweep`).
 ``bench``
     Timing of the particle field / Gaussian solver (or the benchmark scripts, if present).
 ``pretrained TEXT``
@@ -24,20 +27,29 @@ Commands (``transformer-pde COMMAND --help`` for each):
     its continuous-depth version and repeated layers (:mod:`transformer_pde.cli.pretrained`).
 
 The subpackage is split by concern: :mod:`~transformer_pde.cli.config` reads TOML files
-into library objects (keys and defaults from the library's own signatures; every error a
-:class:`~transformer_pde.errors.ConfigError` naming the key), :mod:`~transformer_pde.cli.output`
-checks and writes the output directory, :mod:`~transformer_pde.cli.commands` runs each
-command, :mod:`~transformer_pde.cli.main` parses the command line and turns every failure
-into one line and an exit status (:class:`ExitCode`).  Example files live in
-``examples/configs/``.
+and checks their values (keys and defaults from the library's own signatures; every error
+a :class:`~transformer_pde.errors.ConfigError` naming the key),
+:mod:`~transformer_pde.cli.builders` turns their tables into library objects,
+:mod:`~transformer_pde.cli.output` checks and writes the output directory; the commands
+live in :mod:`~transformer_pde.cli.runs` (``demo``, ``simulate``, ``gaussian``),
+:mod:`~transformer_pde.cli.studies` (``cone``, ``ranks``, ``sweep``),
+:mod:`~transformer_pde.cli.bench` and :mod:`~transformer_pde.cli.pretrained`, each with
+its command-line handler; :mod:`~transformer_pde.cli.parser` builds the argument parser,
+:mod:`~transformer_pde.cli.exits` holds the exit statuses (:class:`ExitCode`) and
+:mod:`~transformer_pde.cli.main` turns every failure into one line and an exit status.
+Example files live in ``examples/configs/``.
 """
 
 from ..errors import ConfigError
-from .commands import (CLUSTER_TOL, RANK_RTOL, benchmark_scripts, run_bench, run_cone,
-                       run_demo, run_gaussian, run_ranks, run_simulate)
-from .config import build_attention, build_tokens, load_config
-from .main import ExitCode, build_parser, main
+from .bench import benchmark_scripts, run_bench
+from .builders import build_attention, build_tokens
+from .config import load_config
+from .exits import ExitCode
+from .main import main
 from .output import OutputDir, OutputError
+from .parser import build_parser
+from .runs import CLUSTER_TOL, RANK_RTOL, run_demo, run_gaussian, run_simulate
+from .studies import run_cone, run_ranks
 
 __all__ = [
     "CLUSTER_TOL",

@@ -26,7 +26,8 @@ from .breakpoints import is_jump, jump_times, layer_tables, next_jump
 from .controller import (ConstantStepSize, PIController, Step, clip_step, initial_step,
                          n_fixed_steps)
 from .loop import Limits, LoopState, Monitor, SaveAt, TimeLoop
-from .plan import check_step_budget, planned_saves, planned_steps, preflight, segment_stops
+from .plan import (check_step_budget, physical_memory, planned_saves, planned_steps,
+                   preflight, segment_stops)
 from .rk import array_namespace, error_norm, rk_attempt, rk_step
 from .solvers import (SOLVERS, AdamsBashforth, Dop853, Dopri5, EmbeddedRungeKutta, Euler,
                       ExplicitRungeKutta, Heun, ImplicitMidpoint, RK4, adams_bashforth_weights,
@@ -39,5 +40,5 @@ __all__ = ["CLASSICAL_RK4", "DOP853", "DOPRI5", "EULER", "HEUN", "RK4", "SOLVERS
            "Limits", "LoopState", "Monitor", "PIController", "SaveAt", "Step", "TimeLoop",
            "adams_bashforth_weights", "array_namespace", "check_step_budget", "clip_step",
            "error_norm", "get_solver", "initial_step", "is_jump", "jump_times", "layer_tables",
-           "n_fixed_steps", "next_jump", "planned_saves", "planned_steps", "preflight",
-           "rk_attempt", "rk_step", "segment_stops"]
+           "n_fixed_steps", "next_jump", "physical_memory", "planned_saves", "planned_steps",
+           "preflight", "rk_attempt", "rk_step", "segment_stops"]

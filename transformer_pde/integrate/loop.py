@@ -52,7 +52,8 @@ from ..results import Status
 from ..validation import positive
 from .breakpoints import is_jump
 from .controller import ConstantStepSize, Step, n_fixed_steps
-from .plan import check_step_budget, planned_saves, planned_steps, segment_stops
+from .plan import (check_step_budget, physical_memory, planned_saves, planned_steps,
+                   segment_stops)
 
 __all__ = ["LoopState", "Limits", "Monitor", "Progress", "SaveAt", "TimeLoop"]
 
@@ -151,10 +152,8 @@ class Limits:
         if self.max_memory is not None:
             return self.max_memory
         cap = 8.0 * 2 ** 30
-        try:
-            return min(cap, 0.5 * os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-        except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
-            return cap
+        memory = physical_memory()
+        return cap if memory is None else min(cap, 0.5 * memory)
 
 
 @dataclass(frozen=True, eq=False)

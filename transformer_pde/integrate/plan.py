@@ -18,6 +18,7 @@ refuses.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -25,8 +26,21 @@ import numpy as np
 from ..errors import ArgumentError
 from .controller import n_fixed_steps
 
-__all__ = ["check_step_budget", "planned_saves", "planned_steps", "preflight",
-           "segment_stops"]
+__all__ = ["check_step_budget", "physical_memory", "planned_saves", "planned_steps",
+           "preflight", "segment_stops"]
+
+
+def physical_memory() -> int | None:
+    """Physical memory of this machine in bytes (``SC_PHYS_PAGES * SC_PAGE_SIZE``), or
+    ``None`` where the platform does not report it (no ``os.sysconf``, or a value that
+    is not positive).  The one reading of it that the memory checks before a run share
+    (:meth:`~transformer_pde.Limits.memory_limit`, the command line's configuration
+    checks)."""
+    try:
+        memory = int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        return None
+    return memory if memory > 0 else None
 
 
 def segment_stops(t_max: float, saveat: Any = None) -> list[float]:
