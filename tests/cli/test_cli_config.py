@@ -284,3 +284,32 @@ def test_cli_refuses_exactly_the_runs_the_library_refuses(tmp_path, capsys, t_ma
         traj = load(tmp_path / "o" / "trajectory.npz")
         assert traj.info["n_steps"] == ref.info["n_steps"]
         np.testing.assert_array_equal(traj.times, ref.times)
+
+
+@pytest.mark.parametrize("sysconf, cli_limit, run_limit", [
+    ({"SC_PHYS_PAGES": 1000, "SC_PAGE_SIZE": 4096}, 4096000, 2048000.0),
+    ({"SC_PHYS_PAGES": 10 ** 7, "SC_PAGE_SIZE": 4096}, 4096 * 10 ** 7, 8.0 * 2 ** 30),
+    (None, 1 << 40, 8.0 * 2 ** 30),               # the platform does not report it
+    ({"SC_PHYS_PAGES": -1, "SC_PAGE_SIZE": 4096}, 1 << 40, 8.0 * 2 ** 30),
+])
+def test_memory_checks_read_one_physical_memory(monkeypatch, sysconf, cli_limit, run_limit):
+    """The configuration's size check refuses exactly what exceeds the physical memory
+    (1 TiB where it cannot be read), and ``Limits.memory_limit`` is the smaller of 8 GiB
+    and half of the same reading (8 GiB where it cannot be read)."""
+    import os
+
+    from transformer_pde import Limits
+    from transformer_pde.cli.config import check_memory
+    from transformer_pde.errors import ConfigError
+
+    def fake(name):
+        if sysconf is None:
+            raise ValueError(f"unsupported configuration name: {name}")
+        return sysconf[name]
+
+    monkeypatch.setattr(os, "sysconf", fake)
+    assert Limits().memory_limit() == run_limit
+    check_memory("tokens.n", cli_limit, "the tokens")
+    with pytest.raises(ConfigError, match=r"^tokens\.n: the tokens would need .* more than "
+                                          r"this machine's"):
+        check_memory("tokens.n", cli_limit + 1, "the tokens")

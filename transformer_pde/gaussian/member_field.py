@@ -61,8 +61,11 @@ def member_rhs(y, out, d, prm, seg, con, scr, general):
 if _overload is not None:
     @_overload(member_rhs, strict=False, prefer_literal=True)
     def _rhs_typed(y, out, d, prm, seg, con, scr, general):
-        # ``general`` is a literal in the compiled kernels: only its field is compiled
-        if getattr(general, "literal_value", True):
+        # ``general`` is a literal in the batch kernels: only its field is compiled
+        value = getattr(general, "literal_value", None)
+        if value is None:
+            return member_rhs
+        if value:
             def rhs(y, out, d, prm, seg, con, scr, general):
                 g2, e2r, trS, phi = _state(y, d, con, scr)
                 _field_general(y, d, prm, seg, con, scr)
