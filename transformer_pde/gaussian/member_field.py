@@ -12,7 +12,9 @@ key Gram matrix :math:`K_h^\top K_h`], d, d) and ``con = [kind code, kappa, 2 l2
 eps]``.
 
 Not part of the package's public API: the names are shared with
-:mod:`~transformer_pde.gaussian.member` only.
+:mod:`~transformer_pde.gaussian.member` only.  numba's on-disk cache of the kernels of
+:mod:`~transformer_pde.gaussian.member` is keyed on that module's source: after editing this
+module, delete the ``member*.nbi`` / ``member*.nbc`` files of ``gaussian/__pycache__``.
 """
 
 from __future__ import annotations
@@ -210,7 +212,7 @@ def _flow(y, out, d, con, scr, g2, e2r, trS, phi):
     return nu
 
 
-@jitable("always")
+@jitable()
 def _matmul(out, X, Y, d):
     """``out = X @ Y`` (d x d)."""
     for i in range(d):
