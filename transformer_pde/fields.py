@@ -539,14 +539,6 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
     ndarray (N, d) or (M, d)
         Same floating dtype as ``X`` (float32 stays float32).
 
-    The result is always finite: a field that is not finite for the finite tokens
-    given raises :class:`~transformer_pde.errors.ScoreOverflowError` instead of being
-    returned (its message names the kind, ``beta``, the head and the dtype).  Query and
-    key biases that cancel for the kind (``b_K`` for softmax, both for sinkhorn, all but
-    :math:`b_Q - b_K` for l2; see :attr:`Kind.bias_rule
-    <transformer_pde.attention.Kind.bias_rule>`) are removed exactly before the scores are
-    formed, so a huge cancelling bias does not spoil the field.
-
     Raises
     ------
     ArgumentTypeError
@@ -563,6 +555,16 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
         with projected tokens spread so far apart that :math:`|Qx - Ky|^2` overflows.
         (Scores beyond the float range are otherwise handled exactly by the normalised
         kinds: the softmax then puts all the mass on the largest score.)
+
+    Notes
+    -----
+    The result is always finite: a field that is not finite for the finite tokens
+    given raises :class:`~transformer_pde.errors.ScoreOverflowError` instead of being
+    returned (its message names the kind, ``beta``, the head and the dtype).  Query and
+    key biases that cancel for the kind (``b_K`` for softmax, both for sinkhorn, all but
+    :math:`b_Q - b_K` for l2; see
+    :attr:`Kind.bias_rule <transformer_pde.attention.Kind.bias_rule>`) are removed exactly
+    before the scores are formed, so a huge cancelling bias does not spoil the field.
     """
     if not isinstance(att, Attention):
         raise ArgumentTypeError(f"att must be a transformer_pde.Attention, got {_what(att)}")

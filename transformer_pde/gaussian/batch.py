@@ -203,20 +203,7 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
         As :func:`solve` (``means0`` / ``covs0`` for ``mean0`` / ``cov0``), and for
         ``use_numba`` not a bool or ``max_steps`` not an integer >= 1.
     """
-    if isinstance(att, Attention):
-        atts = [check_attention(att)]
-    else:
-        if not isinstance(att, Sequence) or isinstance(att, (str, bytes)):
-            raise ArgumentTypeError("att must be an Attention or a sequence of them, got "
-                                    f"{type(att).__name__}")
-        atts = [check_attention(a) for a in att]
-        if not atts:
-            raise ArgumentError("att must be an Attention or a non-empty sequence of them")
-        a0 = atts[0]
-        for i, a in enumerate(atts):
-            if (a.kind, a.d, a.heads, a.W_O is None) != (a0.kind, a0.d, a0.heads, a0.W_O is None):
-                raise ArgumentError(f"att[{i}] differs from att[0] in kind, d, heads or W_O "
-                                    "presence")
+    atts = _check_atts(att)
     d = atts[0].d
     m0, c0 = check_mean_cov(means0, covs0, d, "means0", "covs0", batch=True)
     B = m0.shape[0]
@@ -243,20 +230,8 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
     if te is not None:
         te = te[(te >= 0) & (te <= t_max)]
     bps = layer_breakpoints(atts, 0.0, math.inf)
-    stops = np.unique(np.concatenate([
-        bps[bps < t_max], np.array([float(t_max)]), te[te > 0] if te is not None else np.zeros(0)]))
-    traj_m = traj_c = None
-    if te is not None:
-        traj_m = np.full((B, te.size, d), np.nan)
-        traj_c = np.full((B, te.size, d, d), np.nan)
-        if te.size and te[0] == 0.0:
-            traj_m[:, 0] = m0
-            traj_c[:, 0] = c0
-    te_pos = {float(v): i for i, v in enumerate(te)} if te is not None else {}
-    eval_pos = np.array([te_pos.get(float(v), -1) for v in stops], dtype=float)
-    stops_c = np.concatenate([bps, [math.inf]])
-    stop_tab = np.stack([stops, eval_pos, np.searchsorted(bps, stops)]).astype(float)
-    cont_tab = np.stack([stops_c, np.full(stops_c.size, -1.0), np.searchsorted(bps, stops_c)])
+    stop_tab, cont_tab = _stop_tables(bps, te, float(t_max))
+    traj_m, traj_c = _output_arrays(te, m0, c0)
     # full states landed on at t_eval (row eval_pos[k] for stop k), NaN until reached; the
     # moments are taken once after the integration
     trY = np.full((B, 1 if te is None else max(te.size, 1), n), np.nan)
@@ -283,11 +258,7 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
     reason[handed] = 4
 
     if te is not None:
-        bi, ti = np.nonzero(np.isfinite(trY[:, :, 0]))
-        if bi.size:
-            _, mm, SS = sysm.moments(trY[bi, ti], bi)
-            traj_m[bi, ti] = mm
-            traj_c[bi, ti] = SS
+        _fill_outputs(sysm, trY, traj_m, traj_c)
 
     status, Tstar, limit, msgs = classify_members(
         sysm, Y, all_idx, converge_tol, np.where(np.isin(reason, (3, 4)), 0, reason), Yc,
@@ -298,15 +269,11 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
     for i in np.nonzero((reason == 3) | (reason == 4))[0]:
         method = "Radau" if reason[i] == 3 else "DOP853"
         logger.info("solve_batch: member %d at t=%.6g continued with %s", i, t_fin[i], method)
-        a_i = atts[i] if len(atts) > 1 else atts[0]
         F_i = np.exp(Y[i, 1]) * Y[i, 2:2 + d * d].reshape(d, d)
-        rem = None if te is None else te[te > t_fin[i]]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", EarlyStopWarning)   # one warning per batch below
-            tr = solve_from_factor(a_i, float(t_fin[i]), means[i], F_i, t_max=float(t_max),
-                                   rtol=rtol, atol=atol, blowup_threshold=blowup_threshold,
-                                   converge_tol=converge_tol, convergence=convergence,
-                                   t_eval=rem, method=method)
+        tr = _solve_one(atts[i] if len(atts) > 1 else atts[0], float(t_fin[i]), means[i], F_i,
+                        None if te is None else te[te > t_fin[i]], method, t_max=float(t_max),
+                        rtol=rtol, atol=atol, blowup_threshold=blowup_threshold,
+                        converge_tol=converge_tol, convergence=convergence)
         status[i], Tstar[i], limit[i], msgs[i] = tr.status, tr.blowup_time, tr.limit, tr.message
         t_fin[i] = tr.t_final
         if te is not None and len(tr.times):
@@ -326,3 +293,75 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
                       f"{float(t_max):g} ({', '.join(f'{v} {k}' for k, v in counts.items())}); "
                       f"member {first}: {msgs[first]}", EarlyStopWarning, stacklevel=2)
     return res
+
+
+def _check_atts(att: Attention | Sequence[Attention]) -> list[Attention]:
+    """``att`` of :func:`solve_batch` as a non-empty list of checked specifications that
+    agree in kind, ``d``, heads and ``W_O`` presence (else :class:`ArgumentError` /
+    :class:`ArgumentTypeError`)."""
+    if isinstance(att, Attention):
+        return [check_attention(att)]
+    if not isinstance(att, Sequence) or isinstance(att, (str, bytes)):
+        raise ArgumentTypeError("att must be an Attention or a sequence of them, got "
+                                f"{type(att).__name__}")
+    atts = [check_attention(a) for a in att]
+    if not atts:
+        raise ArgumentError("att must be an Attention or a non-empty sequence of them")
+    a0 = atts[0]
+    for i, a in enumerate(atts):
+        if (a.kind, a.d, a.heads, a.W_O is None) != (a0.kind, a0.d, a0.heads, a0.W_O is None):
+            raise ArgumentError(f"att[{i}] differs from att[0] in kind, d, heads or W_O "
+                                "presence")
+    return atts
+
+
+def _stop_tables(bps: np.ndarray, te: np.ndarray | None, t_max: float
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The ``(3, n)`` stop tables ``[time, output row or -1, parameter segment]`` of
+    :func:`~transformer_pde.gaussian.member.run_members`: of the run (layer breakpoints
+    ``bps`` below ``t_max``, ``t_max`` and the positive output times ``te``) and of the
+    continuation past the threshold (the breakpoints, then ``inf``)."""
+    stops = np.unique(np.concatenate([
+        bps[bps < t_max], np.array([t_max]), te[te > 0] if te is not None else np.zeros(0)]))
+    te_pos = {float(v): i for i, v in enumerate(te)} if te is not None else {}
+    eval_pos = np.array([te_pos.get(float(v), -1) for v in stops], dtype=float)
+    stops_c = np.concatenate([bps, [math.inf]])
+    stop_tab = np.stack([stops, eval_pos, np.searchsorted(bps, stops)]).astype(float)
+    cont_tab = np.stack([stops_c, np.full(stops_c.size, -1.0), np.searchsorted(bps, stops_c)])
+    return stop_tab, cont_tab
+
+
+def _solve_one(att: Attention, t0: float, mean: np.ndarray, F: np.ndarray, t_eval: Any,
+               method: str, **kw: Any) -> GaussianTrajectory:
+    """One member of :func:`solve_batch` continued from ``t0`` by :func:`solve_from_factor`
+    with ``method``; its :class:`~transformer_pde.errors.EarlyStopWarning` is silenced (the
+    batch warns once)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EarlyStopWarning)
+        return solve_from_factor(att, t0, mean, F, t_eval=t_eval, method=method, **kw)
+
+
+def _output_arrays(te: np.ndarray | None, m0: np.ndarray, c0: np.ndarray
+                   ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``(traj_means, traj_covs)`` of :func:`solve_batch`, (B, T, d) and (B, T, d, d), NaN
+    but for the initial states at ``te[0] == 0``; ``(None, None)`` without output times."""
+    if te is None:
+        return None, None
+    B, d = m0.shape
+    traj_m = np.full((B, te.size, d), np.nan)
+    traj_c = np.full((B, te.size, d, d), np.nan)
+    if te.size and te[0] == 0.0:
+        traj_m[:, 0] = m0
+        traj_c[:, 0] = c0
+    return traj_m, traj_c
+
+
+def _fill_outputs(sysm: MomentSystem, trY: np.ndarray, traj_m: np.ndarray,
+                  traj_c: np.ndarray) -> None:
+    """Write the moments of the packed states ``trY`` (B, T, n) landed on at the output
+    times into ``traj_m`` / ``traj_c`` (rows not reached, NaN, are left as they are)."""
+    bi, ti = np.nonzero(np.isfinite(trY[:, :, 0]))
+    if bi.size:
+        _, mm, SS = sysm.moments(trY[bi, ti], bi)
+        traj_m[bi, ti] = mm
+        traj_c[bi, ti] = SS

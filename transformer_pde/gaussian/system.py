@@ -218,61 +218,8 @@ def classify_members(sysm: MomentSystem, Y: np.ndarray, idx: np.ndarray, converg
             limit[back] = Sc / np.where(trc > 0, trc, 1.0)[:, None, None]
     big = np.nonzero(above & ~back)[0]
     if big.size:
-        Yb = Y[big] if Yc is None else Yc[big]
-        tc = Yb[:, 0]
-        tau, q, info = sysm.tau_q(Yb, idx[big])
-        qmax = sysm.q_max(tc, idx[big])
-        # a singularity of the law has q -> 1/p <= q_max: a larger q is a transient of
-        # oscillating growth (l2 with singular K can grow so), not a blow-up
-        isb = (np.isfinite(q) & (qmax > 0) & (q > 0.5 * qmax) & (q <= 1.5 * qmax)
-               & (tau > 0))
-        rem = np.where(isb, tau / np.where(isb, q, 1.0), np.nan)
-        Sm, Mm = info["S"], info["M"]
-        dS = Mm @ Sm
-        dS = dS + np.swapaxes(dS, 1, 2)
-        trj = np.trace(Sm, axis1=1, axis2=2)
-        trd = np.trace(dS, axis1=1, axis2=2)
-        pos = trj > 0
-        trj_ = np.where(pos, trj, 1.0)
-        # extrapolate the direction to T*: d(S/trS)/dt = (S' - Shat trS')/trS
-        dhat = (dS - Sm / trj_[:, None, None] * trd[:, None, None]) / trj_[:, None, None]
-        shape_now = Sm / trj_[:, None, None]
-        lim_b = sym(shape_now + np.nan_to_num(rem)[:, None, None] * dhat)
-        sel = big[isb]
-        Tstar[sel] = tc[isb] + rem[isb]
-        limit[big[pos]] = shape_now[pos]
-        lsel = isb & pos
-        # the linear extrapolation is a small correction when the shape moves like T* - t;
-        # when it moves faster (e.g. like (T* - t)^g, g < 1, possible with random V) it can leave
-        # the positive semi-definite cone: then the shape measured at the continuation size
-        # (CLASSIFY_SIZE) is the limit
-        not_psd = np.zeros(big.size, dtype=bool)
-        if np.any(lsel):
-            not_psd[lsel] = np.linalg.eigvalsh(lim_b[lsel])[:, 0] < -PSD_TOL
-        lsel &= ~not_psd
-        limit[big[lsel]] = lim_b[lsel]
-        # messages from Python floats (formatting NumPy scalars is several times slower)
-        nu_l, q_l, qm_l = info["nu"].tolist(), q.tolist(), qmax.tolist()
-        t_l, T_l, tc_l = t.tolist(), Tstar.tolist(), tc.tolist()
-        for j, i in enumerate(big.tolist()):
-            at = (f"size {nu_l[j]:.3g} at t={tc_l[j]:.10g}" if Yc is None else
-                  f"threshold reached at t={t_l[i]:.10g}; measured at size {nu_l[j]:.3g}, "
-                  f"t={tc_l[j]:.12g}")
-            if isb[j]:
-                status[i] = Status.BLOWUP
-                msgs[i] = (f"finite-time blow-up: {at}, q={q_l[j]:.4g} (power law exponent "
-                           f"{1 / q_l[j]:.4g}), T*={T_l[i]:.12g}")
-                if not_psd[j]:
-                    msgs[i] += ("; limit: the shape at the measuring size (its linear "
-                                "extrapolation to T* is not positive semi-definite)")
-            else:
-                status[i] = Status.DIVERGING
-                why = (f"the {sysm.kind} law has bounded M (no finite-time blow-up)"
-                       if qm_l[j] <= 0 else f"q={q_l[j]:.3g} <= {0.5 * qm_l[j]:g}"
-                       if not q_l[j] > 0.5 * qm_l[j] else
-                       f"q={q_l[j]:.3g} > {1.5 * qm_l[j]:g}: faster than the law allows "
-                       f"(oscillating growth)")
-                msgs[i] = f"diverging without finite-time blow-up: {at}, {why}"
+        _classify_growth(sysm, Y if Yc is None else Yc, idx, big, t, Yc is None, status,
+                         Tstar, limit, msgs)
     for i in np.nonzero(reason == 2)[0]:
         status[i] = Status.CONVERGED
         msgs[i] = f"converged at t={t[i]:.6g} (relative rates <= {converge_tol:g})"
@@ -294,6 +241,70 @@ def classify_members(sysm: MomentSystem, Y: np.ndarray, idx: np.ndarray, converg
     for i in np.nonzero(reason == 0)[0]:
         msgs[i] = f"reached t={t[i]:.6g} undecided (no blow-up, divergence or convergence)"
     return status, Tstar, limit, msgs
+
+
+def _classify_growth(sysm: MomentSystem, Ym: np.ndarray, idx: np.ndarray, big: np.ndarray,
+                     t: np.ndarray, at_threshold: bool, status: list, Tstar: np.ndarray,
+                     limit: np.ndarray, msgs: list) -> None:
+    """Blow-up or divergence of the members ``big`` (rows of ``Ym``, the states where the
+    growth is measured; ``t`` the times at the drawing threshold) for
+    :func:`classify_members`: fills ``status``, ``Tstar``, ``limit`` and ``msgs`` in place.
+    ``at_threshold``: the growth is measured on the threshold itself (no continuation)."""
+    Yb = Ym[big]
+    tc = Yb[:, 0]
+    tau, q, info = sysm.tau_q(Yb, idx[big])
+    qmax = sysm.q_max(tc, idx[big])
+    # a singularity of the law has q -> 1/p <= q_max: a larger q is a transient of
+    # oscillating growth (l2 with singular K can grow so), not a blow-up
+    isb = (np.isfinite(q) & (qmax > 0) & (q > 0.5 * qmax) & (q <= 1.5 * qmax)
+           & (tau > 0))
+    rem = np.where(isb, tau / np.where(isb, q, 1.0), np.nan)
+    Sm, Mm = info["S"], info["M"]
+    dS = Mm @ Sm
+    dS = dS + np.swapaxes(dS, 1, 2)
+    trj = np.trace(Sm, axis1=1, axis2=2)
+    trd = np.trace(dS, axis1=1, axis2=2)
+    pos = trj > 0
+    trj_ = np.where(pos, trj, 1.0)
+    # extrapolate the direction to T*: d(S/trS)/dt = (S' - Shat trS')/trS
+    dhat = (dS - Sm / trj_[:, None, None] * trd[:, None, None]) / trj_[:, None, None]
+    shape_now = Sm / trj_[:, None, None]
+    lim_b = sym(shape_now + np.nan_to_num(rem)[:, None, None] * dhat)
+    sel = big[isb]
+    Tstar[sel] = tc[isb] + rem[isb]
+    limit[big[pos]] = shape_now[pos]
+    lsel = isb & pos
+    # the linear extrapolation is a small correction when the shape moves like T* - t;
+    # when it moves faster (e.g. like (T* - t)^g, g < 1, possible with random V) it can leave
+    # the positive semi-definite cone: then the shape measured at the continuation size
+    # (CLASSIFY_SIZE) is the limit
+    not_psd = np.zeros(big.size, dtype=bool)
+    if np.any(lsel):
+        not_psd[lsel] = np.linalg.eigvalsh(lim_b[lsel])[:, 0] < -PSD_TOL
+    lsel &= ~not_psd
+    limit[big[lsel]] = lim_b[lsel]
+    # messages from Python floats (formatting NumPy scalars is several times slower)
+    nu_l, q_l, qm_l = info["nu"].tolist(), q.tolist(), qmax.tolist()
+    t_l, T_l, tc_l = t.tolist(), Tstar.tolist(), tc.tolist()
+    for j, i in enumerate(big.tolist()):
+        at = (f"size {nu_l[j]:.3g} at t={tc_l[j]:.10g}" if at_threshold else
+              f"threshold reached at t={t_l[i]:.10g}; measured at size {nu_l[j]:.3g}, "
+              f"t={tc_l[j]:.12g}")
+        if isb[j]:
+            status[i] = Status.BLOWUP
+            msgs[i] = (f"finite-time blow-up: {at}, q={q_l[j]:.4g} (power law exponent "
+                       f"{1 / q_l[j]:.4g}), T*={T_l[i]:.12g}")
+            if not_psd[j]:
+                msgs[i] += ("; limit: the shape at the measuring size (its linear "
+                            "extrapolation to T* is not positive semi-definite)")
+        else:
+            status[i] = Status.DIVERGING
+            why = (f"the {sysm.kind} law has bounded M (no finite-time blow-up)"
+                   if qm_l[j] <= 0 else f"q={q_l[j]:.3g} <= {0.5 * qm_l[j]:g}"
+                   if not q_l[j] > 0.5 * qm_l[j] else
+                   f"q={q_l[j]:.3g} > {1.5 * qm_l[j]:g}: faster than the law allows "
+                   f"(oscillating growth)")
+            msgs[i] = f"diverging without finite-time blow-up: {at}, {why}"
 
 
 #: Size (tr Sigma, + |alpha|^2 for ``linear``) up to which a run that reached its

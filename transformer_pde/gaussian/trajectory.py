@@ -311,6 +311,102 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
         raise ArgumentError(f"the initial size already exceeds blowup_threshold="
                             f"{blowup_threshold}")
 
+    Y, reason, seg_y, sols, nfev, method = _integrate_segments(
+        sysm, Y0, t0, stops, log_thr, rtol, atol, atol_vec, convergence, converge_tol, method)
+    Yc = None
+    creason = np.array([-1])
+    if reason == 1 and log_thr_c > log_thr:
+        try:
+            Yc_, creason[0] = _continue_past(sysm, att, Y.copy(), log_thr_c, rtol, atol_vec,
+                                             method, atol, convergence, converge_tol)
+            Yc = Yc_[None]
+        except _NonFinite:
+            pass   # overflow while measuring: classified at the threshold itself
+    status, Tstar, limit, msgs = classify_members(sysm, Y[None], idx, converge_tol,
+                                                  np.array([reason]), Yc, convergence, creason,
+                                                  log_thr)
+    if reason == 3:
+        msgs[0] = (f"stopped at t={Y[0]:.6g} before t_max={t_max:g}: step budget "
+                   f"({STIFF_STEPS} explicit + {IMPLICIT_STEPS} implicit steps per segment) "
+                   "spent")
+    t_all, means, covs = _reported_states(sysm, Y, seg_y, sols, t_eval, t0)
+    _, fm, fc = sysm.moments(Y[None], idx)
+    return GaussianTrajectory(np.asarray(t_all), means, covs, status[0], float(Tstar[0]),
+                              limit[0], float(Y[0]), msgs[0], nfev, fm[0], fc[0])
+
+
+def _set_window(sysm: MomentSystem, t_lo: float, stop: float) -> None:
+    """Clamp the parameter evaluation of ``sysm`` to the interior of the segment
+    ``[t_lo, stop]`` (a relative margin of 1e-7, at most a quarter of the segment)."""
+    eta = 1e-7 * max(1.0, abs(stop))
+    sysm.lo[:] = t_lo + min(eta, 0.25 * (stop - t_lo))
+    sysm.hi[:] = stop - min(eta, 0.25 * (stop - t_lo))
+
+
+def _time_event(stop: float):
+    """Terminal event of ``solve_ivp``: ``t`` crosses ``stop`` upwards."""
+    def ev_time(_s, y):
+        return y[0] - stop
+    ev_time.terminal = True
+    ev_time.direction = 1
+    return ev_time
+
+
+def _budget_event(budget: int):
+    """Terminal event of ``solve_ivp`` that fires once ``budget`` accepted steps are spent.
+
+    A function of s only (root finding re-evaluates it): positive until the step budget is
+    spent, then it crosses zero just before the current step's end."""
+    count = [0, math.inf]
+
+    def ev_budget(s_, y):
+        count[0] += 1
+        if count[0] > budget and count[1] == math.inf:
+            count[1] = s_ - 1e-12 * max(1.0, abs(s_))
+        return count[1] - s_ if count[1] < math.inf else 1.0
+    ev_budget.terminal = True
+    return ev_budget
+
+
+def _segment_end(sol: Any, stop: float, method: str, convergence: str
+                 ) -> tuple[int, np.ndarray, bool, str]:
+    """How one ``solve_ivp`` call of :func:`_integrate_segments` ended.
+
+    Returns ``(reason, Y, done, method)``: the reason code (as :func:`classify_members`),
+    the state where it ended, whether the segment is done (``False`` after a switch to
+    Radau) and the method to go on with.  Events: ``[size, time, convergence, budget,
+    algebraic convergence]``."""
+    if sol.t_events[0].size:
+        return 1, sol.y_events[0][0], True, method
+    if sol.t_events[2].size:
+        return (6 if convergence in ("absolute", "trace") else 2), sol.y_events[2][0], True, \
+            method
+    if sol.t_events[4].size:
+        return 5, sol.y_events[4][0], True, method
+    if sol.t_events[1].size:
+        Y = sol.y_events[1][0].copy()
+        Y[0] = stop
+        return 0, Y, True, method
+    if sol.t_events[3].size and method != "Radau":
+        logger.info("solve: stiff at t=%.6g, switching to Radau", sol.y_events[3][0][0])
+        return 0, sol.y_events[3][0], False, "Radau"
+    if sol.t_events[3].size:
+        return 3, sol.y_events[3][0], True, method   # the implicit budget spent as well
+    return 0, sol.y[:, -1], True, method  # pragma: no cover - span is huge
+
+
+def _integrate_segments(sysm: MomentSystem, Y0: np.ndarray, t0: float, stops: list,
+                        log_thr: float, rtol: float, atol: float, atol_vec: np.ndarray,
+                        convergence: str, converge_tol: float, method: str
+                        ) -> tuple[np.ndarray, int, list, list, int, str]:
+    """The path of :func:`solve_from_factor` from ``Y0`` (time ``t0``), segment by segment
+    between ``stops`` (layer breakpoints, then ``t_max``).
+
+    Returns ``(Y, reason, seg_y, sols, nfev, method)``: the final state, its reason code
+    (as :func:`classify_members`; 7: overflow, the last finite state kept), the states of
+    the accepted steps per call, ``(dense solution, t start, t end)`` per call, the number
+    of right-hand-side evaluations and the method in use at the end."""
+    idx = np.zeros(1, dtype=int)
     seg_y: list[np.ndarray] = []
     sols: list[tuple[Any, float, float]] = []
     nfev = 0
@@ -329,48 +425,25 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
     ev_size.terminal = True
     ev_size.direction = 1
 
-    def conv_code(y):
-        return int(converged_codes(convergence, conv_rates(sysm, y[None], idx, atol),
-                                   converge_tol, y[None, 0], alg)[0])
-
     ev_conv, ev_alg, _ = _conv_events(sysm, atol, convergence, converge_tol)
-
     for stop in stops:
-        eta = 1e-7 * max(1.0, abs(stop))
-        sysm.lo[:] = t_lo + min(eta, 0.25 * (stop - t_lo))
-        sysm.hi[:] = stop - min(eta, 0.25 * (stop - t_lo))
-
-        def ev_time(_s, y, stop=stop):
-            return y[0] - stop
-        ev_time.terminal = True
-        ev_time.direction = 1
-
+        _set_window(sysm, t_lo, stop)
+        ev_time = _time_event(stop)
         seg_done = False
         while not seg_done:
-            c0 = conv_code(Y)
+            c0 = int(converged_codes(convergence, conv_rates(sysm, Y[None], idx, atol),
+                                     converge_tol, Y[None, 0], alg)[0])
             if c0:
                 reason = c0          # already stationary: events only see sign changes
                 break
-            count = [0, math.inf]
             budget = STIFF_STEPS if method != "Radau" else IMPLICIT_STEPS
-
-            def ev_budget(s_, y, count=count, budget=budget):
-                # a function of s only (root finding re-evaluates it): positive until the
-                # step budget is spent, then crosses zero just before the current step's end
-                count[0] += 1
-                if count[0] > budget and count[1] == math.inf:
-                    count[1] = s_ - 1e-12 * max(1.0, abs(s_))
-                return count[1] - s_ if count[1] < math.inf else 1.0
-            ev_budget.terminal = True
-            events = [ev_size, ev_time, ev_conv, ev_budget, ev_alg]
+            events = [ev_size, ev_time, ev_conv, _budget_event(budget), ev_alg]
             t_start = float(Y[0])
             # unbounded s-span: the events (size, t = stop, convergence) end each segment
             try:
                 sol = solve_ivp(fun, (s0, 1e300), Y, method=method, rtol=rtol, atol=atol_vec,
                                 events=events, dense_output=True)
-            except _NonFinite:
-                sol = None
-            if sol is None:      # overflow: stop at the last finite accepted state
+            except _NonFinite:   # overflow: stop at the last finite accepted state
                 reason = 7
                 Y = last[0]
                 seg_y.append(Y[None])
@@ -378,31 +451,7 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
             nfev += sol.nfev
             if sol.status == -1:
                 raise RuntimeError(f"solve_ivp failed: {sol.message}")
-            seg_done = True
-            if sol.t_events[0].size:
-                reason = 1
-                Y = sol.y_events[0][0]
-            elif sol.t_events[2].size:
-                reason = 6 if convergence in ("absolute", "trace") else 2
-                Y = sol.y_events[2][0]
-            elif sol.t_events[4].size:
-                reason = 5
-                Y = sol.y_events[4][0]
-            elif sol.t_events[1].size:
-                reason = 0
-                Y = sol.y_events[1][0].copy()
-                Y[0] = stop
-            elif sol.t_events[3].size and method != "Radau":
-                logger.info("solve: stiff at t=%.6g, switching to Radau", sol.y_events[3][0][0])
-                Y = sol.y_events[3][0]
-                method = "Radau"
-                seg_done = False
-            elif sol.t_events[3].size:
-                reason = 3       # step budget of the implicit method spent as well
-                Y = sol.y_events[3][0]
-            else:  # pragma: no cover - span is huge
-                reason = 0
-                Y = sol.y[:, -1]
+            reason, Y, seg_done, method = _segment_end(sol, stop, method, convergence)
             s_end = float(sol.t_events[next(i for i, e in enumerate(sol.t_events) if e.size)][0]) \
                 if any(e.size for e in sol.t_events) else float(sol.t[-1])
             keep = sol.t < s_end
@@ -412,47 +461,34 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
         t_lo = stop
         if reason != 0:
             break
+    return Y, reason, seg_y, sols, nfev, method
 
-    Yc = None
-    creason = np.array([-1])
-    if reason == 1 and log_thr_c > log_thr:
-        try:
-            Yc_, creason[0] = _continue_past(sysm, att, Y.copy(), log_thr_c, rtol, atol_vec,
-                                             method, atol, convergence, converge_tol)
-            Yc = Yc_[None]
-        except _NonFinite:
-            pass   # overflow while measuring: classified at the threshold itself
-    status, Tstar, limit, msgs = classify_members(sysm, Y[None], idx, converge_tol,
-                                                  np.array([reason]), Yc, convergence, creason,
-                                                  log_thr)
-    if reason == 3:
-        msgs[0] = (f"stopped at t={Y[0]:.6g} before t_max={t_max:g}: step budget "
-                   f"({STIFF_STEPS} explicit + {IMPLICIT_STEPS} implicit steps per segment) "
-                   "spent")
+
+def _reported_states(sysm: MomentSystem, Y: np.ndarray, seg_y: list, sols: list,
+                     t_eval: Any, t0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(times, means, covs)`` of :func:`solve_from_factor`'s output: the accepted steps
+    (``seg_y``, or the final state ``Y`` alone) without ``t_eval``, else the states at the
+    times of ``t_eval`` in ``[t0, Y[0]]`` from the dense outputs ``sols``."""
     if not seg_y:
         seg_y = [Y[None]]
     Yall = np.vstack(seg_y)
     if t_eval is None:
-        t_all, means, covs = sysm.moments(Yall, np.zeros(len(Yall), int))
-    else:
-        te = np.sort(np.asarray(t_eval, float).ravel())
-        t_end = float(Y[0])
-        te = te[(te >= t0) & (te <= t_end)]
-        rows = []
-        done = np.zeros(te.size, bool)
-        for sol, lo_t, hi_t in sols:
-            sel = ~done & (te >= lo_t) & (te <= hi_t)
-            if np.any(sel):
-                rows.append(_invert_time(sol.sol, sel, te))
-                done |= sel
-        if not sols:
-            rows = [np.repeat(Y[None], int(np.sum(te == t0)), axis=0)]
-        Ye = np.vstack(rows) if rows else np.zeros((0, sysm.n))
-        _, means, covs = sysm.moments(Ye, np.zeros(len(Ye), int))
-        t_all = te[:len(Ye)]
-    _, fm, fc = sysm.moments(Y[None], idx)
-    return GaussianTrajectory(np.asarray(t_all), means, covs, status[0], float(Tstar[0]),
-                              limit[0], float(Y[0]), msgs[0], nfev, fm[0], fc[0])
+        return sysm.moments(Yall, np.zeros(len(Yall), int))
+    te = np.sort(np.asarray(t_eval, float).ravel())
+    t_end = float(Y[0])
+    te = te[(te >= t0) & (te <= t_end)]
+    rows = []
+    done = np.zeros(te.size, bool)
+    for sol, lo_t, hi_t in sols:
+        sel = ~done & (te >= lo_t) & (te <= hi_t)
+        if np.any(sel):
+            rows.append(_invert_time(sol.sol, sel, te))
+            done |= sel
+    if not sols:
+        rows = [np.repeat(Y[None], int(np.sum(te == t0)), axis=0)]
+    Ye = np.vstack(rows) if rows else np.zeros((0, sysm.n))
+    _, means, covs = sysm.moments(Ye, np.zeros(len(Ye), int))
+    return te[:len(Ye)], means, covs
 
 
 def _invert_time(dense, sel: np.ndarray, te: np.ndarray) -> np.ndarray:
