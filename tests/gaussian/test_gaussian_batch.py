@@ -106,6 +106,7 @@ def test_initial_step_second_part():
         initial_step(y0, f(y0), rtol, atol, f=f)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (interpreted path)
 def test_both_paths_use_the_package_controller(monkeypatch):
     # both paths size their steps with the PI rule of PIController(DOP853.error_order) (the
     # controller's own exponents): a more cautious controller must change both paths' step
@@ -187,6 +188,7 @@ def test_exact_convergence(use_numba):
         np.testing.assert_allclose(b.covs[i], ex, rtol=1e-8, atol=1e-8 * np.abs(ex).max())
 
 
+@pytest.mark.slow  # 8 s on 2 cores (interpreted path on the paper's grid)
 # ----------------------------------------------------------------------------- parity, threads
 def test_paths_agree_on_the_paper_grid():
     att, covs, A = _paper_grid(40)
@@ -266,6 +268,7 @@ def test_limits_are_psd_with_unit_trace_for_random_values():
     assert b.status[62] == "blowup" and "not positive semi-definite" in b.messages[62]
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 # (scipy's numerical Jacobian for Radau overflows in its step-factor search on this member)
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 def test_radau_continuation_with_a_spent_budget_ends_cleanly():

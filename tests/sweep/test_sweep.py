@@ -482,6 +482,7 @@ def test_gaussian_trajectory_as_dataset():
     assert np.array_equal(ds["covs"].values, g.covs) and ds.attrs["status"] == str(g.status)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 # ------------------------------------------------------------------------- command line
 def test_sweep_command_runs_resumes_and_refuses_cleanly(tmp_path, capsys):
     from transformer_pde.cli import main
