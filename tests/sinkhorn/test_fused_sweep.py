@@ -10,26 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from transformer_pde.backends import BackendNotAvailable, get_backend
 from transformer_pde.sinkhorn import FusedSweep, ScoreSoftMin, sinkhorn_potentials
 
-NP = get_backend("numpy")
-A_GEN = np.array([[1.0, 0.5], [-0.3, 0.8]])     # non-symmetric
-A_SYM = np.array([[1.0, 0.3], [0.3, -0.5]])     # symmetric, indefinite
-
-
-def _weights(rng, n, zero=False):
-    w = rng.uniform(0.5, 1.5, size=n)
-    if zero:
-        w[3] = 0.0
-    return w / w.sum()
-
-
-def _numba():
-    try:
-        return get_backend("numba")
-    except BackendNotAvailable:
-        pytest.skip("numba not installed")
+from sinkhorn_cases import A_GEN, A_SYM, NP
+from sinkhorn_cases import numba_backend as _numba
+from sinkhorn_cases import weights as _weights
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

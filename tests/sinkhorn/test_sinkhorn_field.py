@@ -23,16 +23,9 @@ from transformer_pde.sinkhorn import (
 )
 from transformer_pde.testing import attention_problems
 
-NP = get_backend("numpy")
-A_GEN = np.array([[1.0, 0.5], [-0.3, 0.8]])     # non-symmetric
-A_SYM = np.array([[1.0, 0.3], [0.3, -0.5]])     # symmetric, indefinite
-
-
-def _weights(rng, n, zero=False):
-    w = rng.uniform(0.5, 1.5, size=n)
-    if zero:
-        w[3] = 0.0
-    return w / w.sum()
+from sinkhorn_cases import A_GEN, A_SYM
+from sinkhorn_cases import numba_backend as _numba
+from sinkhorn_cases import weights as _weights
 
 
 # ------------------------------------------------------------------ the field
@@ -338,13 +331,6 @@ def test_property_mean_equation_any_measure(problem):
     # marginal log-errors <= 1e-9 move each weight sum by a relative 1e-9
     scale = 1.0 + np.abs(Vfull).sum() * np.abs(m.X).max()
     np.testing.assert_allclose(lhs, rhs, rtol=0, atol=1e-8 * scale)
-
-
-def _numba():
-    try:
-        return get_backend("numba")
-    except BackendNotAvailable:
-        pytest.skip("numba not installed")
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])

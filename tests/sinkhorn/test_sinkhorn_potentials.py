@@ -22,16 +22,8 @@ from transformer_pde.sinkhorn import (
     sinkhorn_potentials,
 )
 
-NP = get_backend("numpy")
-A_GEN = np.array([[1.0, 0.5], [-0.3, 0.8]])     # non-symmetric
-A_SYM = np.array([[1.0, 0.3], [0.3, -0.5]])     # symmetric, indefinite
-
-
-def _weights(rng, n, zero=False):
-    w = rng.uniform(0.5, 1.5, size=n)
-    if zero:
-        w[3] = 0.0
-    return w / w.sum()
+from sinkhorn_cases import A_GEN, A_SYM, NP
+from sinkhorn_cases import weights as _weights
 
 
 def _solve(X, A, w, eps=1.0, **kw):
