@@ -8,6 +8,10 @@ attention layer is one Euler step of :math:`dx/dt = \Gamma_\mu(x)`.  Main entry 
 - :func:`~transformer_pde.fields.velocity` / :func:`~transformer_pde.particles.simulate` /
   :func:`~transformer_pde.particles.load` -- the particle engine (:mod:`transformer_pde.particles`)
 - :mod:`transformer_pde.gaussian` -- closed-form mean/covariance ODEs
+- :mod:`transformer_pde.reductions` -- exact reductions of the dynamics on the sphere
+  (equiangular tokens, the Gram flow, mode growth rates), the oracles of the particle runs
+- :mod:`transformer_pde.meanfield` -- the mean-field PDE itself, solved on the circle and
+  the line, and particles measured against it
 - :mod:`transformer_pde.diagnostics` -- stability, rank collapse, blow-up, clusters
 - :mod:`transformer_pde.plot` -- covariance cone, particles, rank histograms, token flows
   along depth
@@ -37,7 +41,7 @@ __version__ = "0.1.0"
 # Submodules loaded on first attribute access (``tp.gaussian``, ``tp.plot``...), so that
 # ``import transformer_pde`` does not pull in POT, matplotlib or hypothesis.
 _LAZY_SUBMODULES = ("gaussian", "diagnostics", "plot", "cli", "paper", "testing",
-                    "integrate", "pretrained",
+                    "integrate", "pretrained", "reductions", "meanfield",
                     "blocks", "sinkhorn", "fields", "particles", "attention", "backends")
 
 

@@ -11,8 +11,8 @@ primitives (see :mod:`transformer_pde.backends`):
 * l2:        :math:`-\beta'|Qx-Ky|^2 = 2\beta' Qx\cdot Ky - \beta'|Ky|^2 - \beta'|Qx|^2`; the last term
   cancels in the normalisation, so ``softmax(2 beta' Q x, K y, V y, log w - beta'|Ky|^2)``,
   with Qx and Ky first shifted by the keys' midrange (less cancellation)
-* exp:       :math:`\sum_j w_j e^{s_j} V y_j = e^{\mathrm{lse}}\cdot` (softmax average), computed in
-  the log domain so it is finite whenever the true value is
+* exp:       :math:`\sum_j w_j e^{s_j - c} V y_j = e^{\mathrm{lse} - c}\cdot` (softmax average),
+  computed in the log domain so it is finite whenever the true value is (``c`` = ``shift``)
 * linear / sigmoid / relu: ``pointwise(phi, beta Q x, K y, V y, w)``
 * sinkhorn: potentials from log-domain Sinkhorn (``lse``), then
   ``softmax(beta Q x / eps, K y, V y, log w + g / eps)`` (the out-of-sample potential
@@ -155,7 +155,7 @@ def _exp(ctx, P, h, head, Xq, Xk):
     be = ctx.backend
     q = _q(be, Xq, head) * P.beta
     out, lse = be.softmax(q, _k(be, Xk, head), _v(be, Xk, head), ctx.logw, ctx.limits)
-    return _times_exp(be.xp, out, lse)
+    return _times_exp(be.xp, out, lse - P.shift if P.shift else lse)  # e^{-shift}, exactly
 
 
 def _times_exp(xp, out, lse):
@@ -280,10 +280,12 @@ def _overflow_message(P: AttentionParams, h: int | None, dtype: np.dtype, n_head
         advice = "rescale W_O, b_O, V or the tokens" + \
             (", or compute in float64" if dtype == np.float32 else "")
     elif P.kind == "exp":
-        why = (f"the unnormalised kernel e^(beta <Qx + b_Q, Ky + b_K>) overflows once "
-               f"beta * score exceeds about {log_max:.1f} (plus the log of the averaged "
-               "values), and this field is genuinely beyond the float range")
-        advice += ", or use the normalised kind 'softmax' (the same kernel, averaged)"
+        why = (f"the unnormalised kernel e^(beta <Qx + b_Q, Ky + b_K> - shift) (shift="
+               f"{P.shift:g}) overflows once beta * score - shift exceeds about {log_max:.1f} "
+               "(plus the log of the averaged values)")
+        advice = ("pass Attention(..., shift=c) with c near beta * max score (shift=beta for "
+                  "unit tokens and Q = K = I): the same flow with time rescaled by e^c; or "
+                  "use the normalised kind 'softmax'; or " + advice)
     elif KINDS[P.kind].normalized:
         why = ("the averaged values V y + b_V (the attention weights sum to one) exceed the "
                "float range")
@@ -550,7 +552,8 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
         The Sinkhorn inner solve missed its tolerance.
     ScoreOverflowError
         The field of the finite tokens is beyond the float range: ``kind="exp"`` with
-        :math:`\beta\,\langle Qx, Ky\rangle` above about 709 (88 in float32), the other
+        :math:`\beta\,\langle Qx, Ky\rangle - c` above about 709 (88 in float32;
+        ``shift`` :math:`= c` of :class:`~transformer_pde.Attention` removes it), the other
         unnormalised kinds with scores times values beyond the range, or ``kind="l2"``
         with projected tokens spread so far apart that :math:`|Qx - Ky|^2` overflows.
         (Scores beyond the float range are otherwise handled exactly by the normalised

@@ -20,11 +20,12 @@ LAYERS: list[set[str]] = [
     {"integrate"},
     {"sinkhorn", "blocks"},
     {"fields"},
-    {"particles", "gaussian"},
+    {"particles", "gaussian", "reductions"},
     {"diagnostics"},
     {"plot"},
     {"pretrained", "paper"},
     {"sweep"},
+    {"meanfield"},
     {"cli"},
 ]
 #: outside the layers: the test helpers (they import only the attention specification)

@@ -95,6 +95,8 @@ class AttentionParams:
 
     ``heads`` holds one :class:`Head` per head; ``W_O`` is ``None`` for the identity.
     The field is ``W_O @ concat_h(head_h output) + b_O`` (``b_O`` ``None`` for no bias).
+    ``shift`` is the constant :math:`c` of the exponential kernels :math:`e^{s - c}` (see
+    :class:`~transformer_pde.Attention`; only the unnormalised ``exp`` field depends on it).
     """
 
     kind: str
@@ -107,6 +109,7 @@ class AttentionParams:
     masked: bool
     t: float = 0.0
     b_O: np.ndarray | None = None
+    shift: float = 0.0
 
     @property
     def n_heads(self) -> int:

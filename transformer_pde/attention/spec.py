@@ -19,6 +19,10 @@ __all__ = ["Attention"]
 ArrayLike = Any
 #: names of the optional bias vectors of an :class:`Attention`
 _BIASES = ("b_Q", "b_K", "b_V", "b_O")
+#: kinds whose kernel is exponential in the score, where ``shift`` is defined
+SHIFT_KINDS = ("exp", "softmax", "l2", "sinkhorn")
+#: kinds where a shift is an exact constant factor of the field (unnormalised kernel)
+SCALED_BY_SHIFT = ("exp",)
 Param = Union[np.ndarray, Callable[[float], ArrayLike], "Layers"]
 
 
@@ -103,6 +107,16 @@ class Attention:
     b_O : array (d,), callable, :class:`Layers` or None
         Output bias added after ``W_O``.  A BERT self-attention sub-layer is ``kind="softmax"``,
         ``heads=H``, ``beta=1/sqrt(d/H)`` with all four biases (see docs/conventions.md).
+    shift : float, default 0.0
+        Constant subtracted from the exponent of exponential kernels:
+        :math:`e^{s} \to e^{s - c}` with :math:`c` = ``shift``.  For ``exp`` the field is
+        multiplied by :math:`e^{-c}` exactly (the same trajectories, time rescaled by
+        :math:`e^{c}`), computed inside the exponent so that it stays finite where
+        :math:`e^{s}` alone would overflow: on the unit sphere with :math:`Q = K = I`,
+        ``shift=beta`` keeps every kernel value in :math:`[e^{-2\beta}, 1]`.  For the
+        normalised kinds ``softmax``, ``l2`` and ``sinkhorn`` a constant shift cancels in
+        the normalisation: it is accepted and changes nothing.  The other kinds have no
+        exponential kernel and refuse a non-zero shift.
 
     Raises
     ------
@@ -113,7 +127,8 @@ class Attention:
     ArgumentError
         On unknown kind, malformed or non-finite matrices or biases, biases of the wrong
         length, heads not dividing ``d``, non-positive ``eps`` / ``l2_beta``, masked
-        sinkhorn, finite ``Q``, ``K`` whose product overflows.
+        sinkhorn, finite ``Q``, ``K`` whose product overflows, a non-finite ``shift`` or a
+        non-zero one for a kind without an exponential kernel.
 
     Examples
     --------
@@ -137,6 +152,7 @@ class Attention:
     b_K: Param | None = None
     b_V: Param | None = None
     b_O: Param | None = None
+    shift: float = 0.0
     d: int = field(init=False)
     time_dependent: bool = field(init=False)
 
@@ -160,6 +176,11 @@ class Attention:
         set_(self, "beta", scalar("beta", self.beta))
         set_(self, "eps", positive("eps", self.eps))
         set_(self, "l2_beta", positive("l2_beta", self.l2_beta))
+        set_(self, "shift", scalar("shift", self.shift) + 0.0)  # -0.0 -> 0.0
+        if self.shift != 0.0 and self.kind not in SHIFT_KINDS:
+            raise ArgumentError(
+                f"shift={self.shift:g} is defined only for the exponential kernels "
+                f"{list(SHIFT_KINDS)}; kind={self.kind!r} has none (use shift=0)")
         if self.masked and not KINDS[self.kind].maskable:
             raise ArgumentError(
                 f"masked=True is not defined for kind={self.kind!r}: no doubly-stochastic "
@@ -289,23 +310,27 @@ class Attention:
             if W_O.shape != (d, d):
                 raise ArgumentError(f"W_O must have shape (d, d) = {(d, d)}, got {W_O.shape}")
         return AttentionParams(self.kind, d, heads, W_O, self.beta, self.eps,
-                               self.l2_beta, self.masked, float(t), b_O)
+                               self.l2_beta, self.masked, float(t), b_O, self.shift)
 
     def replace(self, **changes: Any) -> "Attention":
         """A copy with some constructor arguments changed (validated again)."""
         args = {n: getattr(self, n) for n in
                 ("kind", "Q", "K", "V", "heads", "masked", "beta", "eps", "l2_beta", "W_O")
-                + _BIASES}
+                + _BIASES + ("shift",)}
         args.update(changes)
         return Attention(**args)
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
         """Plain description (scalars and arrays) for saving; callables become ``None``
-        with ``"serialisable": False``; :class:`Layers` are stored with their table."""
+        with ``"serialisable": False``; :class:`Layers` are stored with their table.
+        ``shift`` is stored only when it is not zero (descriptions of unshifted attentions,
+        and the run fingerprints built from them, stay as they were without it)."""
         out: dict[str, Any] = {"kind": self.kind, "heads": self.heads, "masked": self.masked,
                                "beta": self.beta, "eps": self.eps, "l2_beta": self.l2_beta,
                                "serialisable": True}
+        if self.shift != 0.0:
+            out["shift"] = self.shift
         for name in ("Q", "K", "V", "W_O") + _BIASES:
             v = getattr(self, name)
             if v is None and name in _BIASES:
@@ -321,7 +346,8 @@ class Attention:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Attention":
-        """Inverse of :meth:`to_dict` (raises if the spec held callables)."""
+        """Inverse of :meth:`to_dict` (raises if the spec held callables); a description
+        without ``shift`` has ``shift=0``."""
         if not data.get("serialisable", True):
             raise ArgumentError("this attention held callables of time and cannot be rebuilt")
         kw = {}
@@ -333,12 +359,14 @@ class Attention:
         return cls(data["kind"], kw["Q"], kw["K"], kw["V"], heads=int(data["heads"]),
                    masked=bool(data["masked"]), beta=float(data["beta"]),
                    eps=float(data["eps"]), l2_beta=float(data["l2_beta"]), W_O=kw["W_O"],
-                   **{n: kw[n] for n in _BIASES})
+                   shift=data.get("shift", 0.0), **{n: kw[n] for n in _BIASES})
 
     def __repr__(self) -> str:
         extra = "" if not self.time_dependent else ", time-dependent"
         if self.has_bias:
             extra += ", biases=" + "/".join(n for n in _BIASES if getattr(self, n) is not None)
+        if self.shift != 0.0:
+            extra += f", shift={self.shift}"
         return (f"Attention(kind={self.kind!r}, d={self.d}, heads={self.heads}, "
                 f"masked={self.masked}, beta={self.beta}, eps={self.eps}, "
                 f"l2_beta={self.l2_beta}{extra})")

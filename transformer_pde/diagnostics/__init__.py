@@ -38,6 +38,7 @@ from .distances import (EXACT_MAX_PAIRS, WassersteinResult, bures_wasserstein, c
                         wasserstein, wasserstein_result)
 from .energy import KineticEnergy, kinetic_energy
 from .growth import Classification, classify, exponential_growth_bound
+from .metastability import MergeEvents, interaction_energy, merge_events
 from .ranks import (RankCollapse, RankProfile, effective_rank, numerical_rank, rank_collapse,
                     rank_profile, stable_rank)
 from .stability import (StabilityProfile, gaussian_stability_profile, stability_bound,
@@ -47,6 +48,7 @@ __all__ = [
     "Classification",
     "Clusters",
     "KineticEnergy",
+    "MergeEvents",
     "RankCollapse",
     "RankProfile",
     "StabilityProfile",
@@ -61,7 +63,9 @@ __all__ = [
     "effective_rank",
     "exponential_growth_bound",
     "gaussian_stability_profile",
+    "interaction_energy",
     "kinetic_energy",
+    "merge_events",
     "numerical_rank",
     "rank_collapse",
     "rank_profile",

@@ -342,6 +342,15 @@ def _result(spec: RunSpec, solver: Any, stepper: BlockStepper | None, parts: Run
 
 
 # ------------------------------------------------------------------ simulate
+def _overflow_hint(att: Attention, status: Status, message: str) -> str:
+    """A non-finite stop of the unnormalised ``exp`` kernel: say how ``shift`` avoids it."""
+    if status != Status.NONFINITE or att.kind != "exp":
+        return message
+    return (f"{message}; the unnormalised kernel e^(beta * score - shift) may overflow: pass "
+            "Attention(..., shift=c) with c near beta times the largest score (the same flow, "
+            "its time rescaled by e^c)")
+
+
 def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = "rk4",
              saveat: SaveAt | None = None, weights: Any = None, positions: Any = None,
              block: Block | None = None, field: FieldOptions | None = None,
@@ -436,5 +445,6 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
     identity, resumed = _checkpoint(spec, X0, ev, solver)
     state = _start(spec, loop, parts, X0, resumed)
     status, message, state = _run(spec, loop, parts, state, identity)
+    message = _overflow_hint(att, status, message)
     warn_stop(status, message)   # stacklevel: the warning names the caller of simulate
     return _result(spec, solver, stepper, parts, state, status, message)

@@ -125,6 +125,9 @@ class HeadProblem:
     beta, eps, l2_beta : float
         Temperature :math:`\beta`, Sinkhorn regularisation :math:`\varepsilon` and l2
         temperature :math:`\beta'`.
+    shift : float
+        Constant subtracted from the exponent of the ``exp`` kernel,
+        :math:`w_j e^{\beta q\cdot k_j - \text{shift}}` (it cancels in the normalised kinds).
     sinkhorn_tol : float
         Stopping tolerance of :func:`sinkhorn_potentials`.
     """
@@ -138,6 +141,7 @@ class HeadProblem:
     beta: float = 1.0
     eps: float = 1.0
     l2_beta: float = 0.5
+    shift: float = 0.0
     sinkhorn_tol: float = 1e-13
 
 
@@ -207,8 +211,8 @@ def relu_head(p: HeadProblem) -> np.ndarray:
 
 
 def exp_head(p: HeadProblem) -> np.ndarray:
-    r"""Exp (unnormalised): :math:`\sum_{j\in J} w_j e^{\beta q\cdot k_j} v_j`."""
-    return _per_query(p, lambda i, j: p.w[j] * np.exp(p.beta * (p.k[j] @ p.q[i])))
+    r"""Exp (unnormalised): :math:`\sum_{j\in J} w_j e^{\beta q\cdot k_j - \text{shift}} v_j`."""
+    return _per_query(p, lambda i, j: p.w[j] * np.exp(p.beta * (p.k[j] @ p.q[i]) - p.shift))
 
 
 def galerkin_head(p: HeadProblem) -> np.ndarray:
@@ -318,7 +322,8 @@ def field(kind: str, X: ArrayLike, Q: ArrayLike, K: ArrayLike, V: ArrayLike, *,
           heads: int = 1, beta: float = 1.0, eps: float = 1.0, l2_beta: float = 0.5,
           b_Q: ArrayLike | None = None, b_K: ArrayLike | None = None,
           b_V: ArrayLike | None = None, W_O: ArrayLike | None = None,
-          b_O: ArrayLike | None = None, sinkhorn_tol: float = 1e-13) -> np.ndarray:
+          b_O: ArrayLike | None = None, shift: float = 0.0,
+          sinkhorn_tol: float = 1e-13) -> np.ndarray:
     r"""The attention field :math:`\Gamma_\mu` of a layer, from explicit matrices.
 
     :math:`\Gamma_\mu(y) = W_O\, \mathrm{concat}_h \Gamma_h(y) + b_O`, with
@@ -347,6 +352,8 @@ def field(kind: str, X: ArrayLike, Q: ArrayLike, K: ArrayLike, V: ArrayLike, *,
         As for :class:`~transformer_pde.Attention`.
     b_Q, b_K, b_V, b_O, W_O : array, optional
         Biases and output projection (none if None).
+    shift : float
+        As for :class:`~transformer_pde.Attention` (the ``exp`` kernel's exponent shift).
     sinkhorn_tol : float
         Stopping tolerance of :func:`sinkhorn_potentials`.
 
@@ -379,7 +386,8 @@ def field(kind: str, X: ArrayLike, Q: ArrayLike, K: ArrayLike, V: ArrayLike, *,
         p = HeadProblem(q=project(Q, bQ, Y), k=project(K, bK, X),
                         v=X @ V[vrows].T + (0.0 if bV is None else bV[vrows]),
                         q_tokens=project(Q, bQ, X), w=w, visible=visible, beta=float(beta),
-                        eps=float(eps), l2_beta=float(l2_beta), sinkhorn_tol=sinkhorn_tol)
+                        eps=float(eps), l2_beta=float(l2_beta), shift=float(shift),
+                        sinkhorn_tol=sinkhorn_tol)
         out[:, vrows] = reference(p)
     if W_O is not None:
         out = out @ np.asarray(W_O, dtype=float).T
