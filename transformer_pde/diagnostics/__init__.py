@@ -23,11 +23,17 @@ What users measure on a run of :func:`transformer_pde.simulate` (a
   :func:`cluster_counts` along a trajectory.
 * **Kinetic energy** -- :func:`kinetic_energy`:
   :math:`\int_0^T\!\int |\Gamma_{\mu_t}|^2 d\mu_t\,dt \ge W_2^2(\mu_0,\mu_T)/T` (Benamou--Brenier).
+* **Tokens on the sphere** -- :func:`pair_fraction` (pairs with
+  :math:`\langle x_i, x_j\rangle \ge 1 - \varepsilon`), :func:`component_clusters` (connected
+  components of that graph), :func:`interaction_energy`
+  :math:`E_\beta = \tfrac1{2\beta}\sum_{ij} w_i w_j e^{\beta\langle x_i, x_j\rangle - \text{shift}}`
+  and :func:`merge_events` along a run.
 * **Depth statistics** -- :func:`depth_statistics`: clusters, covariance ranks, cosine
   similarities (:func:`cosine_similarity`) and size of a token cloud at every saved depth.
 
 Modules, by concern: :mod:`.distances`, :mod:`.stability`, :mod:`.ranks`, :mod:`.growth`,
-:mod:`.clustering`, :mod:`.energy`, :mod:`.depth`; every public name is re-exported here.
+:mod:`.clustering`, :mod:`.energy`, :mod:`.depth`, :mod:`.pairs`, :mod:`.metastability`;
+every public name is re-exported here.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from .distances import (EXACT_MAX_PAIRS, WassersteinResult, bures_wasserstein, c
 from .energy import KineticEnergy, kinetic_energy
 from .growth import Classification, classify, exponential_growth_bound
 from .metastability import MergeEvents, interaction_energy, merge_events
+from .pairs import component_clusters, pair_fraction
 from .ranks import (RankCollapse, RankProfile, effective_rank, numerical_rank, rank_collapse,
                     rank_profile, stable_rank)
 from .stability import (StabilityProfile, gaussian_stability_profile, stability_bound,
@@ -57,6 +64,7 @@ __all__ = [
     "classify",
     "cluster_counts",
     "clusters",
+    "component_clusters",
     "conditional_wasserstein",
     "cosine_similarity",
     "depth_statistics",
@@ -67,6 +75,7 @@ __all__ = [
     "kinetic_energy",
     "merge_events",
     "numerical_rank",
+    "pair_fraction",
     "rank_collapse",
     "rank_profile",
     "stability_bound",

@@ -20,6 +20,8 @@ module                 holds
 :mod:`.trajectory`     :class:`ParticleTrajectory`, :func:`weighted_moments`, :func:`load`
 :mod:`.simulation`     :func:`simulate`, assembled from its parts (arguments, solver,
                        field evaluator, saver, loop, checkpoint, result)
+:mod:`.ensemble`       :func:`simulate_ensemble`: B independent systems of n tokens in one
+                       run (:class:`EnsembleTrajectory`)
 =====================  ==================================================================
 """
 
@@ -29,8 +31,10 @@ from ..fields import velocity
 from ..integrate.loop import Limits, Monitor, SaveAt
 from ..io.trajectory import NPZ_FORMAT_VERSION
 from .options import FieldOptions
+from .ensemble import EnsembleTrajectory, ensemble_moments, simulate_ensemble
 from .simulation import simulate
 from .trajectory import ParticleTrajectory, load, weighted_moments
 
-__all__ = ["FieldOptions", "Limits", "Monitor", "NPZ_FORMAT_VERSION", "ParticleTrajectory",
-           "SaveAt", "load", "simulate", "velocity", "weighted_moments"]
+__all__ = ["EnsembleTrajectory", "FieldOptions", "Limits", "Monitor", "NPZ_FORMAT_VERSION",
+           "ParticleTrajectory", "SaveAt", "ensemble_moments", "load", "simulate",
+           "simulate_ensemble", "velocity", "weighted_moments"]
