@@ -26,7 +26,7 @@ from typing import Any
 
 from .attention import KINDS, Attention, AttentionParams, Head, Kind, Layers, register_kind
 from .backends import BackendNotAvailable, available_backends, get_backend
-from .blocks import MLP, Block, LayerNorm, PostLayerNorm, Sphere
+from .blocks import MLP, Block, LayerNorm, Normalization, PostLayerNorm, Sphere
 from .errors import SinkhornNotConverged
 from .fields import FieldEvaluator
 from .integrate.loop import Limits, Monitor, SaveAt
@@ -77,6 +77,7 @@ __all__ = [
     "LayerNorm",
     "Layers",
     "MLP",
+    "Normalization",
     "ParticleTrajectory",
     "SinkhornNotConverged",
     "available_backends",

@@ -41,12 +41,19 @@ of this extended field, so any solver of order :math:`p` followed by the radial
 retraction :math:`x \mapsto x/|x|` after every (sub-)step is a standard projection method
 of order :math:`p` (Hairer, Lubich, Wanner, *Geometric Numerical Integration*, §IV.4),
 and the tokens sit on the sphere to rounding (:math:`\le 10^{-15}`) after every step.
+
+``Block(normalization=...)`` (:class:`Normalization`) places the normalisation of the
+attention flow on the sphere: Post-LN (the sphere constraint), Pre-LN, Mix-LN, Peri-LN,
+nGPT or LN-Scaling; :func:`speed_factors` reports the factor by which each scheme scales
+the angular speed of the tokens along a run.
 """
 
 from __future__ import annotations
 
 from .block import (MLP, SOFTMAX_FREE_LN_EPS, SPLITTINGS, Block, Constraint, LayerNorm,
-                    PostLayerNorm, Sphere, sphere_retract, tangent_project, token_layer_norm)
+                    PostLayerNorm, Sphere, token_layer_norm)
+from .normalization import (NORMALIZATIONS, Normalization, speed_factors, sphere_retract,
+                            tangent_project)
 from .stepper import BlockStepper
 
 __all__ = [
@@ -55,10 +62,13 @@ __all__ = [
     "Constraint",
     "LayerNorm",
     "MLP",
+    "NORMALIZATIONS",
+    "Normalization",
     "PostLayerNorm",
     "SOFTMAX_FREE_LN_EPS",
     "SPLITTINGS",
     "Sphere",
+    "speed_factors",
     "sphere_retract",
     "tangent_project",
     "token_layer_norm",

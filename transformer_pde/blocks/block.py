@@ -1,9 +1,11 @@
 r"""The parts of a Transformer block and their composition :class:`Block`.
 
-Token-wise normalisations (:func:`token_layer_norm`, :func:`tangent_project`,
-:func:`sphere_retract`), :class:`LayerNorm`, the :class:`MLP` field, the constraints
-(:class:`Constraint`, :class:`Sphere`, :class:`PostLayerNorm`) and :class:`Block`, which
-gathers them for :func:`~transformer_pde.simulate` (the flow and its splittings are
+The per-token layer normalisation :func:`token_layer_norm` (the sphere's
+:func:`~transformer_pde.blocks.tangent_project` and
+:func:`~transformer_pde.blocks.sphere_retract` live in
+:mod:`~transformer_pde.blocks.normalization`), :class:`LayerNorm`, the :class:`MLP` field,
+the constraints (:class:`Constraint`, :class:`Sphere`, :class:`PostLayerNorm`) and
+:class:`Block`, which gathers them for :func:`~transformer_pde.simulate` (the flow and its splittings are
 described in :mod:`transformer_pde.blocks`).
 """
 
@@ -20,9 +22,10 @@ from ..attention import Layers
 from ..errors import ArgumentError, ArgumentTypeError
 from ..integrate.rk import array_namespace as _xp
 from ..validation import choice, matrix, nonnegative, positive, real_array
+from .normalization import as_normalization, sphere_retract, tangent_project
 
 __all__ = ["Block", "Constraint", "LayerNorm", "MLP", "PostLayerNorm", "SOFTMAX_FREE_LN_EPS",
-           "SPLITTINGS", "Sphere", "sphere_retract", "tangent_project", "token_layer_norm"]
+           "SPLITTINGS", "Sphere", "token_layer_norm"]
 
 #: operator-splitting schemes of :class:`Block`
 SPLITTINGS = ("strang", "lie", "none")
@@ -52,21 +55,6 @@ def token_layer_norm(x: Any, eps: float = SOFTMAX_FREE_LN_EPS) -> Any:
     xp = _xp(x)
     c = x - x.mean(axis=1, keepdims=True)
     return c / xp.sqrt((c * c).mean(axis=1, keepdims=True) + eps)
-
-
-def tangent_project(X: Any, F: Any) -> Any:
-    r"""Tangential part :math:`F_i - \frac{\langle x_i, F_i\rangle}{|x_i|^2} x_i` of each row.
-
-    Uses :math:`|x_i|^2` (not 1) so that :math:`|x|` is an exact first integral of the
-    projected field also off the sphere (needed by the projection method)."""
-    r2 = (X * X).sum(axis=1, keepdims=True)
-    return F - ((X * F).sum(axis=1, keepdims=True) / r2) * X
-
-
-def sphere_retract(X: Any) -> Any:
-    r"""Radial retraction :math:`x \mapsto x/|x|` of each row onto the unit sphere."""
-    xp = _xp(X)
-    return X / xp.sqrt((X * X).sum(axis=1, keepdims=True))
 
 
 def _param(name: str, value: Any, t: float, left: bool) -> np.ndarray:
@@ -393,18 +381,28 @@ class Block:
     splitting : {"strang", "lie", "none"}, optional
         How the attention and MLP flows are combined (see the module docstring); default
         ``"strang"``.  Only with ``mlp``.
+    normalization : str or Normalization, optional
+        Where the normalisation sits in the attention flow on the sphere:
+        ``"post"`` (the same flow as ``constraint="sphere"``), ``"pre"``, ``"mix"``,
+        ``"peri"``, ``"ngpt"``, ``"cod"``, or a
+        :class:`~transformer_pde.blocks.Normalization` carrying the options of a scheme
+        (``alpha``, ``switch``).  It replaces ``constraint``, ``layernorm`` and ``mlp``,
+        which cannot be combined with it.
 
     Every option needs a fixed-step solver.  Options that do not apply are errors: a
-    splitting without an MLP, a post-norm LayerNorm together with another constraint.
+    splitting without an MLP, a post-norm LayerNorm together with another constraint,
+    a normalisation scheme together with a constraint, a LayerNorm or an MLP.
     """
 
     mlp: MLP | None = None
     layernorm: Any = None
     constraint: Any = None
     splitting: str | None = None
+    normalization: Any = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
+        set_(self, "normalization", _normalization_option(self))
         for name in ("mlp", "layernorm", "constraint"):
             _refuse_class(name, getattr(self, name))
         if isinstance(self.layernorm, tuple):
@@ -488,9 +486,17 @@ class Block:
         ln_att, _ = self.pre_norms
         ln = "pre" if ln_att is not None else \
             "post" if isinstance(self.constraint, PostLayerNorm) else None
-        return {"constraint": getattr(self.constraint, "name", None),
-                "splitting": (self.splitting or "strang") if self.mlp is not None else "none",
-                "mlp": None if self.mlp is None else self.mlp.activation, "layernorm": ln}
+        out = {"constraint": getattr(self.constraint, "name", None),
+               "splitting": (self.splitting or "strang") if self.mlp is not None else "none",
+               "mlp": None if self.mlp is None else self.mlp.activation, "layernorm": ln,
+               "normalization": None}
+        nz = self.normalization
+        if nz is not None:
+            out["normalization"] = nz.scheme
+            for name in ("alpha", "switch"):
+                if getattr(nz, name) is not None:
+                    out[f"normalization_{name}"] = getattr(nz, name)
+        return out
 
     def parameters(self) -> dict[str, Any]:
         """Everything that determines the block's flow, by dotted name.
@@ -499,10 +505,12 @@ class Block:
         :class:`~transformer_pde.Layers` tables and callables of time, as the block holds
         them: ``"splitting"``, ``"mlp.W1"``, ``"mlp.activation"``, ...,
         ``"layernorm.attention.scale"``, ``"layernorm.mlp.eps"``, ``"constraint"``,
-        ``"constraint.layernorm.variance"``, ...  Two blocks with equal parameters (arrays
-        and tables equal element for element, the same callables) compute the same flow;
-        checkpoints fingerprint a run with them.  A constraint other than :class:`Sphere`
-        and :class:`PostLayerNorm` is named by its class and ``repr``.
+        ``"constraint.layernorm.variance"``, ..., and with a normalisation scheme
+        ``"normalization"``, ``"normalization.alpha"``, ``"normalization.switch"``.  Two
+        blocks with equal parameters (arrays and tables equal element for element, the
+        same callables) compute the same flow; checkpoints fingerprint a run with them.  A
+        constraint other than :class:`Sphere` and :class:`PostLayerNorm` is named by its
+        class and ``repr``.
         """
         out: dict[str, Any] = {"splitting": (self.splitting or "strang")
                                if self.mlp is not None else "none"}
@@ -524,7 +532,36 @@ class Block:
         else:
             cls = type(c)
             out["constraint"] = f"{cls.__module__}.{cls.__qualname__}: {c!r}"
+        if self.normalization is not None:
+            p = self.normalization.parameters()
+            out["normalization"] = p.pop("scheme")
+            out.update({f"normalization.{k}": v for k, v in p.items()})
         return out
+
+
+def _normalization_option(block: "Block") -> Any:
+    """``block.normalization`` as a :class:`~transformer_pde.blocks.Normalization` (or
+    ``None``); an :class:`ArgumentError` if it is combined with the options it replaces."""
+    _refuse_class("normalization", block.normalization)
+    nz = as_normalization(block.normalization)
+    if nz is None:
+        return None
+    if block.constraint is not None:
+        raise ArgumentError(
+            f"normalization={nz.scheme!r} already keeps the tokens normalised; do not combine "
+            f"it with constraint={block.constraint!r} (normalization='post' is the flow of "
+            "constraint='sphere': give one of them)")
+    if block.layernorm is not None:
+        raise ArgumentError(
+            f"normalization={nz.scheme!r} places the normalisation itself; do not combine it "
+            "with layernorm= (use normalization='pre' for Pre-LN on the sphere, or layernorm= "
+            "without normalization= for a LayerNorm in feature space)")
+    if block.mlp is not None:
+        raise ArgumentError(
+            f"normalization={nz.scheme!r} applies to the attention flow alone and cannot be "
+            "combined with mlp=; for a block with an MLP use constraint='sphere' or "
+            "layernorm= instead")
+    return nz
 
 
 def _layernorm_parameters(prefix: str, ln: LayerNorm | None) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 r"""The solver wrapper that advances a :class:`~transformer_pde.blocks.Block` flow by
 operator splitting (``"lie"``, ``"strang"`` or ``"none"``; the schemes are described in
-:mod:`transformer_pde.blocks`)."""
+:mod:`transformer_pde.blocks`), or by a normalisation scheme
+(:class:`~transformer_pde.blocks.Normalization`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 from ..errors import ArgumentError, ArgumentTypeError
 from ..integrate.solvers import restore_solver_state, solver_state
 from .block import Block
+from .normalization import sphere_retract, tangent_project, unit_rows
 
 __all__ = ["BlockStepper"]
 
@@ -57,6 +59,12 @@ class BlockStepper:
                     "solver")
         if block.layernorm is not None and d < 2:
             raise ArgumentError("layernorm needs d >= 2 features")
+        self.normalization = block.normalization
+        if self.normalization is not None and self.normalization.scheme == "mix" and \
+                getattr(solver, "multistep", False):
+            raise ArgumentError(
+                f"solver={solver.name!r} is multistep and its history would reach across "
+                "the switch of normalization='mix'; use a one-step solver (e.g. 'rk4')")
         self.block = block
         self.inner = solver
         self.d = d
@@ -79,6 +87,8 @@ class BlockStepper:
 
     def initial(self, X0: np.ndarray) -> np.ndarray:
         """Check (and for the sphere, exactly renormalise) the initial tokens."""
+        if self.normalization is not None:
+            return self.normalization.initial(X0)
         if self.constraint is not None:
             return self.constraint.initial(X0)
         return X0
@@ -134,6 +144,8 @@ class BlockStepper:
     def step(self, f: Callable, t: float, y: Any, h: float) -> Any:
         """Advance the block flow from ``t`` to ``t + h`` (``f``: attention field)."""
         self._end = t + h
+        if self.normalization is not None:
+            return self._normalized(f, t, y, h)
         step = self.inner.step
         fa = self._attention(f)
         if self.mlp is None:
@@ -149,3 +161,20 @@ class BlockStepper:
         y = self._project(step(fa, t, y, half), t + half)
         y = self._project(step(self._mlp(t + half), t, y, h), t + half, after_mlp=True)
         return self._project(step(fa, t + half, y, half), t + h)
+
+    def _normalized(self, f: Callable, t: float, y: Any, h: float) -> Any:
+        r"""One step of a normalisation scheme.  The step uses the scheme in force at its
+        start; a step over the switch of ``"mix"`` is cut there into a post and a pre
+        step.  ``"post"`` evaluates the field at the stage tokens themselves (the
+        operations of ``constraint="sphere"``, so the two agree bit for bit); the other
+        schemes evaluate it at the normalised stage tokens :math:`z/|z|`."""
+        nz = self.normalization
+        if nz.crosses_switch(t, h):
+            y = self._normalized(f, t, y, nz.switch - t)
+            return self._normalized(f, nz.switch, y, t + h - nz.switch)
+        active = nz.at(t)
+        if active.scheme == "post":
+            return sphere_retract(self.inner.step(lambda tau, z: tangent_project(z, f(tau, z)),
+                                                  t, y, h))
+        y = self.inner.step(lambda tau, z: active.field(tau, z, f(tau, unit_rows(z))), t, y, h)
+        return sphere_retract(y) if active.retracts(t) else y

@@ -136,7 +136,8 @@ def build_attention(table: Any, *, section: str = "attention") -> Any:
     ``W_O`` (optional), ``seed`` (random matrices), ``score_scale`` (multiplies ``Q``:
     ``"1/sqrt(d)"`` for the paper's :math:`A/\sqrt d`, ``"1/sqrt(k)"`` with
     :math:`k = d/H`, or a number), and every keyword of :class:`~transformer_pde.Attention`
-    with its default (``heads``, ``masked``, ``beta``, ``eps``, ``l2_beta``, ...).
+    with its default (``heads``, ``masked``, ``beta``, ``eps``, ``l2_beta``, ``shift``,
+    ...; ``shift = beta`` keeps ``kind = "exp"`` finite at large ``beta``).
     """
     from ..attention import KINDS, Attention  # noqa: PLC0415
 
@@ -298,14 +299,27 @@ def build_layernorm(table: Any, *, section: str = "block.layernorm") -> Any:
 def build_block(table: Any, d: int, *, section: str = "block") -> Any:
     """A :class:`~transformer_pde.Block` (or ``None``) from a ``[block]`` table: its
     keywords ``constraint`` (``"none"`` or ``"sphere"``), ``splitting``
-    (:data:`transformer_pde.blocks.SPLITTINGS`; only with an MLP), and the sub-tables
-    ``[block.mlp]`` and ``[block.layernorm]`` (``mode = "post"`` makes the post-norm
-    constraint)."""
+    (:data:`transformer_pde.blocks.SPLITTINGS`; only with an MLP), ``normalization`` (a
+    scheme of :data:`transformer_pde.blocks.NORMALIZATIONS`, or a table
+    ``{scheme = ..., alpha = ..., switch = ...}`` for the options of
+    :class:`~transformer_pde.blocks.Normalization`), and
+    the sub-tables ``[block.mlp]`` and ``[block.layernorm]`` (``mode = "post"`` makes the
+    post-norm constraint)."""
     from ..blocks import SPLITTINGS, Block  # noqa: PLC0415
 
-    sec = Table(table, section, ("constraint", "splitting", "mlp", "layernorm"))
+    sec = Table(table, section, ("constraint", "splitting", "mlp", "layernorm",
+                                 "normalization"))
     if not sec.data:
         return None
+    if sec.has("normalization"):
+        nz = _build_normalization(sec.raw("normalization"), section=sec.key("normalization"))
+        others = [k for k in ("constraint", "splitting", "mlp", "layernorm") if sec.has(k)]
+        if others:
+            raise ConfigError(f"{sec.key(others[0])}: does not apply with "
+                              f"{sec.key('normalization')} = {nz.scheme!r}, which places the "
+                              "normalisation of the attention flow itself (normalization = "
+                              "'post' is constraint = 'sphere')")
+        return library_call(section, Block, names=["normalization"], normalization=nz)
     constraint = sec.choice("constraint", "none", ["none", "sphere"])
     kwargs: dict[str, Any] = {"constraint": None if constraint == "none" else constraint}
     if sec.has("mlp"):
@@ -324,6 +338,28 @@ def build_block(table: Any, d: int, *, section: str = "block") -> Any:
     if kwargs["constraint"] is None and len(kwargs) == 1:
         return None
     return library_call(section, Block, names=[k for k in kwargs if sec.has(k)], **kwargs)
+
+
+def _build_normalization(value: Any, *, section: str = "block.normalization") -> Any:
+    """A :class:`~transformer_pde.blocks.Normalization` from ``block.normalization``: a
+    scheme name (``"pre"``) or a table ``{scheme = "ngpt", alpha = 0.5}`` /
+    ``{scheme = "mix", switch = 2.0}`` (an option of another scheme is an error naming
+    it)."""
+    from ..blocks import NORMALIZATIONS, Normalization  # noqa: PLC0415
+
+    if isinstance(value, str):
+        value = {"scheme": value}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{section}: expected one of {', '.join(map(repr, NORMALIZATIONS))} "
+                          f"or a table {{scheme = ..., alpha = ..., switch = ...}}, got "
+                          f"{value!r}")
+    sec = Table(value, section, ("scheme", "alpha", "switch"))
+    kwargs: dict[str, Any] = {"scheme": sec.choice("scheme", None, NORMALIZATIONS)}
+    for k in ("alpha", "switch"):
+        if sec.has(k):
+            kwargs[k] = sec.number(k, positive=True)
+    return library_call(section, Normalization, names=[k for k in kwargs if k != "scheme"],
+                        **kwargs)
 
 
 def build_solver(value: Any, key: str) -> Any:
