@@ -114,6 +114,8 @@ html_static_path = ["_static"]
 html_css_files = ["custom.css"]
 html_theme_options = {
     "navigation_with_keys": False,
+    # every top-level page in the header, the API reference included (none under "More")
+    "header_links_before_dropdown": 8,
     "show_toc_level": 2,
     # the benchmark tables need the whole width: no table of contents beside them
     "secondary_sidebar_items": {"**": ["page-toc"], "benchmarks": []},

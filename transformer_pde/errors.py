@@ -115,8 +115,10 @@ class ConvergenceWarning(TransformerPDEWarning):
 
 
 class EarlyStopWarning(TransformerPDEWarning):
-    """A run ended before its final time (blow-up, non-finite state, failure, budget,
-    interruption); the states computed before the stop are kept in the result."""
+    """A run ended before its final time without an answer (non-finite state, failure,
+    step budget, interruption); the states computed before the stop are kept in the result.
+    A detected blow-up, divergence or convergence is an answer: it is reported in the
+    result's ``status`` only (see :class:`~transformer_pde.results.Status`)."""
 
 
 class CheckpointWarning(TransformerPDEWarning):

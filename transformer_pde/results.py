@@ -33,7 +33,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from .errors import ArgumentTypeError, EarlyStopWarning
 
-__all__ = ["Result", "ResultKind", "Status", "kind_of", "require_kind", "warn_stop"]
+__all__ = ["Result", "ResultKind", "Status", "check_warn", "kind_of", "require_kind",
+           "warn_stop"]
 
 
 class Status(str, enum.Enum):
@@ -54,6 +55,18 @@ class Status(str, enum.Enum):
 
     "Success" means the result answers the question that was asked: a detected blow-up
     is an answer, a NaN is not.
+
+    **Answers are statuses, not warnings.**  A run that ends with an answer (``ok``,
+    ``converged``, ``blowup``, ``diverging``) reports it in ``status`` and ``message``
+    only, as :func:`scipy.integrate.solve_ivp` does.  A run that ends without one
+    (``nonfinite``, ``failed``, ``max_steps``, ``interrupted``) also issues an
+    :class:`~transformer_pde.errors.EarlyStopWarning`, so that a partial result is not
+    taken for a complete one (an interrupted run warns too: its result stops at the time
+    of the Ctrl-C, which a later cell of a notebook may not show).  Every solver that
+    returns a status takes ``warn=True``; ``warn=False`` turns the warning off for that
+    call (the status and message are unchanged).  Globally,
+    ``warnings.simplefilter("ignore", EarlyStopWarning)`` silences them and
+    ``warnings.simplefilter("error", EarlyStopWarning)`` turns them into errors.
     """
 
     OK = "ok"
@@ -171,12 +184,39 @@ GaussianTrajectory or GaussianBatch, got list
     return kind
 
 
-def warn_stop(status: Status, message: str, *, stacklevel: int = 3) -> None:
-    """Issue an :class:`~transformer_pde.errors.EarlyStopWarning` when ``status`` is an
-    early stop (``blowup`` included: a user asked for a final time it did not reach).
+def warn_stop(status: Status, message: str, *, warn: bool = True,
+              stacklevel: int = 3) -> None:
+    """Issue an :class:`~transformer_pde.errors.EarlyStopWarning` when a run ended without
+    an answer (``status.success`` is false: ``nonfinite``, ``failed``, ``max_steps``,
+    ``interrupted``) and ``warn`` is true; an answer (``ok``, ``converged``, ``blowup``,
+    ``diverging``) is reported in the status only (see :class:`Status`).
 
-    Users turn early stops into errors with
-    ``warnings.simplefilter("error", EarlyStopWarning)``.
+    Parameters
+    ----------
+    status : Status or str
+        How the run ended.
+    message : str
+        The run's message (the warning reads ``"<status>: <message>"``).
+    warn : bool, default True
+        The ``warn=`` argument of the solver; ``False`` issues nothing.
+    stacklevel : int, default 3
+        Passed to :func:`warnings.warn` (3: the caller of the function calling this one).
+
+    Examples
+    --------
+    >>> import warnings
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("error")
+    ...     warn_stop("blowup", "finite-time blow-up at t=0.88")   # an answer: silent
     """
-    if Status.parse(status).stopped_early:
+    if check_warn(warn) and not Status.parse(status).success:
         warnings.warn(f"{status}: {message}", EarlyStopWarning, stacklevel=stacklevel)
+
+
+def check_warn(warn: Any) -> bool:
+    """The ``warn=`` argument of a solver as a ``bool`` (Python or NumPy bool); anything
+    else raises :class:`~transformer_pde.errors.ArgumentTypeError` naming ``warn``.
+    Solvers call it before they run, so that a wrong value fails at once."""
+    if type(warn).__name__ not in ("bool", "bool_"):
+        raise ArgumentTypeError(f"warn must be True or False, got {type(warn).__name__}")
+    return bool(warn)

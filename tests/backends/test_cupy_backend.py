@@ -12,8 +12,9 @@ What runs where
   Sinkhorn through ``lse``, float32 and float64.
 * CPU, pure Python: the split-merge formulas, the dense fallback, detection with CuPy
   absent or failing (monkeypatched), ``"auto"`` never choosing a failing GPU.
-* CUDA toolchain (NVRTC from the ``nvidia-cuda-nvrtc-cu12`` wheel, ``ptxas``): the kernels
-  compile for sm_90 without register spills; skipped with the reason otherwise.
+* CUDA toolchain (NVRTC from the ``nvidia-cuda-nvrtc-cu12`` wheel of the ``[cuda-check]``
+  extra, or a system ``libnvrtc``; ``ptxas``): the kernels compile for sm_90 without register
+  spills; skipped with the reason otherwise.
 * GPU (``-m gpu``): the real backend against the reference.
 
 Not covered without a GPU: the MUFU ``ex2.approx`` exponential (relative error
@@ -588,7 +589,8 @@ def _compile_ptx(lib, names, arch="compute_90"):
 def _spill_check(names, tmp_path):
     lib = _nvrtc()
     if lib is None:
-        pytest.skip("NVRTC not found (pip install nvidia-cuda-nvrtc-cu12): cannot compile "
+        pytest.skip("NVRTC not found: no nvidia-cuda-nvrtc-cu12 wheel (pip install "
+                    "'transformer-pde[cuda-check]') and no system libnvrtc; cannot compile "
                     "the kernels for sm_90")
     ptx, lowered = _compile_ptx(lib, names)
     assert set(lowered.values()) == set(names)

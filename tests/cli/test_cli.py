@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from transformer_pde import cli
+from transformer_pde.io.labelled import open_dataset
 
 
 def _write(tmp_path, name, text):
@@ -104,8 +105,9 @@ n_eval = 20
     # solver tolerance 1e-10; the estimate of T* is accurate to ~1e-9 relative
     assert s["blowup_time"] == pytest.approx(1.0 / (np.sqrt(2.0) * lam), rel=1e-7)
     assert s["limit_numerical_rank"] == 1
-    with np.load(out / "gaussian.npz") as z:
-        assert z["covs"].shape[1:] == (2, 2) and z["times"][0] == 0.0
+    z = open_dataset(out / "gaussian.nc")
+    assert z["covs"].shape[1:] == (2, 2) and z["time"].values[0] == 0.0
+    assert z.attrs["status"] == "blowup" and z.attrs["command"] == "gaussian"
     assert (out / "gaussian.png").is_file()
 
 
@@ -124,16 +126,18 @@ rank_one_line = [1.0, 0.0]
 """)
     out = tmp_path / "c"
     assert cli.main(["cone", cfg, "--out", str(out), "--scheduler", "serial"]) == 0
-    with np.load(out / "cone.npz") as z:
-        for i in range(4):
-            times, covs = z[f"times_{i}"], z[f"covs_{i}"]
-            assert covs.shape == (6, 2, 2) and times[-1] == pytest.approx(1.0)
-            np.testing.assert_allclose(covs[0], z["covs0"][i], rtol=1e-12)
-            # V = -I: Sigma' = -sqrt(2) Sigma^2, Sigma(t) = (Sigma0^-1 + sqrt(2) t I)^-1 exactly;
-            # solver rtol 1e-10, so 1e-7 leaves room for the dense-output interpolation
-            inv0 = np.linalg.inv(z["covs0"][i])
-            exact = np.linalg.inv(inv0 + np.sqrt(2.0) * times[-1] * np.eye(2))
-            np.testing.assert_allclose(covs[-1], exact, rtol=1e-7)
+    z = open_dataset(out / "cone.nc")
+    for i in range(4):
+        n = int(z["n_times"].values[i])
+        times, covs = z["times"].values[i, :n], z["covs"].values[i, :n]
+        covs0 = z["covs0"].values[i]
+        assert covs.shape == (6, 2, 2) and times[-1] == pytest.approx(1.0)
+        np.testing.assert_allclose(covs[0], covs0, rtol=1e-12)
+        # V = -I: Sigma' = -sqrt(2) Sigma^2, Sigma(t) = (Sigma0^-1 + sqrt(2) t I)^-1 exactly;
+        # solver rtol 1e-10, so 1e-7 leaves room for the dense-output interpolation
+        inv0 = np.linalg.inv(covs0)
+        exact = np.linalg.inv(inv0 + np.sqrt(2.0) * times[-1] * np.eye(2))
+        np.testing.assert_allclose(covs[-1], exact, rtol=1e-7)
     s = json.loads((out / "summary.json").read_text())
     assert sum(s["status_counts"].values()) == 4
     assert (out / "cone.png").is_file()
@@ -147,8 +151,8 @@ def test_ranks_tiny(tmp_path):
     s = json.loads((out / "summary.json").read_text())
     (sw,) = s["sweeps"]
     assert sum(sw["rank_counts"]) == 4 and sw["d"] == 2
-    with np.load(out / "ranks.npz") as z:
-        assert z["softmax_identity_d2"].shape == (4,)
+    z = open_dataset(out / "ranks.nc")
+    assert z["rank"].sel(kind="softmax", value="identity", d=2).shape == (4,)
     assert (out / "ranks.png").is_file()
 
 

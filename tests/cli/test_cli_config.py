@@ -228,8 +228,10 @@ def test_gaussian_defaults_are_the_library_defaults(tmp_path):
     ref = gaussian.solve(Attention("softmax", np.eye(2), np.eye(2), -np.eye(2)), np.zeros(2),
                          np.array([[1.0, 0.2], [0.2, 0.5]]), t_max=0.5,
                          t_eval=np.linspace(0.0, 0.5, 3))
-    with np.load(tmp_path / "o" / "gaussian.npz") as z:
-        np.testing.assert_array_equal(z["covs"], ref.covs)
+    from transformer_pde.io.labelled import open_dataset
+
+    np.testing.assert_array_equal(open_dataset(tmp_path / "o" / "gaussian.nc")["covs"].values,
+                                  ref.covs)
 
 
 @pytest.mark.parametrize("name", [[], {}, 3, None])

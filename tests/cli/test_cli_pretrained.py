@@ -21,11 +21,12 @@ def test_pretrained_command_writes_figures_and_summary(tmp_path, capsys, monkeyp
     import matplotlib
     import matplotlib.pyplot as plt
 
-    # the report draws on Figure objects: the caller's backend and pyplot figures stay as they are
+    # the report leaves the caller's backend and pyplot figures as they are
     def no_switch(*args, **kwargs):
         raise AssertionError("the report must not switch the matplotlib backend")
 
     user_fig = plt.figure()
+    open_before = plt.get_fignums()     # other tests' pyplot figures may still be open
     monkeypatch.setattr(matplotlib, "use", no_switch)
     monkeypatch.setattr(plt, "switch_backend", no_switch)
     out = tmp_path / "run"
@@ -45,7 +46,7 @@ def test_pretrained_command_writes_figures_and_summary(tmp_path, capsys, monkeyp
     c = s["flows"]["continuous"]["statistics"]["mean_cosine"]
     assert c[0] == s["flows"]["network"]["statistics"]["mean_cosine"][0]
     assert "6 tokens through 6 layers" in capsys.readouterr().out
-    assert plt.get_fignums() == [user_fig.number]
+    assert plt.get_fignums() == open_before     # the report closes the figures it made
     plt.close(user_fig)
 
 

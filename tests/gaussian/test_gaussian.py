@@ -3,7 +3,9 @@ Sinkhorn coupling against POT, and the mean-field limit against the particle eng
 
 from __future__ import annotations
 
+import contextlib
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -14,6 +16,15 @@ from transformer_pde.errors import EarlyStopWarning
 from transformer_pde.gaussian import member as gaussian_member
 from transformer_pde.gaussian import trajectory as gaussian_trajectory
 from transformer_pde.results import Result, Status
+
+
+@contextlib.contextmanager
+def _answer():
+    """A blow-up, divergence or convergence is an answer: reported in the status, never
+    warned (an EarlyStopWarning inside the block is an error)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EarlyStopWarning)
+        yield
 
 
 def _rot(theta: float) -> np.ndarray:
@@ -634,14 +645,14 @@ def test_final_states_land_on_the_threshold(use_numba):
     # 1e-12 landing tolerance), as for solve (root finding on its terminal event)
     att = Attention("softmax", **_SOFTMAX_1D)
     s0 = np.array([1.0, 0.5, 0.25])
-    with pytest.warns(EarlyStopWarning, match="3 blowup"):
+    with _answer():
         b = g.solve_batch(att, np.zeros((3, 1)), s0[:, None, None], t_max=5.0,
                           blowup_threshold=1e3, use_numba=use_numba)
     assert list(b.status) == ["blowup"] * 3
     np.testing.assert_allclose(b.covs[:, 0, 0], 1e3, rtol=1e-11)
     # the final time is the exact time of sigma = 1000: (1 - s0/1000) / (2 s0)
     np.testing.assert_allclose(b.t_final, (1 - s0 / 1e3) / (2 * s0), rtol=1e-9)
-    with pytest.warns(EarlyStopWarning):
+    with _answer():
         tr = g.solve(att, [0.0], [[1.0]], t_max=5.0, blowup_threshold=1e3)
     assert tr.covs[-1, 0, 0] == pytest.approx(1e3, rel=1e-11)
 
@@ -671,7 +682,7 @@ def test_blowup_time_and_limit_do_not_depend_on_threshold(use_numba):
     B = len(covs)
     res = {}
     for thr in (1e3, 1e8):
-        with pytest.warns(EarlyStopWarning):
+        with _answer():
             res[thr] = g.solve_batch(att, np.zeros((B, 2)), covs, t_max=30.0,
                                      blowup_threshold=thr, use_numba=use_numba)
     lo, hi = res[1e3], res[1e8]
@@ -685,7 +696,7 @@ def test_blowup_time_and_limit_do_not_depend_on_threshold(use_numba):
     if use_numba:
         i = int(np.nonzero(blow)[0][0])
         for thr in (1e3, 1e8):
-            with pytest.warns(EarlyStopWarning):
+            with _answer():
                 tr = g.solve(att, np.zeros(2), covs[i], t_max=30.0, blowup_threshold=thr)
             assert tr.blowup_time == pytest.approx(exact[0], rel=1e-8)
             np.testing.assert_allclose(tr.limit, hi.limit[i], atol=1e-8)
@@ -738,19 +749,27 @@ def test_solve_step_budget_is_max_steps_with_warning(monkeypatch):
     with pytest.warns(EarlyStopWarning, match="max_steps: stopped at t=.* step budget"):
         tr = g.solve(att, np.zeros(2), 0.01 * np.eye(2), t_max=50.0, convergence="relative")
     assert tr.status == "max_steps" and not tr.success and tr.t_final < 50.0
+    # warn=False: the same result, the status its only report
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EarlyStopWarning)
+        quiet = g.solve(att, np.zeros(2), 0.01 * np.eye(2), t_max=50.0,
+                        convergence="relative", warn=False)
+    assert quiet.status == "max_steps" and quiet.message == tr.message
+    with pytest.raises(TypeError, match="warn must be True or False"):
+        g.solve(att, np.zeros(2), 0.01 * np.eye(2), t_max=50.0, warn="no")
 
 
 def test_result_protocol():
     att = Attention("softmax", **_SOFTMAX_1D)
     te = np.linspace(0, 0.4, 5)
-    with pytest.warns(EarlyStopWarning):
+    with _answer():
         tr = g.solve(att, [0.0], [[1.0]], t_max=1.0, t_eval=te)
     assert isinstance(tr, Result) and tr.status is Status.BLOWUP and tr.success
     means, covs = tr.moments()
     assert means.shape == (5, 1) and covs.shape == (5, 1, 1)
     tr = g.solve(att, [0.0], [[0.1]], t_max=1.0)
     assert tr.status == "ok" and tr.success and "undecided" in tr.message
-    with pytest.warns(EarlyStopWarning, match="1 of 2 members"):
+    with _answer():
         b = g.solve_batch(att, [[0.0], [0.0]], [[[1.0]], [[0.1]]], t_max=1.0, t_eval=te)
     assert list(b.status) == ["blowup", "ok"] and b.success.tolist() == [True, True]
     assert b.counts()["blowup"] == 1 and b.counts()["ok"] == 1 and "2 members" in b.message

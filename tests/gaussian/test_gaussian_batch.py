@@ -13,6 +13,9 @@ counts: bit for bit.
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+
 import numpy as np
 import pytest
 from scipy.optimize import brentq
@@ -22,6 +25,16 @@ from transformer_pde.attention import Attention
 from transformer_pde.errors import ArgumentError, EarlyStopWarning
 from transformer_pde.gaussian import member as gaussian_member
 from transformer_pde.integrate.controller import PIController, initial_step, pi_factor
+
+
+@contextlib.contextmanager
+def _answer():
+    """A blow-up, divergence or convergence is an answer: reported in the status, never
+    warned (an EarlyStopWarning inside the block is an error)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EarlyStopWarning)
+        yield
+
 
 _Q = np.array([[-0.09678415830991538, 0.42220166048145347],
                [-0.22546156340099752, -0.6379430932117882]])
@@ -155,7 +168,7 @@ def test_exact_blowup_times_states_and_limits(use_numba, d):
     T = np.array([g.blowup_time_identity_value(A, S) for S in covs])
     assert np.all(np.isfinite(T))
     te = np.linspace(0, 0.98 * T.min(), 7)
-    with pytest.warns(EarlyStopWarning, match="4 blowup"):
+    with _answer():
         b = g.solve_batch(att, np.zeros((4, d)), covs, t_max=10 * T.max(), t_eval=te,
                           use_numba=use_numba)
     assert list(b.status) == ["blowup"] * 4
@@ -194,9 +207,9 @@ def test_paths_agree_on_the_paper_grid():
     att, covs, A = _paper_grid(40)
     covs = covs[::9]
     kw = {"t_max": 1000.0, "blowup_threshold": 1e3}
-    with pytest.warns(EarlyStopWarning):
+    with _answer():
         nb = g.solve_batch(att, np.zeros((len(covs), 2)), covs, **kw)
-    with pytest.warns(EarlyStopWarning):
+    with _answer():
         npy = g.solve_batch(att, np.zeros((len(covs), 2)), covs, use_numba=False, **kw)
     assert list(nb.status) == list(npy.status) == ["blowup"] * len(covs)
     T = np.array([g.blowup_time_identity_value(A, S) for S in covs])
@@ -226,7 +239,7 @@ def test_results_do_not_depend_on_the_thread_count():
     try:
         for n in sorted({1, 2, n_max}):
             numba.set_num_threads(n)
-            with pytest.warns(EarlyStopWarning):
+            with _answer():
                 out[n] = g.solve_batch(att, means, covs, **kw)
     finally:
         numba.set_num_threads(before)
@@ -258,7 +271,7 @@ def test_limits_are_psd_with_unit_trace_for_random_values():
     # q = 1.3), so its linear extrapolation to T* leaves the PSD cone (eigenvalue -0.02);
     # such a member keeps the shape measured at tr Sigma = 1e10 (and says so)
     atts, covs = _square_draws(3, 100)
-    with pytest.warns(EarlyStopWarning):
+    with _answer():
         b = g.solve_batch(atts, np.zeros((100, 3)), covs, t_max=30.0, blowup_threshold=1e3,
                           rtol=1e-6, atol=1e-9, max_steps=2000)
     assert np.sum(b.status == "blowup") > 30
@@ -280,3 +293,23 @@ def test_radau_continuation_with_a_spent_budget_ends_cleanly():
                       blowup_threshold=1e3, rtol=1e-6, atol=1e-9, max_steps=2000)
     assert b.status[0] in ("max_steps", "blowup", "diverging"), b.messages[0]
     assert np.all(np.isfinite(b.covs[0])) and np.isfinite(b.t_final[0])
+
+
+def test_only_members_without_an_answer_warn_and_warn_false_silences(monkeypatch):
+    # a blow-up is an answer (status only); a member whose budget runs out is not: one
+    # warning for the call, naming the count; warn=False keeps the statuses, drops it
+    from transformer_pde.gaussian import trajectory as gaussian_trajectory
+    monkeypatch.setattr(gaussian_trajectory, "STIFF_STEPS", 5)
+    monkeypatch.setattr(gaussian_trajectory, "IMPLICIT_STEPS", 5)
+    att = Attention("softmax", [[1.0, 0.3], [-0.3, 0.5]], np.eye(2), [[0.2, -1.0], [1.0, 0.1]])
+    covs = np.stack([0.01 * np.eye(2), 0.02 * np.eye(2)])
+    kw = {"t_max": 50.0, "convergence": "relative", "max_steps": 5, "use_numba": False}
+    with pytest.warns(EarlyStopWarning, match=r"2 of 2 members ended without an answer"):
+        b = g.solve_batch(att, np.zeros((2, 2)), covs, **kw)
+    assert list(b.status) == ["max_steps"] * 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EarlyStopWarning)
+        quiet = g.solve_batch(att, np.zeros((2, 2)), covs, warn=False, **kw)
+    assert list(quiet.status) == list(b.status) and quiet.messages == b.messages
+    with pytest.raises(TypeError, match="warn must be a bool"):
+        g.solve_batch(att, np.zeros((2, 2)), covs, warn=1, **kw)

@@ -112,3 +112,18 @@ def test_tagged_arrays_keep_dtype_shape_and_bits():
     assert back["x"].tobytes() == value["x"].tobytes() and back["x"].dtype == np.float64
     assert back["y"] == [1.5]
     assert back["z"].shape == (0, 3) and back["z"].dtype == np.int16
+
+
+def test_strict_json_nonfinite_null_and_tagged_values_exact():
+    from transformer_pde.io.jsonfmt import dumps, tag_arrays, untag_arrays
+
+    def strict(text):
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard {c}"))
+
+    value = {"t": np.inf, "x": [1.0, float("nan")], "a": np.array([1.0, -np.inf], np.float32)}
+    assert strict(dumps(value, strict=True)) == {"t": None, "x": [1.0, None], "a": [1.0, None]}
+    back = untag_arrays(strict(dumps(tag_arrays(value), strict=True)))
+    assert back["t"] == np.inf and np.isnan(back["x"][1])
+    assert back["a"].dtype == np.float32 and back["a"].tolist() == [1.0, -np.inf]
+    # without strict: Python's extension, as before (internal metadata keeps its bytes)
+    assert dumps({"t": np.inf}) == '{"t": Infinity}'

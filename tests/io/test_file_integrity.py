@@ -255,7 +255,7 @@ def test_legacy_npz_without_checksums_loads(tmp_path):
 def test_legacy_labelled_files_load(tmp_path):
     tr = _traj()
     ds = labelled.particle_dataset(tr)
-    del ds.attrs["message_json"]
+    ds.attrs.pop("message_json", None)
     ds.to_netcdf(tmp_path / "old.nc", engine="h5netcdf")
     ds.to_zarr(tmp_path / "old.zarr", zarr_format=2, consolidated=False)
     for name in ("old.nc", "old.zarr"):
@@ -563,3 +563,26 @@ def test_npz_zip_container_damage_is_a_trajectory_file_error(tmp_path):
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(TrajectoryFileError):
         tp.load(path)
+
+
+# ------------------------------------------------------------------ self-describing files
+@pytest.mark.parametrize("suffix", ["nc", "zarr"])
+def test_labelled_variables_have_cf_attributes_and_zarr_is_consolidated(tmp_path, suffix):
+    import json
+    import warnings
+
+    import xarray as xr
+
+    tr = _traj()
+    path = tr.save(tmp_path / f"a.{suffix}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # open_zarr warns on a store without .zmetadata
+        ds = (xr.open_zarr(path) if suffix == "zarr"
+              else xr.open_dataset(path, engine="h5netcdf")).load()
+    for name in ds.variables:
+        assert ds[name].attrs["units"] == "1" and ds[name].attrs["long_name"], name
+    assert ds["time"].dtype == np.float64  # "1" is no CF time unit: not decoded
+    assert "message_json" not in ds.attrs  # a plain message is written once
+    for key in ("info", "attention", "checksums"):  # strict JSON attributes
+        json.loads(ds.attrs[key], parse_constant=lambda c, k=key: pytest.fail(f"{k}: {c}"))
+    assert _fingerprint(tp.load(path)) == _fingerprint(tr)

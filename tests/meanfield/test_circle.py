@@ -192,6 +192,10 @@ def test_max_modes_stops_early_and_keeps_the_resolved_states():
         sol = solve_circle(d0, 5.0, ts, max_modes=64)
     assert sol.status == "failed" and not sol.success
     assert "max_modes=64" in sol.message and "concentrates" in sol.message
+    with warnings.catch_warnings():   # warn=False: the status is the only report
+        warnings.simplefilter("error", EarlyStopWarning)
+        quiet = solve_circle(d0, 5.0, ts, max_modes=64, warn=False)
+    assert quiet.status == "failed" and quiet.message == sol.message
     assert sol.times[-1] < ts[-1] and sol.modes.max() == 64
     np.testing.assert_array_equal(sol.times[:-1], ts[:sol.times.size - 1])
     assert np.all(sol.tail <= sol.tol)

@@ -3,6 +3,8 @@ system and its argument checks."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -101,8 +103,10 @@ def test_expanding_flow_within_the_range_of_validity():
 
 def test_max_norm_stops_the_run():
     # a measure given on a grid has no cut tail: the run goes on until max_norm
+    # (a blow-up is an answer: reported in the status, with no warning)
     x = np.linspace(-3.0, 3.0, 61)
-    with pytest.warns(EarlyStopWarning):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EarlyStopWarning)
         sol = solve_line((x, np.exp(-x * x / 2)), 2.0, beta=0.5, n_nodes=64, max_norm=4.0)
     assert sol.status == "blowup" and sol.times[-1] < 2.0
 
@@ -117,6 +121,10 @@ def test_an_expanding_flow_stops_before_the_cut_tails_matter():
     with pytest.warns(EarlyStopWarning, match="edge_tol"):
         sol = solve_line(stats.norm(0.0, s0), ts)
     assert sol.status == "failed" and "end node" in sol.message
+    with warnings.catch_warnings():   # warn=False: the status is the only report
+        warnings.simplefilter("error", EarlyStopWarning)
+        quiet = solve_line(stats.norm(0.0, s0), ts, warn=False)
+    assert quiet.status == "failed" and quiet.message == sol.message
     assert 1.0 < sol.times[-1] < 1.98
     _, covs = sol.moments()
     exact = s0 ** 2 / (1.0 - 2.0 * s0 ** 2 * sol.times)

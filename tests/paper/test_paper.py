@@ -276,3 +276,19 @@ def test_rank_sweep_paper_distribution_and_cli_config(tmp_path):
     assert s["sweeps"][0]["rank_counts"] == np.bincount(sw.ranks, minlength=4).tolist()
     cfg.write_text('[ranks]\ndistribution = "paper"\nvalues = ["random"]\n')
     assert cli.main(["ranks", str(cfg), "--out", str(tmp_path / "p"), "-q"]) == 2
+
+
+def test_rank_figure_says_when_a_dimension_has_no_converged_draw():
+    # a (kind, value) panel whose draws of one dimension all failed to converge: the figure
+    # is drawn (the other dimension's bars) and the panel says which dimension had none
+    from transformer_pde.paper import RankSweep, rank_figure
+    common = dict(kind="softmax", value="identity", rtol=1e-3, blowup_threshold=1e3, t_max=5.0)
+    ok = RankSweep(d=2, ranks=np.array([1, 1, 2]), status=np.array(["converged"] * 3), **common)
+    none = RankSweep(d=3, ranks=np.array([-1, -1]), status=np.array(["ok", "ok"]), **common)
+    fig = rank_figure([ok, none], "ranks")
+    ax = fig.axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert texts == ["no converged draw: d = 3"]
+    assert [c.get_label() for c in ax.containers] == ["d = 2"]
+    only_none = rank_figure([none], "ranks")
+    assert [t.get_text() for t in only_none.axes[0].texts] == ["no converged draw: d = 3"]

@@ -187,6 +187,10 @@ def test_ensemble_stops_when_any_system_blows_up(rng):
         ens = simulate_ensemble(att, X0, t_max=5.0, dt=0.01)
     assert ens.status in ("nonfinite", "blowup") and not ens.success
     assert ens.times[-1] < 5.0 and np.all(np.isfinite(ens.states))
+    with warnings.catch_warnings():   # warn=False: the status is the only report
+        warnings.simplefilter("error", EarlyStopWarning)
+        quiet = simulate_ensemble(att, X0, t_max=5.0, dt=0.01, warn=False)
+    assert quiet.status == ens.status and quiet.message == ens.message
 
 
 # ------------------------------------------------------------------ refusals

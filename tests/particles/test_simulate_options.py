@@ -193,9 +193,18 @@ def test_warnings_are_the_package_classes():
     att = tp.Attention("linear", [[1.0]], [[0.5]], [[1.0]])
     with warnings.catch_warnings():
         warnings.simplefilter("error", TransformerPDEWarning)
-        with pytest.raises(EarlyStopWarning, match="blowup"):
-            tp.simulate(att, np.array([[1.0]]), t_max=5.0, dt=0.01,
-                        limits=tp.Limits(max_norm=100.0))
+        # a blow-up is an answer: reported in the status only, even with warnings as errors
+        tr = tp.simulate(att, np.array([[1.0]]), t_max=5.0, dt=0.01,
+                         limits=tp.Limits(max_norm=100.0))
+        assert tr.status == "blowup" and tr.success
+        # a spent budget is no answer: the warning is the package's class
+        with pytest.raises(EarlyStopWarning, match="max_steps"):
+            tp.simulate(att, np.array([[1.0]]), t_max=5.0, dt=0.01, solver="dopri5",
+                        limits=tp.Limits(max_steps=3))
+        # warn=False leaves the status as the only report
+        tr = tp.simulate(att, np.array([[1.0]]), t_max=5.0, dt=0.01, solver="dopri5",
+                         limits=tp.Limits(max_steps=3), warn=False)
+        assert tr.status == "max_steps" and not tr.success
 
 
 # ------------------------------------------------------------------ progress, checkpoints

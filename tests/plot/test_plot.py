@@ -52,8 +52,8 @@ def test_cone_psd_iff_inside(theta, lam, mix):
 def test_cone_lines_match_input_and_surface_drawn():
     rng = np.random.default_rng(0)
     paths = _random_psd_paths(rng)
-    fig = plot.cone(list(paths), rank_one_line=[1.0, 0.0], color_by="end")
-    ax = fig.axes[0]
+    ax = plot.cone(list(paths), rank_one_line=[1.0, 0.0], color_by="end")
+    fig = ax.figure
     lines = _lines_by_gid(ax)
     assert len(lines) == len(paths)
     for ln, covs in zip(lines, paths, strict=True):
@@ -70,8 +70,7 @@ def test_cone_lines_match_input_and_surface_drawn():
 
 def test_cone_v_max_cuts_at_first_exit():
     covs = np.array([np.eye(2) * s for s in (0.5, 1.0, 4.0, 1.0)])  # traces 1, 2, 8, 2
-    fig = plot.cone(covs, v_max=3.0, surface=False)
-    (ln,) = _lines_by_gid(fig.axes[0])
+    (ln,) = _lines_by_gid(plot.cone(covs, v_max=3.0, surface=False))
     np.testing.assert_array_equal(ln.get_data_3d()[2], [1.0, 2.0])
 
 
@@ -82,12 +81,11 @@ def test_cone_v_max_keeps_curves_starting_on_the_rim():
     start = np.array([[0.5 + 2 * eps, 0.1], [0.1, 0.5 + 2 * eps]])
     covs = np.array([start * s for s in (1.0, 0.8, 0.5, 0.2)])
     assert np.trace(covs[0]) > 1.0
-    fig = plot.cone(covs, v_max=1.0, surface=False)
-    (ln,) = _lines_by_gid(fig.axes[0])
+    (ln,) = _lines_by_gid(plot.cone(covs, v_max=1.0, surface=False))
     np.testing.assert_array_equal(ln.get_data_3d()[2], np.trace(covs, axis1=1, axis2=2))
     # a curve that really leaves the picture is still cut at its first exit
     up = np.array([start * s for s in (1.0, 1.5, 2.0)])
-    (ln,) = _lines_by_gid(plot.cone([covs, up], v_max=1.0, surface=False).axes[0])[1:]
+    (ln,) = _lines_by_gid(plot.cone([covs, up], v_max=1.0, surface=False))[1:]
     assert len(ln.get_data_3d()[2]) == 1
 
 
@@ -98,13 +96,12 @@ def test_cone_accepts_gaussian_batch_and_drops_nonfinite():
     covs0 = np.array([np.eye(2), np.diag([1.0, 0.2])])
     t_eval = np.linspace(0.0, 2.0, 5)
     res = gaussian.solve_batch(att, np.zeros((2, 2)), covs0, t_max=2.0, t_eval=t_eval)
-    fig = plot.cone(res)
-    lines = _lines_by_gid(fig.axes[0])
+    lines = _lines_by_gid(plot.cone(res))
     assert len(lines) == 2
     for ln, covs in zip(lines, res.traj_covs, strict=True):
         np.testing.assert_array_equal(np.stack(ln.get_data_3d(), 1), plot.cone_coordinates(covs))
     padded = np.concatenate([res.traj_covs[0], np.full((2, 2, 2), np.nan)])
-    (ln,) = _lines_by_gid(plot.cone(padded).axes[0])
+    (ln,) = _lines_by_gid(plot.cone(padded))
     assert len(ln.get_data_3d()[0]) == len(t_eval)
 
 
@@ -123,8 +120,7 @@ def test_cone_slice_normalises_and_rank_one_on_circle():
     paths = _random_psd_paths(rng, n=3)
     a = rng.normal(size=(6, 2))
     rank_one = np.einsum("ti,tj->tij", a, a) * 7.0
-    fig = plot.cone_slice(list(paths) + [rank_one], color_by=np.arange(4.0))
-    lines = _lines_by_gid(fig.axes[0])
+    lines = _lines_by_gid(plot.cone_slice(list(paths) + [rank_one], color_by=np.arange(4.0)))
     for ln, covs in zip(lines, list(paths) + [rank_one], strict=True):
         p = plot.cone_coordinates(covs)
         np.testing.assert_allclose(np.stack(ln.get_data(), 1), p[:, :2] / p[:, 2:], rtol=1e-14)
@@ -143,15 +139,14 @@ def test_particles_offsets_and_rescaling():
 
     tr = ParticleTrajectory(times, states, np.full(10, 0.1), None, "ok", "")
     labels = np.repeat([0, 1], 5)
-    fig = plot.particles(tr, labels=labels)
-    ax = fig.axes[0]
+    ax = plot.particles(tr, labels=labels)
     coll = {c.get_gid(): c for c in ax.collections}
     np.testing.assert_array_equal(coll["initial"].get_offsets(), states[0])
     np.testing.assert_array_equal(coll["final"].get_offsets(), states[-1])
     # two labels -> two distinct face colours
     assert len({tuple(c) for c in coll["final"].get_facecolors()}) == 2
-    fig = plot.particles(tr, rescale=np.eye(2))
-    final = {c.get_gid(): c for c in fig.axes[0].collections}["final"].get_offsets()
+    ax = plot.particles(tr, rescale=np.eye(2))
+    final = {c.get_gid(): c for c in ax.collections}["final"].get_offsets()
     np.testing.assert_allclose(final, np.exp(-1.0) * states[-1], rtol=1e-12)
     with pytest.raises(ValueError, match="labels"):
         plot.particles(tr, labels=[0, 1])
@@ -183,13 +178,12 @@ def test_animate_particles_writes_gif(tmp_path):
 # --------------------------------------------------------------------------- ranks
 def test_rank_histogram_heights():
     ranks = {"softmax": [1, 1, 2, 3], "l2": [3, 3, 3, 0]}
-    fig = plot.rank_histogram(ranks, d=3)
-    ax = fig.axes[0]
+    ax = plot.rank_histogram(ranks, d=3)
     heights = {c.get_label(): [p.get_height() for p in c.patches] for c in ax.containers}
     assert heights["softmax"] == [0.0, 0.5, 0.25, 0.25]
     assert heights["l2"] == [0.25, 0.0, 0.0, 0.75]
-    fig = plot.rank_histogram(np.array([2, 2, 1]), normalize=False)
-    assert [p.get_height() for p in fig.axes[0].containers[0].patches] == [0.0, 1.0, 2.0]
+    ax = plot.rank_histogram(np.array([2, 2, 1]), normalize=False)
+    assert [p.get_height() for p in ax.containers[0].patches] == [0.0, 1.0, 2.0]
     with pytest.raises(ValueError, match="exceeds d"):
         plot.rank_histogram([4], d=3)
     with pytest.raises(ValueError, match="integers"):
@@ -219,7 +213,7 @@ def test_paper_figure_scripts(tmp_path, script, args, names):
 
     from PIL import Image
 
-    path = Path(__file__).resolve().parents[1] / "examples" / script
+    path = Path(__file__).resolve().parents[2] / "examples" / script
     subprocess.run([sys.executable, str(path), "--out", str(tmp_path), *args], check=True,
                    capture_output=True, timeout=300)
     for name in names:

@@ -14,7 +14,7 @@ PKG = ROOT / "transformer_pde"
 #: the layers of docs/architecture.md, bottom first; a unit is a top-level module or subpackage
 LAYERS: list[set[str]] = [
     {"errors"},
-    {"validation", "extras", "results"},
+    {"validation", "extras", "results", "results_display"},
     {"attention", "backends"},
     {"io"},
     {"integrate"},

@@ -10,12 +10,14 @@ their signatures (:func:`typed_parameters`, :func:`read_options`), so the config
 cannot drift from the API; the library's own argument checks run on the values
 (:func:`library_call`).  A key a table does not know, a value of the wrong type or out of
 range is a :class:`~transformer_pde.errors.ConfigError` whose message starts with the key
-(``attention.Q: expected ...``).  Sizes are checked before anything is allocated
-(:func:`check_memory`).
+(``attention.Q: expected ...``); an unknown key or table is named with the closest known
+one (``attention.kidn: unknown key; did you mean 'kind'?``, :func:`did_you_mean`).  Sizes
+are checked before anything is allocated (:func:`check_memory`).
 """
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import math
 import re
@@ -32,6 +34,7 @@ __all__ = [
     "Table",
     "UNKNOWN_MEMORY",
     "check_memory",
+    "did_you_mean",
     "human_bytes",
     "library_call",
     "load_config",
@@ -83,6 +86,15 @@ def sections(cfg: dict, allowed: Iterable[str]) -> None:
     Table({k: v for k, v in cfg.items() if k != "__dir__"}, "config", allowed)
 
 
+def did_you_mean(word: str, options: Iterable[str]) -> str:
+    """``"; did you mean 'X'?"`` for the option closest to the unknown ``word``
+    (:func:`difflib.get_close_matches`, case-insensitive), or ``""`` when none is close."""
+    options = [str(o) for o in options]
+    lowered = {o.lower(): o for o in options}
+    match = difflib.get_close_matches(str(word).lower(), list(lowered), n=1, cutoff=0.6)
+    return f"; did you mean {lowered[match[0]]!r}?" if match else ""
+
+
 # =========================================================================== tables
 class Table:
     """Typed access to one table of the configuration; every error names the key.
@@ -107,7 +119,8 @@ class Table:
         self.allowed = tuple(allowed)
         unknown = sorted(set(data) - set(self.allowed))
         if unknown:
-            raise ConfigError(f"{self.key(unknown[0])}: unknown key; allowed keys are "
+            raise ConfigError(f"{self.key(unknown[0])}: unknown key"
+                              f"{did_you_mean(unknown[0], self.allowed)}; allowed keys are "
                               f"{', '.join(sorted(self.allowed))}")
 
     def key(self, k: str) -> str:

@@ -1,7 +1,10 @@
 """``transformer-pde``: the entry point, which turns every failure into one line and an
 exit status.
 
-The command line never shows a Python traceback: every failure ends with one line on
+Without ``-v`` the command shows the package's warnings (one line each) and counts the
+rest -- Dask's log records, other libraries' warnings, also those of the cells run by Dask
+workers -- in one summary line at the end (:class:`~transformer_pde.cli.quiet.Quiet`);
+``-v`` shows them all in full.  The command line never shows a Python traceback: every failure ends with one line on
 stderr, ``transformer-pde COMMAND: <what went wrong>``, and one of the exit statuses of
 :class:`~transformer_pde.cli.exits.ExitCode`.  An unexpected internal error (a bug) writes
 its traceback to a file and names the file (``--debug`` shows it instead).  The parser is
@@ -22,13 +25,13 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from ..errors import ConfigError, EarlyStopWarning, TransformerPDEError
 from .exits import ExitCode, Signals, UsageError, sigterm_as_interrupt
 from .output import OutputError
 from .parser import build_parser
+from .quiet import Quiet
 
 __all__ = ["main"]
 
@@ -86,31 +89,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.flush()
         return int(code)
 
-    def show_warning(message: Any, category: type, *rest: Any, **kw: Any) -> None:
-        # through tqdm.write: a progress bar on stderr is cleared, the line printed, the bar redrawn
-        tqdm.write(f"{prog}: warning: {category.__name__}: {_flat(message)}", file=sys.stderr)
-
     # log records go through tqdm.write so they never break a progress bar's line; only where
     # they go to the console anyway (an application that captured logging keeps its handlers)
     console = any(isinstance(h, logging.StreamHandler) and h.stream in (sys.stdout, sys.stderr)
                   for h in logging.root.handlers)
     with sigterm_as_interrupt():
-        code = _run(args, fail, show_warning, console)
+        code = _run(args, fail, Quiet(prog, bool(args.verbose)), console)
     if code == ExitCode.INTERRUPTED and Signals.terminated:
         return int(ExitCode.TERMINATED)
     return code
 
 
-def _run(args: argparse.Namespace, fail: Callable[[ExitCode, str], int],
-         show_warning: Callable[..., None], console: bool) -> int:
+def _run(args: argparse.Namespace, fail: Callable[[ExitCode, str], int], quiet: Quiet,
+         console: bool) -> int:
     """Run the command; every exception becomes a message and an :class:`ExitCode`."""
     try:
-        with warnings.catch_warnings(), (logging_redirect_tqdm() if console
-                                         else contextlib.nullcontext()):
-            # a warning is one line; early stops are reported by the command's status line
-            warnings.showwarning = show_warning
-            warnings.simplefilter("ignore", EarlyStopWarning)
-            return int(args.func(args))
+        try:
+            with warnings.catch_warnings(), quiet, (logging_redirect_tqdm() if console
+                                                    else contextlib.nullcontext()):
+                # a warning of the package is one line, the others are counted (Quiet);
+                # runs that end without an answer (EarlyStopWarning) are reported by the
+                # command's status line
+                warnings.showwarning = quiet.show_warning
+                warnings.simplefilter("ignore", EarlyStopWarning)
+                return int(args.func(args))
+        finally:
+            line = quiet.summary()
+            if line is not None:  # before the command's last line (its result or error)
+                sys.stderr.write(line + "\n")
+                sys.stderr.flush()
     except KeyboardInterrupt:
         return fail(ExitCode.INTERRUPTED, f"{Signals.word()}; nothing was written")
     except ConfigError as exc:

@@ -18,6 +18,14 @@ Rules (documented in ``transformer-pde --help``):
   interrupted without a result leaves neither ``DIR`` (when it created it) nor the staging
   directory behind.  Staging directories left by a killed run (SIGKILL: no clean-up) are
   removed by the next run in the same place, once their process is gone.
+
+**Data files** (``--format``): a command's numbers are written as a labelled netCDF file
+(``netcdf``, the default: named dimensions, the run's parameters and status as
+attributes, CF ``long_name``/``units``/``flag_meanings``, checksums; read it with
+:func:`transformer_pde.io.labelled.open_dataset` or ``xarray.open_dataset``), a Zarr
+store (``zarr``) or, on request, a checksummed NPZ archive (``npz``).  Without the
+``[io]`` extra (xarray, h5netcdf, zarr) a labelled format falls back to NPZ with a
+one-line notice.  Every JSON file is strict JSON: NaN and infinities are ``null``.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import os
 import re
 import shutil
 import socket
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -36,8 +45,15 @@ from typing import Any, Callable
 from ..errors import TransformerPDEError
 from ..io.jsonfmt import dumps
 
-__all__ = ["LOCK_NAME", "STAGING_PREFIX", "OutputDir", "OutputError", "remove_stale_staging",
-           "write_json"]
+__all__ = ["DATA_FORMATS", "IO_EXTRA_HINT", "LOCK_NAME", "STAGING_PREFIX", "OutputDir",
+           "OutputError", "data_format", "remove_stale_staging", "write_json"]
+
+#: the formats of a command's data file (``--format``), the first the default
+DATA_FORMATS = ("netcdf", "zarr", "npz")
+_SUFFIXES = {"netcdf": ".nc", "zarr": ".zarr", "npz": ".npz"}
+_FORMAT_MODULES = {"netcdf": ("xarray", "h5netcdf"), "zarr": ("xarray", "zarr")}
+#: how to install the labelled formats (named by the fallback notice)
+IO_EXTRA_HINT = 'pip install "transformer-pde[io]"'
 
 #: name prefix of the staging directories: ``<prefix><pid>.<host>.<random>``
 STAGING_PREFIX = ".transformer-pde-partial-"
@@ -102,6 +118,24 @@ def remove_stale_staging(directory: str | Path) -> list[Path]:
 
 class OutputError(TransformerPDEError, OSError):
     """The output directory cannot be used (the message names ``--out``)."""
+
+
+def data_format(fmt: str | None = None, *, notice: bool = True) -> str:
+    """The data format to write: ``fmt`` (one of :data:`DATA_FORMATS`; ``None`` is
+    ``"netcdf"``), or ``"npz"`` when the modules of a labelled format are not installed;
+    then a one-line notice naming :data:`IO_EXTRA_HINT` goes to stderr (``notice``)."""
+    import importlib.util  # noqa: PLC0415
+
+    fmt = DATA_FORMATS[0] if fmt is None else fmt
+    if fmt not in DATA_FORMATS:
+        raise OutputError(f"--format: expected one of {', '.join(DATA_FORMATS)}, got {fmt!r}")
+    missing = [m for m in _FORMAT_MODULES.get(fmt, ()) if importlib.util.find_spec(m) is None]
+    if not missing:
+        return fmt
+    if notice:
+        sys.stderr.write(f"transformer-pde: {fmt} output needs {', '.join(missing)} (the [io] "
+                         f"extra: {IO_EXTRA_HINT}); writing NPZ instead\n")
+    return "npz"
 
 
 def _existing_ancestor(path: Path) -> Path:
@@ -278,6 +312,23 @@ class OutputDir:
     def write_json(self, name: str, data: dict) -> Path:
         return write_json(self.path(name), data)
 
+    def write_data(self, stem: str, fmt: str, dataset: Callable[[], Any],
+                   arrays: Callable[[], dict]) -> str:
+        """Write a command's data file ``stem.nc`` / ``stem.zarr`` (``dataset()``, an
+        :class:`xarray.Dataset`, through :func:`~transformer_pde.io.labelled.save_dataset`)
+        or ``stem.npz`` (``arrays()``, a checksummed NPZ) for the format ``fmt`` (from
+        :func:`data_format`); returns the file's name."""
+        name = stem + _SUFFIXES[fmt]
+        if fmt == "npz":
+            from ..io.container import save_npz  # noqa: PLC0415
+
+            save_npz(self.path(name), arrays())
+        else:
+            from ..io.labelled import save_dataset  # noqa: PLC0415
+
+            save_dataset(dataset(), self.path(name))
+        return name
+
     def write_text(self, name: str, text: str) -> Path:
         path = self.path(name)
         path.write_text(text, encoding="utf-8")
@@ -296,6 +347,8 @@ class OutputDir:
         self.final.mkdir(parents=True, exist_ok=True)
         for src in sorted(self.staging.iterdir()):
             dst = self.final / src.name
+            if src.is_dir() and dst.is_dir() and not dst.is_symlink():
+                shutil.rmtree(dst)  # a Zarr store of an earlier run (--force)
             os.replace(src, dst)
             self.committed.append(dst)
         self._made = []  # the directories hold the run's result now: kept
@@ -322,8 +375,9 @@ class OutputDir:
 
 
 def write_json(path: str | Path, data: dict) -> Path:
-    """Write ``data`` as indented JSON (:func:`transformer_pde.io.jsonfmt.dumps`: NumPy
-    scalars and arrays become numbers and lists, paths strings, enums their values)."""
+    """Write ``data`` as indented, strict JSON (:func:`transformer_pde.io.jsonfmt.dumps`
+    with ``strict=True``: NumPy scalars and arrays become numbers and lists, paths
+    strings, enums their values, NaN and infinities ``null``)."""
     path = Path(path)
-    path.write_text(dumps(data, indent=2) + "\n", encoding="utf-8")
+    path.write_text(dumps(data, indent=2, strict=True) + "\n", encoding="utf-8")
     return path

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from typing import Any, Callable
 
 from .bench import cmd_bench
@@ -18,13 +19,14 @@ from .exits import EXIT_HELP, ExitCode
 from .pretrained import cmd_pretrained
 from .runs import cmd_demo, cmd_gaussian, cmd_simulate
 from .studies import RANK_KINDS, RANK_VALUES, cmd_cone, cmd_ranks, cmd_sweep
+from .templates import TEMPLATES, cmd_init
 
 __all__ = ["EPILOG", "STUDY_TEXT", "SUB_EPILOG", "build_parser"]
 
 
 #: the epilog of ``transformer-pde --help``: outputs and exit statuses
-EPILOG = ("Run 'transformer-pde COMMAND --help' for the options of each command; example "
-          "configurations are in examples/configs/.\n\n"
+EPILOG = ("Run 'transformer-pde COMMAND --help' for the options of each command; "
+          "'transformer-pde init KIND' writes a commented example configuration.\n\n"
           "outputs: --out DIR must be new or empty; --force writes into a non-empty DIR, "
           "replacing the files of the same names. A failed run leaves nothing behind. DIR is "
           "claimed for the run (a lock file in it): a second run with the same DIR is refused "
@@ -80,6 +82,17 @@ def _backends() -> list[str]:
     return [*BACKENDS, "auto"]
 
 
+def _version() -> str:
+    """The installed distribution's version (the package's ``__version__`` when run from a
+    source tree that is not installed)."""
+    from importlib import metadata  # noqa: PLC0415 -- needed for --version only
+
+    try:
+        return metadata.version("transformer-pde")
+    except metadata.PackageNotFoundError:  # the package itself is imported already
+        return str(getattr(sys.modules[__name__.split(".")[0]], "__version__", "unknown"))
+
+
 # --------------------------------------------------------------------------- parser
 def _common(p: argparse.ArgumentParser, *, top: bool) -> None:
     """``-v`` and ``--debug``, accepted before and after the command."""
@@ -99,11 +112,18 @@ def _out(p: argparse.ArgumentParser, default: str | None) -> None:
                    help="write into a non-empty --out, replacing the files of the same names")
 
 
+def _data_format(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=("netcdf", "zarr", "npz"), default=None,
+                   help="format of the data file (default netcdf; zarr, or npz on request; "
+                        "npz with a notice when the [io] extra is missing)")
+
+
 def _config_command(sub: Any, name: str, func: Callable, help_: str,
                     description: str) -> argparse.ArgumentParser:
     """A subcommand taking ``CONFIG.toml``, ``--out`` and ``--force``."""
     p = sub.add_parser(name, help=help_, description=description, epilog=SUB_EPILOG)
-    p.add_argument("config", help=f"TOML configuration (see examples/configs/{name}.toml)")
+    p.add_argument("config", help=f"TOML configuration ('transformer-pde init {name}' writes "
+                                  "a commented example)")
     _out(p, f"transformer-pde-{name}")
     _common(p, top=False)
     p.set_defaults(func=func)
@@ -182,19 +202,21 @@ def _add_simulate(sub: Any) -> None:
 
 
 def _add_gaussian(sub: Any) -> None:
-    _config_command(sub, "gaussian", cmd_gaussian,
-                    "Gaussian mean/covariance ODE from a TOML file",
-                    "Solve the exact moment ODE of a Gaussian token measure from CONFIG.toml "
-                    "(tables [attention], [gaussian]); write gaussian.npz, gaussian.png and "
-                    "summary.json.")
+    g = _config_command(sub, "gaussian", cmd_gaussian,
+                        "Gaussian mean/covariance ODE from a TOML file",
+                        "Solve the exact moment ODE of a Gaussian token measure from CONFIG.toml "
+                        "(tables [attention], [gaussian]); write gaussian.nc (labelled, with the "
+                        "run's parameters and status), gaussian.png and summary.json.")
+    _data_format(g)
 
 
 def _add_cone(sub: Any) -> None:
     c = _config_command(sub, "cone", cmd_cone, "phase plot of 2-D covariances in the PSD cone",
                         "Solve many 2-D Gaussian runs from CONFIG.toml (tables [attention] with "
                         "d = 2, [cone]) and draw them in the PSD cone and its trace-normalised "
-                        "slice; write cone.png, cone.npz, summary.json and results.zarr. "
+                        "slice; write cone.png, cone.nc, summary.json and results.zarr. "
                         f"{STUDY_TEXT}")
+    _data_format(c)
     _study_arguments(c)
 
 
@@ -202,12 +224,13 @@ def _add_ranks(sub: Any) -> None:
     r = sub.add_parser("ranks", help="rank histogram sweep over random draws",
                        description="Numerical rank of the limit covariance over random "
                                    "parameters and initial covariances, per kind, value matrix "
-                                   "and dimension; write ranks.png, ranks.npz, summary.json "
+                                   "and dimension; write ranks.png, ranks.nc, summary.json "
                                    "and results.zarr. Options override the [ranks] table of "
                                    f"CONFIG. {STUDY_TEXT}",
                        epilog=SUB_EPILOG)
     r.add_argument("config", nargs="?", help="optional TOML file with a [ranks] table")
     _out(r, "transformer-pde-ranks")
+    _data_format(r)
     r.add_argument("--kinds", nargs="+", choices=RANK_KINDS,
                    help="attention kinds (default softmax l2)")
     r.add_argument("--dims", nargs="+", type=_positive_int, help="dimensions (default 3 4 5)")
@@ -256,13 +279,30 @@ def _add_sweep(sub: Any) -> None:
                                    "cell that raises is recorded as failed and the study goes "
                                    "on; --resume computes only missing and failed cells.",
                        epilog=SUB_EPILOG)
-    w.add_argument("config", help="TOML study (see examples/configs/sweep_ranks.toml)")
+    w.add_argument("config", help="TOML study ('transformer-pde init sweep' writes a "
+                                  "commented example)")
     w.add_argument("--out", default="transformer-pde-sweep",
                    help="output directory (default transformer-pde-sweep); its results.zarr is "
                         "only completed with --resume, never overwritten")
     _study_arguments(w)
     _common(w, top=False)
     w.set_defaults(func=cmd_sweep)
+
+
+def _add_init(sub: Any) -> None:
+    i = sub.add_parser("init", help="write a commented example configuration",
+                       description="Write the example configuration of KIND (installed with "
+                                   "the package, every key commented) to PATH, to edit and "
+                                   "run with the command it names in its first line.",
+                       epilog=SUB_EPILOG)
+    i.add_argument("kind", metavar="KIND", choices=list(TEMPLATES),
+                   help=f"one of {', '.join(TEMPLATES)}")
+    i.add_argument("path", metavar="PATH", nargs="?", default=None,
+                   help="file to write (default: KIND's file name in the current directory; "
+                        "a directory: that name in it; '-': stdout)")
+    i.add_argument("--force", action="store_true", help="replace an existing PATH")
+    _common(i, top=False)
+    i.set_defaults(func=cmd_init)
 
 
 def _add_bench(sub: Any) -> None:
@@ -284,8 +324,8 @@ def _add_bench(sub: Any) -> None:
 
 
 #: the subcommands in the order ``--help`` lists them
-_COMMANDS = (_add_demo, _add_simulate, _add_gaussian, _add_cone, _add_ranks, _add_pretrained,
-             _add_sweep, _add_bench)
+_COMMANDS = (_add_demo, _add_init, _add_simulate, _add_gaussian, _add_cone, _add_ranks,
+             _add_pretrained, _add_sweep, _add_bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -296,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "moment ODEs, phase plots and rank statistics.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(p, top=True)
+    p.add_argument("--version", action="version", version=f"transformer-pde {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for add in _COMMANDS:

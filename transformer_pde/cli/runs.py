@@ -21,12 +21,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import CheckpointError, ConfigError
-from ..io.container import save_npz
 from .builders import build_attention, build_simulate, build_tokens, covariance
 from .config import (Table, check_memory, library_call, load_config, read_options, sections,
                      typed_parameters)
 from .exits import Signals, UsageError, status_exit
-from .output import OutputDir
+from .output import OutputDir, data_format as output_format
 
 __all__ = [
     "CLUSTER_TOL",
@@ -65,6 +64,17 @@ def _clusters(X: np.ndarray, tol: float) -> tuple[int, np.ndarray]:
 
     res = clusters(X, tol=tol)
     return res.n_clusters, res.labels
+
+
+def _particles_figure(Z: np.ndarray, labels: np.ndarray, title: str) -> Any:
+    """:func:`transformer_pde.plot.particles` on a figure pyplot does not manage (the CLI
+    only saves it)."""
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    from .. import plot  # noqa: PLC0415
+
+    ax = Figure(figsize=(5.5, 5.0), layout="constrained").add_subplot()
+    return plot.particles(Z, labels=labels, title=title, ax=ax).figure
 
 
 def _depth_figure(times: np.ndarray, Z: np.ndarray, labels: np.ndarray, title: str) -> Any:
@@ -245,7 +255,7 @@ def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True, force: bo
         k, labels = _clusters(Z[-1], rel)
         title = str(cfg.get("title", f"{att.kind} attention"))
         if want_figure and not interrupted:
-            fig = (plot.particles(Z, labels=labels, title=title) if att.d >= 2
+            fig = (_particles_figure(Z, labels, title) if att.d >= 2
                    else _depth_figure(traj.times, Z, labels, title))
             files["figure"] = outdir.savefig(fig, "particles.png").name
         if want_gif and not interrupted:
@@ -326,11 +336,17 @@ def gaussian_options(name: str, allowed: tuple[str, ...], data: Any,
     return sec, sec.number("t_max", t_max, positive=True), opts
 
 
-def run_gaussian(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
+def run_gaussian(cfg: dict, out: str | Path, *, force: bool = False,
+                 data_format: str | None = None) -> dict:
     r"""Gaussian moment ODE from a configuration (tables ``attention`` and ``gaussian``).
 
-    Writes ``gaussian.npz`` (times, means, covs, limit), ``summary.json`` (status, blow-up
-    time, ranks of the limit) and ``gaussian.png`` (eigenvalues of :math:`\Sigma(t)`).
+    Writes ``gaussian.nc`` (the labelled :meth:`~transformer_pde.gaussian.GaussianTrajectory.to_xarray`
+    Dataset: ``means``, ``covs``, ``limit`` over ``time``, with the status, blow-up time,
+    message, attention and configuration as attributes; ``data_format = "zarr"``:
+    ``gaussian.zarr``; ``"npz"``: ``gaussian.npz`` with the arrays ``times``, ``means``,
+    ``covs``, ``limit``, ``status``, ``blowup_time``, ``t_final``), ``summary.json``
+    (status, blow-up time, ranks of the limit) and ``gaussian.png`` (eigenvalues of
+    :math:`\Sigma(t)`).
     """
     from matplotlib.figure import Figure  # noqa: PLC0415
 
@@ -347,12 +363,17 @@ def run_gaussian(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
     n_eval = sec.integer("n_eval", 200, minimum=2)
     check_memory(sec.key("n_eval"), 8.0 * 4 * n_eval * d * (d + 1),
                  f"{n_eval} saved means and covariances")
+    fmt = output_format(data_format)
     with OutputDir(out, force=force) as outdir:
         traj = library_call("gaussian", gaussian.solve, att, mean, cov, t_max=t_max,
                             t_eval=np.linspace(0.0, t_max, n_eval), names=opts, strict=False,
                             **opts)
-        save_npz(outdir.path("gaussian.npz"), {"times": traj.times, "means": traj.means,
-                                               "covs": traj.covs, "limit": traj.limit})
+        data = outdir.write_data(
+            "gaussian", fmt, lambda: _gaussian_dataset(traj, att, cfg),
+            lambda: {"times": traj.times, "means": traj.means, "covs": traj.covs,
+                     "limit": traj.limit, "status": np.asarray(str(traj.status)),
+                     "blowup_time": np.asarray(traj.blowup_time),
+                     "t_final": np.asarray(traj.t_final)})
         lam = np.linalg.eigvalsh(traj.covs)
         fig = Figure(figsize=(6.0, 4.0), layout="constrained")
         ax = fig.add_subplot()
@@ -373,9 +394,23 @@ def run_gaussian(cfg: dict, out: str | Path, *, force: bool = False) -> dict:
                    "limit_rank_rtol": RANK_RTOL,
                    "limit_effective_rank": effective_rank(traj.limit),
                    "mean_final": traj.means[-1], "nfev": traj.nfev,
-                   "files": {"data": "gaussian.npz", "figure": "gaussian.png"}}
+                   "files": {"data": data, "figure": "gaussian.png"}}
         outdir.write_json("summary.json", summary)
     return summary
+
+
+def _gaussian_dataset(traj: Any, att: Any, cfg: dict) -> Any:
+    """The labelled Dataset of a ``gaussian`` run: the trajectory's own
+    (:func:`~transformer_pde.io.labelled.gaussian_dataset`) with the command, the attention
+    and the configuration (strict JSON) as attributes."""
+    from ..io.jsonfmt import dumps  # noqa: PLC0415
+    from ..io.labelled import gaussian_dataset  # noqa: PLC0415
+
+    ds = gaussian_dataset(traj)
+    ds.attrs.update({"command": "gaussian", "attention_repr": repr(att),
+                     "config": dumps({k: v for k, v in cfg.items() if k != "__dir__"},
+                                     sort_keys=True, describe=True, strict=True)})
+    return ds
 
 
 # =========================================================================== handlers
@@ -416,8 +451,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_gaussian(args: argparse.Namespace) -> int:
     """``transformer-pde gaussian CONFIG``: :func:`run_gaussian`, one line on stdout; the
     exit status of the run's status."""
-    s = run_gaussian(load_config(args.config), args.out, force=args.force)
+    s = run_gaussian(load_config(args.config), args.out, force=args.force,
+                     data_format=getattr(args, "format", None))
     sys.stdout.write(f"gaussian: {s['status']} ({s['message']}); limit rank "
-                     f"{s['limit_numerical_rank']}; files in {args.out}: gaussian.npz, "
+                     f"{s['limit_numerical_rank']}; files in {args.out}: {s['files']['data']}, "
                      "gaussian.png, summary.json\n")
     return status_exit(s["status"])

@@ -23,13 +23,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, TransformerPDEError
-from ..io.container import save_npz
 from ..io.jsonfmt import dumps
 from .builders import build_attention
 from .config import (Table, check_memory, library_call, load_config, read_options, sections,
                      typed_parameters)
 from .exits import ExitCode, RunError, Signals, UsageError
-from .output import OutputDir, OutputError
+from .output import OutputDir, OutputError, data_format as output_format
 from .runs import gaussian_options
 
 __all__ = [
@@ -124,7 +123,8 @@ CONE_KEYS = ("n", "init", "radius", "trace", "seed", "n_eval", "view", "color_by
 
 def run_cone(cfg: dict, out: str | Path, *, force: bool = False, resume: bool = False,
              scheduler: Any = None, scheduler_file: str | Path | None = None,
-             workers: int | None = None, progress: bool = True) -> dict:
+             workers: int | None = None, progress: bool = True,
+             data_format: str | None = None) -> dict:
     """Phase plot of many 2-D covariance trajectories (tables ``attention`` and ``cone``).
 
     A study of the sweep engine (:mod:`transformer_pde.sweep`): one cell per initial
@@ -132,9 +132,14 @@ def run_cone(cfg: dict, out: str | Path, *, force: bool = False, resume: bool = 
     :func:`transformer_pde.paper.solve_paths`), run on an embedded Dask cluster (``workers``
     processes), an existing one (``scheduler`` address or ``scheduler_file``) or in this
     process (``scheduler="serial"``), written to ``results.zarr`` as cells finish
-    (``resume`` completes it).  Writes ``cone.npz`` (``covs0``; ``times_<i>``,
-    ``covs_<i>`` per run, each up to its own end; ``status``, ``blowup_time``, ``limit``),
-    ``summary.json`` and ``cone.png``."""
+    (``resume`` completes it).  Writes ``cone.nc`` (``data_format``: ``"zarr"`` for
+    ``cone.zarr``; a labelled Dataset over ``run``: ``covs0 (run, row, col)``,
+    ``times (run, time)`` and ``covs (run, time, row, col)`` (NaN after ``n_times``),
+    ``status`` (codes with CF ``flag_meanings``; ``failed`` for a cell that raised),
+    ``blowup_time``, ``t_final``, ``limit``; the attention and configuration as
+    attributes), or on request ``cone.npz`` (``covs0``; ``times_<i>``, ``covs_<i>`` per run,
+    each up to its own end; ``status``, ``blowup_time``, ``limit``), and ``summary.json``
+    and ``cone.png``."""
     from matplotlib.figure import Figure  # noqa: PLC0415
 
     from .. import gaussian, plot  # noqa: PLC0415
@@ -172,6 +177,7 @@ def run_cone(cfg: dict, out: str | Path, *, force: bool = False, resume: bool = 
                         n_eval, tuple(sorted(opts.items())),
                         dumps(cfg.get("attention", {}), sort_keys=True, describe=True))
     study = Study(Grid({"run": list(range(n))}, draws=1), cell, name="cone")
+    fmt = output_format(data_format)
     ds, outdir = _run_study(study, out, cfg, force=force, resume=resume, scheduler=scheduler,
                             scheduler_file=scheduler_file, workers=workers, progress=progress)
     with outdir:
@@ -201,18 +207,48 @@ def run_cone(cfg: dict, out: str | Path, *, force: bool = False, resume: bool = 
                   "limit": ds["limit"].values[:, 0]}
         for i in range(n):
             arrays[f"times_{i}"], arrays[f"covs_{i}"] = times[i], covs[i]
-        save_npz(outdir.path("cone.npz"), arrays)
+        data = outdir.write_data("cone", fmt,
+                                 lambda: _cone_dataset(ds, covs0, status, repr(att), cfg),
+                                 lambda: arrays)
         summary = {"command": "cone", "attention": repr(att), "n": n,
                    "status_counts": {k: status.count(k) for k in dict.fromkeys(
                        [*STATUS_COLOURS, *status])},
                    "blowup_times": arrays["blowup_time"],
                    "t_final": ds["t_final"].values[:, 0].tolist(),
                    "study": _study_summary(ds),
-                   "files": {"data": "cone.npz", "figure": "cone.png", "store": "results.zarr"}}
+                   "files": {"data": data, "figure": "cone.png", "store": "results.zarr"}}
         if not paths:
             del summary["files"]["figure"]
         outdir.write_json("summary.json", summary)
     return summary
+
+
+def _labelled(ds: Any, grid_dims: tuple[str, ...], status: np.ndarray, attrs: dict) -> Any:
+    """The data file of a study command: the study's outputs without the ``draw`` axis
+    (one draw per grid point) and ``cell_status``, ``status`` as Status codes (a cell that
+    raised: ``failed``), ``attrs`` plus the configuration as attributes."""
+    from ..sweep import STATUS_CODES  # noqa: PLC0415
+
+    out = ds.isel(draw=0, drop=True).drop_vars("cell_status")
+    codes = np.array([STATUS_CODES.index(str(x)) for x in status.reshape(-1)], dtype=np.int8)
+    out["status"] = (grid_dims, codes.reshape(status.shape))
+    out.attrs = {k: v for k, v in out.attrs.items()
+                 if k in ("name", "config", "versions", "failures")}
+    out.attrs.update(attrs)
+    return out
+
+
+def _cone_dataset(ds: Any, covs0: np.ndarray, status: list[str], attention: str,
+                  cfg: dict) -> Any:
+    """The labelled Dataset of ``cone`` (see :func:`run_cone`)."""
+    out = _labelled(ds, ("run",), np.asarray(status), {
+        "transformer_pde": "cone-study", "command": "cone", "attention_repr": attention,
+        "config": dumps({k: v for k, v in cfg.items() if k != "__dir__"}, sort_keys=True,
+                        describe=True, strict=True)})
+    dims = ds["limit"].dims[2:]
+    out["covs0"] = (("run", *dims), np.asarray(covs0))
+    out["covs0"].attrs["long_name"] = "initial covariance matrix"
+    return out
 
 
 # =========================================================================== ranks
@@ -222,10 +258,14 @@ RANK_VALUES = ("identity", "random", "psd")
 
 def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True, force: bool = False,
               resume: bool = False, scheduler: Any = None,
-              scheduler_file: str | Path | None = None, workers: int | None = None) -> dict:
-    """Rank-histogram sweep (table ``ranks``); writes ``ranks.npz``, ``summary.json`` and
-    ``ranks.png`` (:func:`transformer_pde.paper.rank_figure`: one panel per (kind, value),
-    bars grouped by dimension).
+              scheduler_file: str | Path | None = None, workers: int | None = None,
+              data_format: str | None = None) -> dict:
+    """Rank-histogram sweep (table ``ranks``); writes ``ranks.nc`` (``data_format``:
+    ``"zarr"`` for ``ranks.zarr``; ``rank (kind, value, d, trial)``, -1 for a draw without
+    a rank, and ``status`` (codes with CF ``flag_meanings``), the options as attributes) or
+    on request ``ranks.npz`` (``<kind>_<value>_d<d>`` and ``..._status`` per sweep),
+    ``summary.json`` and ``ranks.png`` (:func:`transformer_pde.paper.rank_figure`: one
+    panel per (kind, value), bars grouped by dimension).
 
     A study of the sweep engine (:mod:`transformer_pde.sweep`) over (kind, value, d, draw),
     one cell per draw (:class:`~transformer_pde.sweep.RankSweepCell`: the numbers of
@@ -277,6 +317,7 @@ def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True, force: bool 
     grid = Grid({"kind": kinds, "value": values, "d": dims, "trial": list(range(draws))},
                 draws=1, seed=int(full["seed"]))
     study = Study(grid, cell, name="ranks")
+    fmt = output_format(data_format)
     ds, outdir = _run_study(study, out, cfg, force=force, resume=resume, scheduler=scheduler,
                             scheduler_file=scheduler_file, workers=workers, progress=progress)
     with outdir:
@@ -297,15 +338,33 @@ def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True, force: bool 
             "title", f"numerical rank (rtol {rtol:g}) of the limit covariance, "
                      f"{draws} draws")))
         outdir.savefig(fig, "ranks.png")
-        save_npz(outdir.path("ranks.npz"),
-                 {**{f"{s.kind}_{s.value}_d{s.d}": s.ranks for s in sweeps},
-                  **{f"{s.kind}_{s.value}_d{s.d}_status": s.status.astype(str) for s in sweeps}})
+        shape = (len(kinds), len(values), len(dims), draws)
+        data = outdir.write_data(
+            "ranks", fmt,
+            lambda: _ranks_dataset(ds, sweeps, shape, full, cfg),
+            lambda: {**{f"{s.kind}_{s.value}_d{s.d}": s.ranks for s in sweeps},
+                     **{f"{s.kind}_{s.value}_d{s.d}_status": s.status.astype(str)
+                        for s in sweeps}})
         summary = {"command": "ranks", "sweeps": [s.summary() for s in sweeps],
                    "study": _study_summary(ds),
-                   "files": {"data": "ranks.npz", "figure": "ranks.png",
+                   "files": {"data": data, "figure": "ranks.png",
                              "store": "results.zarr"}}
         outdir.write_json("summary.json", summary)
     return summary
+
+
+def _ranks_dataset(ds: Any, sweeps: list, shape: tuple, options: dict, cfg: dict) -> Any:
+    """The labelled Dataset of ``ranks`` (see :func:`run_ranks`)."""
+    status = np.stack([s.status for s in sweeps]).reshape(shape)
+    out = _labelled(ds, ("kind", "value", "d", "trial"), status, {
+        "transformer_pde": "rank-study", "command": "ranks",
+        "options": dumps(options, sort_keys=True, describe=True, strict=True),
+        "config": dumps({k: v for k, v in cfg.items() if k != "__dir__"}, sort_keys=True,
+                        describe=True, strict=True)})
+    out["rank"] = (out["rank"].dims, np.stack([s.ranks for s in sweeps]).reshape(shape))
+    out["rank"].attrs.update({"long_name": "numerical rank of the limit covariance (-1: none)",
+                              "units": "1"})
+    return out
 
 
 # =========================================================================== handlers
@@ -344,7 +403,7 @@ def _study_options(args: argparse.Namespace) -> dict:
     _check_scheduler(args)
     return {"scheduler": args.scheduler, "scheduler_file": args.scheduler_file,
             "workers": args.workers, "resume": args.resume, "progress": not args.quiet,
-            "force": args.force}
+            "force": args.force, "data_format": getattr(args, "format", None)}
 
 
 def _study_end(args: argparse.Namespace, s: dict) -> int:
@@ -399,7 +458,7 @@ def cmd_ranks(args: argparse.Namespace) -> int:
     for sw in s["sweeps"]:
         sys.stdout.write(f"{sw['kind']:>8s} V={sw['value']:<8s} d={sw['d']}: ranks "
                          f"0..{sw['d']} -> {sw['rank_counts']}\n")
-    sys.stdout.write(f"files in {args.out}: ranks.png, ranks.npz, results.zarr, "
+    sys.stdout.write(f"files in {args.out}: ranks.png, {s['files']['data']}, results.zarr, "
                      "summary.json\n")
     return _study_end(args, s)
 

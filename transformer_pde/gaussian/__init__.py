@@ -80,9 +80,10 @@ and ``limit`` are measured, so they do not depend on the threshold used to cut t
     The step budget ran out before ``t_max`` (an :class:`~transformer_pde.errors.EarlyStopWarning`
     says so).
 
-Early stops (``blowup``, ``max_steps``) are reported through
+A blow-up, a divergence or a convergence is an answer, reported in ``status`` only.  Runs
+that end without an answer (``max_steps``, ``nonfinite``, ``failed``) also issue an
 :class:`~transformer_pde.errors.EarlyStopWarning` (once per :func:`solve_batch` call);
-``warnings.simplefilter("ignore", EarlyStopWarning)`` silences them.
+``warn=False`` on :func:`solve` / :func:`solve_batch` turns it off for one call.
 """
 
 from __future__ import annotations

@@ -7,13 +7,16 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
 from .. import validation
 from ..attention import Attention, Layers
-from ..errors import ArgumentError, ArgumentTypeError, EarlyStopWarning
+from .. import results_display as display
+from ..errors import ArgumentError, ArgumentTypeError, EarlyStopWarning, IntegrityError
+from ..io.saving import GAUSSIAN_BATCH_FORMAT, GAUSSIAN_FORMAT, read_gaussian, save_gaussian
 from ..results import ResultKind, Status
 from . import member
 from .affine import check_attention, check_mean_cov, psd_factor
@@ -29,7 +32,7 @@ from .system import (
 )
 from .trajectory import GaussianTrajectory, solve_from_factor
 
-__all__ = ["GaussianBatch", "solve_batch"]
+__all__ = ["GaussianBatch", "load", "solve_batch"]
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +123,66 @@ class GaussianBatch:
         """Number of members per status (every :class:`~transformer_pde.results.Status`)."""
         return {s.value: int(np.sum(self.status == s.value)) for s in Status}
 
+    def _summary(self) -> tuple[str, list[tuple[str, str]]]:
+        """Title and rows of the text and HTML summaries (never the arrays)."""
+        B, d = np.shape(self.means)
+        rows = [("status", display.counts_text(self.counts())),
+                ("t_eval", display.time_span(self.t_eval, "times") if self.t_eval is not None
+                 else "none (final states only)"),
+                ("t_final", display.stats_text(self.t_final))]
+        blow = self.status == "blowup"
+        if np.any(blow):
+            rows.append(("blowup_time", display.stats_text(self.blowup_time[blow])))
+        rows += [("final means, covs", f"{display.array_summary(self.means)}, "
+                                       f"{display.array_summary(self.covs)}"),
+                 ("steps", display.stats_text(self.n_steps))]
+        return f"GaussianBatch(members={B}, d={d})", rows
+
+    def __repr__(self) -> str:
+        return display.summary_text(*self._summary())
+
+    def _repr_html_(self) -> str:
+        return display.summary_html(*self._summary())
+
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
+        """Write the batch to the NPZ file ``path`` with the SHA-256 digest of every array
+        (:func:`transformer_pde.io.saving.save_gaussian`); :meth:`load` restores it
+        exactly.  The file is written beside ``path`` and renamed into place.
+
+        Parameters
+        ----------
+        path : str or Path
+            Target NPZ file (``.nc`` / ``.zarr`` are refused).
+        overwrite : bool, default False
+            Replace an existing file; without it an existing ``path`` is an
+            :class:`~transformer_pde.errors.ArgumentError` naming it.
+
+        Returns
+        -------
+        Path
+        """
+        return save_gaussian(self, path, overwrite=overwrite)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "GaussianBatch":
+        """Read a file written by :meth:`save`, after checking every array against its
+        digest and the invariants of :func:`transformer_pde.io.saving.check_gaussian`.
+
+        Raises
+        ------
+        IntegrityError
+            The file is damaged or edited, or holds a single
+            :class:`~transformer_pde.gaussian.GaussianTrajectory`; the message names the
+            file.
+        FileNotFoundError
+            No such file.
+        """
+        fmt, fields = read_gaussian(path)
+        if fmt != GAUSSIAN_BATCH_FORMAT:
+            raise IntegrityError(f"{path} holds a GaussianTrajectory, not a GaussianBatch "
+                                 f"(use GaussianTrajectory.load or transformer_pde.gaussian.load)")
+        return cls(**fields)
+
     def __getitem__(self, i: int) -> GaussianTrajectory:
         """Member ``i`` as a :class:`GaussianTrajectory` (its states at ``t_eval`` up to its
         stop, then its final state)."""
@@ -147,7 +210,8 @@ class GaussianBatch:
 def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *, t_max: float,
                 rtol: float = 1e-10, atol: float = 1e-12, blowup_threshold: float = 1e8,
                 converge_tol: float = 1e-10, convergence: str = "auto", t_eval: Any = None,
-                max_steps: int = 100_000, use_numba: bool = True) -> GaussianBatch:
+                max_steps: int = 100_000, use_numba: bool = True, warn: bool = True
+                ) -> GaussianBatch:
     r"""Integrate many Gaussian initial conditions (and optionally parameter sets) together.
 
     Each member is integrated by the per-member DOP853 integrator of
@@ -186,16 +250,19 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
         disk).  ``False`` (or without numba): the same code run by the interpreter: the
         same steps and statuses, states equal up to rounding (a few ulps per step), at a
         much higher cost per member.
+    warn : bool, default True
+        Issue the warning below; ``False`` leaves the statuses as the only report.
 
     Returns
     -------
     GaussianBatch
+        Blow-ups, divergences and convergences are answers, reported in ``status`` only.
 
     Warns
     -----
     EarlyStopWarning
-        Once per call, when members stopped before ``t_max`` for a reason other than
-        convergence (blow-up, budget, overflow: status ``"nonfinite"``), with the counts.
+        Once per call, when members ended without an answer (step budget, overflow:
+        status ``"nonfinite"``, a failed solve), with the counts.
 
     Raises
     ------
@@ -212,6 +279,7 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
     check_solver_args(t_max, rtol, atol, blowup_threshold, converge_tol, convergence)
     t_eval = check_t_eval(t_eval, float(t_max))
     use_numba = check_flag("use_numba", use_numba)
+    warn = check_flag("warn", warn)
     max_steps = validation.integer("max_steps", max_steps, minimum=1)
     sysm = MomentSystem(atts, B)
     all_idx = np.arange(B)
@@ -285,14 +353,42 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
     value = {st: st.value for st in Status}          # (enum attribute access is slow)
     res = GaussianBatch(np.array([value[s] for s in status]), Tstar, t_fin, means, covs, limit,
                         n_steps, te, traj_m, traj_c, msgs)
-    early = np.isin(res.status, [st.value for st in Status if st.stopped_early])
-    if np.any(early):
-        counts = {k: v for k, v in res.counts().items() if v and Status(k).stopped_early}
-        first = int(np.argmax(early))
-        warnings.warn(f"solve_batch: {int(early.sum())} of {B} members stopped before t_max="
-                      f"{float(t_max):g} ({', '.join(f'{v} {k}' for k, v in counts.items())}); "
-                      f"member {first}: {msgs[first]}", EarlyStopWarning, stacklevel=2)
+    if warn:
+        _warn_unanswered(res, float(t_max))
     return res
+
+
+def _warn_unanswered(res: GaussianBatch, t_max: float) -> None:
+    """One :class:`~transformer_pde.errors.EarlyStopWarning` for the members of ``res``
+    that ended without an answer (``status.success`` false), with their counts and the
+    first one's message; nothing when every member answered."""
+    bad = np.isin(res.status, [st.value for st in Status if not st.success])
+    if np.any(bad):
+        counts = {k: v for k, v in res.counts().items() if v and not Status(k).success}
+        first = int(np.argmax(bad))
+        warnings.warn(f"solve_batch: {int(bad.sum())} of {bad.size} members ended without an "
+                      f"answer before t_max={t_max:g} "
+                      f"({', '.join(f'{v} {k}' for k, v in counts.items())}); "
+                      f"member {first}: {res.messages[first]}", EarlyStopWarning,
+                      stacklevel=3)
+
+
+def load(path: str | Path) -> GaussianTrajectory | GaussianBatch:
+    """Read a Gaussian result written by
+    :meth:`~transformer_pde.gaussian.GaussianTrajectory.save` or
+    :meth:`~transformer_pde.gaussian.GaussianBatch.save`: whichever the file holds, after
+    checking every array against its digest and the invariants of
+    :func:`transformer_pde.io.saving.check_gaussian`.
+
+    Raises
+    ------
+    IntegrityError
+        The file is damaged, edited, or not a Gaussian result; the message names it.
+    FileNotFoundError
+        No such file.
+    """
+    fmt, fields = read_gaussian(path)
+    return GaussianTrajectory(**fields) if fmt == GAUSSIAN_FORMAT else GaussianBatch(**fields)
 
 
 def _check_atts(att: Attention | Sequence[Attention]) -> list[Attention]:

@@ -317,6 +317,9 @@ def _parallel_general(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, 
 
 _prange = range
 if _nb is not None:
+    from ..backends.compile_notice import install as _install_compile_notice
+
+    _install_compile_notice()  # a cold kernel compilation is said (compile_notice)
     _prange = _nb.prange
     advance_member = _nb.njit(cache=True)(advance_member)
     _member_d = _nb.njit(cache=True)(_member_d)

@@ -5,15 +5,18 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 from scipy.integrate import solve_ivp
 
 from ..attention import Attention
-from ..errors import ArgumentError
+from .. import results_display as display
+from ..errors import ArgumentError, IntegrityError
+from ..io.saving import GAUSSIAN_FORMAT, read_gaussian, save_gaussian
 from ..integrate.breakpoints import jump_times, layer_tables
-from ..results import ResultKind, Status, warn_stop
+from ..results import ResultKind, Status, check_warn, warn_stop
 from .affine import check_attention, check_mean_cov, psd_factor
 from .system import (
     CLASSIFY_SIZE,
@@ -90,10 +93,71 @@ class GaussianTrajectory:
 
         return gaussian_dataset(self)
 
+    def _summary(self) -> tuple[str, list[tuple[str, str]]]:
+        """Title and rows of the text and HTML summaries (never the arrays)."""
+        d = int(np.shape(self.means)[-1])
+        rows = [("times", display.time_span(self.times)),
+                ("t_final", display.number(self.t_final))]
+        if str(self.status) == "blowup":
+            rows.append(("blowup_time", display.number(self.blowup_time)))
+        if self.final_cov is not None and np.all(np.isfinite(self.final_cov)):
+            rows.append(("final tr(cov)", display.number(np.trace(self.final_cov))))
+        rows += [("means, covs", f"{display.array_summary(self.means)}, "
+                                 f"{display.array_summary(self.covs)}"),
+                 ("nfev", str(self.nfev)), ("message", display.shorten(self.message))]
+        return f"GaussianTrajectory(status='{self.status}', d={d})", rows
+
+    def __repr__(self) -> str:
+        return display.summary_text(*self._summary())
+
+    def _repr_html_(self) -> str:
+        return display.summary_html(*self._summary())
+
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
+        """Write the result to the NPZ file ``path`` with the SHA-256 digest of every
+        array (:func:`transformer_pde.io.saving.save_gaussian`); :meth:`load` restores it
+        exactly.  The file is written beside ``path`` and renamed into place.
+
+        Parameters
+        ----------
+        path : str or Path
+            Target NPZ file (``.nc`` / ``.zarr`` are refused: save :meth:`to_xarray`
+            with :func:`transformer_pde.io.labelled.save_dataset` for those).
+        overwrite : bool, default False
+            Replace an existing file; without it an existing ``path`` is an
+            :class:`~transformer_pde.errors.ArgumentError` naming it.
+
+        Returns
+        -------
+        Path
+        """
+        return save_gaussian(self, path, overwrite=overwrite)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "GaussianTrajectory":
+        """Read a file written by :meth:`save`, after checking every array against its
+        digest and the invariants of :func:`transformer_pde.io.saving.check_gaussian`.
+
+        Raises
+        ------
+        IntegrityError
+            The file is damaged or edited, or holds another kind of result (a
+            :class:`~transformer_pde.gaussian.GaussianBatch`: use
+            :func:`transformer_pde.gaussian.batch.load`); the message names the file.
+        FileNotFoundError
+            No such file.
+        """
+        fmt, fields = read_gaussian(path)
+        if fmt != GAUSSIAN_FORMAT:
+            raise IntegrityError(f"{path} holds a GaussianBatch, not a GaussianTrajectory "
+                                 f"(use GaussianBatch.load or transformer_pde.gaussian.load)")
+        return cls(**fields)
+
 
 def solve(att: Attention, mean0: Any, cov0: Any, *, t_max: float, rtol: float = 1e-10,
           atol: float = 1e-12, blowup_threshold: float = 1e8, converge_tol: float = 1e-10,
-          convergence: str = "auto", t_eval: Any = None) -> GaussianTrajectory:
+          convergence: str = "auto", t_eval: Any = None, warn: bool = True
+          ) -> GaussianTrajectory:
     r"""Integrate the Gaussian moment ODEs from :math:`\mathcal N(\alpha_0, \Sigma_0)` up to ``t_max``.
 
     Uses :func:`scipy.integrate.solve_ivp` (DOP853) on the reparametrised system of
@@ -140,18 +204,22 @@ def solve(att: Attention, mean0: Any, cov0: Any, *, t_max: float, rtol: float = 
     t_eval : array_like, optional
         Times at which to report the state (dense output, inverted in ``s``): finite,
         strictly increasing, in ``[0, t_max]``; by default the accepted steps.
+    warn : bool, default True
+        Issue the warning below; ``False`` leaves the status as the only report.
 
     Returns
     -------
     GaussianTrajectory
+        A blow-up, divergence or convergence is an answer: reported in ``status``
+        (``"blowup"``, ``"diverging"``, ``"converged"``) and ``message`` only.
 
     Warns
     -----
     EarlyStopWarning
-        When the run stops before ``t_max`` for a reason other than convergence: blow-up,
-        its step budget spent (status ``"max_steps"``), or an overflow of the moment
-        equations (status ``"nonfinite"``: e.g. a mean growing like :math:`e^{t}` past the
-        float range; the last finite state is kept).
+        When the run ends without an answer: its step budget spent (status
+        ``"max_steps"``), an overflow of the moment equations (status ``"nonfinite"``:
+        e.g. a mean growing like :math:`e^{t}` past the float range; the last finite state
+        is kept) or a failed solve (``"failed"``).
 
     Raises
     ------
@@ -166,10 +234,11 @@ def solve(att: Attention, mean0: Any, cov0: Any, *, t_max: float, rtol: float = 
     m0, c0 = check_mean_cov(mean0, cov0, att.d, "mean0", "cov0")
     check_solver_args(t_max, rtol, atol, blowup_threshold, converge_tol, convergence)
     t_eval = check_t_eval(t_eval, float(t_max))
+    warn = check_warn(warn)
     tr = solve_from_factor(att, 0.0, m0, psd_factor(c0), t_max=float(t_max), rtol=rtol,
                            atol=atol, blowup_threshold=blowup_threshold,
                            converge_tol=converge_tol, convergence=convergence, t_eval=t_eval)
-    warn_stop(tr.status, tr.message)
+    warn_stop(tr.status, tr.message, warn=warn)
     return tr
 
 

@@ -4,7 +4,8 @@
 :class:`xarray.Dataset` objects with named dimensions (``time``, ``token``, ``dim``,
 ``dim_``) whose attributes keep the status, the message, the run information and the
 attention specification (exact JSON of :func:`~transformer_pde.io.codec.attention_to_json`:
-float64 values round-trip exactly through ``repr``).  :func:`save_dataset` writes ``.nc``
+float64 values round-trip exactly through ``repr``; every JSON attribute is strict JSON,
+see :mod:`~transformer_pde.io.jsonfmt`).  :func:`save_dataset` writes ``.nc``
 (netCDF-4 through h5netcdf) or ``.zarr`` and never overwrites an existing path;
 :func:`particle_fields` gives the constructor arguments of a
 :class:`~transformer_pde.particles.ParticleTrajectory` from such a Dataset.
@@ -19,6 +20,15 @@ returns different data.  Files without ``format_version`` (version 1, written be
 checksums existed) are read without checksum checks (only the invariants of the reader);
 an unknown version is refused.  A save writes to a temporary path beside the target and
 renames it into place, so a failed save leaves nothing behind.
+
+**Self-describing variables.**  Every variable written by :func:`save_dataset` carries the
+CF attributes ``long_name`` and ``units`` (:func:`cf_attributes`; the ones the data
+already have are kept).  The variables are dimensionless (``units = "1"``): token
+coordinates, weights, moments, and the depth ``time`` (the continuous layer index
+:math:`t` of the Transformer, not a physical time, so it has no CF time unit and xarray
+does not decode it).  Integer status codes carry ``flag_values`` and ``flag_meanings``
+(the names of :class:`~transformer_pde.results.Status`, space separated).  Zarr stores are
+written with consolidated metadata, so ``xarray.open_zarr`` opens them directly.
 
 xarray is imported only when these functions are called.
 """
@@ -42,7 +52,7 @@ from .jsonfmt import dumps, tag_arrays, untag_arrays
 __all__ = ["particle_dataset",
            "particle_fields", "gaussian_dataset", "save_dataset", "open_dataset",
            "TrajectoryFileError", "IntegrityError", "LABELLED_SUFFIXES",
-           "DATASET_FORMAT_VERSION"]
+           "DATASET_FORMAT_VERSION", "VARIABLE_ATTRS", "cf_attributes", "status_flags"]
 
 #: file suffixes written and read through xarray (NPZ is handled by the trajectory itself)
 LABELLED_SUFFIXES = (".nc", ".zarr")
@@ -52,6 +62,58 @@ DATASET_FORMAT_VERSION = 2
 _KNOWN_VERSIONS = (1, 2)
 #: attributes that describe the file itself, not covered by the attribute digest
 _OWN_ATTRS = ("format_version", "checksums")
+
+#: CF ``long_name`` of the variables the package writes (all dimensionless: ``units = "1"``)
+VARIABLE_ATTRS: dict[str, str] = {
+    "time": "depth t (continuous layer index)",
+    "states": "token positions x_i(t)",
+    "last": "token positions at the final depth",
+    "weights": "token weights of the empirical measure",
+    "positions": "token positions in the sequence (causal-mask order)",
+    "means": "mean of the token distribution",
+    "covs": "covariance matrix of the token distribution",
+    "limit": "limit of the normalised covariance Sigma(t) / tr Sigma(t)",
+    "values": "saved statistic of the tokens",
+    "blowup_time": "blow-up depth T* (inf: no blow-up)",
+    "t_final": "last depth reached",
+    "status": "outcome of the run",
+    "n_times": "number of reported depths",
+    "times": "reported depths",
+    "rank": "numerical rank",
+}
+
+
+def status_flags() -> dict[str, Any]:
+    """CF ``flag_values`` (int8 ``0 … k-1``) and ``flag_meanings`` (the space-separated
+    values of :class:`~transformer_pde.results.Status`, in that order) of status codes."""
+    from ..results import Status  # noqa: PLC0415
+
+    names = [s.value for s in Status]
+    return {"flag_values": np.arange(len(names), dtype=np.int8),
+            "flag_meanings": " ".join(names)}
+
+
+def cf_attributes(ds: Any, *, long_names: dict[str, str] | None = None,
+                  status: tuple[str, ...] = ("status",)) -> Any:
+    """``ds`` (a shallow copy) with the CF attributes ``long_name`` and ``units`` on every
+    variable and coordinate, keeping the ones it has.
+
+    ``long_name`` comes from ``long_names``, then :data:`VARIABLE_ATTRS`, else the
+    variable's name; numeric variables get ``units = "1"`` (every quantity of the model is
+    dimensionless; the depth ``time`` too).  The integer variables named in ``status``
+    (codes: the index in :class:`~transformer_pde.results.Status`) get the
+    :func:`status_flags` unless they have ``flag_values``."""
+    ds = ds.copy(deep=False)
+    names = {**VARIABLE_ATTRS, **(long_names or {})}
+    for name, var in ds.variables.items():
+        attrs = dict(var.attrs)
+        attrs.setdefault("long_name", names.get(str(name), str(name)))
+        if var.dtype.kind in "biufc":
+            attrs.setdefault("units", "1")
+        if str(name) in status and var.dtype.kind in "iu" and "flag_values" not in attrs:
+            attrs.update(status_flags())
+        var.attrs = attrs
+    return ds
 
 
 def _safe_text(text: str) -> str:
@@ -95,11 +157,19 @@ def particle_dataset(traj: Any) -> Any:
     if traj.positions is not None:
         data["positions"] = (("token",), np.asarray(traj.positions))
     attrs = {"transformer_pde": "particle-trajectory", "status": str(traj.status),
-             "message": _safe_text(str(traj.message)),
-             "message_json": dumps(str(traj.message)),
-             "info": dumps(tag_arrays(dict(traj.info)), describe=True),
+             **_message_attrs(str(traj.message)),
+             "info": dumps(tag_arrays(dict(traj.info)), describe=True, strict=True),
              "attention": attention_to_json(traj.attention)}
-    return xr.Dataset(data, coords={"time": np.asarray(traj.times)}, attrs=attrs)
+    return cf_attributes(xr.Dataset(data, coords={"time": np.asarray(traj.times)},
+                                    attrs=attrs))
+
+
+def _message_attrs(message: str) -> dict[str, str]:
+    """``message`` as a plain attribute, and its exact text as the JSON attribute
+    ``message_json`` only when the plain one cannot hold it (a NUL, a lone surrogate)."""
+    safe = _safe_text(message)
+    return {"message": safe} if safe == message else {"message": safe,
+                                                      "message_json": dumps(message)}
 
 
 def particle_fields(ds: Any, source: str = "dataset") -> dict:
@@ -149,9 +219,9 @@ def gaussian_dataset(traj: Any) -> Any:
             "limit": (("dim", "dim_"), np.asarray(traj.limit))}
     attrs = {"transformer_pde": "gaussian-trajectory", "status": str(traj.status),
              "blowup_time": float(traj.blowup_time), "t_final": float(traj.t_final),
-             "message": _safe_text(str(traj.message)),
-             "message_json": dumps(str(traj.message))}
-    return xr.Dataset(data, coords={"time": np.asarray(traj.times)}, attrs=attrs)
+             **_message_attrs(str(traj.message))}
+    return cf_attributes(xr.Dataset(data, coords={"time": np.asarray(traj.times)},
+                                    attrs=attrs))
 
 
 def _checksums(ds: Any) -> str:
@@ -159,17 +229,19 @@ def _checksums(ds: Any) -> str:
     included) and of the attributes other than :data:`_OWN_ATTRS`."""
     keys = sorted(str(k) for k in ds.attrs if k not in _OWN_ATTRS)
     return dumps({"algorithm": DIGEST_ALGORITHM,
-                       "arrays": {str(name): array_digest(np.asarray(var.values))
-                                  for name, var in ds.variables.items()},
-                       "attrs": {"keys": keys,
-                                 "digest": json_digest({k: _plain(ds.attrs[k]) for k in keys})}},
-                      sort_keys=True)
+                  "arrays": {str(name): array_digest(np.asarray(var.values))
+                             for name, var in ds.variables.items()},
+                  "attrs": {"keys": keys,
+                            "digest": json_digest({k: _plain(ds.attrs[k]) for k in keys})}},
+                 sort_keys=True, strict=True)
 
 
 def save_dataset(ds: Any, path: str | Path) -> Path:
-    """Write ``ds`` to ``path``: ``.nc`` (netCDF-4, h5netcdf) or ``.zarr`` (Zarr v2).
+    """Write ``ds`` to ``path``: ``.nc`` (netCDF-4, h5netcdf) or ``.zarr`` (Zarr v2 with
+    consolidated metadata).
 
-    An existing path is never overwritten.  The file is format version
+    An existing path is never overwritten.  Every variable is written with the CF
+    attributes ``long_name`` and ``units`` (:func:`cf_attributes`).  The file is format version
     :data:`DATASET_FORMAT_VERSION`: ``ds``'s values are written exactly as they are (no
     fill-value masking, no encodings) with the ``checksums`` attribute that
     :func:`open_dataset` verifies.  The data are written to a temporary path beside
@@ -184,7 +256,7 @@ def save_dataset(ds: Any, path: str | Path) -> Path:
         raise ArgumentError(f"{path} already exists; refusing to overwrite it")
     import dask  # noqa: PLC0415  (xarray's writers go through dask when it is installed)
 
-    ds = ds.copy(deep=False)
+    ds = cf_attributes(ds)
     for var in ds.variables.values():
         var.encoding = {}
     ds.attrs = {k: v for k, v in ds.attrs.items() if k not in _OWN_ATTRS}
@@ -199,7 +271,7 @@ def save_dataset(ds: Any, path: str | Path) -> Path:
             if path.suffix == ".nc":
                 ds.to_netcdf(tmp, engine="h5netcdf", encoding=encoding)
             else:
-                ds.to_zarr(tmp, mode="w-", zarr_format=2, consolidated=False,
+                ds.to_zarr(tmp, mode="w-", zarr_format=2, consolidated=True,
                            encoding=encoding)
         if path.exists():
             raise ArgumentError(f"{path} appeared while it was being written; refusing to "

@@ -35,6 +35,7 @@ from .codec import attention_data, attention_from_data
 from .container import write_npz
 from .digests import DIGEST_ALGORITHM, array_digest, check_version, verify_array
 from .jsonfmt import dumps
+from .saving import check_target, save_labelled
 
 __all__ = ["NPZ_FORMAT_VERSION", "NPZ_VERSIONS", "TRAJECTORY_FORMAT", "check_trajectory",
            "dataset_fields", "read_trajectory", "save_trajectory"]
@@ -157,7 +158,7 @@ def _check_values(path, status: Status, times, states, weights, positions, last)
 
 
 # ------------------------------------------------------------------ writing
-def save_trajectory(traj: Any, path: str | Path) -> Path:
+def save_trajectory(traj: Any, path: str | Path, *, overwrite: bool = False) -> Path:
     """Write the trajectory ``traj`` to ``path``: NPZ, or netCDF (``.nc``) / Zarr (``.zarr``)
     through :func:`~transformer_pde.io.labelled.particle_dataset`.  :func:`read_trajectory`
     restores it exactly.
@@ -166,16 +167,21 @@ def save_trajectory(traj: Any, path: str | Path) -> Path:
     :data:`NPZ_FORMAT_VERSION`; labelled files:
     :func:`~transformer_pde.io.labelled.save_dataset`) and the file is first written to a
     temporary path beside ``path`` and renamed into place, so a failed save leaves nothing
-    behind.  An existing NPZ file is replaced (atomically); an existing ``.nc`` or
-    ``.zarr`` is never overwritten.
+    behind.  An existing ``path`` is replaced only with ``overwrite=True`` (then the new
+    file is complete before it takes the old one's place:
+    :func:`~transformer_pde.io.saving.save_labelled`).
 
     Raises
     ------
     ArgumentError
-        The trajectory breaks an invariant of :func:`check_trajectory` (it could not be
-        read back); nothing is written.
+        ``path`` exists and ``overwrite`` is False (the message names the path and says
+        ``overwrite=True``), ``path`` is a directory that is not a Zarr store, or the
+        trajectory breaks an invariant of :func:`check_trajectory` (it could not be read
+        back); nothing is written.
+    ArgumentTypeError
+        ``overwrite`` is not a bool.
     """
-    path = Path(path)
+    path = check_target(path, overwrite)
     fields = {k: getattr(traj, k) for k in _ARRAYS}
     fields["status"] = Status.parse(traj.status)
     try:
@@ -184,7 +190,7 @@ def save_trajectory(traj: Any, path: str | Path) -> Path:
         raise ArgumentError(f"cannot save this trajectory (load would refuse it): "
                             f"{exc}") from None
     if path.suffix in labelled.LABELLED_SUFFIXES:
-        return labelled.save_dataset(labelled.particle_dataset(traj), path)
+        return save_labelled(labelled.particle_dataset(traj), path, overwrite=overwrite)
     arrays: dict[str, Any] = {"times": traj.times, "weights": traj.weights}
     if traj.states is not None:
         arrays["states"] = traj.states

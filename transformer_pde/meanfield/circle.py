@@ -23,10 +23,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import results_display as display
 from ..errors import ArgumentError
 from ..extras import require
 from ..integrate import Dop853, Limits, LoopState, SaveAt, TimeLoop, initial_step
-from ..results import Status, warn_stop
+from ..results import Status, check_warn, warn_stop
 from ..validation import choice, finite_array, integer, nonnegative, positive, scalar
 from .spectral import (MODELS, CircleField, as_complex, as_real, evaluate, pad,
                        tail_share)
@@ -95,9 +96,22 @@ class CircleSolution:
         """:attr:`Status.success <transformer_pde.results.Status.success>` of ``status``."""
         return Status(self.status).success
 
+    def _summary(self) -> tuple[str, list[tuple[str, str]]]:
+        """Title and rows of the text and HTML summaries (never the arrays)."""
+        rows = [("times", display.time_span(self.times)),
+                ("density", f"{display.array_summary(self.density)} on "
+                            f"{self.theta.size} angles"),
+                ("modes", display.stats_text(self.modes)),
+                ("min density", display.stats_text(self.min_density)),
+                ("steps", str(self.n_steps)), ("message", self.message)]
+        return (f"CircleSolution(status='{self.status}', model={self.model!r}, "
+                f"beta={self.beta:g}, saved={len(self.times)})", rows)
+
     def __repr__(self) -> str:
-        return (f"CircleSolution(model={self.model!r}, beta={self.beta:g}, saved="
-                f"{len(self.times)}, modes={int(self.modes.max())}, status='{self.status}')")
+        return display.summary_text(*self._summary())
+
+    def _repr_html_(self) -> str:
+        return display.summary_html(*self._summary())
 
     def to_xarray(self) -> Any:
         """The solution as a labelled :class:`xarray.Dataset`: ``density (time, theta)``,
@@ -348,7 +362,7 @@ def solve_circle(density0: Callable[[np.ndarray], Any] | Any, beta: float, t: An
                  model: str = "sa", modes: int | None = None, tol: float = 1e-12,
                  rtol: float = 1e-10, atol: float | None = None, max_modes: int = 4096,
                  shift: float = 0.0, n_theta: int | None = None,
-                 max_steps: int = 1_000_000) -> CircleSolution:
+                 max_steps: int = 1_000_000, warn: bool = True) -> CircleSolution:
     r"""Solve the mean-field equation of attention on the circle from ``density0``.
 
     .. math:: \partial_t\mu + \partial_\theta(\mu v) = 0, \qquad
@@ -409,6 +423,10 @@ def solve_circle(density0: Callable[[np.ndarray], Any] | Any, beta: float, t: An
         twice the largest number of modes used, whichever is larger).
     max_steps : int, default 1_000_000
         Budget of attempted time steps.
+    warn : bool, default True
+        Issue an :class:`~transformer_pde.errors.EarlyStopWarning` when the solve ends
+        without an answer (``failed``, ``max_steps``, ``nonfinite``, ``interrupted``);
+        ``False`` leaves the status as the only report.
 
     Returns
     -------
@@ -431,6 +449,7 @@ def solve_circle(density0: Callable[[np.ndarray], Any] | Any, beta: float, t: An
     """
     opts = _check_options(beta, model, modes, tol, rtol, atol, max_modes, shift, n_theta,
                           max_steps)
+    warn = check_warn(warn)
     ts = _times(t)
     c0, grid = initial_coefficients(density0, opts["tol"], opts["modes"], opts["max_modes"])
     run = _Run(ts, _time_scale(opts, float(ts[-1])))
@@ -439,5 +458,5 @@ def solve_circle(density0: Callable[[np.ndarray], Any] | Any, beta: float, t: An
     status, message, n_steps = _integrate(run, c0, opts["beta"], opts["model"], opts)
     if not run.saved:   # stopped before the first save time: keep the initial state
         run.saved.append((0.0, c0.copy()))
-    warn_stop(status, message)
+    warn_stop(status, message, warn=warn)
     return _solution(run, ts, status, message, n_steps, opts, grid)

@@ -75,10 +75,11 @@ from typing import Any
 
 import numpy as np
 
+from .. import results_display as display
 from ..errors import ArgumentError, ArgumentTypeError
 from ..extras import require
 from ..integrate import Dop853, Limits, SaveAt, TimeLoop
-from ..results import Status, warn_stop
+from ..results import Status, check_warn, warn_stop
 from ..validation import choice, finite_array, integer, positive, scalar
 
 __all__ = ["LineSolution", "solve_line"]
@@ -125,6 +126,22 @@ class LineSolution:
     def success(self) -> bool:
         """:attr:`Status.success <transformer_pde.results.Status.success>` of ``status``."""
         return Status(self.status).success
+
+    def _summary(self) -> tuple[str, list[tuple[str, str]]]:
+        """Title and rows of the text and HTML summaries (never the arrays)."""
+        rows = [("times", display.time_span(self.times)),
+                ("nodes", f"x, density {display.array_summary(self.x)}"),
+                ("parameters", ", ".join(f"{k}={v if isinstance(v, str) else display.number(v)}"
+                                         for k, v in self.params.items()) or "—"),
+                ("steps", str(self.n_steps)), ("message", self.message)]
+        return (f"LineSolution(status='{self.status}', saved={len(self.times)}, "
+                f"nodes={self.weights.size})", rows)
+
+    def __repr__(self) -> str:
+        return display.summary_text(*self._summary())
+
+    def _repr_html_(self) -> str:
+        return display.summary_html(*self._summary())
 
     def moments(self) -> tuple[np.ndarray, np.ndarray]:
         r"""``(means (T, 1), covs (T, 1, 1))``: :math:`\sum_j w_j X_j` and
@@ -265,7 +282,8 @@ def solve_line(density0: Any, t: Any, *, kind: str = "softmax", q: float = 1.0,
                k: float = 1.0, v: float = 1.0, beta: float = 1.0, l2_beta: float = 0.5,
                masked: bool = False, n_nodes: int = 401, tail: float = 1e-30,
                rtol: float = 1e-11, atol: float = 1e-13, max_steps: int = 100_000,
-               max_norm: float = 1e8, edge_tol: float = 1e-16) -> LineSolution:
+               max_norm: float = 1e8, edge_tol: float = 1e-16, warn: bool = True
+               ) -> LineSolution:
     r"""Solve the mean-field continuity equation of attention on :math:`\mathbb R`.
 
     See the module docstring for the equation and the Lagrangian scheme.
@@ -313,15 +331,19 @@ def solve_line(density0: Any, t: Any, *, kind: str = "softmax", q: float = 1.0,
         stops with status ``"failed"`` and a message saying so, keeping the states saved
         before (an expanding flow reaches it before its blow-up; a contracting flow never).
 
+    warn : bool, default True
+        Issue the warning below; ``False`` leaves the status as the only report.
+
     Returns
     -------
     LineSolution
+        A node leaving ``max_norm`` is reported in ``status`` (``"blowup"``) only.
 
     Warns
     -----
     EarlyStopWarning
-        When the run stops before the last time (``max_norm``, ``edge_tol`` or the step
-        budget).
+        When the run ends before the last time without an answer (``edge_tol``: status
+        ``"failed"``, or the step budget: ``"max_steps"``).
 
     Raises
     ------
@@ -353,6 +375,7 @@ def solve_line(density0: Any, t: Any, *, kind: str = "softmax", q: float = 1.0,
         raise ArgumentError(f"tail must be < 1e-3, got {tail!r}")
     rtol, atol = positive("rtol", rtol), positive("atol", atol)
     max_steps = integer("max_steps", max_steps, minimum=1)
+    warn = check_warn(warn)
     ts = _times(t)
     a, c = (beta * q * k, 0.0) if kind == "softmax" else (2 * l2_beta * q * k, l2_beta * k * k)
     lab, w, r0, cdf = _initial_nodes(density0, n_nodes, tail)
@@ -376,7 +399,7 @@ def solve_line(density0: Any, t: Any, *, kind: str = "softmax", q: float = 1.0,
     if ts[0] == 0.0:
         save(0.0, y0)
     status, message, state = loop.run(loop.initial_state(y0))
-    warn_stop(status, message)
+    warn_stop(status, message, warn=warn)
     Y = np.array(saved_y).reshape(len(saved_y), 2 * lab.size)
     X, logJ = Y[:, :lab.size], Y[:, lab.size:]
     params = {"kind": kind, "q": q, "k": k, "v": v, "beta": beta, "l2_beta": l2_beta,

@@ -100,15 +100,16 @@ def draw_run(run: PaperRun, ax: Any, *, view: str = "cone", batch: Any = None,
 def paper_figure_plot(name: str, *, view: str = "cone", runs: Sequence[PaperRun] | None = None,
                       color_by: str = "start", v_max: float | None = None, title: str = "",
                       panel_size: float = 4.6, t_max: float | None = None, stride: int = 1,
-                      rank_one_line: Any = None) -> tuple[Any, list]:
+                      rank_one_line: Any = None, fig: Any = None) -> tuple[Any, list]:
     """All panels of the paper figure ``name`` side by side (or ``runs``), each drawn by
     :func:`draw_run` (``view``, ``color_by``, ``v_max``, ``t_max``, ``stride``,
-    ``rank_one_line``); returns the :class:`matplotlib.figure.Figure` and the list of
-    batches drawn."""
-    from matplotlib.figure import Figure  # noqa: PLC0415
+    ``rank_one_line``) into ``fig`` (default: a new figure made through
+    :mod:`matplotlib.pyplot`, so it shows in notebooks); returns the
+    :class:`matplotlib.figure.Figure` and the list of batches drawn."""
+    from ..plot.axes import new_figure  # noqa: PLC0415
 
     runs = list(paper_figure(name).runs if runs is None else runs)
-    fig = Figure(figsize=(panel_size * len(runs), panel_size + 0.6), layout="constrained")
+    fig = new_figure(fig, (panel_size * len(runs), panel_size + 0.6))
     batches = []
     for i, run in enumerate(runs):
         ax = fig.add_subplot(1, len(runs), i + 1, projection="3d" if view == "cone" else None)

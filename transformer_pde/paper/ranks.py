@@ -182,7 +182,17 @@ def rank_figure(sweeps: Sequence[RankSweep], title: str,
         for j, v in enumerate(values):
             group = {f"d = {s.d}": s.ranks[s.ranks >= 0] for s in sweeps
                      if s.kind == k and s.value == v}
-            plot.rank_histogram(group, d=d_max, ax=axes[i, j],
-                                title=f"{k}, V = {_VALUE_LABELS.get(v, v)}")
+            # a dimension none of whose draws converged has no rank to draw: say so on the
+            # panel instead of failing the whole figure
+            empty = [name for name, r in group.items() if r.size == 0]
+            group = {name: r for name, r in group.items() if r.size}
+            ax, label = axes[i, j], f"{k}, V = {_VALUE_LABELS.get(v, v)}"
+            if group:
+                plot.rank_histogram(group, d=d_max, ax=ax, title=label)
+            else:
+                ax.set_title(label)
+            if empty:
+                ax.text(0.02, 0.98, "no converged draw: " + ", ".join(empty),
+                        transform=ax.transAxes, va="top", fontsize="small")
     fig.suptitle(title)
     return fig

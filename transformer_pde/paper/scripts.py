@@ -7,7 +7,15 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-__all__ = ["run_figure_script"]
+__all__ = ["run_figure_script", "script_argv"]
+
+
+def script_argv() -> list[str] | None:
+    """The arguments an example's ``main(argv)`` parses: ``None`` (that is, ``sys.argv``)
+    from the shell and in the gallery build, ``[]`` (the defaults) inside a Jupyter kernel,
+    whose ``sys.argv`` holds the kernel's own options.  So an example run as a notebook
+    executes ``main`` with its defaults instead of stopping in ``argparse``."""
+    return [] if "ipykernel" in sys.modules else None
 
 
 def run_figure_script(doc: str, make: Callable[[argparse.Namespace], dict],
@@ -16,13 +24,15 @@ def run_figure_script(doc: str, make: Callable[[argparse.Namespace], dict],
                       ) -> list[Path]:
     """Command line of the ``examples/`` figure scripts: parse ``--out`` (default: the
     repository's ``figures/``) and any extra ``options``, call ``make(args)`` -> ``{name:
-    Figure}`` and save each figure as ``<out>/<name>.png``; returns the paths written."""
+    Figure}`` and save each figure as ``<out>/<name>.png``; returns the paths written.
+    Without ``argv`` the arguments are :func:`script_argv`'s.  The figures stay open, so a
+    notebook shows them."""
     p = argparse.ArgumentParser(description=doc.strip().splitlines()[0])  # the title
     p.add_argument("--out", default=str(Path.cwd() / "figures"),
                    help="output directory (default: ./figures)")
     if options is not None:
         options(p)
-    args = p.parse_args(argv)
+    args = p.parse_args(script_argv() if argv is None else argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     written = []

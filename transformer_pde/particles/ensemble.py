@@ -30,7 +30,8 @@ from ..integrate.breakpoints import layer_tables
 from ..integrate.loop import Limits, SaveAt, TimeLoop
 from ..integrate.plan import preflight
 from ..integrate.solvers import get_solver
-from ..results import ResultKind, Status, warn_stop
+from ..results import ResultKind, Status, check_warn, warn_stop
+from .. import results_display as display
 from .. import validation
 from ..validation import positive, real_array
 from .trajectory import ParticleTrajectory
@@ -159,10 +160,21 @@ class EnsembleTrajectory:
     def __len__(self) -> int:
         return len(self.times)
 
-    def __repr__(self) -> str:
+    def _summary(self) -> tuple[str, list[tuple[str, str]]]:
+        """Title and rows of the text and HTML summaries (never the arrays)."""
         B, n, d = self.last.shape
-        return (f"EnsembleTrajectory(saved={len(self.times)}, B={B}, n={n}, d={d}, "
-                f"t=[{self.times[0]:g}, {self.times[-1]:g}], status='{self.status}')")
+        rows = [("times", display.time_span(self.times)),
+                ("states", display.array_summary(self.states) if self.states is not None
+                 else f"not kept; values {display.array_summary(self.values)}"),
+                ("message", self.message)]
+        return (f"EnsembleTrajectory(status='{self.status}', saved={len(self.times)}, B={B}, "
+                f"n={n}, d={d})", rows)
+
+    def __repr__(self) -> str:
+        return display.summary_text(*self._summary())
+
+    def _repr_html_(self) -> str:
+        return display.summary_html(*self._summary())
 
 
 # ------------------------------------------------------------------ the batched field
@@ -342,8 +354,8 @@ class _Saver:
 def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
                       solver: Any = "rk4", saveat: SaveAt | None = None,
                       weights: Any = None, positions: Any = None, block: Any = None,
-                      backend: str = "numpy", limits: Limits | None = None
-                      ) -> EnsembleTrajectory:
+                      backend: str = "numpy", limits: Limits | None = None,
+                      warn: bool = True) -> EnsembleTrajectory:
     r"""Integrate :math:`B` independent token systems of the same attention together.
 
     System :math:`b` starts from ``X0[b]`` and follows the flow that
@@ -383,12 +395,17 @@ def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
         The batched field is computed with NumPy (``matmul`` over the systems).
     limits : Limits, optional
         ``max_norm``, ``max_steps``, ``max_memory`` for the whole ensemble.
+    warn : bool, default True
+        Issue an :class:`~transformer_pde.errors.EarlyStopWarning` when the run ends
+        without an answer (``nonfinite``, ``failed``, ``max_steps``, ``interrupted``);
+        ``False`` leaves the status as the only report.
 
     Returns
     -------
     EnsembleTrajectory
-        ``states`` of shape (T, B, n, d).  One status for the ensemble; an early stop
-        issues an :class:`~transformer_pde.errors.EarlyStopWarning`.
+        ``states`` of shape (T, B, n, d).  One status for the ensemble: a blow-up is
+        reported there only; a stop without an answer also warns (see
+        :class:`~transformer_pde.results.Status`).
 
     Raises
     ------
@@ -422,6 +439,7 @@ def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
         raise ArgumentError(f"backend must be 'numpy' (the batched field is computed with "
                             f"NumPy matmul), got {backend!r}")
     t_max, dt = positive("t_max", t_max), positive("dt", dt)
+    warn = check_warn(warn)
     saveat = _saveat(saveat, t_max)
     if limits is None:
         limits = Limits()
@@ -457,7 +475,7 @@ def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
             raise ArgumentError(f"SaveAt(fn=...) failed on the initial state: "
                                 f"{type(exc).__name__}: {exc}") from exc
     status, message, state = loop.run(state)
-    warn_stop(status, message)
+    warn_stop(status, message, warn=warn)
     if not saver.times:
         saver(float(state.t), state.y)
     info: dict[str, Any] = {"method": getattr(run_solver, "name", str(run_solver)),

@@ -28,7 +28,7 @@ from ..integrate.checkpoint import CheckpointWriter, RunIdentity, check_path, re
 from ..integrate.loop import Limits, LoopState, Monitor, Progress, SaveAt, TimeLoop
 from ..integrate.plan import preflight
 from ..integrate.solvers import get_solver, restore_solver_state, solver_state
-from ..results import Status, warn_stop
+from ..results import Status, check_warn, warn_stop
 from ..validation import points, positive
 from .options import FieldOptions
 from .trajectory import ParticleTrajectory, weighted_moments
@@ -354,8 +354,8 @@ def _overflow_hint(att: Attention, status: Status, message: str) -> str:
 def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = "rk4",
              saveat: SaveAt | None = None, weights: Any = None, positions: Any = None,
              block: Block | None = None, field: FieldOptions | None = None,
-             limits: Limits | None = None, monitor: Monitor | None = None
-             ) -> ParticleTrajectory:
+             limits: Limits | None = None, monitor: Monitor | None = None,
+             warn: bool = True) -> ParticleTrajectory:
     r"""Integrate the particle attention flow :math:`\dot X_i = \Gamma_{\mu_t}(X_i)` on :math:`[0, t_{max}]`.
 
     Parameters
@@ -392,13 +392,18 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
     monitor : Monitor, optional
         Progress bar / periodic log lines, checkpoints every so many seconds and resuming
         from them.
+    warn : bool, default True
+        Issue an :class:`~transformer_pde.errors.EarlyStopWarning` when the run ends
+        without an answer (``nonfinite``, ``failed``, ``max_steps``, ``interrupted``);
+        ``False`` leaves the status as the only report.
 
     Returns
     -------
     ParticleTrajectory
         ``status`` says how the run ended; every state saved before a blow-up, a non-finite
-        step, a failure (inner solve, user callable) or an interruption is kept.  An early
-        stop also issues an :class:`~transformer_pde.errors.EarlyStopWarning`.
+        step, a failure (inner solve, user callable) or an interruption is kept.  A blow-up
+        is an answer, reported in ``status`` only; a stop without an answer also warns
+        (see :class:`~transformer_pde.results.Status`).
 
     Notes
     -----
@@ -433,6 +438,7 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
     ((11, 50, 2), 'ok')
     """
     spec = RunSpec.of(att, X0, t_max, dt, saveat, block, field, limits, monitor)
+    warn = check_warn(warn)
     solver, stepper, X0 = _solver(solver, spec)
     ev = FieldEvaluator(att, X0.shape[0], weights=weights, positions=positions,
                         dtype=spec.dtype, **spec.field.evaluator_kwargs())
@@ -446,5 +452,5 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
     state = _start(spec, loop, parts, X0, resumed)
     status, message, state = _run(spec, loop, parts, state, identity)
     message = _overflow_hint(att, status, message)
-    warn_stop(status, message)   # stacklevel: the warning names the caller of simulate
+    warn_stop(status, message, warn=warn)   # stacklevel: names the caller of simulate
     return _result(spec, solver, stepper, parts, state, status, message)

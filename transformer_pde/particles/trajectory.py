@@ -11,6 +11,7 @@ import numpy as np
 from ..attention import Attention
 from ..io import labelled
 from ..io.trajectory import dataset_fields, read_trajectory, save_trajectory
+from .. import results_display as display
 from ..results import ResultKind, Status
 
 __all__ = ["ParticleTrajectory", "load", "weighted_moments"]
@@ -110,10 +111,35 @@ class ParticleTrajectory:
     def __len__(self) -> int:
         return len(self.times)
 
+    def _summary(self) -> tuple[str, list[tuple[str, str]]]:
+        """Title and rows of the text and HTML summaries (never the arrays)."""
+        N, d = np.shape(self.last)
+        title = (f"ParticleTrajectory(status='{self.status}', saved={len(self.times)}, "
+                 f"N={N}, d={d})")
+        rows = [("times", display.time_span(self.times)),
+                ("states", display.array_summary(self.states) if self.states is not None
+                 else "not kept (SaveAt(fn=...)): moments and the last state")]
+        if self.values is not None:
+            rows.append(("values", display.array_summary(self.values)))
+        if self.positions is not None:
+            rows.append(("positions", "masked attention (token positions in [0, 1])"))
+        if self.attention is not None:
+            att = self.attention
+            rows.append(("attention", f"{att.kind}, d={att.d}, heads={att.heads}"
+                         + (f", beta={display.number(att.beta)}"
+                            if isinstance(att.beta, (int, float)) else "")))
+        info = self.info or {}
+        if "method" in info:
+            rows.append(("solver", f"{info['method']} on {info.get('backend', '?')}, "
+                                   f"{info.get('n_steps', '?')} steps"))
+        rows.append(("message", display.shorten(self.message)))
+        return title, rows
+
     def __repr__(self) -> str:
-        N, d = self.last.shape
-        return (f"ParticleTrajectory(saved={len(self.times)}, N={N}, d={d}, "
-                f"t=[{self.times[0]:g}, {self.times[-1]:g}], status='{self.status}')")
+        return display.summary_text(*self._summary())
+
+    def _repr_html_(self) -> str:
+        return display.summary_html(*self._summary())
 
     # ------------------------------------------------------------------ I/O
     def to_xarray(self) -> Any:
@@ -129,7 +155,7 @@ class ParticleTrajectory:
         :func:`transformer_pde.io.trajectory.dataset_fields`)."""
         return cls(**dataset_fields(ds, source))
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write the trajectory to ``path``: NPZ, or netCDF (``.nc``) / Zarr (``.zarr``)
         through :meth:`to_xarray`.  :func:`load` restores it exactly.
 
@@ -137,16 +163,30 @@ class ParticleTrajectory:
         :data:`~transformer_pde.io.trajectory.NPZ_FORMAT_VERSION`; labelled files:
         :func:`transformer_pde.io.labelled.save_dataset`) and the file is first written to
         a temporary path beside ``path`` and renamed into place, so a failed save leaves
-        nothing behind.  An existing NPZ file is replaced (atomically); an existing ``.nc``
-        or ``.zarr`` is never overwritten (:func:`transformer_pde.io.trajectory.save_trajectory`).
+        nothing behind (:func:`transformer_pde.io.trajectory.save_trajectory`).
+
+        Parameters
+        ----------
+        path : str or Path
+            Target file: ``.nc``, ``.zarr``, or anything else for NPZ.
+        overwrite : bool, default False
+            Replace an existing ``path`` (the new file is complete before it replaces
+            the old one).  Without it an existing path is an error, so re-running a
+            notebook cell never destroys a previous result silently.
+
+        Returns
+        -------
+        Path
+            ``path``.
 
         Raises
         ------
         ArgumentError
-            The trajectory breaks an invariant that :func:`load` checks (it could not be
-            read back); nothing is written.
+            ``path`` exists and ``overwrite`` is False (the message names the path and
+            says ``overwrite=True``); or the trajectory breaks an invariant that
+            :func:`load` checks (it could not be read back); nothing is written.
         """
-        return save_trajectory(self, path)
+        return save_trajectory(self, path, overwrite=overwrite)
 
 
 def load(path: str | Path) -> ParticleTrajectory:

@@ -1,10 +1,13 @@
 """Figures: covariance cone and its trace-normalised slice, token paths, rank histograms
 and token flows through the layers of a network.
 
-Every function draws with Matplotlib's object API, never calls ``plt.show`` and returns
-the :class:`matplotlib.figure.Figure` it drew on, so it works headless (Agg) and in
-notebooks alike, and leaves the caller's ``pyplot`` figures and backend alone.  Pass
-``ax=`` to draw into an existing axes where a function draws a single axes.
+Matplotlib conventions: a function that draws one axes takes ``ax=`` and returns the
+:class:`~matplotlib.axes.Axes` it drew on; a multi-panel function takes ``fig=`` and
+returns the :class:`~matplotlib.figure.Figure`.  Without them a new figure is made through
+:mod:`matplotlib.pyplot`, so it shows inline in Jupyter and with ``plt.show()``; the
+functions never call ``plt.show``, never select a backend and never change ``rcParams``.
+A script that only saves a figure closes it (``plt.close(ax.figure)``).
+:func:`animate_particles` writes a file and keeps no figure open.
 
 Modules, by what they draw: :mod:`.covariance` (covariance trajectories of 2-D Gaussians
 in the PSD cone and its trace-normalised slice), :mod:`.tokens` (particle runs),

@@ -182,15 +182,15 @@ def cone(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any = Non
         Draw the cone surface.
     cmap : str or Colormap
         Colormap used by ``color_by``.
-    ax : mpl_toolkits.mplot3d.Axes3D, optional
-        Axes to draw into (a new figure otherwise).
+    ax : mpl_toolkits.mplot3d.axes3d.Axes3D, optional
+        3-D axes to draw into (default: a new figure made through :mod:`matplotlib.pyplot`).
     title, linewidth, elev, azim
         Cosmetics.
 
     Returns
     -------
-    matplotlib.figure.Figure
-        Its 3-D axes hold one ``Line3D`` per trajectory (in input order, ``gid`` set to
+    mpl_toolkits.mplot3d.axes3d.Axes3D
+        The 3-D axes drawn into; they hold one ``Line3D`` per trajectory (in input order, ``gid`` set to
         ``"trajectory-<i>"``) whose data are exactly the cone coordinates of the input.
     """
     paths = [cone_coordinates(c) for c in _covariance_paths(trajectories)]
@@ -208,7 +208,7 @@ def cone(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any = Non
         vtop = max(float(np.max(p[:, 2])) for p in paths)
         if not vtop > 0:
             raise ValueError("all covariances have zero trace: nothing to draw")
-    fig, ax = new_axes(ax, "3d")
+    ax = new_axes(ax, "3d")
     if surface:
         th = np.linspace(0, 2 * np.pi, 61)
         h = np.linspace(0, vtop, 12)
@@ -236,7 +236,7 @@ def cone(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any = Non
     ax.view_init(elev=elev, azim=azim)
     if title:
         ax.set_title(title)
-    return fig
+    return ax
 
 
 def cone_slice(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any = None,
@@ -252,13 +252,14 @@ def cone_slice(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any
     Parameters
     ----------
     trajectories, color_by, rank_one_line, cmap, ax, title, linewidth
-        As in :func:`cone`.  ``rank_one_line`` marks the point
+        As in :func:`cone` (``ax`` a 2-D axes).  ``rank_one_line`` marks the point
         :math:`(\cos 2\theta, \sin 2\theta)` of the direction :math:`a`.
 
     Returns
     -------
-    matplotlib.figure.Figure
-        Its axes hold one ``Line2D`` per trajectory (``gid`` ``"trajectory-<i>"``) with
+    matplotlib.axes.Axes
+        The axes drawn into (a new pyplot figure's when ``ax`` is None); they hold one
+        ``Line2D`` per trajectory (``gid`` ``"trajectory-<i>"``) with
         data :math:`(u/v, w/v)` of the input.
     """
     paths = []
@@ -268,7 +269,7 @@ def cone_slice(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any
         if not np.any(keep):
             raise ValueError("a trajectory has no covariance with positive trace")
         paths.append(p[keep, :2] / p[keep, 2:3])
-    fig, ax = new_axes(ax, None, figsize=(5.0, 5.0))
+    ax = new_axes(ax, None, figsize=(5.0, 5.0))
     th = np.linspace(0, 2 * np.pi, 361)
     ax.plot(np.cos(th), np.sin(th), color="0.3", lw=1.0, gid="rank-one-circle")
     key = [p[0] if _is_start(color_by) else p[-1] for p in paths]
@@ -288,5 +289,5 @@ def cone_slice(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any
     ax.set_ylabel(r"$w / v$")
     if title:
         ax.set_title(title)
-    return fig
+    return ax
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..diagnostics.depth import cosine_similarity
 from ..errors import ArgumentError
+from .axes import new_figure
 
 __all__ = [
     "STATISTICS_PANELS",
@@ -95,7 +96,7 @@ def principal_plane(states: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def token_paths(panels: Sequence[PathPanel], tokens: Sequence[str], *,
-                title: str | None = None, cmap: Any = "viridis"):
+                title: str | None = None, cmap: Any = "viridis", fig: Any = None):
     """Token paths along depth, one panel per flow, in a principal plane.
 
     Each token's path is a line (token ``i`` coloured by ``cmap`` at ``i / (N - 1)``), its
@@ -112,22 +113,25 @@ def token_paths(panels: Sequence[PathPanel], tokens: Sequence[str], *,
         Figure title.
     cmap : str or Colormap
         Colours of the tokens.
+    fig : matplotlib.figure.Figure, optional
+        Figure to draw into (default: a new figure made through :mod:`matplotlib.pyplot`,
+        laid out with ``tight_layout``).
 
     Returns
     -------
     matplotlib.figure.Figure
-        One axes per panel; token ``i``'s path is its ``3 i``-th line, with the data of the
+        The figure drawn into: one axes per panel; token ``i``'s path is its ``3 i``-th line, with the data of the
         projection ``(states - mu) @ B.T`` of :func:`principal_plane` of the panel's basis.
     """
     import matplotlib  # noqa: PLC0415 (matplotlib only when drawing)
-    from matplotlib.figure import Figure  # noqa: PLC0415 (as above)
 
     if not panels:
         raise ArgumentError("token_paths needs at least one panel")
     cm = matplotlib.colormaps[cmap] if isinstance(cmap, str) else cmap
     n = len(tokens)
     colours = [cm(i / max(n - 1, 1)) for i in range(n)]
-    fig = Figure(figsize=(5.5 * len(panels), 5.5))
+    own = fig is None
+    fig = new_figure(fig, (5.5 * len(panels), 5.5), layout=None)
     axes = np.atleast_1d(fig.subplots(1, len(panels)))
     for ax, panel in zip(axes, panels, strict=True):
         S = np.asarray(panel.states, dtype=float)
@@ -148,13 +152,14 @@ def token_paths(panels: Sequence[PathPanel], tokens: Sequence[str], *,
         ax.set_ylabel("PC 2")
     if title:
         fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
+    if own:
+        fig.tight_layout()
     return fig
 
 
 def statistics_along_depth(top: Sequence[DepthCurve], bottom: Sequence[DepthCurve], *,
                            panels: Sequence[tuple[str, str]] = STATISTICS_PANELS,
-                           title: str | None = None):
+                           title: str | None = None, fig: Any = None):
     """Depth statistics against depth: the network (top row), long flows (bottom row).
 
     One column per ``(key, label)`` of ``panels``.  The top row has linear axes against the
@@ -170,21 +175,23 @@ def statistics_along_depth(top: Sequence[DepthCurve], bottom: Sequence[DepthCurv
         The statistics drawn and their axis labels.
     title : str, optional
         Figure title.
+    fig : matplotlib.figure.Figure, optional
+        Figure to draw into (default: a new figure made through :mod:`matplotlib.pyplot`,
+        laid out with ``tight_layout``).
 
     Returns
     -------
     matplotlib.figure.Figure
-        Axes ``(2, len(panels))``; curve ``j`` of a row is the ``j``-th line of each of its
+        The figure drawn into, with axes ``(2, len(panels))``; curve ``j`` of a row is the ``j``-th line of each of its
         axes, with data ``(times, statistics[key])``.
     """
-    from matplotlib.figure import Figure  # noqa: PLC0415 (matplotlib only when drawing)
-
     def draw(ax: Any, curve: DepthCurve, key: str) -> None:
         kw = {} if curve.markersize is None else {"ms": curve.markersize}
         ax.plot(np.asarray(curve.times), curve.statistics[key], curve.style, label=curve.label,
                 **kw)
 
-    fig = Figure(figsize=(5.25 * len(panels), 8))
+    own = fig is None
+    fig = new_figure(fig, (5.25 * len(panels), 8), layout=None)
     axes = fig.subplots(2, len(panels), squeeze=False)
     for j, (key, label) in enumerate(panels):
         ax = axes[0, j]
@@ -205,13 +212,15 @@ def statistics_along_depth(top: Sequence[DepthCurve], bottom: Sequence[DepthCurv
             ax.legend(fontsize=7)
     if title:
         fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
+    if own:
+        fig.tight_layout()
     return fig
 
 
 def cosine_matrices(rows: Sequence[tuple[str, Sequence[float], Any]], *, ncol: int = 7,
                     title: str | None = "cosine similarities between tokens "
-                                         "(token order along the axes)"):
+                                         "(token order along the axes)",
+                    fig: Any = None):
     """Cosine-similarity matrices of the tokens at ``ncol`` evenly spaced saved depths.
 
     Parameters
@@ -225,20 +234,21 @@ def cosine_matrices(rows: Sequence[tuple[str, Sequence[float], Any]], *, ncol: i
         Panels per row.
     title : str, optional
         Figure title.
+    fig : matplotlib.figure.Figure, optional
+        Figure to draw into (default: a new figure made through :mod:`matplotlib.pyplot`,
+        constrained layout).
 
     Returns
     -------
     matplotlib.figure.Figure
-        Axes ``(len(rows), ncol)`` whose images hold the cosine matrices (colour range
+        The figure drawn into, with axes ``(len(rows), ncol)`` whose images hold the cosine matrices (colour range
         [-1, 1]) and one colour bar.
     """
-    from matplotlib.figure import Figure  # noqa: PLC0415 (matplotlib only when drawing)
-
     if not rows or isinstance(ncol, bool) or not isinstance(ncol, (int, np.integer)) \
             or ncol < 1:
         raise ArgumentError(f"cosine_matrices needs rows and an integer ncol >= 1, got "
                             f"{len(rows)} rows and ncol={ncol!r}")
-    fig = Figure(figsize=(2.1 * ncol + 1.0, 2.3 * len(rows)), layout="constrained")
+    fig = new_figure(fig, (2.1 * ncol + 1.0, 2.3 * len(rows)))
     axes = fig.subplots(len(rows), ncol, squeeze=False)
     im = None
     for r, (label, times, states) in enumerate(rows):

@@ -22,15 +22,17 @@ def rank_histogram(ranks: Any, *, d: int | None = None, ax: Any = None, title: s
         Observed ranks.  With a mapping, one group of bars per label (side by side).
     d : int, optional
         Dimension: the bars cover ranks 0..d (default: the largest rank seen).
-    ax, title
-        Axes to draw into; title.
+    ax : matplotlib.axes.Axes, optional
+        Axes to draw into (default: a new figure made through :mod:`matplotlib.pyplot`).
+    title : str, optional
+        Title.
     normalize : bool
         Show frequencies (fractions of draws) rather than counts.
 
     Returns
     -------
-    matplotlib.figure.Figure
-        Axes whose bar containers (one per group, labelled by the group name) have heights equal
+    matplotlib.axes.Axes
+        The axes drawn into, whose bar containers (one per group, labelled by the group name) have heights equal
         to the (normalised) counts of ranks 0..d.
     """
     groups: Mapping[str, Any] = ranks if isinstance(ranks, Mapping) else {"ranks": ranks}
@@ -51,7 +53,7 @@ def rank_histogram(ranks: Any, *, d: int | None = None, ax: Any = None, title: s
     top = int(d) if d is not None else max(int(a.max()) for a in data.values())
     if any(int(a.max()) > top for a in data.values()):
         raise ValueError(f"a rank exceeds d={top}")
-    fig, ax = new_axes(ax, None, figsize=(5.0, 3.6))
+    ax = new_axes(ax, None, figsize=(5.0, 3.6))
     k = len(data)
     width = 0.8 / k
     edges = np.arange(top + 1)
@@ -68,4 +70,4 @@ def rank_histogram(ranks: Any, *, d: int | None = None, ax: Any = None, title: s
         ax.legend(fontsize="small")
     if title:
         ax.set_title(title)
-    return fig
+    return ax

@@ -87,21 +87,24 @@ def particles(traj: Any, *, labels: Any = None, rescale: Any = None, dims: tuple
         Coordinates to draw.
     paths : bool
         Draw each token's path (thin grey lines), at most ``max_paths`` of them.
-    ax, title, cmap
-        Axes to draw into, title, colormap of the labels.
+    ax : matplotlib.axes.Axes, optional
+        Axes to draw into (default: a new figure made through :mod:`matplotlib.pyplot`).
+    title, cmap
+        Title; colormap of the labels.
 
     Returns
     -------
-    matplotlib.figure.Figure
-        Axes with collections ``gid="initial"`` and ``gid="final"`` whose offsets are the
-        first and last drawn states.
+    matplotlib.axes.Axes
+        The axes drawn into (a new pyplot figure's when ``ax`` is None), with collections
+        ``gid="initial"`` and ``gid="final"`` whose offsets are the first and last drawn
+        states.
     """
     states = rescaled_states(traj, rescale)
     i, j = dims
     d = states.shape[2]
     if not (0 <= i < d and 0 <= j < d and i != j):
         raise ValueError(f"dims must be two distinct coordinates in [0, {d}), got {dims!r}")
-    fig, ax = new_axes(ax, None, figsize=(5.5, 5.0))
+    ax = new_axes(ax, None, figsize=(5.5, 5.0))
     if paths:
         n = min(states.shape[1], max_paths)
         ax.plot(states[:, :n, i], states[:, :n, j], color="0.6", lw=0.4, alpha=0.7, zorder=1)
@@ -126,7 +129,7 @@ def particles(traj: Any, *, labels: Any = None, rescale: Any = None, dims: tuple
     ax.legend(loc="best", fontsize="small")
     if title:
         ax.set_title(title)
-    return fig
+    return ax
 
 
 def animate_particles(traj: Any, path: str | Path, *, rescale: Any = None,

@@ -195,10 +195,13 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
                 "rank_rtol": _RANK_RTOL}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (the figures are pyplot's; close them)
+
     names = [f"{prefix}_{kind}.png" for kind in ("paths", "statistics", "cosine")]
     for fig, name, dpi in zip(_figures(model, text, toks, flows, settings), names,
                               (110, 110, 100), strict=True):
         fig.savefig(out / name, dpi=dpi)
+        plt.close(fig)
     summary: dict[str, Any] = {
         "text": text, "tokens": toks, "model_dir": str(model.model_dir),
         "model": {"type": model.config.model_type, "layers": L, "d": model.d,
@@ -208,7 +211,7 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
                   for k, f in flows.items()},
         "figures": names,
     }
-    (out / f"{prefix}_summary.json").write_text(dumps(summary, indent=1))
+    (out / f"{prefix}_summary.json").write_text(dumps(summary, indent=1, strict=True))
     if save_states:
         save_npz(out / f"{prefix}_states.npz",
                  {**{k: f["states"] for k, f in flows.items()},

@@ -35,6 +35,7 @@ from typing import Any, Callable
 import numpy as np
 from scipy.integrate import solve_ivp
 
+from .. import results_display as display
 from ..errors import ArgumentError, SolverNotConverged
 from ..validation import choice, positive, scalar
 from .args import (OVERFLOW_EXPONENT, check_beta, check_model, check_n, check_rho,
@@ -81,6 +82,21 @@ class EquiangularSolution:
     alpha: float
     switch: float | None
     shift: float
+
+    def _summary(self) -> tuple[str, list[tuple[str, str]]]:
+        """Title and rows of the text and HTML summaries (never the arrays)."""
+        rows = [("t", display.path_text(self.t) + f" ({np.size(self.t)} times)"),
+                ("rho", display.path_text(self.rho)), ("r", display.path_text(self.r)),
+                ("inputs", f"rho0={display.number(self.rho0)}, "
+                           f"normalization={self.normalization!r}, r0={display.number(self.r0)}")]
+        return (f"EquiangularSolution(model={self.model!r}, beta={display.number(self.beta)}, "
+                f"n={self.n})", rows)
+
+    def __repr__(self) -> str:
+        return display.summary_text(*self._summary())
+
+    def _repr_html_(self) -> str:
+        return display.summary_html(*self._summary())
 
 
 def gap_and_rho(v: float, n: int) -> tuple[float, float]:

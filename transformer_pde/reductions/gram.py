@@ -23,11 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from .. import results_display as display
 from ..errors import ArgumentError, ArgumentTypeError
 from ..integrate.controller import initial_step
 from ..integrate.loop import Limits, SaveAt, TimeLoop
 from ..integrate.solvers import Dop853
-from ..results import Status, warn_stop
+from ..results import Status, check_warn, warn_stop
 from ..validation import covariance, integer, positive, real_array
 from .args import OVERFLOW_EXPONENT, check_beta, check_model, check_shift, check_times
 
@@ -69,6 +70,19 @@ class GramFlow:
         """``status.success``."""
         return self.status.success
 
+    def _summary(self) -> tuple[str, list[tuple[str, str]]]:
+        """Title and rows of the text and HTML summaries (never the arrays)."""
+        rows = [("times", display.time_span(self.times)),
+                ("grams", display.array_summary(self.grams)), ("message", self.message)]
+        return (f"GramFlow(status='{self.status}', model={self.model!r}, "
+                f"beta={display.number(self.beta)})", rows)
+
+    def __repr__(self) -> str:
+        return display.summary_text(*self._summary())
+
+    def _repr_html_(self) -> str:
+        return display.summary_html(*self._summary())
+
 
 def gram_field(G: np.ndarray, beta: float, model: str = "sa", shift: float = 0.0) -> np.ndarray:
     r"""The right-hand side :math:`\dot G = \mathsf A G + (\mathsf A G)^\top - (c\mathbf 1^\top
@@ -106,7 +120,7 @@ def _check_gram(G0: Any) -> np.ndarray:
 
 
 def gram_flow(G0: Any, beta: float, t: Any, *, model: str = "sa", rtol: float = 1e-10,
-              atol: float = 1e-12, shift: float = 0.0) -> GramFlow:
+              atol: float = 1e-12, shift: float = 0.0, warn: bool = True) -> GramFlow:
     r"""Integrate the Gram-matrix flow of post-LN attention on the sphere.
 
     .. math::
@@ -135,12 +149,14 @@ def gram_flow(G0: Any, beta: float, t: Any, *, model: str = "sa", rtol: float = 
     shift : float
         Shift of the USA exponent (time runs :math:`e^{\mathrm{shift}}` times slower);
         USA only.
+    warn : bool, default True
+        Issue the warning below; ``False`` leaves the status as the only report.
 
     Returns
     -------
     GramFlow
-        ``grams`` of shape (T, n, n) or (T, B, n, n).  A run that stops early (step budget,
-        non-finite step) keeps the saved matrices and issues an
+        ``grams`` of shape (T, n, n) or (T, B, n, n).  A run that stops without an answer
+        (step budget, non-finite step) keeps the saved matrices and issues an
         :class:`~transformer_pde.errors.EarlyStopWarning`.
 
     Raises
@@ -169,6 +185,7 @@ def gram_flow(G0: Any, beta: float, t: Any, *, model: str = "sa", rtol: float = 
     beta, model = check_beta(beta), check_model(model)
     shift = check_shift(shift, model)
     rtol, atol = positive("rtol", rtol), positive("atol", atol)
+    warn = check_warn(warn)
     G = _check_gram(G0)
     times, _ = check_times(t)
     if np.any(np.diff(times) <= 0):
@@ -198,7 +215,7 @@ def gram_flow(G0: Any, beta: float, t: Any, *, model: str = "sa", rtol: float = 
                         saveat=SaveAt(ts=times), limits=Limits(max_norm=2.0), tables=[],
                         xp=np, save=save)
         status, message, _ = loop.run(loop.initial_state(G))
-        warn_stop(status, message)
+        warn_stop(status, message, warn=warn)
     grams = np.array(saved) if saved else np.empty((0,) + G.shape)
     return GramFlow(times=np.array(saved_t), grams=grams, status=status, message=message,
                     beta=beta, model=model, shift=shift)

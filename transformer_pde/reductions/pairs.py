@@ -19,6 +19,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 from scipy.special import expit
 
+from .. import results_display as display
 from ..errors import ArgumentError, SolverNotConverged
 from ..validation import real_array, scalar
 from .args import check_beta, check_times
@@ -50,6 +51,20 @@ class CausalPair:
     one_minus_rho: np.ndarray
     beta: float
     rho0: float
+
+    def _summary(self) -> tuple[str, list[tuple[str, str]]]:
+        """Title and rows of the text and HTML summaries (never the arrays)."""
+        rows = [("t", display.path_text(self.t) + f" ({np.size(self.t)} times)"),
+                ("rho", display.path_text(self.rho)),
+                ("1 - rho", display.path_text(self.one_minus_rho))]
+        return (f"CausalPair(beta={display.number(self.beta)}, "
+                f"rho0={display.number(self.rho0)})", rows)
+
+    def __repr__(self) -> str:
+        return display.summary_text(*self._summary())
+
+    def _repr_html_(self) -> str:
+        return display.summary_html(*self._summary())
 
 
 def causal_pair(beta: float, rho0: float, t: Any) -> CausalPair:

@@ -24,6 +24,7 @@ The results go to ``OUT/results.zarr`` and a summary to ``OUT/summary.json``.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import tomllib
 from pathlib import Path
@@ -48,10 +49,20 @@ def _table(cfg: Any, key: str) -> dict:
     return value
 
 
+def _suggest(word: str, options: Any) -> str:
+    """``"; did you mean 'X'?"`` for the option closest to ``word``
+    (:func:`difflib.get_close_matches`, case-insensitive; as the CLI's configuration
+    reader), or ``""`` when none is close."""
+    lowered = {str(o).lower(): str(o) for o in options}
+    match = difflib.get_close_matches(str(word).lower(), list(lowered), n=1, cutoff=0.6)
+    return f"; did you mean {lowered[match[0]]!r}?" if match else ""
+
+
 def _unknown(table: dict, allowed: tuple, where: str) -> None:
     for key in table:
         if key not in allowed:
-            raise ConfigError(f"{where}: unknown key {key!r} (allowed: {', '.join(allowed)})")
+            raise ConfigError(f"{where}: unknown key {key!r}{_suggest(key, allowed)} "
+                              f"(allowed: {', '.join(allowed)})")
 
 
 def _cell_function(spec: Any, options: dict) -> Any:
@@ -59,15 +70,20 @@ def _cell_function(spec: Any, options: dict) -> Any:
         raise ConfigError(f"study.cell must be a string: one of {sorted(CELLS)} or "
                           f"'module:function', got {spec!r}")
     if spec in CELLS:
+        fields = sorted(CELLS[spec].__dataclass_fields__)
+        for key in options:
+            if key not in fields:
+                raise ConfigError(f"[cell]: unknown key {key!r}{_suggest(key, fields)} "
+                                  f"(options of {spec!r}: {', '.join(fields)})")
         try:
             return CELLS[spec](**options)
         except TypeError as exc:
-            raise ConfigError(f"[cell]: {exc} (options of {spec!r}: "
-                              f"{sorted(CELLS[spec].__dataclass_fields__)})") from None
+            raise ConfigError(f"[cell]: {exc} (options of {spec!r}: {fields})") from None
     mod_name, sep, attr = spec.partition(":")
     if not sep or not attr:
         raise ConfigError(f"study.cell: {spec!r} is neither a built-in cell "
-                          f"({', '.join(sorted(CELLS))}) nor 'module:function'")
+                          f"({', '.join(sorted(CELLS))}) nor 'module:function'"
+                          f"{_suggest(spec, CELLS)}")
     if options:
         raise ConfigError("[cell] options apply to built-in cells only; a 'module:function' "
                           "cell takes its parameters from the grid axes")
@@ -161,5 +177,5 @@ def run_config(path: str | Path, out: str | Path, *, scheduler: str | None = Non
     s = {"command": "sweep", "name": study.name, "config": str(path),
          "store": str(out / "results.zarr"), **summary(ds)}
     with open(out / "summary.json", "w", encoding="utf-8") as fh:
-        fh.write(dumps(s, indent=2))
+        fh.write(dumps(s, indent=2, strict=True))
     return s

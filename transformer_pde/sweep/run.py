@@ -6,15 +6,26 @@ this process as they finish (``as_completed``) and are written to the store in g
 most one write per Zarr chunk and second).  If a worker dies, Dask reschedules its tasks
 on the others; because every cell's random stream is seeded from its place in the grid,
 the results are bit for bit those of a serial run whatever the scheduling.
+
+Without ``scheduler=``, a study runs on the active ``distributed.Client`` if there is one
+(the client a notebook created with ``Client()``), else on an embedded ``LocalCluster``
+whose worker processes ignore Ctrl-C (the calling process stops them).  The warnings and
+log records of the cells that workers run are issued again in the calling process, each
+distinct one once (:mod:`~transformer_pde.sweep.worker_output`), where its warning filters
+and logging configuration apply.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
 import re
+import signal
+import sys
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -29,9 +40,10 @@ from ..io.jsonfmt import dumps
 from .store import ResultStore, StoreError
 from .cells import STATUS_CODES
 from .study import DONE, FAILED, Output, Study, cell_name, run_cell, run_cells
+from .worker_output import process_id, reemit, run_captured
 
 __all__ = ["run", "SchedulerError", "SchedulerArgumentError", "CellFailureWarning",
-           "check_scheduler", "summary", "CONNECT_TIMEOUT"]
+           "active_client", "check_scheduler", "summary", "CONNECT_TIMEOUT"]
 
 logger = logging.getLogger(__name__)
 
@@ -162,11 +174,47 @@ class _Executor:
                     logger.debug("error while closing %r", obj, exc_info=True)
 
 
+def active_client() -> Any:
+    """The active ``distributed.Client`` of this process (the default client, as Dask's
+    own collections use it), or None: none was created, it is closed, or ``distributed``
+    was never imported (then there cannot be one)."""
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return None
+    try:
+        client = distributed.default_client()
+    except ValueError:  # "No clients found"
+        return None
+    return client if getattr(client, "status", None) == "running" else None
+
+
+@contextlib.contextmanager
+def _children_ignore_sigint() -> Any:
+    """SIGINT ignored while the embedded cluster starts its worker processes, which inherit
+    the disposition: Ctrl-C in a terminal signals the whole process group, and the
+    workers, stopped by this process, then print no traceback.  (Only in the main thread,
+    where Python handles signals.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None
+                      else signal.default_int_handler)
+
+
 def _connect(scheduler: Any, workers: int | None, scheduler_file: str | Path | None) -> _Executor:
     distributed = require("distributed", "running a parameter study")
     Client, LocalCluster = distributed.Client, distributed.LocalCluster
     if scheduler is not None and not isinstance(scheduler, str):
         return _Executor(client=scheduler, owned=False)  # the user's distributed.Client
+    if scheduler is None and scheduler_file is None and workers is None:
+        client = active_client()
+        if client is not None:
+            logger.info("running on the active Dask client %s", client)
+            return _Executor(client=client, owned=False)
     timeout = f"{float(CONNECT_TIMEOUT):g}s"
     try:
         if scheduler_file is not None:
@@ -183,7 +231,7 @@ def _connect(scheduler: Any, workers: int | None, scheduler_file: str | Path | N
         # (a failed cell's message, or the exception of a lost task).
         try:
             dask = require("dask", "running a parameter study")
-            with dask.config.set(_EMBEDDED_CLUSTER_CONFIG):
+            with dask.config.set(_EMBEDDED_CLUSTER_CONFIG), _children_ignore_sigint():
                 cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                                        dashboard_address=":0", silence_logs=logging.CRITICAL)
         except RuntimeError as exc:
@@ -243,14 +291,18 @@ def run(study: Study, store: str | Path | None = None, *, scheduler: Any = None,
         Zarr directory written cell by cell as results arrive (``results.zarr``).  An
         existing store is only completed with ``resume=True``, and only by the same study.
     scheduler : None, "serial", address str or distributed.Client
-        ``None``: an embedded ``LocalCluster`` (one single-threaded worker process per core,
+        ``None``: the active ``distributed.Client`` if there is one (a client created
+        earlier in this process with ``Client(...)`` and not closed, which Dask's own
+        collections would use; it is left running), unless ``workers`` is given; otherwise an
+        embedded ``LocalCluster`` (one single-threaded worker process per core,
         or ``workers``) started and stopped with the call; its workers run without Dask's
         statistical profiler and with slower housekeeping timers (a few % more CPU time
-        for the cells).  ``"serial"``: every cell in this
+        for the cells), and ignore Ctrl-C (this process stops them).  ``"serial"``: every cell in this
         process, in order (debugging, and the reference the distributed runs equal).  An
         address such as ``"tcp://10.0.0.5:8786"`` or a ``Client``: an existing cluster.
     workers : int, optional
-        Worker processes of the embedded cluster (default: the number of cores).
+        Worker processes of the embedded cluster (default: the number of cores); given, an
+        embedded cluster is started even when a client is active.
     scheduler_file : path, optional
         The JSON file written by ``dask scheduler --scheduler-file``.
     resume : bool
@@ -273,6 +325,10 @@ def run(study: Study, store: str | Path | None = None, *, scheduler: Any = None,
     -----
     CellFailureWarning
         When some cells failed (the study still completes the others).
+    Warning
+        The warnings of the cells run by Dask workers, issued again here (each distinct
+        one once, with its category and source location); their log records go to their
+        loggers here.
 
     Raises
     ------
@@ -411,11 +467,14 @@ def _run_dask(ex: _Executor, study: Study, results: ResultStore, pending: list[i
         fn, grid, outs = ex.client.scatter([study.cell, study.grid, study.outputs],
                                            broadcast=True)
         tag = f"{study.name}-{time.time_ns()}"
-        futures = [ex.client.submit(run_cells, fn, grid, batch, outs, pure=False,
+        futures = [ex.client.submit(run_captured, process_id(), run_cells, fn, grid,
+                                    batch, outs, pure=False,
                                     key=f"{tag}-cells-{batch[0]}-{batch[-1]}")
                    for batch in _batches(pending, n_workers, batch_size)]
+        seen: set = set()
         for fut in as_completed(futures):
-            done = fut.result()
+            done, events = fut.result()
+            reemit(events, seen)  # the workers' warnings and log records, each once
             for res in done:
                 results.record(res)
             results.flush(force=False)  # grouped writes: at most one per second

@@ -10,6 +10,13 @@ dimensions ``(*grid axes, "draw", *output dims)``, the int8 variable ``cell_stat
 - ``name``, ``config`` (JSON), ``versions`` (software versions),
 - ``failures``: JSON ``{flat cell index: message}`` of the failed cells.
 
+Every variable has the CF attributes ``long_name`` and ``units`` (``"1"``: the model's
+quantities are dimensionless); ``cell_status`` and the ``status`` outputs of the built-in
+cell functions (:mod:`transformer_pde.sweep.cells`) have ``flag_values`` and
+``flag_meanings``.  The store's metadata is consolidated (``.zmetadata``, refreshed when
+the ``failures`` attribute changes), so ``xarray.open_zarr(path)`` opens it without a
+warning.
+
 **Integrity** (format version 2).  The variable ``cell_digest`` (``uint8``, 32 bytes per
 cell, same chunks over the grid) holds the SHA-256 of each done cell's outputs
 (:func:`cell_digest`), written with the outputs and before the status.  :func:`open_results`
@@ -148,8 +155,19 @@ def _grid_chunks(grid: Grid, item_size: int, target: int = 1 << 16) -> tuple[int
     return tuple(reversed(chunks))
 
 
+#: CF attributes of the store's own variables
+_OWN_VARIABLE_ATTRS = {
+    "cell_status": {"long_name": "state of the cell", "units": "1",
+                    "flag_values": np.array([MISSING, DONE, FAILED], dtype=np.int8),
+                    "flag_meanings": "missing done failed"},
+    DIGEST_VAR: {"long_name": "SHA-256 digest of the cell's outputs (internal)", "units": "1"},
+    "draw": {"long_name": "random draw of the grid point", "units": "1"},
+}
+
+
 def _template(study: Study) -> Any:
     xr = require("xarray", "a parameter study's results store")
+    from ..io.labelled import cf_attributes  # noqa: PLC0415
 
     grid = study.grid
     data_vars = {"cell_status": (grid.dims, np.full(grid.shape, MISSING, dtype=np.int8)),
@@ -158,7 +176,13 @@ def _template(study: Study) -> Any:
     for name, spec in study.outputs.items():
         data_vars[name] = ((*grid.dims, *spec.dim_names(name)),
                            np.full((*grid.shape, *spec.shape), spec.fill, dtype=spec.dtype))
-    return xr.Dataset(data_vars, coords=grid.coords())
+    ds = xr.Dataset(data_vars, coords=grid.coords())
+    for name, attrs in _OWN_VARIABLE_ATTRS.items():
+        if name in ds.variables:
+            ds[name].attrs.update(attrs)
+    # status codes are Status indices in the built-in cells only (a user's "status" may not be)
+    builtin = type(study.cell).__module__ == "transformer_pde.sweep.cells"
+    return cf_attributes(ds, status=("status",) if builtin else ())
 
 
 class ResultStore:
@@ -180,6 +204,7 @@ class ResultStore:
         self._group = None
         self._dirty: set[tuple[int, ...]] = set()
         self._failures_dirty = False
+        self._consolidated = True
         self._last_flush = time.monotonic()
         if self.path is None:
             return
@@ -205,7 +230,7 @@ class ResultStore:
             try:
                 with dask.config.set(scheduler="synchronous"):
                     self.ds.to_zarr(self.path, mode="w-", zarr_format=2, encoding=enc,
-                                    consolidated=False)
+                                    consolidated=True)
             except (OSError, ValueError) as exc:
                 raise StoreError(f"cannot create the results store {self.path}: {exc}") from exc
             self._group = self._zarr_group()
@@ -213,7 +238,18 @@ class ResultStore:
     # ------------------------------------------------------------------ reading
     def _zarr_group(self) -> Any:
         zarr = require("zarr", "a parameter study's results store")
+        # a store written before consolidated metadata existed is consolidated at its
+        # first flush
+        self._consolidated = (self.path / ".zmetadata").is_file()
         return zarr.open_group(str(self.path), mode="r+", zarr_format=2)
+
+    def _consolidate(self) -> None:
+        """Rewrite ``.zmetadata`` from the store's metadata (after an attribute changed)."""
+        zarr = require("zarr", "a parameter study's results store")
+        with warnings.catch_warnings():  # zarr notes that consolidation is not in the v2 spec
+            warnings.simplefilter("ignore", UserWarning)
+            zarr.consolidate_metadata(str(self.path), zarr_format=2)
+        self._consolidated = True
 
     def _open_existing(self) -> None:
         xr = require("xarray", "a parameter study's results store")
@@ -307,8 +343,9 @@ class ResultStore:
             for b in sorted(blocks):
                 sl = tuple(slice(i * c, (i + 1) * c) for i, c in zip(b, size, strict=True))
                 arr[sl] = values[sl]
-        if self._failures_dirty:
+        if self._failures_dirty or not self._consolidated:
             self._group.attrs["failures"] = dumps(self.failures, sort_keys=True)
+            self._consolidate()
             self._failures_dirty = False
         self._dirty.clear()
         self._last_flush = time.monotonic()

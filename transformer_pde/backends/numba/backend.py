@@ -36,6 +36,7 @@ import numba
 import numpy as np
 
 from ...errors import ArgumentError, ArgumentTypeError
+from ..compile_notice import install as _install_compile_notice
 from ..numpy_backend import NumpyBackend, overflow_scale
 from .streaming import TILE, pointwise_kernel, softmax_kernel
 from .sweep import fused_sweep
@@ -49,6 +50,8 @@ from .tiled import (
 )
 
 __all__ = ["NumbaBackend"]
+
+_install_compile_notice()  # a cold kernel compilation is said (compile_notice)
 
 _PHI_CODES = {"identity": 0, "sigmoid": 1, "relu": 2}
 

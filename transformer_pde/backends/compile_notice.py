@@ -1,0 +1,215 @@
+r"""A one-line notice when a Numba compilation of the package takes a while.
+
+The compiled kernels of the package (the attention kernels of the Numba backend, the
+per-member integrator of :func:`transformer_pde.gaussian.solve_batch`) are compiled by
+Numba the first time they run with a given argument type, and cached on disk
+(``cache=True``; ``NUMBA_CACHE_DIR`` moves the cache).  A cold compilation takes seconds
+to tens of seconds; a later run, in any process, loads the cached machine code in a
+fraction of a second.
+
+This module listens to Numba's own compilation events (``numba.core.event``, kind
+``"numba:compile"``), which fire only when Numba really compiles, never when it loads a
+cached kernel or calls one already compiled, so warm calls pay nothing.  When a
+compilation of a function of this package is still running after :data:`NOTICE_AFTER`
+seconds, it says so once:
+
+* a log record on the logger ``"transformer_pde.compile"`` at level ``WARNING`` (so that a
+  script or notebook with no logging configured shows it on stderr), for example::
+
+      transformer_pde: compiling the Numba kernel softmax_kernel for first use
+      (cached afterwards: later runs skip this)
+
+* every open ``tqdm`` progress bar adds ``[compiling Numba kernels]`` to its description
+  until the compilation ends.
+
+When the compilation ends, an ``INFO`` record on the same logger gives the time it took,
+and the progress bars get their description back.  Nested compilations (a kernel compiling the
+functions it calls) are one compilation, named after the outermost function.  Silence
+the notice with ``logging.getLogger("transformer_pde.compile").setLevel(logging.ERROR)``,
+or with :func:`uninstall`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from typing import Any
+
+from ..validation import nonnegative
+
+__all__ = ["BAR_NOTE", "LOGGER_NAME", "NOTICE_AFTER", "install", "installed", "uninstall"]
+
+#: Name of the logger of the notice.
+LOGGER_NAME = "transformer_pde.compile"
+#: Seconds a compilation must have run before the notice is given.
+NOTICE_AFTER = 1.0
+#: What an open progress bar shows after its description while a compilation runs.
+BAR_NOTE = "compiling Numba kernels"
+
+logger = logging.getLogger(LOGGER_NAME)
+
+_PACKAGE = __name__.split(".", 1)[0]
+_LOCK = threading.Lock()
+_LISTENER: Any = None
+_REFUSED = False      # uninstall() was called: implicit install() calls do nothing
+
+
+def _function_name(event: Any) -> str | None:
+    """Name of the compiled function when it belongs to this package, else ``None``."""
+    data = getattr(event, "data", None) or {}
+    func = getattr(data.get("dispatcher"), "py_func", None)
+    module = getattr(func, "__module__", "") or ""
+    if module != _PACKAGE and not module.startswith(_PACKAGE + "."):
+        return None
+    return getattr(func, "__qualname__", None) or getattr(func, "__name__", "kernel")
+
+
+def _open_bars() -> list[Any]:
+    """The open, enabled tqdm bars of the process (none when tqdm was never imported)."""
+    std = sys.modules.get("tqdm.std")
+    if std is None:
+        return []
+    try:
+        bars = list(getattr(std.tqdm, "_instances", ()))
+    except RuntimeError:     # the weak set changed while it was read
+        return []
+    return [b for b in bars if not getattr(b, "disable", True)]
+
+
+class _Compilation:
+    """One outermost compilation: the timer that gives the notice, the bars it marked."""
+
+    def __init__(self, name: str, after: float) -> None:
+        self.name = name
+        self.start = time.perf_counter()
+        self.lock = threading.Lock()
+        self.said = False
+        self.ended = False
+        self.bars: list[tuple[Any, Any]] = []
+        self.timer: threading.Timer | None = None
+        if after <= 0.0:
+            self.say()
+        else:
+            self.timer = threading.Timer(after, self.say)
+            self.timer.daemon = True
+            self.timer.start()
+
+    def say(self) -> None:
+        with self.lock:
+            if self.ended or self.said:
+                return
+            self.said = True
+            logger.warning("transformer_pde: compiling the Numba kernel %s for first use "
+                           "(cached afterwards: later runs skip this)", self.name)
+            for bar in _open_bars():
+                try:
+                    old = bar.desc
+                    bar.set_description_str(f"{old} [{BAR_NOTE}]" if old else BAR_NOTE)
+                except Exception:  # noqa: BLE001 - a bar that cannot be drawn keeps quiet
+                    continue
+                self.bars.append((bar, old))
+
+    def end(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        with self.lock:
+            self.ended = True
+            seconds = time.perf_counter() - self.start
+            if self.said:
+                logger.info("transformer_pde: compiled %s in %.1f s", self.name, seconds)
+            else:
+                logger.debug("transformer_pde: compiled %s in %.2f s", self.name, seconds)
+            for bar, old in self.bars:
+                try:
+                    bar.set_description_str(old)
+                except Exception:  # noqa: BLE001 - the bar may have been closed meanwhile
+                    pass
+            self.bars = []
+
+
+def _listener_class() -> type:
+    from numba.core import event  # noqa: PLC0415 - numba is imported only when installed
+
+    class CompileNotice(event.Listener):
+        """Numba listener: an outermost compilation of this package, timed."""
+
+        def __init__(self, after: float) -> None:
+            self.after = after
+            self.local = threading.local()
+
+        def on_start(self, ev: Any) -> None:
+            stack = self.local.__dict__.setdefault("stack", [])
+            name = _function_name(ev)
+            if stack or name is None:
+                stack.append(None)     # nested in an outer one, or not ours
+                return
+            stack.append(_Compilation(name, self.after))
+
+        def on_end(self, ev: Any) -> None:
+            stack = self.local.__dict__.get("stack")
+            if not stack:
+                return
+            comp = stack.pop()
+            if comp is not None:
+                comp.end()
+
+    return CompileNotice
+
+
+def install(after: float | None = None) -> None:
+    """Give the compilation notice from now on.
+
+    The compiled parts of the package call ``install()`` when they are imported; an
+    explicit :func:`uninstall` is respected by those calls.
+
+    Parameters
+    ----------
+    after : float, optional
+        Seconds a compilation must have run before the notice is given (``0``: at once).
+        Default: keep the current setting, :data:`NOTICE_AFTER` at first.  An explicit
+        value also undoes :func:`uninstall`.
+
+    Raises
+    ------
+    ArgumentError
+        ``after`` negative or not finite.
+    ArgumentTypeError
+        ``after`` not a real number.
+    """
+    global _LISTENER, _REFUSED
+    if after is None:
+        if _REFUSED or _LISTENER is not None:
+            return
+        after = NOTICE_AFTER
+    after = nonnegative("after", after)
+    from numba.core import event  # noqa: PLC0415 - numba is imported only when installed
+
+    with _LOCK:
+        _REFUSED = False
+        if _LISTENER is not None:
+            if _LISTENER.after == after:
+                return
+            event.unregister("numba:compile", _LISTENER)
+        _LISTENER = _listener_class()(after)
+        event.register("numba:compile", _LISTENER)
+
+
+def uninstall() -> None:
+    """Stop giving the notice, also when more compiled parts of the package are imported
+    later (:func:`install` with an explicit ``after`` turns it on again)."""
+    global _LISTENER, _REFUSED
+    with _LOCK:
+        _REFUSED = True
+        if _LISTENER is None:
+            return
+        from numba.core import event  # noqa: PLC0415
+
+        event.unregister("numba:compile", _LISTENER)
+        _LISTENER = None
+
+
+def installed() -> bool:
+    """Whether the notice is installed."""
+    return _LISTENER is not None
