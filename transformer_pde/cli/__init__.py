@@ -37,7 +37,8 @@ live in :mod:`~transformer_pde.cli.runs` (``demo``, ``simulate``, ``gaussian``),
 its command-line handler; :mod:`~transformer_pde.cli.parser` builds the argument parser,
 :mod:`~transformer_pde.cli.exits` holds the exit statuses (:class:`ExitCode`) and
 :mod:`~transformer_pde.cli.main` turns every failure into one line and an exit status.
-Example files live in ``examples/configs/``.
+``transformer-pde init KIND`` writes a commented example configuration for each
+config-driven command (the files ship with the package, in ``transformer_pde/cli/configs/``).
 """
 
 from ..errors import ConfigError
