@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -112,6 +113,14 @@ class CircleSolution:
 
     def _repr_html_(self) -> str:
         return display.summary_html(*self._summary())
+
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
+        """Write :meth:`to_xarray` to ``path`` (``.nc`` or ``.zarr``), with a checksum per
+        variable that :func:`transformer_pde.io.labelled.open_dataset` verifies; an existing
+        ``path`` is an error unless ``overwrite=True`` (then replaced once the new file is
+        complete).  Needs the ``io`` extra."""
+        from ..io.saving import save_labelled  # noqa: PLC0415
+        return save_labelled(self.to_xarray(), path, overwrite=overwrite)
 
     def to_xarray(self) -> Any:
         """The solution as a labelled :class:`xarray.Dataset`: ``density (time, theta)``,

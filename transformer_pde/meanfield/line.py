@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -156,6 +157,14 @@ class LineSolution:
         interpolant between the nodes)."""
         i = integer("index", index, minimum=-len(self.times), maximum=len(self.times) - 1)
         return self.x[i].copy(), self.density[i].copy()
+
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
+        """Write :meth:`to_xarray` to ``path`` (``.nc`` or ``.zarr``), with a checksum per
+        variable that :func:`transformer_pde.io.labelled.open_dataset` verifies; an existing
+        ``path`` is an error unless ``overwrite=True`` (then replaced once the new file is
+        complete).  Needs the ``io`` extra."""
+        from ..io.saving import save_labelled  # noqa: PLC0415
+        return save_labelled(self.to_xarray(), path, overwrite=overwrite)
 
     def to_xarray(self) -> Any:
         """The solution as an :class:`xarray.Dataset`: ``x`` and ``density`` over
@@ -256,7 +265,7 @@ def _field(m: int, logw: np.ndarray, a: float, c: float, v: float,
     def rhs(t: float, y: np.ndarray, _left: bool = False, _stage: Any = None) -> np.ndarray:
         X = y[:m]
         mean, var, edge = _tilted(X, X, logw, a, c)
-        for e, tol in zip(edge, edge_tol):
+        for e, tol in zip(edge, edge_tol, strict=True):
             if not e <= tol:
                 raise OutOfRangeError(
                     f"the tilted measures put a mass {e:.3g} > edge_tol={tol:g} on an end "
@@ -327,9 +336,10 @@ def solve_line(density0: Any, t: Any, *, kind: str = "softmax", q: float = 1.0,
     edge_tol : float
         Largest tilted mass :math:`\sum_i w_i\,\pi_{X_i}(X_1)` (and the same at
         :math:`X_M`) allowed on an end node where the initial tail was cut (an unbounded
-        support; a measure given on a grid has no cut tail).  Beyond it the field depends on the truncated tails and the run
-        stops with status ``"failed"`` and a message saying so, keeping the states saved
-        before (an expanding flow reaches it before its blow-up; a contracting flow never).
+        support; a measure given on a grid has no cut tail).  Beyond it the field depends
+        on the truncated tails and the run stops with status ``"failed"`` and a message
+        saying so, keeping the states saved before (an expanding flow reaches it before its
+        blow-up; a contracting flow never).
 
     warn : bool, default True
         Issue the warning below; ``False`` leaves the status as the only report.
