@@ -29,44 +29,52 @@ import argparse
 import time
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-
 import numpy as np
-from matplotlib.figure import Figure
+import matplotlib.pyplot as plt
 
 import transformer_pde as tp
 from transformer_pde import plot
 from transformer_pde.diagnostics import clusters
+from transformer_pde.paper.scripts import script_argv
 
 #: single-linkage cut: a fraction of the cloud's radius about its mean
 CLUSTER_TOL = 0.02
 
 
-def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=200, help="number of tokens")
-    parser.add_argument("--t-max", type=float, default=6.0, help="final depth")
-    parser.add_argument("--dt", type=float, default=0.05, help="RK4 step")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("figures/clustering_2d.png"))
-    args = parser.parse_args(argv)
+# %%
+# Two runs from the same tokens
+# -----------------------------
+# The tokens start as an i.i.d. Gaussian cloud.  The unmasked run lets every token attend
+# to every other one; the masked run gives token ``i`` the position ``i / (N - 1)`` and lets
+# it attend only to tokens at earlier positions (causal attention).  Both are integrated
+# with RK4 at a fixed step.
 
-    rng = np.random.default_rng(args.seed)
-    X0 = rng.normal(size=(args.n, 2))
+def simulate_runs(n: int = 200, t_max: float = 6.0, dt: float = 0.05,
+                  seed: int = 0) -> dict[str, tp.ParticleTrajectory]:
+    """The unmasked and the causal run of ``n`` tokens, ``Q = K = V = I``."""
+    X0 = np.random.default_rng(seed).normal(size=(n, 2))
     I2 = np.eye(2)
-    runs = {}
-    t0 = time.perf_counter()
-    runs["unmasked"] = tp.simulate(tp.Attention("softmax", I2, I2, I2), X0, t_max=args.t_max,
-                                   dt=args.dt, solver="rk4")
-    positions = np.linspace(0.0, 1.0, args.n)
+    runs = {"unmasked": tp.simulate(tp.Attention("softmax", I2, I2, I2), X0, t_max=t_max,
+                                    dt=dt, solver="rk4")}
     runs["masked"] = tp.simulate(tp.Attention("softmax", I2, I2, I2, masked=True), X0,
-                                 positions=positions, t_max=args.t_max,
-                                 dt=args.dt, solver="rk4")
-    elapsed = time.perf_counter() - t0
+                                 positions=np.linspace(0.0, 1.0, n), t_max=t_max,
+                                 dt=dt, solver="rk4")
+    return runs
 
-    fig = Figure(figsize=(15, 4.8), layout="constrained")
+
+# %%
+# Clusters in the co-moving frame
+# -------------------------------
+# :func:`~transformer_pde.plot.rescaled_states` maps the states to :math:`z = e^{-t}x`;
+# :func:`~transformer_pde.diagnostics.clusters` cuts the single-linkage tree at 2 % of the
+# cloud's radius.  :func:`~transformer_pde.plot.particles` draws the paths into the first
+# two panels; the third counts the clusters along depth.
+
+def draw(runs: dict[str, tp.ParticleTrajectory]):
+    """The three-panel figure (a pyplot figure, so a notebook shows it)."""
+    I2 = np.eye(2)
+    n = next(iter(runs.values())).states.shape[1]
+    fig = plt.figure(figsize=(15, 4.8), layout="constrained")
     axes = fig.subplots(1, 3)
     for ax, (name, traj) in zip(axes[:2], runs.items(), strict=True):
         if traj.status != "ok":
@@ -88,9 +96,32 @@ def main(argv: list[str] | None = None) -> Path:
     axes[2].set_yscale("log")
     axes[2].set_xlabel("depth t")
     axes[2].set_ylabel("clusters (single linkage, 2 % of radius)")
-    axes[2].set_title(f"N = {args.n} tokens")
+    axes[2].set_title(f"N = {n} tokens")
     axes[2].grid(alpha=0.3)
     axes[2].legend()
+    return fig
+
+
+# %%
+# Run it
+# ------
+# From the shell, ``python examples/clustering_2d.py --out PATH`` writes the figure to
+# ``PATH`` (``--help`` lists the options).  In a notebook the cell below runs with the
+# defaults, writes ``figures/clustering_2d.png`` under the working directory and shows the
+# figure.
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=200, help="number of tokens")
+    parser.add_argument("--t-max", type=float, default=6.0, help="final depth")
+    parser.add_argument("--dt", type=float, default=0.05, help="RK4 step")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("figures/clustering_2d.png"))
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    runs = simulate_runs(args.n, args.t_max, args.dt, args.seed)
+    elapsed = time.perf_counter() - t0
+    fig = draw(runs)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=110)
     print(f"simulated in {elapsed:.1f} s; wrote {args.out}")
@@ -98,4 +129,4 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    main()
+    main(script_argv())

@@ -1,5 +1,5 @@
 """The mean-field PDE on the circle: clusters, spectrum, and particles converging to it
-=====================================================================================
+====================================================================================
 
 Tokens on the circle S^1 under normalised self-attention (Q = K = V = I, post-LN) have, as
 their number grows, a density mu(t, theta) solving the continuity equation::
@@ -33,9 +33,6 @@ import argparse
 import time
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
@@ -44,6 +41,11 @@ from transformer_pde.meanfield.circle import solve_circle
 from transformer_pde.meanfield.distance import circle_quantile
 from transformer_pde.meanfield.spectral import circle_growth_rate
 from transformer_pde.meanfield.study import convergence_study
+from transformer_pde.paper.scripts import script_argv
+
+#: the repository root when run as a file; in a notebook (no ``__file__``) the working
+#: directory, so the figures go to ``./figures``
+ROOT = Path(__file__).resolve().parents[1] if "__file__" in globals() else Path.cwd()
 
 BETA = 5.0
 
@@ -151,7 +153,6 @@ def figure(sol, traj, studies, out: Path, t_conv: float) -> None:
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=130)
-    plt.close(fig)
 
 
 def main(argv=None) -> None:
@@ -163,7 +164,7 @@ def main(argv=None) -> None:
     p.add_argument("--seeds", type=int, default=6, help="draws per N in panel (d)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path,
-                   default=Path(__file__).resolve().parents[1] / "figures" / "meanfield_circle.png",
+                   default=ROOT / "figures" / "meanfield_circle.png",
                    help="the PNG to write, or a folder to write meanfield_circle.png into")
     a = p.parse_args(argv)
     if a.out.suffix.lower() != ".png":
@@ -188,4 +189,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(script_argv())

@@ -36,16 +36,26 @@ Run: ``python examples/paper_cone_convergence.py`` (well under a minute on 2 cor
 
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")
-
 import numpy as np
 from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
 from transformer_pde import plot
 from transformer_pde.paper import (paper_attention, run_figure_script,
                                  slice_covariances, solve_paths)
+
+# %%
+# Three cases with a closed form
+# ------------------------------
+# For Gaussian tokens :math:`N(0, \Sigma)` softmax attention moves the covariance by
+# :math:`\Sigma' = V\Sigma A\Sigma + \Sigma A^\top\Sigma V^\top`, with
+# :math:`A = K^\top Q/\sqrt 2` (per head :math:`A_h = K_h^\top Q_h`, :math:`k = 1`).  Each
+# entry of ``FIGURES`` picks :math:`Q, K, V` so that this equation can be solved or read by
+# hand: :math:`V = -I` with :math:`A = I/\sqrt 2` (then :math:`(\Sigma^{-1})' = \sqrt 2\, I`:
+# the inverse grows linearly), :math:`V = -I` with a rank-one :math:`A` (then
+# :math:`\Sigma' = -\sqrt 2\,(\Sigma e_1)(\Sigma e_1)^\top`, which vanishes once
+# :math:`\Sigma e_1 = 0`), and two heads that each read one coordinate and write the other.
+# The starting covariances have trace one and lie on a circle of the trace-normalised disc;
+# for the line, a smaller circle spreads the limits along it.
 
 E1 = np.diag([1.0, 0.0])
 P = np.array([[0.0, 1.0], [1.0, 0.0]])
@@ -64,22 +74,49 @@ FIGURES = {
 RADIUS = {"zero": 0.8, "line": 0.5, "plane": 0.8}
 
 
+# %%
+# The runs and one figure
+# -----------------------
+# :func:`~transformer_pde.paper.solve_paths` solves the moment ODE from the 24 starting
+# covariances to tight tolerances and reports each run at 300 evenly spaced times up to its
+# end.  :func:`~transformer_pde.plot.cone` draws the paths in the cone of 2×2 PSD matrices,
+# :math:`(u, w, v) = (a - b, 2c, a + b)`, with the rank-one ray of the line case dashed; the
+# plane case adds the plane :math:`w = 0` in green.  The function also returns the runs, so
+# their final covariances can be compared with the closed forms, e.g. the limit
+# :math:`\lambda = \det\Sigma_0/(\Sigma_0)_{11}` on the ray :math:`\{\lambda e_2e_2^\top\}`.
+
 def figure(name: str):
     Q, K, V, heads, t_max, line, title = FIGURES[name]
     att = paper_attention("softmax", Q, K, V, heads=heads)
     covs0 = slice_covariances(24, radius=RADIUS[name], trace=1.0)
     runs = solve_paths(att, covs0, t_max=t_max, n_eval=300, rtol=1e-9, atol=1e-12)
-    fig = plot.cone(runs, rank_one_line=line, title=title, v_max=1.0)
+    ax = plot.cone(runs, rank_one_line=line, title=title, v_max=1.0)
     if name == "plane":
-        ax = fig.axes[0]
         ax.add_collection3d(Poly3DCollection([[(0, 0, 0), (1, 0, 1), (-1, 0, 1)]], alpha=0.25,
                                              facecolor="tab:green", edgecolor="tab:green"))
-    return fig, runs
+    return ax.figure, runs
 
+
+# %%
+# The three figures
+# -----------------
+# In the first figure every path runs to the apex :math:`\Sigma = 0`, like :math:`1/t`.  In
+# the second the paths stop on the dashed ray, each at its own point.  In the third the
+# off-diagonal entry decays and the paths end in the green plane :math:`w = 0`, again at
+# points that depend on :math:`\Sigma_0`; one head with the same matrices would drive
+# :math:`\Sigma` to zero instead.
 
 def figures(_args=None) -> dict:
     return {f"cone_convergence_{name}": figure(name)[0] for name in FIGURES}
 
+
+# %%
+# Run it
+# ------
+# From the shell, ``python examples/paper_cone_convergence.py --out DIR`` writes
+# ``cone_convergence_zero.png``, ``cone_convergence_line.png`` and
+# ``cone_convergence_plane.png`` into ``DIR`` (``--help`` lists the options).  In a notebook
+# the cell below writes them into ``figures/`` under the working directory and shows them.
 
 if __name__ == "__main__":
     run_figure_script(__doc__, figures)

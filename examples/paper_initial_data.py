@@ -29,21 +29,39 @@ Run: ``python examples/paper_initial_data.py`` (well under a minute on 2 cores).
 
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")
-
 import numpy as np
-from matplotlib.figure import Figure
+import matplotlib.pyplot as plt
 
 from transformer_pde import plot
 from transformer_pde.paper import (STATUS_COLOURS, paper_attention,
                                  run_figure_script, slice_covariances, solve_paths)
 
+# %%
+# The parameters
+# --------------
+# Three fixed 2×2 matrices, passed to :func:`~transformer_pde.paper.paper_attention` so that
+# the softmax score is :math:`\langle Qx, Ky\rangle/\sqrt 2`, i.e. :math:`A = K^\top Q/\sqrt 2`.
+# Because the moment equation is homogeneous of degree two, rescaling :math:`\Sigma_0` only
+# rescales time; what decides the outcome is the initial shape
+# :math:`\Sigma_0/\operatorname{tr}\Sigma_0`, so all runs start at trace one.
+
 V = np.array([[-1.4, -1.2], [-1.3, -0.6]])
 Q = np.array([[1.4, -1.6], [0.9, 1.3]])
 K = np.array([[-0.4, -0.7], [0.5, 1.2]])
 
+
+# %%
+# The runs and the figure
+# -----------------------
+# :func:`~transformer_pde.paper.slice_covariances` puts 48 initial shapes on a circle of
+# radius 0.7 in the trace-normalised disc; :func:`~transformer_pde.paper.solve_paths` solves
+# each run to :math:`\operatorname{tr}\Sigma = 10^3`, to convergence or to :math:`t = 60`, and
+# classifies it.  The left panel draws the shapes :math:`\Sigma/\operatorname{tr}\Sigma` in
+# the disc, the right one the covariances themselves in the cone
+# :math:`(u, w, v) = (a - b, 2c, a + b)` up to :math:`\operatorname{tr}\Sigma = 3`, both
+# coloured by outcome.  The initial circle splits into two arcs: the shapes of one converge to
+# the same rank-one direction (blue), those of the other blow up in finite time towards
+# another (red).
 
 def figure():
     att = paper_attention("softmax", Q, K, V)
@@ -52,7 +70,7 @@ def figure():
                        rtol=1e-9, atol=1e-12, converge_tol=1e-6)
     status = [r.status for r in runs]
     colours = [STATUS_COLOURS[s] for s in status]
-    fig = Figure(figsize=(11.5, 5.0), layout="constrained")
+    fig = plt.figure(figsize=(11.5, 5.0), layout="constrained")
     ax1 = fig.add_subplot(1, 2, 1)
     plot.cone_slice(runs, color_by=colours, ax=ax1)
     ax2 = fig.add_subplot(1, 2, 2, projection="3d")
@@ -62,9 +80,24 @@ def figure():
     return fig, runs
 
 
+# %%
+# The figure to write
+# -------------------
+# :func:`~transformer_pde.paper.run_figure_script` saves every figure that ``figures``
+# returns, under its name; ``figure`` also returns the runs, for a closer look at one of
+# them (``runs[i].status``, ``runs[i].covs``).
+
 def figures(_args=None) -> dict:
     return {"initial_data_dichotomy": figure()[0]}
 
+
+# %%
+# Run it
+# ------
+# From the shell, ``python examples/paper_initial_data.py --out DIR`` writes
+# ``DIR/initial_data_dichotomy.png`` (``--help`` lists the options).  In a notebook the cell
+# below writes ``figures/initial_data_dichotomy.png`` under the working directory and shows
+# the figure.
 
 if __name__ == "__main__":
     run_figure_script(__doc__, figures)

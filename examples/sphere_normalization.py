@@ -1,5 +1,5 @@
 """Where the LayerNorm sits: clustering speed of six normalisation schemes
-=========================================================================
+=======================================================================
 
 Tokens x_i = r_i theta_i with directions theta_i on the unit sphere, softmax self-attention
 with Q = K = V = I, and the attention field A_i evaluated on the directions.  The schemes of
@@ -18,7 +18,7 @@ dashed curves are the exact law of equiangular tokens (pairwise cosine rho, radi
     rho' = 2 s tau,  r' = g a,  tau = e^{b rho}(1 - rho)(1 + (n-1) rho)/Z,
     a = (e^b + (n-1) rho e^{b rho})/Z,  Z = e^b + (n-1) e^{b rho},
 
-(g = 0, 1, 1/|A|, 0, 1/sqrt(1+t): the radial factors) from the same initial mean cosine,
+(g = 0, 1, 1/\\|A\\|, 0, 1/sqrt(1+t): the radial factors) from the same initial mean cosine,
 integrated below in log(1 - rho) with scipy's DOP853: the random cloud follows it to
 about one per cent.
 
@@ -47,15 +47,17 @@ import argparse
 import time
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 from scipy.integrate import solve_ivp
 
 import transformer_pde as tp
 from transformer_pde.blocks.normalization import Normalization
+from transformer_pde.paper.scripts import script_argv
+
+#: the repository root when run as a file; in a notebook (no ``__file__``) the working
+#: directory, so the figures go to ``./figures``
+ROOT = Path(__file__).resolve().parents[1] if "__file__" in globals() else Path.cwd()
 
 # %%
 # The schemes: (label, Normalization, final depth, step, colour)
@@ -200,7 +202,6 @@ def figure(results: dict, out: Path, beta: float, speed: float, d: int) -> None:
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=130)
-    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--d", type=int, default=512)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path,
-                   default=Path(__file__).resolve().parents[1] / "figures" /
+                   default=ROOT / "figures" /
                    "sphere_normalization.png")
     args = p.parse_args(argv)
     X0, Y0 = initial_tokens(32, args.d, args.seed)
@@ -226,4 +227,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(script_argv())

@@ -1,5 +1,5 @@
 """Phase diagram of clustering on the sphere: probability of one cluster over (beta, t)
-=====================================================================================
+====================================================================================
 
 The experiment of Geshkovski, Letrouit, Polyanskiy and Rigollet ("A mathematical
 perspective on Transformers", arXiv 2312.10794): n = 32 tokens drawn uniformly on the
@@ -35,9 +35,6 @@ import argparse
 import time
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
@@ -45,11 +42,16 @@ import transformer_pde as tp
 from transformer_pde.diagnostics.pairs import pair_fraction
 from transformer_pde.particles.ensemble import simulate_ensemble
 from transformer_pde.reductions import equiangular_time, gram_flow, random_gram
+from transformer_pde.paper.scripts import script_argv
+
+#: the repository root when run as a file; in a notebook (no ``__file__``) the working
+#: directory, so the figures go to ``./figures``
+ROOT = Path(__file__).resolve().parents[1] if "__file__" in globals() else Path.cwd()
 
 
 # %%
 # Probability of one cluster from the tokens (d = 8, 128)
-# --------------------------------------------------
+# -------------------------------------------------------
 # All seeds of one beta form one ensemble; ``SaveAt(fn=...)`` keeps only whether each
 # system has clustered, so the states are never stored.
 def tokens_panel(d, betas, n, seeds, t_max, dt, eps, rng):
@@ -110,7 +112,6 @@ def figure(panels, betas, curve, n, eps, seeds, out: Path) -> None:
                  f"{seeds} random initialisations per β", fontsize=11)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=130)
-    plt.close(fig)
 
 
 def main(argv=None) -> None:
@@ -126,7 +127,7 @@ def main(argv=None) -> None:
     p.add_argument("--eps", type=float, default=1e-3, help="closeness 1 - <x_i, x_j>")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path,
-                   default=Path(__file__).resolve().parents[1] / "figures",
+                   default=ROOT / "figures",
                    help="output folder (or .png file)")
     a = p.parse_args(argv)
     if a.quick:
@@ -155,4 +156,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(script_argv())
