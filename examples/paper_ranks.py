@@ -163,7 +163,8 @@ def figures(args) -> dict:
     fig.suptitle(f"The paper's rank study: {args.trials} trials per case (seed {args.seed})")
     for (k, v, d), st in studies.items():
         exact = np.bincount(st.ranks[st.ranks >= 0], minlength=d + 1).tolist()
-        euler = dict(zip(*np.unique(st.euler_outcome, return_counts=True), strict=True))
+        euler = {str(o): int(c) for o, c in
+                 zip(*np.unique(st.euler_outcome, return_counts=True), strict=True)}
         print(f"{k:>8s} V={v:<8s} d={d}: exact ranks {exact}"
               f", redraws {int(st.redraws.sum())}, Euler {euler}"
               f", agreement {st.agreement():.2f}")

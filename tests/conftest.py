@@ -55,3 +55,13 @@ def backend(request: pytest.FixtureRequest) -> str:
 
     Session-scoped (a name, no state), so hypothesis tests may take it too."""
     return request.param
+
+
+@pytest.fixture(autouse=True)
+def _close_pyplot_figures():
+    """Plot functions make their figures through pyplot (so they show in notebooks): close
+    whatever a test left open, so figures never pile up across the suite."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")

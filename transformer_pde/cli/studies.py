@@ -334,9 +334,13 @@ def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True, force: bool 
                                                   else rtol),
                                             float(full["blowup_threshold"]),
                                             float(full["t_max"])))
+        from matplotlib.figure import Figure  # noqa: PLC0415 (a figure pyplot does not keep)
+
         fig = rank_figure(sweeps, str(cfg.get(
             "title", f"numerical rank (rtol {rtol:g}) of the limit covariance, "
-                     f"{draws} draws")))
+                     f"{draws} draws")),
+                          figsize=(4.2 * len(values), 3.2 * len(kinds)),
+                          fig=Figure(layout="constrained"))
         outdir.savefig(fig, "ranks.png")
         shape = (len(kinds), len(values), len(dims), draws)
         data = outdir.write_data(

@@ -165,18 +165,22 @@ def _rank_sweep_trials(kind: str, d: int, trials: Sequence[int], *, value: str, 
 
 
 def rank_figure(sweeps: Sequence[RankSweep], title: str,
-                figsize: tuple[float, float] | None = None) -> Any:
+                figsize: tuple[float, float] | None = None, *, fig: Any = None) -> Any:
     """Rank histograms of :func:`rank_sweep` results: one panel per (kind, value) -- rows
     kinds, columns values, in the order of ``sweeps`` -- with one group of bars per
-    dimension; returns the :class:`matplotlib.figure.Figure`."""
-    from matplotlib.figure import Figure  # noqa: PLC0415
-
+    dimension; returns the :class:`matplotlib.figure.Figure` (``fig`` when given, resized to
+    ``figsize`` if that is given too, else a new figure made through
+    :mod:`matplotlib.pyplot`, so it shows in a notebook)."""
     from .. import plot  # noqa: PLC0415
+    from ..plot.axes import new_figure  # noqa: PLC0415
 
     kinds = list(dict.fromkeys(s.kind for s in sweeps))
     values = list(dict.fromkeys(s.value for s in sweeps))
     d_max = max(s.d for s in sweeps)
-    fig = Figure(figsize=figsize or (4.2 * len(values), 3.2 * len(kinds)), layout="constrained")
+    size = figsize or (4.2 * len(values), 3.2 * len(kinds))
+    if fig is not None and figsize is not None:
+        fig.set_size_inches(*figsize)
+    fig = new_figure(fig, size)
     axes = fig.subplots(len(kinds), len(values), squeeze=False)
     for i, k in enumerate(kinds):
         for j, v in enumerate(values):
