@@ -55,6 +55,10 @@ def test_init_writes_the_template_and_refuses_to_overwrite(tmp_path, capsys, mon
     (tmp_path / "d").mkdir()
     assert main(["init", "sweep", "d"]) == 0
     assert (tmp_path / "d" / "sweep_ranks.toml").is_file()
+    # a folder that does not exist (trailing slash): an error, no file named like it
+    assert main(["init", "sweep", "missing/"]) == 3
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "missing").exists()
     capsys.readouterr()
     assert main(["init", "cone", "-"]) == 0
     assert capsys.readouterr().out == template_text("cone")

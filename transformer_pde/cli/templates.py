@@ -9,6 +9,7 @@ line, the command that runs it.  An existing file is kept unless ``--force``.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from importlib import resources
@@ -47,6 +48,8 @@ def cmd_init(args: argparse.Namespace) -> int:
         sys.stdout.write(template_text(args.kind))
         return int(ExitCode.OK)
     path = Path(args.path if args.path is not None else name)
+    if args.path is not None and args.path.endswith(("/", os.sep)) and not path.is_dir():
+        raise OutputError(f"{args.path}: the directory does not exist (nothing was written)")
     if path.is_dir():
         path = path / name
     if path.exists() and not args.force:

@@ -89,7 +89,7 @@ that end without an answer (``max_steps``, ``nonfinite``, ``failed``) also issue
 from __future__ import annotations
 
 from .affine import affine_field, moment_ode, sinkhorn_cross_covariance
-from .batch import GaussianBatch, solve_batch
+from .batch import GaussianBatch, load, solve_batch
 from .exact import (
     blowup_time_identity_value,
     blowup_time_softmax_1d,
@@ -117,6 +117,7 @@ __all__ = [
     "exact_softmax_commuting",
     "exact_softmax_identity_value",
     "l2_variance_rate_1d",
+    "load",
     "moment_ode",
     "sinkhorn_cross_covariance",
     "sinkhorn_variance_rate_1d",

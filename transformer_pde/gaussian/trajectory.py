@@ -143,7 +143,7 @@ class GaussianTrajectory:
         IntegrityError
             The file is damaged or edited, or holds another kind of result (a
             :class:`~transformer_pde.gaussian.GaussianBatch`: use
-            :func:`transformer_pde.gaussian.batch.load`); the message names the file.
+            :func:`transformer_pde.gaussian.load`); the message names the file.
         FileNotFoundError
             No such file.
         """
