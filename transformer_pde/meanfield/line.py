@@ -233,8 +233,8 @@ def _edge_tolerances(density0: Any, edge_tol: float) -> tuple[float, float]:
 
 
 # ------------------------------------------------------------------ field
-def _tilted(x: np.ndarray, nodes: np.ndarray, logw: np.ndarray, a: float, c: float
-            ) -> tuple[np.ndarray, np.ndarray, tuple[float, float]]:
+def _tilted(x: np.ndarray, nodes: np.ndarray, w: np.ndarray, logw: np.ndarray, a: float,
+            c: float) -> tuple[np.ndarray, np.ndarray, tuple[float, float]]:
     r"""Tilted means and variances :math:`\mathbb E_{\pi_{x_i}}[y]`,
     :math:`\operatorname{Var}_{\pi_{x_i}}(y)` by the node quadrature (log-sum-exp), and the
     edge weights :math:`\sum_i w_i\,\pi_{x_i}(y_1)` and :math:`\sum_i w_i\,\pi_{x_i}(y_M)`:
@@ -245,7 +245,6 @@ def _tilted(x: np.ndarray, nodes: np.ndarray, logw: np.ndarray, a: float, c: flo
     p /= p.sum(axis=1, keepdims=True)
     mean = p @ nodes
     var = np.einsum("ij,ij->i", p, (nodes[None, :] - mean[:, None]) ** 2)
-    w = np.exp(logw)
     edge = (float(w @ p[:, 0]), float(w @ p[:, -1]))
     return mean, var, edge
 
@@ -255,16 +254,17 @@ class OutOfRangeError(ArithmeticError):
     range of validity (an expanding flow on its way to blow-up)."""
 
 
-def _field(m: int, logw: np.ndarray, a: float, c: float, v: float,
+def _field(w: np.ndarray, logw: np.ndarray, a: float, c: float, v: float,
            edge_tol: tuple[float, float]):
-    """Right-hand side of the characteristics: state ``(X, log J)`` of length ``2 m``.
+    """Right-hand side of the characteristics: state ``(X, log J)`` of length ``2 M``
+    (``w`` the node masses, ``logw`` their logarithms).
 
     Raises :class:`OutOfRangeError` once an edge weight exceeds its tolerance (infinite on
     a side where the initial measure was not cut; the loop then stops with status
     ``"failed"``, keeping the states saved before)."""
     def rhs(t: float, y: np.ndarray, _left: bool = False, _stage: Any = None) -> np.ndarray:
-        X = y[:m]
-        mean, var, edge = _tilted(X, X, logw, a, c)
+        X = y[:w.size]
+        mean, var, edge = _tilted(X, X, w, logw, a, c)
         for e, tol in zip(edge, edge_tol, strict=True):
             if not e <= tol:
                 raise OutOfRangeError(
@@ -392,7 +392,7 @@ def solve_line(density0: Any, t: Any, *, kind: str = "softmax", q: float = 1.0,
     with np.errstate(divide="ignore"):
         logw = np.log(w)
     edge_tol = positive("edge_tol", edge_tol)
-    rhs = _field(lab.size, logw, a, c, v, _edge_tolerances(density0, edge_tol))
+    rhs = _field(w, logw, a, c, v, _edge_tolerances(density0, edge_tol))
 
     saved_t: list[float] = []
     saved_y: list[np.ndarray] = []
