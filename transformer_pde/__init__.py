@@ -26,7 +26,7 @@ from typing import Any
 
 from .attention import KINDS, Attention, AttentionParams, Head, Kind, Layers, register_kind
 from .backends import BackendNotAvailable, available_backends, get_backend
-from .blocks import MLP, Block, LayerNorm, Normalization, PostLayerNorm, Sphere
+from .blocks import MLP, Block, LayerNorm, Normalization, PostLayerNorm, RMSNorm, Sphere
 from .errors import SinkhornNotConverged
 from .fields import FieldEvaluator
 from .integrate.loop import Limits, Monitor, SaveAt
@@ -64,6 +64,7 @@ __all__ = [
     "Limits",
     "Monitor",
     "PostLayerNorm",
+    "RMSNorm",
     "RK4",
     "SaveAt",
     "Sphere",

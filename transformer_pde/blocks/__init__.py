@@ -1,12 +1,14 @@
-r"""Full Transformer blocks as flows: MLP field, LayerNorm, sphere constraint, splitting.
+r"""Full Transformer blocks as flows: MLP field, LayerNorm, RMSNorm, sphere constraint, splitting.
 
 A residual Transformer block alternates an attention sub-layer, a token-wise MLP
 sub-layer and layer normalisation.  Read as a flow in depth :math:`t`, the tokens obey
 
 .. math:: \dot x_i = \Gamma_{\mu_t}(x_i) + m_t(x_i), \qquad
-          m_t(x) = W_2(t)\,\sigma(W_1(t) x + b_1(t)) + b_2(t),
+          m_t(x) = W_2(t)\,\sigma(W_1(t) x + b_1(t)) + b_2(t)
 
-and layer normalisation enters either *inside* the fields (pre-norm:
+(or the gated :math:`m_t(x) = W_2\,(\sigma(G x + b_G)\odot(W_1 x + b_1)) + b_2`, SwiGLU
+with :math:`\sigma` = SiLU), and the normalisation (:class:`LayerNorm` or
+:class:`RMSNorm`) enters either *inside* the fields (pre-norm:
 :math:`\Gamma_{\mathrm{LN}_\#\mu}(\mathrm{LN}\,x)` and :math:`m(\mathrm{LN}\,x)`) or as an
 exact *projection* step after each sub-flow (post-norm, the view of Tai et al., "A
 mathematical explanation of Transformers").
@@ -20,7 +22,8 @@ wrapped solver, followed by the projections :math:`\mathcal P`):
 
 * ``"lie"`` (Lie–Trotter, order 1): :math:`\mathcal P\mathcal M_h\,\mathcal P\mathcal A_h`.
   With ``solver="euler"`` and ``dt=1`` one step is exactly one Transformer block
-  ``x += Attn(LN1 x); x += MLP(LN2 x)`` (pre-norm) or
+  ``x += Attn(LN1 x); x += MLP(LN2 x)`` (pre-norm; with RMSNorms and a gated SiLU MLP,
+  a Llama-type decoder layer) or
   ``x = LN(x + Attn x); x = LN(x + MLP x)`` (post-norm).
 * ``"strang"`` (order 2): :math:`\mathcal P\mathcal A_{h/2}\,\mathcal P\mathcal M_h\,\mathcal P\mathcal A_{h/2}`.
 * ``"none"``: the wrapped solver integrates the sum field, then :math:`\mathcal P`.
@@ -50,10 +53,10 @@ the angular speed of the tokens along a run.
 
 from __future__ import annotations
 
-from .block import (MLP, SOFTMAX_FREE_LN_EPS, SPLITTINGS, Block, Constraint, LayerNorm,
-                    PostLayerNorm, Sphere, token_layer_norm)
+from .block import MLP, SPLITTINGS, Block, Constraint, MLPWeights, PostLayerNorm, Sphere
 from .normalization import (NORMALIZATIONS, Normalization, speed_factors, sphere_retract,
                             tangent_project)
+from .norms import SOFTMAX_FREE_LN_EPS, LayerNorm, RMSNorm, token_layer_norm
 from .stepper import BlockStepper
 
 __all__ = [
@@ -62,9 +65,11 @@ __all__ = [
     "Constraint",
     "LayerNorm",
     "MLP",
+    "MLPWeights",
     "NORMALIZATIONS",
     "Normalization",
     "PostLayerNorm",
+    "RMSNorm",
     "SOFTMAX_FREE_LN_EPS",
     "SPLITTINGS",
     "Sphere",

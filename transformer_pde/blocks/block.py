@@ -1,151 +1,40 @@
 r"""The parts of a Transformer block and their composition :class:`Block`.
 
-The per-token layer normalisation :func:`token_layer_norm` (the sphere's
+The :class:`MLP` field (plain or gated), the constraints (:class:`Constraint`,
+:class:`Sphere`, :class:`PostLayerNorm`) and :class:`Block`, which gathers them with the
+token normalisations of :mod:`~transformer_pde.blocks.norms` (:class:`LayerNorm`,
+:class:`RMSNorm`) for :func:`~transformer_pde.simulate` (the flow and its splittings are
+described in :mod:`transformer_pde.blocks`; the sphere's
 :func:`~transformer_pde.blocks.tangent_project` and
 :func:`~transformer_pde.blocks.sphere_retract` live in
-:mod:`~transformer_pde.blocks.normalization`), :class:`LayerNorm`, the :class:`MLP` field,
-the constraints (:class:`Constraint`, :class:`Sphere`, :class:`PostLayerNorm`) and
-:class:`Block`, which gathers them for :func:`~transformer_pde.simulate` (the flow and its splittings are
-described in :mod:`transformer_pde.blocks`).
+:mod:`~transformer_pde.blocks.normalization`).
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..attention import Layers
 from ..errors import ArgumentError, ArgumentTypeError
 from ..integrate.rk import array_namespace as _xp
-from ..validation import choice, matrix, nonnegative, positive, real_array
+from ..validation import choice
 from .normalization import as_normalization, sphere_retract, tangent_project
+from .norms import LayerNorm, RMSNorm
+from .params import parameter_at, refuse_class, stored_parameter, vector_at
 
-__all__ = ["Block", "Constraint", "LayerNorm", "MLP", "PostLayerNorm", "SOFTMAX_FREE_LN_EPS",
-           "SPLITTINGS", "Sphere", "token_layer_norm"]
+__all__ = ["Block", "Constraint", "MLP", "MLPWeights", "NORMS", "PostLayerNorm", "SPLITTINGS",
+           "Sphere"]
 
 #: operator-splitting schemes of :class:`Block`
 SPLITTINGS = ("strang", "lie", "none")
-#: epsilon of the per-token layer normalisation of the ``galerkin`` / ``fourier`` kinds
-#: (PyTorch's ``nn.LayerNorm`` default, as in Cao 2021)
-SOFTMAX_FREE_LN_EPS = 1e-5
+#: the token normalisations a :class:`Block` accepts as ``layernorm``
+NORMS = (LayerNorm, RMSNorm)
 
 Param = Any
-
-
-# --------------------------------------------------------------------------- normalisations
-def token_layer_norm(x: Any, eps: float = SOFTMAX_FREE_LN_EPS) -> Any:
-    r"""Per-token layer normalisation without affine parameters.
-
-    For each row :math:`u \in \mathbb R^k` of ``x``,
-
-    .. math:: \tilde u = \frac{u - \bar u\,\mathbf 1}{\sqrt{\tfrac1k\sum_l (u_l - \bar u)^2 + \varepsilon}},
-              \qquad \bar u = \tfrac1k \textstyle\sum_l u_l .
-
-    Parameters
-    ----------
-    x : array (n, k)
-        Rows to normalise (NumPy or CuPy).
-    eps : float, default :data:`SOFTMAX_FREE_LN_EPS`
-        Added to the variance (:math:`\varepsilon \ge 0`).
-    """
-    xp = _xp(x)
-    c = x - x.mean(axis=1, keepdims=True)
-    return c / xp.sqrt((c * c).mean(axis=1, keepdims=True) + eps)
-
-
-def _param(name: str, value: Any, t: float, left: bool) -> np.ndarray:
-    if isinstance(value, Layers):
-        return value(t, left=left)
-    if callable(value):
-        return matrix(name, np.atleast_2d(real_array(f"{name} (evaluated at t={t})", value(t))), t)
-    return value
-
-
-def _store(name: str, value: Any, *, vector: bool) -> Any:
-    """Validate a constant parameter now (time-dependent ones at evaluation)."""
-    _refuse_class(name, value)
-    if value is None or isinstance(value, Layers) or callable(value):
-        return value
-    arr = matrix(name, np.atleast_2d(real_array(name, value)))
-    if vector:
-        if min(arr.shape) != 1:
-            raise ArgumentError(f"{name} must be a vector, got shape {np.shape(value)}")
-        arr = arr.ravel()
-    arr = np.array(arr)
-    arr.setflags(write=False)
-    return arr
-
-
-def _vector(name: str, value: Any, n: int, t: float, left: bool) -> np.ndarray | None:
-    if value is None:
-        return None
-    v = np.asarray(_param(name, value, t, left), dtype=float).ravel()
-    if v.shape != (n,):
-        raise ArgumentError(f"{name} must have {n} entries, got {v.size} (t={t})")
-    return v
-
-
-@dataclass(frozen=True, eq=False)
-class LayerNorm:
-    r"""Layer normalisation of tokens, as a projection or inside the fields.
-
-    .. math:: \mathrm{LN}_t(x) = \gamma(t) \odot s\,\frac{x - \bar x\mathbf 1}
-              {\sqrt{\tfrac1d\sum_l (x_l-\bar x)^2 + \varepsilon}} + \delta(t),
-
-    with :math:`s^2` the target variance.  With :math:`\varepsilon = 0`, :math:`\gamma = 1`,
-    :math:`\delta = 0` this is the exact (nearest-point) projection onto the manifold
-    :math:`\{x:\ \bar x = 0,\ \tfrac1d|x|^2 = s^2\}`, a sphere of radius :math:`s\sqrt d` in
-    the hyperplane :math:`\mathbf 1^\perp` (centring is the orthogonal projection onto the
-    hyperplane, radial rescaling the nearest point of the sphere inside it).
-
-    Parameters
-    ----------
-    mode : {"pre", "post"}, default "pre"
-        ``"pre"``: the fields see normalised tokens, :math:`\dot x = \Gamma_{\mathrm{LN}_\#\mu}
-        (\mathrm{LN}\,x) + m(\mathrm{LN}\,x)` (pre-norm Transformer; the residual stream is
-        not normalised).  ``"post"``: tokens are projected by :math:`\mathrm{LN}` after each
-        sub-flow (post-norm Transformer, Tai et al.'s projection step).
-    variance : float, default 1.0
-        Target variance :math:`s^2 > 0`.
-    eps : float, default 0.0
-        :math:`\varepsilon \ge 0` (0: exact projection; PyTorch uses 1e-5).
-    scale, shift : array (d,), callable ``t -> array``, :class:`~transformer_pde.Layers` or None
-        Optional time-dependent :math:`\gamma(t)` and :math:`\delta(t)` (a ``Layers`` table of
-        shape (L, 1, d)).
-    """
-
-    mode: str = "pre"
-    variance: float = 1.0
-    eps: float = 0.0
-    scale: Param | None = None
-    shift: Param | None = None
-
-    def __post_init__(self) -> None:
-        choice("LayerNorm: mode", self.mode, ("pre", "post"))
-        object.__setattr__(self, "variance", positive("LayerNorm: variance", self.variance))
-        object.__setattr__(self, "eps", nonnegative("LayerNorm: eps", self.eps))
-        object.__setattr__(self, "scale", _store("scale", self.scale, vector=True))
-        object.__setattr__(self, "shift", _store("shift", self.shift, vector=True))
-
-    def __call__(self, X: Any, t: float = 0.0, *, left: bool = False) -> Any:
-        """Normalise every row of ``X`` (n, d) at time ``t``."""
-        xp = _xp(X)
-        d = X.shape[1]
-        if d < 2:
-            raise ArgumentError("LayerNorm needs at least 2 features (d >= 2)")
-        out = token_layer_norm(X, self.eps) * math.sqrt(self.variance)
-        g = _vector("scale", self.scale, d, t, left)
-        if g is not None:
-            out = out * xp.asarray(g, dtype=X.dtype)
-        b = _vector("shift", self.shift, d, t, left)
-        if b is not None:
-            out = out + xp.asarray(b, dtype=X.dtype)
-        return out
-
 
 # --------------------------------------------------------------------------- MLP
 def _gelu(z: Any, xp: Any) -> Any:
@@ -156,28 +45,63 @@ def _gelu(z: Any, xp: Any) -> Any:
     return 0.5 * z * (1.0 + erf(z / math.sqrt(2.0)))
 
 
+def _silu(z: Any, xp: Any) -> Any:
+    # expit(z) = 1 / (1 + e^{-z}) without overflow: exactly 1 for z > 37 (then silu(z) = z)
+    # and underflowing to 0 for z -> -inf (then silu(z) -> -0.0), never inf * 0
+    if xp is np:
+        from scipy.special import expit  # noqa: PLC0415
+    else:  # pragma: no cover - GPU only
+        from cupyx.scipy.special import expit  # noqa: PLC0415
+    return z * expit(z)
+
+
 _ACTIVATIONS: dict[str, Callable[[Any, Any], Any]] = {
     "relu": lambda z, xp: xp.maximum(z, 0.0),
     "gelu": _gelu,
+    "silu": _silu,
 }
+
+
+class MLPWeights(NamedTuple):
+    """The weights of an :class:`MLP` at one depth (``None`` where absent)."""
+
+    W1: np.ndarray
+    b1: np.ndarray | None
+    W2: np.ndarray
+    b2: np.ndarray | None
+    gate: np.ndarray | None
+    b_gate: np.ndarray | None
 
 
 @dataclass(frozen=True, eq=False)
 class MLP:
-    r"""Token-wise two-layer perceptron field :math:`m_t(x) = W_2\,\sigma(W_1 x + b_1) + b_2`.
+    r"""Token-wise perceptron field, plain or gated.
+
+    .. math:: m_t(x) = W_2\,\sigma(W_1 x + b_1) + b_2 \quad\text{or, with a gate,}\quad
+              m_t(x) = W_2\big(\sigma(G x + b_G) \odot (W_1 x + b_1)\big) + b_2 ,
+
+    every weight possibly depending on :math:`t`.  The gated form with
+    ``activation="silu"`` is SwiGLU (Llama-type decoders: ``ffn_gate`` is :math:`G`,
+    ``ffn_up`` is :math:`W_1`, ``ffn_down`` is :math:`W_2`).
 
     Parameters
     ----------
     W1 : array (m, d), callable ``t -> array`` or :class:`~transformer_pde.Layers`
-        First layer (``m`` hidden units).
+        First layer (``m`` hidden units); with a gate, the linear ("up") branch.
     W2 : array (d, m), callable or Layers
         Second layer.
     b1 : array (m,), callable, Layers of shape (L, 1, m), or None
     b2 : array (d,), callable, Layers of shape (L, 1, d), or None
-    activation : {"gelu", "relu"}, default "gelu"
-        GELU is the exact :math:`z\,\Phi(z)` (erf form).  ReLU makes the field only
-        Lipschitz, which caps the observed order of high-order solvers; use GELU for
-        convergence studies.
+    activation : {"gelu", "relu", "silu"}, default "gelu"
+        GELU is the exact :math:`z\,\Phi(z)` (erf form); SiLU is
+        :math:`z\,\mathrm{expit}(z) = z/(1 + e^{-z})`, evaluated without overflow (exactly
+        :math:`z` for :math:`z > 37` in double precision, tending to 0 as
+        :math:`z \to -\infty`).  ReLU makes the field only Lipschitz, which caps the
+        observed order of high-order solvers; use GELU or SiLU for convergence studies.
+    gate : array (m, d), callable or Layers, optional
+        The gate :math:`G`; the activation then applies to the gate branch only.
+    b_gate : array (m,), callable, Layers of shape (L, 1, m), or None
+        Bias :math:`b_G` of the gate (only with ``gate``).
 
     Examples
     --------
@@ -185,6 +109,9 @@ class MLP:
     >>> mlp = MLP(np.eye(2), np.eye(2), activation="relu")
     >>> mlp(0.0, np.array([[1.0, -1.0]])).tolist()
     [[1.0, 0.0]]
+    >>> glu = MLP(np.eye(2), np.eye(2), activation="relu", gate=-np.eye(2))
+    >>> glu(0.0, np.array([[1.0, -3.0]])).tolist()   # relu(-x) * x
+    [[0.0, -9.0]]
     """
 
     W1: Param
@@ -192,6 +119,8 @@ class MLP:
     b1: Param | None = None
     b2: Param | None = None
     activation: str = "gelu"
+    gate: Param | None = None
+    b_gate: Param | None = None
     d: int = field(init=False)
     hidden: int = field(init=False)
 
@@ -202,33 +131,58 @@ class MLP:
             if getattr(self, name) is None:
                 raise ArgumentTypeError(f"MLP: {name} must be a matrix, a callable of t or "
                                         "Layers, got None")
-            set_(self, name, _store(name, getattr(self, name), vector=False))
-        for name in ("b1", "b2"):
-            set_(self, name, _store(name, getattr(self, name), vector=True))
-        W1, _, W2, _ = self.at(0.0)
-        set_(self, "d", W1.shape[1])
-        set_(self, "hidden", W1.shape[0])
+        if self.b_gate is not None and self.gate is None:
+            raise ArgumentError("MLP: b_gate applies only with a gate (gate=): the bias of "
+                                "the gate branch sigma(gate x + b_gate)")
+        for name in ("W1", "W2", "gate"):
+            set_(self, name, stored_parameter(name, getattr(self, name), vector=False))
+        for name in ("b1", "b2", "b_gate"):
+            set_(self, name, stored_parameter(name, getattr(self, name), vector=True))
+        w = self.at(0.0)
+        set_(self, "d", w.W1.shape[1])
+        set_(self, "hidden", w.W1.shape[0])
 
-    def at(self, t: float, *, left: bool = False):
-        """Weights ``(W1, b1, W2, b2)`` at time ``t`` (biases ``None`` when absent)."""
-        W1 = np.asarray(_param("W1", self.W1, t, left), dtype=float)
-        W2 = np.asarray(_param("W2", self.W2, t, left), dtype=float)
+    @property
+    def gated(self) -> bool:
+        """Whether the MLP has a gate."""
+        return self.gate is not None
+
+    def at(self, t: float, *, left: bool = False) -> MLPWeights:
+        """The weights at time ``t`` (a table's left limit with ``left=True``), validated:
+        ``W2`` of shape (d, m) and ``gate`` of shape (m, d) for ``W1`` of shape (m, d)."""
+        W1 = np.asarray(parameter_at("W1", self.W1, t, left), dtype=float)
+        W2 = np.asarray(parameter_at("W2", self.W2, t, left), dtype=float)
         m, d = W1.shape
         if W2.shape != (d, m):
             raise ArgumentError(f"W2 must have shape (d, m) = {(d, m)} to match W1 {W1.shape}, "
-                             f"got {W2.shape} (t={t})")
-        return W1, _vector("b1", self.b1, m, t, left), W2, _vector("b2", self.b2, d, t, left)
+                                f"got {W2.shape} (t={t})")
+        gate = None
+        if self.gate is not None:
+            gate = np.asarray(parameter_at("gate", self.gate, t, left), dtype=float)
+            if gate.shape != (m, d):
+                raise ArgumentError(f"gate must have shape (m, d) = {(m, d)}, the shape of W1, "
+                                    f"got {gate.shape} (t={t})")
+        return MLPWeights(W1, vector_at("b1", self.b1, m, t, left), W2,
+                          vector_at("b2", self.b2, d, t, left), gate,
+                          vector_at("b_gate", self.b_gate, m, t, left))
 
     def __call__(self, t: float, X: Any, *, left: bool = False) -> Any:
         """The field :math:`m_t` at every row of ``X`` (n, d)."""
         xp = _xp(X)
-        W1, b1, W2, b2 = self.at(t, left=left)
-        z = X @ xp.asarray(W1.T, dtype=X.dtype)
-        if b1 is not None:
-            z = z + xp.asarray(b1, dtype=X.dtype)
-        out = _ACTIVATIONS[self.activation](z, xp) @ xp.asarray(W2.T, dtype=X.dtype)
-        if b2 is not None:
-            out = out + xp.asarray(b2, dtype=X.dtype)
+        w = self.at(t, left=left)
+
+        def affine(W: np.ndarray, b: np.ndarray | None) -> Any:
+            z = X @ xp.asarray(W.T, dtype=X.dtype)
+            return z if b is None else z + xp.asarray(b, dtype=X.dtype)
+
+        sigma = _ACTIVATIONS[self.activation]
+        if w.gate is None:
+            hidden = sigma(affine(w.W1, w.b1), xp)
+        else:
+            hidden = sigma(affine(w.gate, w.b_gate), xp) * affine(w.W1, w.b1)
+        out = hidden @ xp.asarray(w.W2.T, dtype=X.dtype)
+        if w.b2 is not None:
+            out = out + xp.asarray(w.b2, dtype=X.dtype)
         return out
 
 
@@ -286,31 +240,32 @@ class Sphere:
 class PostLayerNorm:
     r"""Post-norm Transformer: the tokens are projected by a LayerNorm after each sub-flow.
 
-    ``retract`` is the LayerNorm (with :math:`\varepsilon = 0`, :math:`\gamma = 1`,
-    :math:`\delta = 0` the nearest-point projection onto its manifold, see
-    :class:`LayerNorm`).  ``tangent`` leaves the fields unchanged: one Euler step of size
-    1 per sub-layer is then exactly the post-norm block ``x = LN(x + Attn(x))`` (Tai et
-    al.'s projection step), which is the computation this constraint reproduces.
+    ``retract`` is the normalisation (a :class:`LayerNorm` or an :class:`RMSNorm`; with
+    :math:`\varepsilon = 0`, :math:`\gamma = 1`, :math:`\delta = 0` the nearest-point
+    projection onto its manifold).  ``tangent`` leaves the fields unchanged: one Euler step
+    of size 1 per sub-layer is then exactly the post-norm block ``x = LN(x + Attn(x))``
+    (Tai et al.'s projection step), which is the computation this constraint reproduces.
 
     Parameters
     ----------
-    layernorm : LayerNorm
+    layernorm : LayerNorm or RMSNorm
         Its ``mode`` must be ``"post"``.
-    mlp_layernorm : LayerNorm, optional
-        A second post-norm LayerNorm applied instead after the MLP sub-flow (BERT's
+    mlp_layernorm : LayerNorm or RMSNorm, optional
+        A second post-norm normalisation applied instead after the MLP sub-flow (BERT's
         ``x = LN1(x + Attn x)``, ``x = LN2(x + MLP x)``: ``layernorm`` is LN1, this LN2);
         default: ``layernorm`` after both sub-flows.
     """
 
     name = "post_layernorm"
 
-    def __init__(self, layernorm: "LayerNorm", mlp_layernorm: "LayerNorm | None" = None):
+    def __init__(self, layernorm: "LayerNorm | RMSNorm",
+                 mlp_layernorm: "LayerNorm | RMSNorm | None" = None):
         for ln in (layernorm, mlp_layernorm):
             if ln is mlp_layernorm and ln is None:
                 continue
-            if not isinstance(ln, LayerNorm) or ln.mode != "post":
-                raise ArgumentError("PostLayerNorm needs LayerNorms with mode='post', got "
-                                    f"{ln!r}")
+            if not isinstance(ln, NORMS) or ln.mode != "post":
+                raise ArgumentError("PostLayerNorm needs LayerNorms or RMSNorms with "
+                                    f"mode='post', got {ln!r}")
         self.layernorm = layernorm
         self.mlp_layernorm = layernorm if mlp_layernorm is None else mlp_layernorm
 
@@ -331,7 +286,8 @@ class PostLayerNorm:
         return self.mlp_layernorm(X, t, left=left)
 
     def initial(self, X0: np.ndarray) -> np.ndarray:
-        if X0.shape[1] < 2:
+        if X0.shape[1] < 2 and any(isinstance(ln, LayerNorm)
+                                   for ln in (self.layernorm, self.mlp_layernorm)):
             raise ArgumentError("a LayerNorm needs d >= 2 features")
         return X0
 
@@ -342,24 +298,6 @@ class PostLayerNorm:
 
 
 # --------------------------------------------------------------------------- block
-def _refuse_class(name: str, value: Any) -> None:
-    """A class passed where an instance is expected (``constraint=Sphere``): a clear
-    :class:`ArgumentTypeError` saying what to pass instead."""
-    if not isinstance(value, type):
-        return
-    cls = value.__name__
-    if value.__module__.split(".")[0] == "transformer_pde":
-        cls = f"tp.{cls}"
-    try:
-        needs_args = any(p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-                         for p in inspect.signature(value).parameters.values())
-    except (TypeError, ValueError):  # no signature available
-        needs_args = True
-    call = f"{cls}(...)" if needs_args else f"{cls}()"
-    raise ArgumentTypeError(f"{name} must be an instance, got the class {cls}: pass "
-                            f"{name}={call}, not {name}={cls}")
-
-
 @dataclass(frozen=True, eq=False)
 class Block:
     r"""The composition of a Transformer block around the attention flow.
@@ -368,13 +306,16 @@ class Block:
     ----------
     mlp : MLP, optional
         Token-wise MLP field added to attention (a full Transformer block).
-    layernorm : LayerNorm or pair of LayerNorms, optional
-        A pre-norm LayerNorm (``mode="pre"``, inside both fields) or a pair
-        ``(LN_attention, LN_mlp)``; a post-norm LayerNorm (``mode="post"``) is the
+    layernorm : LayerNorm, RMSNorm or a pair of them, optional
+        A pre-norm normalisation (``mode="pre"``, inside both fields) or a pair
+        ``(N_attention, N_mlp)``; a post-norm one (``mode="post"``) is the
         constraint :class:`PostLayerNorm` (give it here or as ``constraint``); a pair of
-        post-norm LayerNorms ``(LN1, LN2)`` projects with LN1 after the attention and LN2
+        post-norm normalisations ``(N1, N2)`` projects with N1 after the attention and N2
         after the MLP sub-flow (a BERT layer with Lie splitting, Euler and ``dt = 1``; needs
-        an ``mlp`` and ``splitting`` "lie" or "strang").
+        an ``mlp`` and ``splitting`` "lie" or "strang").  :class:`LayerNorm` and
+        :class:`RMSNorm` may be mixed in a pair; both must have the same ``mode``.  A
+        pre-norm pair of RMSNorms with a gated SiLU ``mlp``, Lie splitting, Euler and
+        ``dt = 1`` is a Llama-type decoder layer ``x += Attn(RMS1 x); x += MLP(RMS2 x)``.
     constraint : Constraint or "sphere", optional
         Manifold the tokens stay on (:class:`Sphere`, :class:`PostLayerNorm`, or any
         object following :class:`Constraint`).
@@ -390,8 +331,8 @@ class Block:
         which cannot be combined with it.
 
     Every option needs a fixed-step solver.  Options that do not apply are errors: a
-    splitting without an MLP, a post-norm LayerNorm together with another constraint,
-    a normalisation scheme together with a constraint, a LayerNorm or an MLP.
+    splitting without an MLP, a post-norm LayerNorm (or RMSNorm) together with another
+    constraint, a normalisation scheme together with a constraint, a LayerNorm or an MLP.
     """
 
     mlp: MLP | None = None
@@ -404,10 +345,10 @@ class Block:
         set_ = object.__setattr__
         set_(self, "normalization", _normalization_option(self))
         for name in ("mlp", "layernorm", "constraint"):
-            _refuse_class(name, getattr(self, name))
+            refuse_class(name, getattr(self, name))
         if isinstance(self.layernorm, tuple):
             for i, ln in enumerate(self.layernorm):
-                _refuse_class(f"layernorm[{i}]", ln)
+                refuse_class(f"layernorm[{i}]", ln)
         if self.mlp is not None and not isinstance(self.mlp, MLP):
             raise ArgumentTypeError(
                 f"mlp must be a transformer_pde.blocks.MLP, got {type(self.mlp).__name__}")
@@ -433,43 +374,17 @@ class Block:
             raise ArgumentTypeError(
                 "constraint must be 'sphere' or an object with tangent(X, F), "
                 f"retract(X, t, left=...) and initial(X0), got {type(constraint).__name__}")
-        ln = self.layernorm
-        if isinstance(ln, tuple):
-            modes = {getattr(x, "mode", None) for x in ln}
-            if len(ln) != 2 or not all(isinstance(x, LayerNorm) for x in ln) or len(modes) != 1:
-                raise ArgumentError("layernorm as a tuple must be two pre-norm or two post-norm "
-                                    "LayerNorms (attention, mlp)")
-            if modes == {"post"}:
-                if self.mlp is None or self.splitting == "none":
-                    raise ArgumentError(
-                        "a pair of post-norm LayerNorms projects after the attention and after "
-                        "the MLP sub-flow: it needs mlp= and splitting='lie' or 'strang'")
-                if constraint is not None:
-                    raise ArgumentError(
-                        "post-norm LayerNorms are a constraint of their own; do not combine "
-                        f"them with constraint={constraint!r}")
-                constraint = PostLayerNorm(ln[0], ln[1])
-        elif isinstance(ln, LayerNorm):
-            if ln.mode == "post":
-                if constraint is not None:
-                    raise ArgumentError(
-                        f"a post-norm LayerNorm is a constraint of its own; do not combine it "
-                        f"with constraint={constraint!r} (the "
-                        f"{getattr(constraint, 'name', type(constraint).__name__)} already "
-                        "normalises the tokens)")
-                constraint = PostLayerNorm(ln)
-        elif ln is not None:
-            raise ArgumentTypeError("layernorm must be a LayerNorm, a pair of them, or None, "
-                                    f"got {type(ln).__name__}")
+        constraint = _norm_constraint(self, constraint)
         set_(self, "constraint", constraint)
 
     @property
-    def pre_norms(self) -> tuple[LayerNorm | None, LayerNorm | None]:
-        """The pre-norm LayerNorms ``(of the attention field, of the MLP field)``."""
+    def pre_norms(self) -> tuple[Any, Any]:
+        """The pre-norm normalisations (:class:`LayerNorm` or :class:`RMSNorm`) ``(of the
+        attention field, of the MLP field)``, ``None`` where there is none."""
         ln = self.layernorm
         if isinstance(ln, tuple):
             return ln if ln[0].mode == "pre" else (None, None)
-        if isinstance(ln, LayerNorm) and ln.mode == "pre":
+        if isinstance(ln, NORMS) and ln.mode == "pre":
             return ln, ln
         return None, None
 
@@ -490,6 +405,12 @@ class Block:
                "splitting": (self.splitting or "strang") if self.mlp is not None else "none",
                "mlp": None if self.mlp is None else self.mlp.activation, "layernorm": ln,
                "normalization": None}
+        if self.mlp is not None and self.mlp.gated:
+            out["mlp_gated"] = True
+        norms = self.layernorm if isinstance(self.layernorm, tuple) else (self.layernorm,)
+        if any(isinstance(x, RMSNorm) for x in norms):  # absent for LayerNorms: info unchanged
+            out["layernorm_type"] = ["rms" if isinstance(x, RMSNorm) else "layer"
+                                     for x in norms]
         nz = self.normalization
         if nz is not None:
             out["normalization"] = nz.scheme
@@ -505,7 +426,9 @@ class Block:
         :class:`~transformer_pde.Layers` tables and callables of time, as the block holds
         them: ``"splitting"``, ``"mlp.W1"``, ``"mlp.activation"``, ...,
         ``"layernorm.attention.scale"``, ``"layernorm.mlp.eps"``, ``"constraint"``,
-        ``"constraint.layernorm.variance"``, ..., and with a normalisation scheme
+        ``"constraint.layernorm.variance"``, ..., with a gate ``"mlp.gate"`` and
+        ``"mlp.b_gate"``, for an :class:`RMSNorm` ``"<prefix>.type"`` (``"rms"``),
+        ``"<prefix>.mode"``, ``"<prefix>.eps"`` and ``"<prefix>.scale"``, and with a normalisation scheme
         ``"normalization"``, ``"normalization.alpha"``, ``"normalization.switch"``.  Two
         blocks with equal parameters (arrays and tables equal element for element, the
         same callables) compute the same flow; checkpoints fingerprint a run with them.  A
@@ -517,6 +440,8 @@ class Block:
         if self.mlp is not None:
             for name in ("W1", "W2", "b1", "b2", "activation"):
                 out[f"mlp.{name}"] = getattr(self.mlp, name)
+            if self.mlp.gated:  # absent without a gate: fingerprints of other MLPs unchanged
+                out["mlp.gate"], out["mlp.b_gate"] = self.mlp.gate, self.mlp.b_gate
         ln_att, ln_mlp = self.pre_norms
         for role, ln in (("attention", ln_att), ("mlp", ln_mlp)):
             out.update(_layernorm_parameters(f"layernorm.{role}", ln))
@@ -542,7 +467,7 @@ class Block:
 def _normalization_option(block: "Block") -> Any:
     """``block.normalization`` as a :class:`~transformer_pde.blocks.Normalization` (or
     ``None``); an :class:`ArgumentError` if it is combined with the options it replaces."""
-    _refuse_class("normalization", block.normalization)
+    refuse_class("normalization", block.normalization)
     nz = as_normalization(block.normalization)
     if nz is None:
         return None
@@ -564,8 +489,49 @@ def _normalization_option(block: "Block") -> Any:
     return nz
 
 
-def _layernorm_parameters(prefix: str, ln: LayerNorm | None) -> dict[str, Any]:
+def _norm_constraint(block: "Block", constraint: Any) -> Any:
+    """The block's constraint once its ``layernorm`` is read: a post-norm normalisation (or
+    pair) becomes :class:`PostLayerNorm`; errors for what does not apply."""
+    ln = block.layernorm
+    if isinstance(ln, tuple):
+        modes = {getattr(x, "mode", None) for x in ln}
+        if len(ln) != 2 or not all(isinstance(x, NORMS) for x in ln) or len(modes) != 1:
+            raise ArgumentError("layernorm as a tuple must be two pre-norm or two post-norm "
+                                "LayerNorms or RMSNorms (attention, mlp), got "
+                                f"{tuple(type(x).__name__ for x in ln)} with modes "
+                                f"{sorted(str(m) for m in modes)}")
+        if modes == {"post"}:
+            if block.mlp is None or block.splitting == "none":
+                raise ArgumentError(
+                    "a pair of post-norm LayerNorms projects after the attention and after "
+                    "the MLP sub-flow: it needs mlp= and splitting='lie' or 'strang'")
+            if constraint is not None:
+                raise ArgumentError(
+                    "post-norm LayerNorms are a constraint of their own; do not combine "
+                    f"them with constraint={constraint!r}")
+            return PostLayerNorm(ln[0], ln[1])
+        return constraint
+    if isinstance(ln, NORMS):
+        if ln.mode == "post":
+            if constraint is not None:
+                raise ArgumentError(
+                    f"a post-norm {type(ln).__name__} is a constraint of its own; do not "
+                    f"combine it with constraint={constraint!r} (the "
+                    f"{getattr(constraint, 'name', type(constraint).__name__)} already "
+                    "normalises the tokens)")
+            return PostLayerNorm(ln)
+        return constraint
+    if ln is not None:
+        raise ArgumentTypeError("layernorm must be a LayerNorm, an RMSNorm, a pair of them, "
+                                f"or None, got {type(ln).__name__}")
+    return constraint
+
+
+def _layernorm_parameters(prefix: str, ln: Any) -> dict[str, Any]:
     if ln is None:
         return {prefix: None}
+    if isinstance(ln, RMSNorm):
+        return {f"{prefix}.type": "rms",
+                **{f"{prefix}.{name}": getattr(ln, name) for name in ("mode", "eps", "scale")}}
     return {f"{prefix}.{name}": getattr(ln, name)
             for name in ("mode", "variance", "eps", "scale", "shift")}

@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import ArgumentError, ArgumentTypeError
 from ..integrate.solvers import restore_solver_state, solver_state
 from .block import Block
+from .norms import LayerNorm
 from .normalization import sphere_retract, tangent_project, unit_rows
 
 __all__ = ["BlockStepper"]
@@ -57,8 +58,10 @@ class BlockStepper:
                     f"solver={solver.name!r} is multistep and cannot integrate the sub-flows "
                     "of an operator splitting; use Block(splitting='none') or a one-step "
                     "solver")
-        if block.layernorm is not None and d < 2:
-            raise ArgumentError("layernorm needs d >= 2 features")
+        norms = block.layernorm if isinstance(block.layernorm, tuple) else (block.layernorm,)
+        if d < 2 and any(isinstance(x, LayerNorm) for x in norms):
+            raise ArgumentError("layernorm: a LayerNorm needs d >= 2 features (an RMSNorm "
+                                "works for any d)")
         self.normalization = block.normalization
         if self.normalization is not None and self.normalization.scheme == "mix" and \
                 getattr(solver, "multistep", False):

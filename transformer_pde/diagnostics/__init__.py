@@ -29,16 +29,20 @@ What users measure on a run of :func:`transformer_pde.simulate` (a
   :math:`E_\beta = \tfrac1{2\beta}\sum_{ij} w_i w_j e^{\beta\langle x_i, x_j\rangle - \text{shift}}`
   and :func:`merge_events` along a run.
 * **Depth statistics** -- :func:`depth_statistics`: clusters, covariance ranks, cosine
-  similarities (:func:`cosine_similarity`) and size of a token cloud at every saved depth.
+  similarities (:func:`cosine_similarity`) and size of a token cloud at every saved depth;
+  :func:`distance_to_first`: every token's cosine and distance to the first token and the
+  token norms (the radius of the residual stream), the quantities of causal attention.
 
 Modules, by concern: :mod:`.distances`, :mod:`.stability`, :mod:`.ranks`, :mod:`.growth`,
-:mod:`.clustering`, :mod:`.energy`, :mod:`.depth`, :mod:`.pairs`, :mod:`.metastability`;
+:mod:`.clustering`, :mod:`.energy`, :mod:`.depth`, :mod:`.decoder`, :mod:`.pairs`,
+:mod:`.metastability`;
 every public name is re-exported here.
 """
 
 from __future__ import annotations
 
 from .clustering import Clusters, cluster_counts, clusters
+from .decoder import FirstTokenDistances, distance_to_first
 from .depth import cosine_similarity, depth_statistics
 from .distances import (EXACT_MAX_PAIRS, WassersteinResult, bures_wasserstein, conditional_wasserstein,
                         wasserstein, wasserstein_result)
@@ -54,6 +58,7 @@ from .stability import (StabilityProfile, gaussian_stability_profile, stability_
 __all__ = [
     "Classification",
     "Clusters",
+    "FirstTokenDistances",
     "KineticEnergy",
     "MergeEvents",
     "RankCollapse",
@@ -64,6 +69,7 @@ __all__ = [
     "classify",
     "cluster_counts",
     "clusters",
+    "distance_to_first",
     "component_clusters",
     "conditional_wasserstein",
     "cosine_similarity",
