@@ -24,11 +24,11 @@ layout) are in ``docs/conventions.md``.
 import importlib
 from typing import Any
 
-from .attention import KINDS, Attention, AttentionParams, Head, Kind, Layers, register_kind
+from .attention import KINDS, Attention, AttentionParams, Head, Kind, Layers, Rotary, register_kind
 from .backends import BackendNotAvailable, available_backends, get_backend
 from .blocks import MLP, Block, LayerNorm, Normalization, PostLayerNorm, RMSNorm, Sphere
 from .errors import SinkhornNotConverged
-from .fields import FieldEvaluator
+from .fields import FieldEvaluator, attention_matrix
 from .integrate.loop import Limits, Monitor, SaveAt
 from .integrate.solvers import (AdamsBashforth, Dop853, Dopri5, Euler, Heun, ImplicitMidpoint,
                                 RK4)
@@ -65,6 +65,7 @@ __all__ = [
     "Monitor",
     "PostLayerNorm",
     "RMSNorm",
+    "Rotary",
     "RK4",
     "SaveAt",
     "Sphere",
@@ -88,6 +89,7 @@ __all__ = [
     "simulate",
     "sinkhorn_coupling",
     "sinkhorn_summary",
+    "attention_matrix",
     "velocity",
     "__version__",
 ]

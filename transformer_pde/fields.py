@@ -19,7 +19,10 @@ primitives (see :mod:`transformer_pde.backends`):
   :math:`f(x)` is exactly the softmax normaliser).
 
 :class:`FieldEvaluator` binds an attention, a backend, weights and positions (sorted once
-for masked attention) and keeps warm-start state between evaluations.
+for masked attention; their rotary cosines and sines computed once) and keeps warm-start
+state between evaluations.  Rotary positions rotate the projected queries and keys in this
+glue, before any primitive.  The weights themselves:
+:func:`~transformer_pde.attention.matrix.attention_matrix`.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ from typing import Any, Callable
 import numpy as np
 
 from . import validation
-from .attention import KINDS, Attention, AttentionParams, Head
+from .attention import Attention, AttentionParams, Head
+from .attention.matrix import attention_matrix
+from .attention.rotary import require_positions
 from .backends import get_backend
 from .blocks import token_layer_norm
 from .errors import ArgumentError, ArgumentTypeError, ScoreOverflowError
@@ -42,6 +47,7 @@ __all__ = [
     "FieldContext",
     "FieldEvaluator",
     "HEAD_FIELDS",
+    "attention_matrix",
     "register_head_field",
     "velocity",
 ]
@@ -59,6 +65,8 @@ class FieldContext:
     state: dict = field(default_factory=dict)
     sinkhorn: SinkhornRecord = field(default_factory=SinkhornRecord)
     stage: int | None = None     # index of the evaluation within a fixed-step solver step
+    rot_q: Any = None            # RotaryTable of the query positions (rotary attention)
+    rot_k: Any = None            # RotaryTable of the key positions, in kernel order
 
 
 HeadField = Callable[[FieldContext, AttentionParams, int, Head, Any, Any], Any]
@@ -101,20 +109,26 @@ def register_head_field(name: str, *, replace: bool = False) -> Callable[[HeadFi
 
 
 def _proj(be, X, M, b=None):
-    # the affine map X M^T + b of every row; biases are applied here, in the glue, so the
-    # backends' primitives (which only see projected q, k, v) need no change
+    # the affine map X M^T + b of every row; biases (and rotary positions, _q / _k) are
+    # applied here, in the glue, so the backends' primitives (which only see projected
+    # q, k, v) need no change
     out = X @ be.asarray(M.T, X.dtype)
     if b is not None:
         out = out + be.asarray(b, X.dtype)
     return out
 
 
-def _q(be, X, head):
-    return _proj(be, X, head.Q, head.bQ)
+def _q(ctx, X, head, keys=False):
+    # queries of X: of the query points, or of the tokens (keys=True: rotated by the keys'
+    # positions, in kernel order)
+    out = _proj(ctx.backend, X, head.Q, head.bQ)
+    rot = ctx.rot_k if keys else ctx.rot_q
+    return out if rot is None else rot.apply(out)
 
 
-def _k(be, X, head):
-    return _proj(be, X, head.K, head.bK)
+def _k(ctx, X, head):
+    out = _proj(ctx.backend, X, head.K, head.bK)
+    return out if ctx.rot_k is None else ctx.rot_k.apply(out)
 
 
 def _v(be, X, head):
@@ -124,8 +138,8 @@ def _v(be, X, head):
 @register_head_field("softmax")
 def _softmax(ctx, P, h, head, Xq, Xk):
     be = ctx.backend
-    q = _q(be, Xq, head) * P.beta
-    return be.softmax(q, _k(be, Xk, head), _v(be, Xk, head), ctx.logw, ctx.limits)[0]
+    q = _q(ctx, Xq, head) * P.beta
+    return be.softmax(q, _k(ctx, Xk, head), _v(be, Xk, head), ctx.logw, ctx.limits)[0]
 
 
 @register_head_field("l2")
@@ -137,7 +151,7 @@ def _l2(ctx, P, h, head, Xq, Xk):
     # are spread beyond ~1e154 (then ScoreOverflowError, never a silently dropped key).
     be = ctx.backend
     xp = be.xp
-    k = _k(be, Xk, head)
+    k = _k(ctx, Xk, head)
     c = k.max(axis=0) * 0.5 + k.min(axis=0) * 0.5
     k = k - c
     with np.errstate(over="ignore", invalid="ignore"):
@@ -146,15 +160,15 @@ def _l2(ctx, P, h, head, Xq, Xk):
         raise ScoreOverflowError(
             f"l2 attention scores overflow (head {h}): the projected tokens K x are spread "
             "beyond the float range of |Kx - Ky|^2; rescale the tokens or K")
-    q = (_q(be, Xq, head) - c) * (2.0 * P.l2_beta)
+    q = (_q(ctx, Xq, head) - c) * (2.0 * P.l2_beta)
     return be.softmax(q, k, _v(be, Xk, head), bias, ctx.limits)[0]
 
 
 @register_head_field("exp")
 def _exp(ctx, P, h, head, Xq, Xk):
     be = ctx.backend
-    q = _q(be, Xq, head) * P.beta
-    out, lse = be.softmax(q, _k(be, Xk, head), _v(be, Xk, head), ctx.logw, ctx.limits)
+    q = _q(ctx, Xq, head) * P.beta
+    out, lse = be.softmax(q, _k(ctx, Xk, head), _v(be, Xk, head), ctx.logw, ctx.limits)
     return _times_exp(be.xp, out, lse - P.shift if P.shift else lse)  # e^{-shift}, exactly
 
 
@@ -184,8 +198,8 @@ _EXP_SPLIT = {False: 700.0, True: 80.0}
 def _pointwise(phi: str) -> HeadField:
     def fn(ctx, P, h, head, Xq, Xk):
         be = ctx.backend
-        q = _q(be, Xq, head) * P.beta
-        return be.pointwise(phi, q, _k(be, Xk, head), _v(be, Xk, head), ctx.w,
+        q = _q(ctx, Xq, head) * P.beta
+        return be.pointwise(phi, q, _k(ctx, Xk, head), _v(be, Xk, head), ctx.w,
                             ctx.limits)
     fn.__name__ = f"_{phi}"
     return fn
@@ -200,12 +214,13 @@ HEAD_FIELDS["relu"] = _pointwise("relu")
 def _sinkhorn(ctx, P, h, head, Xq, Xk):
     # thin caller: the solver, warm start and fused sweep live in transformer_pde.sinkhorn
     be = ctx.backend
-    kx = _k(be, Xk, head)
-    qx = _q(be, Xk, head) * P.beta
-    q_query = None if Xq is Xk else _q(be, Xq, head) * P.beta
-    # with query/key biases the score <Qx + b_Q, Ky + b_K> is symmetric only in special
+    kx = _k(ctx, Xk, head)
+    qx = _q(ctx, Xk, head, keys=True) * P.beta
+    q_query = None if Xq is Xk else _q(ctx, Xq, head) * P.beta
+    # with query/key biases or rotary positions the score is symmetric only in special
     # cases: use the general two-potential solve then
-    symmetric = head.bQ is None and head.bK is None and is_symmetric(head.A)
+    symmetric = head.bQ is None and head.bK is None and P.rotary is None and \
+        is_symmetric(head.A)
     state = ctx.state.setdefault(("sinkhorn", h), SinkhornWarmStart())
     out, res = sinkhorn_field(be, qx, kx, _v(be, Xk, head), ctx.logw, P.eps, q_query=q_query,
                               symmetric=symmetric, state=state, t=P.t, tol=ctx.sinkhorn_tol,
@@ -237,8 +252,8 @@ def _softmax_free(ctx, q, k, v, head):
 @register_head_field("galerkin")
 def _galerkin(ctx, P, h, head, Xq, Xk):
     be = ctx.backend
-    q = _q(be, Xq, head) * P.beta
-    k = token_layer_norm(_k(be, Xk, head))
+    q = _q(ctx, Xq, head) * P.beta
+    k = token_layer_norm(_k(ctx, Xk, head))
     v = token_layer_norm(_v(be, Xk, head))
     return _softmax_free(ctx, q, k, v, head)
 
@@ -246,8 +261,8 @@ def _galerkin(ctx, P, h, head, Xq, Xk):
 @register_head_field("fourier")
 def _fourier(ctx, P, h, head, Xq, Xk):
     be = ctx.backend
-    q = token_layer_norm(_q(be, Xq, head)) * P.beta
-    k = token_layer_norm(_k(be, Xk, head))
+    q = token_layer_norm(_q(ctx, Xq, head)) * P.beta
+    k = token_layer_norm(_k(ctx, Xk, head))
     return _softmax_free(ctx, q, k, _v(be, Xk, head), head)
 
 
@@ -266,37 +281,6 @@ def _float_dtype(dtype: Any) -> np.dtype:
     return dt
 
 
-def _overflow_message(P: AttentionParams, h: int | None, dtype: np.dtype, n_heads: int) -> str:
-    """Why the field of kind ``P.kind`` of finite tokens can fail to be finite, with advice."""
-    where = "" if n_heads == 1 and h is not None else \
-        (f" (head {h})" if h is not None else " (after the output map W_O, b_O)")
-    head = (f"the {P.kind!r} attention field at t={P.t:g} with beta={P.beta:g}{where} is not "
-            f"finite in {dtype} for finite tokens: ")
-    log_max = math.log(float(np.finfo(dtype).max))
-    advice = ("lower beta, rescale Q, K, V or the tokens"
-              + (", compute in float64" if dtype == np.float32 else ""))
-    if h is None:
-        why = "the output projection overflows the float range"
-        advice = "rescale W_O, b_O, V or the tokens" + \
-            (", or compute in float64" if dtype == np.float32 else "")
-    elif P.kind == "exp":
-        why = (f"the unnormalised kernel e^(beta <Qx + b_Q, Ky + b_K> - shift) (shift="
-               f"{P.shift:g}) overflows once beta * score - shift exceeds about {log_max:.1f} "
-               "(plus the log of the averaged values)")
-        advice = ("pass Attention(..., shift=c) with c near beta * max score (shift=beta for "
-                  "unit tokens and Q = K = I): the same flow with time rescaled by e^c; or "
-                  "use the normalised kind 'softmax'; or " + advice)
-    elif KINDS[P.kind].normalized:
-        why = ("the averaged values V y + b_V (the attention weights sum to one) exceed the "
-               "float range")
-        advice = "rescale V, b_V or the tokens" + \
-            (", or compute in float64" if dtype == np.float32 else "")
-    else:
-        why = ("the unnormalised field sum_j w_j phi(beta * score) (V y_j + b_V) exceeds the "
-               "float range: the scores times the values are too large")
-    return f"{head}{why}; {advice}"
-
-
 class FieldEvaluator:
     r"""Evaluate :math:`\Gamma_{\mu}` repeatedly for a fixed attention, weights and positions.
 
@@ -311,7 +295,7 @@ class FieldEvaluator:
     n_tokens : int
     weights, positions : array_like, optional
         Token weights (normalised to sum 1; uniform by default) and positions in
-        [0, 1] (required when ``att.masked``).
+        [0, 1] (required when ``att.masked`` or ``att.rotary``).
     backend : str or backend object, default "numpy"
     sinkhorn_tol, sinkhorn_max_iter : float, int
         Stopping rule of the inner Sinkhorn solve (log-domain marginal error).
@@ -346,7 +330,12 @@ class FieldEvaluator:
         self.check_finite = bool(check_finite)
         self.be = get_backend(backend, n_tokens=self.n)
         self.weights = validation.weights("weights", weights, self.n)
+        require_positions(att.rotary, positions)
+        if att.rotary is not None and att.kind not in _BUILTIN_FIELDS:
+            raise ArgumentError(f"rotary: the head field registered for kind {att.kind!r} does "
+                                "not rotate queries and keys (built-in kinds only)")
         self.positions = validation.positions("positions", positions, self.n, required=att.masked)
+        self._rot_tables: dict[int, tuple] = {}
         be = self.be
         if att.masked:
             self.perm = np.argsort(self.positions, kind="stable")
@@ -447,23 +436,40 @@ class FieldEvaluator:
         return self.be.asarray(
             np.searchsorted(self.sorted_pos, qp, side="right").astype(np.int64))
 
+    def _rotary(self, P: AttentionParams, queries: Any, query_positions: Any) -> tuple:
+        """The rotary tables (queries, keys in kernel order) of ``P``, or ``(None, None)``."""
+        if P.rotary is None:
+            return None, None
+        m = P.heads[0].Q.shape[0]
+        if m not in self._rot_tables:
+            keys = self.positions if self.perm is None else self.sorted_pos
+            self._rot_tables[m] = tuple(P.rotary.table(p, m, self.be.xp, self.dtype)
+                                        for p in (self.positions, keys))
+        rq, rk = self._rot_tables[m]
+        if queries is not None:
+            if query_positions is None:
+                raise ArgumentError("rotary attention (Attention(rotary=...)) evaluated at "
+                                    "queries needs query_positions: their positions in [0, 1]")
+            qp = validation.positions("query_positions", query_positions, queries.shape[0],
+                                      required=True)
+            rq = P.rotary.table(qp, m, self.be.xp, self.dtype)
+        return rq, rk
+
     def __call__(self, t: float, X: Any, queries: Any = None, query_limits: Any = None,
-                 *, left: bool = False) -> Any:
+                 *, left: bool = False, query_positions: Any = None) -> Any:
         """Field of the measure with tokens ``X`` (backend array, (N, d)) at ``X`` or ``queries``.
 
         ``left=True`` evaluates piecewise-constant (:class:`~transformer_pde.Layers`)
-        parameters by their left limit at a layer boundary (see :meth:`Attention.at`)."""
+        parameters by their left limit at a layer boundary (see :meth:`Attention.at`).
+        ``query_limits`` (:meth:`query_limits`) are the visible prefixes of ``queries``
+        for masked attention; ``query_positions`` their positions, required with rotary."""
         P = self.att.at(t, left=left)
         ctx = self.ctx
         Xk = X if self._perm_be is None else X[self._perm_be]
-        if queries is None:
-            Xq = X
-            limits = self._limits
-        else:
-            Xq = queries
-            limits = query_limits
-        saved = ctx.limits
-        ctx.limits = limits
+        Xq, limits = (X, self._limits) if queries is None else (queries, query_limits)
+        rot = self._rotary(P, queries, query_positions)
+        saved = ctx.limits, ctx.rot_q, ctx.rot_k
+        ctx.limits, (ctx.rot_q, ctx.rot_k) = limits, rot
         check = self._check if self.check_finite else None
         try:
             fn = HEAD_FIELDS[P.kind]
@@ -480,7 +486,7 @@ class FieldEvaluator:
                     if check is not None:
                         check(part, P, h)
         finally:
-            ctx.limits = saved
+            ctx.limits, ctx.rot_q, ctx.rot_k = saved
         if P.W_O is not None:
             out = out @ self.be.asarray(P.W_O.T, out.dtype)
         if P.b_O is not None:
@@ -495,7 +501,7 @@ class FieldEvaluator:
         xp = self.be.xp
         if bool(xp.all(xp.isfinite(out))):
             return
-        raise ScoreOverflowError(_overflow_message(P, h, np.dtype(out.dtype), self.att.heads))
+        raise ScoreOverflowError(P.overflow_message(h, np.dtype(out.dtype)))
 
 
 def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = None,
@@ -525,11 +531,12 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
         Non-negative masses (normalised to sum 1; uniform by default).
     positions : array (N,), optional
         Token positions :math:`s_j \in [0,1]`; required for masked attention, where a
-        query at position :math:`s` sees tokens with :math:`s_j \le s`.
+        query at position :math:`s` sees tokens with :math:`s_j \le s`, and for rotary
+        attention (``Attention(rotary=...)``), which rotates queries and keys by them.
     queries : array (M, d), optional
         Evaluate the field of the same measure at these points instead of at ``X``.
     query_positions : array (M,), optional
-        Positions of ``queries`` (masked attention only).
+        Positions of ``queries`` (masked or rotary attention).
     t : float
         Time (depth) at which time-dependent parameters are evaluated.
     backend : {"numpy", "numba", "cupy", "auto"}
@@ -591,10 +598,10 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
         Qb = be.asarray(Qn, dtype)
         if att.masked:
             qlim = ev.query_limits(query_positions, Qn.shape[0])
-        else:   # not used without masking, but checked like positions
+        else:   # used by rotary only, but always checked like positions
             validation.positions("query_positions", query_positions, Qn.shape[0])
     elif query_positions is not None:
         raise ArgumentError("query_positions given without queries")
     with np.errstate(over="ignore", invalid="ignore"):
-        out = ev(float(t), Xb, Qb, qlim)
+        out = ev(float(t), Xb, Qb, qlim, query_positions=query_positions)
     return be.to_numpy(out) if isinstance(X, np.ndarray) or be.name != "cupy" else out

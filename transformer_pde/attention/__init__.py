@@ -14,6 +14,10 @@ that may depend on depth :math:`t`.  Conventions (see ``docs/conventions.md``):
   :math:`Qx + b_Q`, keys :math:`Ky + b_K`, values :math:`Vy + b_V`, output
   :math:`W_O(\cdot) + b_O`; with heads, head :math:`h` uses the same row block of
   :math:`b_Q, b_K, b_V` as of the matrices.
+* ``kv_heads = G`` (grouped-query attention): :math:`K` and :math:`V` hold :math:`G` row
+  blocks, query head :math:`h` uses block :math:`\lfloor h/(H/G)\rfloor`.
+* ``rotary``: queries and keys are rotated by their tokens' positions
+  (:class:`~transformer_pde.attention.Rotary`).
 * ``masked=True``: tokens carry positions :math:`s\in[0,1]`; a query at position
   :math:`s` only attends to tokens with :math:`s_j \le s`.
 
@@ -25,7 +29,9 @@ Parameters ``Q``, ``K``, ``V`` and ``W_O`` are arrays, callables ``t -> array``,
 
 The package holds one concern per module: :mod:`~transformer_pde.attention.kinds` (the
 registry), :mod:`~transformer_pde.attention.layers` (per-layer tables),
-:mod:`~transformer_pde.attention.heads` (parameters frozen at one time) and
+:mod:`~transformer_pde.attention.heads` (parameters frozen at one time),
+:mod:`~transformer_pde.attention.rotary` (rotary positions),
+:mod:`~transformer_pde.attention.matrix` (attention matrices) and
 :mod:`~transformer_pde.attention.spec` (the :class:`Attention` specification).
 """
 
@@ -34,6 +40,7 @@ from __future__ import annotations
 from .heads import AttentionParams, Head, score_head
 from .kinds import BIAS_RULES, KINDS, Kind, register_kind
 from .layers import Layers
+from .rotary import Rotary
 from .spec import Attention
 
 __all__ = [
@@ -45,5 +52,6 @@ __all__ = [
     "KINDS",
     "Layers",
     "register_kind",
+    "Rotary",
     "score_head",
 ]

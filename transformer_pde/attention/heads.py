@@ -2,12 +2,15 @@ r"""Attention frozen at one time: :class:`Head`, :class:`AttentionParams` and :f
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from dataclasses import replace as _dc_replace
+from typing import Any
 
 import numpy as np
 
 from .kinds import KINDS, Kind
+from .rotary import Rotary
 
 __all__ = ["AttentionParams", "Head", "score_head"]
 
@@ -97,6 +100,8 @@ class AttentionParams:
     The field is ``W_O @ concat_h(head_h output) + b_O`` (``b_O`` ``None`` for no bias).
     ``shift`` is the constant :math:`c` of the exponential kernels :math:`e^{s - c}` (see
     :class:`~transformer_pde.Attention`; only the unnormalised ``exp`` field depends on it).
+    ``rotary`` is the attention's :class:`~transformer_pde.attention.Rotary` (or ``None``):
+    the head fields rotate the projected queries and keys by their tokens' positions.
     """
 
     kind: str
@@ -110,6 +115,7 @@ class AttentionParams:
     t: float = 0.0
     b_O: np.ndarray | None = None
     shift: float = 0.0
+    rotary: Rotary | None = None
 
     @property
     def n_heads(self) -> int:
@@ -122,7 +128,42 @@ class AttentionParams:
 
     @property
     def score_heads(self) -> tuple[Head, ...]:
-        """The heads prepared for evaluation: :func:`score_head` of each, for this kind."""
+        """The heads prepared for evaluation: :func:`score_head` of each, for this kind.
+
+        With ``rotary`` the heads are returned as they are: the rotation of a bias depends
+        on its token's position, so no bias term is the same for every key (or query)."""
+        if self.rotary is not None:
+            return self.heads
         entry = KINDS[self.kind]
         return tuple(score_head(entry, h) for h in self.heads)
 
+    def overflow_message(self, h: int | None, dtype: Any) -> str:
+        """Why the field of these parameters can fail to be finite for finite tokens, with
+        advice: of head ``h``, or after the output map ``W_O``, ``b_O`` when ``h`` is
+        None, computed in ``dtype``."""
+        dtype = np.dtype(dtype)
+        where = "" if self.n_heads == 1 and h is not None else \
+            (f" (head {h})" if h is not None else " (after the output map W_O, b_O)")
+        head = (f"the {self.kind!r} attention field at t={self.t:g} with beta={self.beta:g}"
+                f"{where} is not finite in {dtype} for finite tokens: ")
+        log_max = math.log(float(np.finfo(dtype).max))
+        f64 = ", compute in float64" if dtype == np.float32 else ""
+        advice = "lower beta, rescale Q, K, V or the tokens" + f64
+        if h is None:
+            why = "the output projection overflows the float range"
+            advice = "rescale W_O, b_O, V or the tokens" + f64.replace(", c", ", or c")
+        elif self.kind == "exp":
+            why = (f"the unnormalised kernel e^(beta <Qx + b_Q, Ky + b_K> - shift) (shift="
+                   f"{self.shift:g}) overflows once beta * score - shift exceeds about "
+                   f"{log_max:.1f} (plus the log of the averaged values)")
+            advice = ("pass Attention(..., shift=c) with c near beta * max score (shift=beta "
+                      "for unit tokens and Q = K = I): the same flow with time rescaled by "
+                      "e^c; or use the normalised kind 'softmax'; or " + advice)
+        elif KINDS[self.kind].normalized:
+            why = ("the averaged values V y + b_V (the attention weights sum to one) exceed "
+                   "the float range")
+            advice = "rescale V, b_V or the tokens" + f64.replace(", c", ", or c")
+        else:
+            why = ("the unnormalised field sum_j w_j phi(beta * score) (V y_j + b_V) exceeds "
+                   "the float range: the scores times the values are too large")
+        return f"{head}{why}; {advice}"

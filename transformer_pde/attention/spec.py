@@ -13,6 +13,7 @@ from ..validation import type_name as _what
 from .heads import AttentionParams, Head
 from .kinds import KINDS
 from .layers import Layers
+from .rotary import Rotary
 
 __all__ = ["Attention"]
 
@@ -23,6 +24,8 @@ _BIASES = ("b_Q", "b_K", "b_V", "b_O")
 SHIFT_KINDS = ("exp", "softmax", "l2", "sinkhorn")
 #: kinds where a shift is an exact constant factor of the field (unnormalised kernel)
 SCALED_BY_SHIFT = ("exp",)
+#: kinds that normalise projected queries or keys per token, where rotary is not defined
+NO_ROTARY_KINDS = ("galerkin", "fourier")
 Param = Union[np.ndarray, Callable[[float], ArrayLike], "Layers"]
 
 
@@ -117,6 +120,21 @@ class Attention:
         normalised kinds ``softmax``, ``l2`` and ``sinkhorn`` a constant shift cancels in
         the normalisation: it is accepted and changes nothing.  The other kinds have no
         exponential kernel and refuse a non-zero shift.
+    rotary : Rotary or None, default None
+        Rotary positions (:class:`~transformer_pde.attention.Rotary`): the projected
+        queries and keys of each head are rotated by their tokens' positions, the score
+        becomes :math:`\beta\langle R(p_x)(Q_h x + b_Q), R(p_y)(K_h y + b_K)\rangle` and
+        depends on the positions through :math:`p_y - p_x` only.  Every field evaluation
+        then needs ``positions``.  With rotary no bias cancels (the rotation of
+        :math:`b_K` depends on the key's position): all biases are kept.  Not defined for
+        ``galerkin`` / ``fourier`` (they normalise the projections per token).
+    kv_heads : int or None, default None
+        Grouped key/value heads :math:`G` (grouped-query attention): :math:`G` divides
+        ``heads`` :math:`= H`, ``K`` and ``V`` (and ``b_K``, ``b_V``) have :math:`G m`
+        rows (:math:`m = d/H`), and query head :math:`h` uses key/value head
+        :math:`\lfloor h / (H/G) \rfloor` (consecutive query heads share one).  ``None``
+        means :math:`G = H` (one key/value head per query head); :meth:`at` expands the
+        shared maps, so every kind and backend supports it.
 
     Raises
     ------
@@ -128,7 +146,9 @@ class Attention:
         On unknown kind, malformed or non-finite matrices or biases, biases of the wrong
         length, heads not dividing ``d``, non-positive ``eps`` / ``l2_beta``, masked
         sinkhorn, finite ``Q``, ``K`` whose product overflows, a non-finite ``shift`` or a
-        non-zero one for a kind without an exponential kernel.
+        non-zero one for a kind without an exponential kernel, ``kv_heads`` not dividing
+        ``heads`` or ``K`` / ``V`` without its :math:`G m` rows, ``rotary`` with a kind
+        that normalises its projections or a head width it cannot rotate.
 
     Examples
     --------
@@ -153,6 +173,8 @@ class Attention:
     b_V: Param | None = None
     b_O: Param | None = None
     shift: float = 0.0
+    rotary: Rotary | None = None
+    kv_heads: int | None = None
     d: int = field(init=False)
     time_dependent: bool = field(init=False)
 
@@ -181,6 +203,7 @@ class Attention:
             raise ArgumentError(
                 f"shift={self.shift:g} is defined only for the exponential kernels "
                 f"{list(SHIFT_KINDS)}; kind={self.kind!r} has none (use shift=0)")
+        self._check_groups()
         if self.masked and not KINDS[self.kind].maskable:
             raise ArgumentError(
                 f"masked=True is not defined for kind={self.kind!r}: no doubly-stochastic "
@@ -225,6 +248,28 @@ class Attention:
                 f"needs k >= 2, got k={P0.heads[0].Q.shape[0]} (Q has shape {Q0.shape}"
                 f"{f', heads={self.heads}' if self.heads > 1 else ''})")
 
+    def _check_groups(self) -> None:
+        """Validate ``rotary`` and ``kv_heads`` (types, kinds, divisibility)."""
+        if self.rotary is not None:
+            if not isinstance(self.rotary, Rotary):
+                raise ArgumentTypeError(f"rotary must be a transformer_pde.attention.Rotary or "
+                                        f"None, got {_what(self.rotary)}")
+            if self.kind in NO_ROTARY_KINDS:
+                raise ArgumentError(
+                    f"rotary is not defined for kind={self.kind!r}: it normalises the projected "
+                    "queries or keys per token; use a kind whose score is <q, k>")
+        G = self.kv_heads
+        if G is None:
+            return
+        if isinstance(G, (bool, np.bool_)) or not isinstance(G, (int, np.integer)):
+            raise ArgumentTypeError(f"kv_heads must be a positive integer or None, got "
+                                    f"{G!r:.60}")
+        if G < 1 or self.heads % G:
+            raise ArgumentError(f"kv_heads={G} must be a positive divisor of heads="
+                                f"{self.heads} (each key/value head serves heads/kv_heads "
+                                "query heads)")
+        object.__setattr__(self, "kv_heads", int(G))
+
     # ------------------------------------------------------------------ evaluation
     def _matrix(self, name: str, t: float, left: bool = False) -> np.ndarray:
         value = getattr(self, name)
@@ -267,7 +312,9 @@ class Attention:
         """Freeze every parameter at time ``t`` (validating shapes) into :class:`AttentionParams`.
 
         ``left=True`` takes left limits of :class:`Layers` tables at layer boundaries
-        (callables are assumed continuous and simply evaluated at ``t``)."""
+        (callables are assumed continuous and simply evaluated at ``t``).  With
+        ``kv_heads`` every query head gets its group's key and value maps (and biases),
+        so the heads of the result look like those of an attention without groups."""
         t = scalar("t", t)
         Q = self._matrix("Q", t, left)
         K = self._matrix("K", t, left)
@@ -275,48 +322,67 @@ class Attention:
         d = Q.shape[1]
         if getattr(self, "d", d) != d:
             raise ArgumentError(f"Q at t={t} has {d} columns but the attention was built with d={self.d}")
-        if K.shape != Q.shape:
-            raise ArgumentError(f"K must have the shape of Q {Q.shape}, got {K.shape} (t={t})")
-        if V.shape != (d, d):
-            raise ArgumentError(f"V must have shape (d, d) = {(d, d)}, got {V.shape} (t={t})")
         H = self.heads
         if H > 1:
             if d % H:
                 raise ArgumentError(f"heads={H} must divide the dimension d={d}")
             if Q.shape != (d, d):
+                which = "Q and K" if self.kv_heads is None else "Q"
                 raise ArgumentError(
-                    f"with heads={H}, Q and K must be d x d = {(d, d)}, got {Q.shape}")
+                    f"with heads={H}, {which} must be d x d = {(d, d)}, got {Q.shape}")
+        kv_rows = self._check_kv_shapes(Q, K, V, t)
         bQ = self._bias("b_Q", Q.shape[0], t, left)
-        bK = self._bias("b_K", Q.shape[0], t, left)
-        bV = self._bias("b_V", d, t, left)
+        bK = self._bias("b_K", kv_rows, t, left)
+        bV = self._bias("b_V", V.shape[0], t, left)
         b_O = self._bias("b_O", d, t, left)
         if H > 1:
             k = d // H
+            per = H // (self.kv_heads or H)     # query heads per key/value head
 
             def blk(v, h):
                 return None if v is None else v[h * k:(h + 1) * k]
 
             heads = tuple(
-                Head(Q[h * k:(h + 1) * k], K[h * k:(h + 1) * k], V[h * k:(h + 1) * k],
-                     slice(h * k, (h + 1) * k), blk(bQ, h), blk(bK, h), blk(bV, h))
+                Head(blk(Q, h), blk(K, h // per), blk(V, h // per), slice(h * k, (h + 1) * k),
+                     blk(bQ, h), blk(bK, h // per), blk(bV, h // per))
                 for h in range(H))
         else:
             heads = (Head(Q, K, V, slice(0, d), bQ, bK, bV),)
         for h, head in enumerate(heads):
             _check_scores(head.Q, head.K, t, h if H > 1 else None)
+        if self.rotary is not None:
+            self.rotary.width(heads[0].Q.shape[0])   # the head width can be rotated
         W_O = None
         if self.W_O is not None:
             W_O = self._matrix("W_O", t, left)
             if W_O.shape != (d, d):
                 raise ArgumentError(f"W_O must have shape (d, d) = {(d, d)}, got {W_O.shape}")
         return AttentionParams(self.kind, d, heads, W_O, self.beta, self.eps,
-                               self.l2_beta, self.masked, float(t), b_O, self.shift)
+                               self.l2_beta, self.masked, float(t), b_O, self.shift,
+                               self.rotary)
+
+    def _check_kv_shapes(self, Q: np.ndarray, K: np.ndarray, V: np.ndarray, t: float) -> int:
+        """Check the shapes of ``K`` and ``V`` against ``Q``; return the rows of ``K``."""
+        d, H, G = Q.shape[1], self.heads, self.kv_heads
+        if G is None or H == 1:
+            if K.shape != Q.shape:
+                raise ArgumentError(f"K must have the shape of Q {Q.shape}, got {K.shape} (t={t})")
+            if V.shape != (d, d):
+                raise ArgumentError(f"V must have shape (d, d) = {(d, d)}, got {V.shape} (t={t})")
+            return K.shape[0]
+        rows = G * (d // H)
+        for name, M in (("K", K), ("V", V)):
+            if M.shape != (rows, d):
+                raise ArgumentError(
+                    f"with heads={H} and kv_heads={G}, {name} must have kv_heads * d/heads = "
+                    f"{G} * {d // H} rows: shape {(rows, d)}, got {M.shape} (t={t})")
+        return rows
 
     def replace(self, **changes: Any) -> "Attention":
         """A copy with some constructor arguments changed (validated again)."""
         args = {n: getattr(self, n) for n in
                 ("kind", "Q", "K", "V", "heads", "masked", "beta", "eps", "l2_beta", "W_O")
-                + _BIASES + ("shift",)}
+                + _BIASES + ("shift", "rotary", "kv_heads")}
         args.update(changes)
         return Attention(**args)
 
@@ -324,13 +390,20 @@ class Attention:
     def to_dict(self) -> dict[str, Any]:
         """Plain description (scalars and arrays) for saving; callables become ``None``
         with ``"serialisable": False``; :class:`Layers` are stored with their table.
-        ``shift`` is stored only when it is not zero (descriptions of unshifted attentions,
-        and the run fingerprints built from them, stay as they were without it)."""
+        ``shift`` is stored only when it is not zero, ``rotary`` (as
+        ``{"base", "span", "dim", "pairing"}``) and ``kv_heads`` only when set: the
+        descriptions of attentions without them, and the run fingerprints built from them,
+        stay as they were."""
         out: dict[str, Any] = {"kind": self.kind, "heads": self.heads, "masked": self.masked,
                                "beta": self.beta, "eps": self.eps, "l2_beta": self.l2_beta,
                                "serialisable": True}
         if self.shift != 0.0:
             out["shift"] = self.shift
+        if self.rotary is not None:
+            r = self.rotary
+            out["rotary"] = {"base": r.base, "span": r.span, "dim": r.dim, "pairing": r.pairing}
+        if self.kv_heads is not None:
+            out["kv_heads"] = self.kv_heads
         for name in ("Q", "K", "V", "W_O") + _BIASES:
             v = getattr(self, name)
             if v is None and name in _BIASES:
@@ -347,7 +420,8 @@ class Attention:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Attention":
         """Inverse of :meth:`to_dict` (raises if the spec held callables); a description
-        without ``shift`` has ``shift=0``."""
+        without ``shift`` has ``shift=0``, one without ``rotary`` / ``kv_heads`` has
+        ``None``."""
         if not data.get("serialisable", True):
             raise ArgumentError("this attention held callables of time and cannot be rebuilt")
         kw = {}
@@ -356,10 +430,19 @@ class Attention:
             if isinstance(v, dict):
                 v = Layers(v["layers"], layer_time=v["layer_time"], t0=v["t0"])
             kw[name] = v
+        rot = data.get("rotary")
+        if rot is not None:
+            if not isinstance(rot, dict) or set(rot) != {"base", "span", "dim", "pairing"}:
+                raise ArgumentError(f"rotary: expected a description with base, span, dim "
+                                    f"and pairing, got {rot!r:.80}")
+            rot = Rotary(float(rot["base"]), float(rot["span"]),
+                         None if rot["dim"] is None else int(rot["dim"]), rot["pairing"])
+        kv = data.get("kv_heads")
         return cls(data["kind"], kw["Q"], kw["K"], kw["V"], heads=int(data["heads"]),
                    masked=bool(data["masked"]), beta=float(data["beta"]),
                    eps=float(data["eps"]), l2_beta=float(data["l2_beta"]), W_O=kw["W_O"],
-                   shift=data.get("shift", 0.0), **{n: kw[n] for n in _BIASES})
+                   shift=data.get("shift", 0.0), rotary=rot,
+                   kv_heads=None if kv is None else int(kv), **{n: kw[n] for n in _BIASES})
 
     def __repr__(self) -> str:
         extra = "" if not self.time_dependent else ", time-dependent"
@@ -367,6 +450,10 @@ class Attention:
             extra += ", biases=" + "/".join(n for n in _BIASES if getattr(self, n) is not None)
         if self.shift != 0.0:
             extra += f", shift={self.shift}"
+        if self.kv_heads is not None:
+            extra += f", kv_heads={self.kv_heads}"
+        if self.rotary is not None:
+            extra += f", rotary={self.rotary!r}"
         return (f"Attention(kind={self.kind!r}, d={self.d}, heads={self.heads}, "
                 f"masked={self.masked}, beta={self.beta}, eps={self.eps}, "
                 f"l2_beta={self.l2_beta}{extra})")

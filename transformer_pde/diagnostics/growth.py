@@ -97,7 +97,8 @@ def exponential_growth_bound(traj: Any) -> float | None:
         else:  # a callable of time
             return None
     k = att.d // att.heads
-    v = max(math.sqrt(sum(float(np.linalg.norm(V[h * k:(h + 1) * k], 2)) ** 2
+    per = att.heads // (att.kv_heads or att.heads)  # query heads sharing one value map
+    v = max(math.sqrt(sum(float(np.linalg.norm(V[(h // per) * k:(h // per + 1) * k], 2)) ** 2
                           for h in range(att.heads))) for V in mats["V"])
     wo = 1.0 if mats["W_O"] is None else max(float(np.linalg.norm(W, 2)) for W in mats["W_O"])
     return wo * v

@@ -136,6 +136,9 @@ def stability_bound(att: Attention, R0: float, times: Any, *, n_sub: int = 8
     if att.kind != "softmax" or att.masked:
         raise ValueError("stability_bound is derived for unmasked softmax attention only, got "
                          f"kind={att.kind!r}, masked={att.masked}")
+    if att.rotary is not None:
+        raise ArgumentError("stability_bound is derived for position-free scores; att has "
+                            "rotary positions (att.rotary), for which the bound is not derived")
     if att.has_bias:
         raise ArgumentError("stability_bound is derived for linear query/key/value maps; att has "
                             "bias vectors (b_Q/b_K/b_V/b_O), for which the bound does not hold")

@@ -37,6 +37,10 @@ def check_attention(att: Any) -> Attention:
     if att.masked:
         raise ArgumentError("att.masked=True is not supported by the Gaussian module: a masked "
                          "flow acts on (position, x) measures; use the particle engine")
+    if getattr(att, "rotary", None) is not None:
+        raise ArgumentError(
+            "att.rotary is set: rotary positions rotate queries and keys by token positions, "
+            "which Gaussian measures do not carry; use the particle engine (simulate)")
     if att.has_bias:
         # The field stays affine on Gaussians with biases (softmax: the tilt becomes
         # beta K^T (Q x + b_Q), values V y + b_V, output + b_O; b_K cancels), but the closed

@@ -2,8 +2,9 @@ r"""The one codec of :class:`~transformer_pde.Attention`: to plain data and back
 
 An attention (one or several heads, constant matrices, :class:`~transformer_pde.Layers`
 tables, biases) is described by :meth:`~transformer_pde.Attention.to_dict`: the scalars
-``kind``, ``heads``, ``masked``, ``beta``, ``eps``, ``l2_beta``, the matrices ``Q``,
-``K``, ``V``, ``W_O`` and the biases that are set, a :class:`Layers` as
+``kind``, ``heads``, ``masked``, ``beta``, ``eps``, ``l2_beta`` (and ``shift``,
+``kv_heads`` and ``rotary``, a small dict of scalars, when they are set), the matrices
+``Q``, ``K``, ``V``, ``W_O`` and the biases that are set, a :class:`Layers` as
 ``{"layers": table, "layer_time": h, "t0": t0}``, and ``"serialisable": False`` when a
 parameter is a callable of time (stored as ``None``; such an attention is not rebuilt).
 This module turns that description into JSON data and back, in two layouts:
@@ -76,7 +77,7 @@ def attention_data(att: Attention | None, arrays: dict[str, np.ndarray] | None =
         if isinstance(value, np.ndarray):
             arrays[f"{prefix}{key}"] = value
             out[key] = {"array": f"{prefix}{key}"}
-        elif isinstance(value, dict):  # Layers table
+        elif isinstance(value, dict) and "layers" in value:  # Layers table
             arrays[f"{prefix}{key}__layers"] = value["layers"]
             out[key] = {"layers": f"{prefix}{key}__layers",
                         "layer_time": value["layer_time"], "t0": value["t0"]}

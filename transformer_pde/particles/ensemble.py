@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..attention import Attention
+from ..attention.rotary import require_positions
 from ..blocks import Block, BlockStepper, PostLayerNorm, Sphere
 from ..errors import ArgumentError, ArgumentTypeError
 from ..integrate.breakpoints import layer_tables
@@ -204,7 +205,8 @@ class BatchedField:
               \mathrm{lse}_{bi} = \log\textstyle\sum_j e^{\ell_{bij}}, \qquad
               \bar v_{bi} = \sum_j e^{\ell_{bij} - \mathrm{lse}_{bi}} v_{bj},
 
-    (keys after a query's position masked with :math:`-\infty` for masked attention);
+    (keys after a query's position masked with :math:`-\infty` for masked attention;
+    with rotary positions :math:`q` and :math:`k` are rotated by their tokens' positions);
     ``softmax`` returns :math:`\bar v`, ``exp`` returns :math:`e^{\mathrm{lse}}\,\bar v
     = \sum_j w_j e^{\langle q, k_j\rangle} v_j`.  Then ``W_O`` and ``b_O``.
 
@@ -227,6 +229,8 @@ class BatchedField:
         if att.masked:
             # query i sees key j when s_j <= s_i
             self.hidden = positions[None, :] > positions[:, None]
+        self.positions = positions
+        self._rot: dict[int, Any] = {}   # rotary tables by head width
 
     def _head(self, P: Any, head: Any, X: np.ndarray) -> np.ndarray:
         dt = self.dtype
@@ -241,8 +245,13 @@ class BatchedField:
                 out = (flat @ M.T.astype(dt)).reshape(B, n, M.shape[0])
             return out if b is None else out + b.astype(dt)
 
-        q = proj(head.Q, head.bQ) * P.beta
-        logits = q @ np.swapaxes(proj(head.K, head.bK), 1, 2) + self.logw
+        q, k = proj(head.Q, head.bQ), proj(head.K, head.bK)
+        if P.rotary is not None:   # the same positions in every system
+            m = q.shape[2]
+            if m not in self._rot:
+                self._rot[m] = P.rotary.table(self.positions, m, np, dt)
+            q, k = self._rot[m].apply(q), self._rot[m].apply(k)
+        logits = (q * P.beta) @ np.swapaxes(k, 1, 2) + self.logw
         if self.hidden is not None:
             logits = np.where(self.hidden, -np.inf, logits)
         mx = logits.max(axis=2, keepdims=True)
@@ -368,8 +377,8 @@ def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
     ----------
     att : Attention
         ``kind`` in :data:`ENSEMBLE_KINDS` (``"softmax"``: SA, ``"exp"``: USA, weights
-        :math:`w_j` inside the sum), any heads, masking, ``W_O`` and biases; parameters
-        may depend on time.
+        :math:`w_j` inside the sum), any heads (grouped key/value heads too), masking,
+        rotary positions, ``W_O`` and biases; parameters may depend on time.
     X0 : array (B, n, d)
         Initial tokens of the :math:`B` systems.  float32 input runs in float32.
     t_max, dt : float
@@ -383,7 +392,7 @@ def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
         weights)`` receives the read-only (B, n, d) states.
     weights, positions : array (n,), optional
         Token masses (normalised; uniform by default) and positions in [0, 1] (required
-        for masked attention), the same for every system.
+        for masked or rotary attention), the same for every system.
     block : None, "sphere" or Block
         ``"sphere"`` is ``Block(constraint="sphere")``: tokens on :math:`S^{d-1}`, the
         field projected on the tangent space
@@ -448,6 +457,7 @@ def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
                                 f"{type(limits).__name__}")
     B, n, d = X.shape
     w = validation.weights("weights", weights, n)
+    require_positions(att.rotary, positions)
     pos = validation.positions("positions", positions, n, required=att.masked)
     blk = _block(block)
     dtype = X.dtype

@@ -413,6 +413,9 @@ def velocity(att: Any, X: ArrayLike, *, t: float = 0.0, weights: ArrayLike | Non
     ``t``), ``att.heads``, ``att.masked``, ``att.beta``, ``att.eps`` and ``att.l2_beta``.
     Positions are used only when ``att.masked``.
     """
+    if getattr(att, "rotary", None) is not None or getattr(att, "kv_heads", None) is not None:
+        raise ValueError("the plain reference takes no rotary positions nor grouped key/value "
+                         "heads (att.rotary, att.kv_heads)")
     masked = bool(att.masked)
     if masked and positions is None:
         raise ValueError("masked attention needs positions")
