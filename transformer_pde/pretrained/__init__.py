@@ -1,46 +1,70 @@
-"""A pretrained BERT-family encoder as a token flow.
+"""Pretrained language models as token flows: a BERT-family encoder and GGUF decoders.
 
-:func:`load` reads a model directory (``config.json``, ``model.safetensors``,
-``tokenizer.json``, as written by Hugging Face ``transformers``) and returns a
-:class:`PretrainedEncoder`: the model's weights as the library's own objects, one
-:class:`~transformer_pde.Attention`, :class:`~transformer_pde.blocks.MLP` and pair of
-post-norm :class:`~transformer_pde.blocks.LayerNorm` per layer, and the same stacked into
-per-layer :class:`~transformer_pde.Layers` tables for the whole depth.  No deep-learning
-framework is used (``safetensors``' NumPy API and ``tokenizers``, the ``pretrained`` extra).
+:func:`load` reads either
 
-A BERT layer is exactly one explicit Euler step of size 1 of the library's block flow with
-Lie splitting and post-norm projections; :meth:`PretrainedEncoder.simulate` integrates the
-residual ODEs inside each layer to give the network's continuous-depth version, and
-:func:`flow_report` runs, measures and draws the token flows of a text.
+* a model directory (``config.json``, ``model.safetensors``, ``tokenizer.json``, as written
+  by Hugging Face ``transformers``) of a post-LN BERT-family encoder and returns a
+  :class:`PretrainedEncoder`: the model's weights as the library's own objects, one
+  :class:`~transformer_pde.Attention`, :class:`~transformer_pde.blocks.MLP` and pair of
+  post-norm :class:`~transformer_pde.blocks.LayerNorm` per layer, and the same stacked into
+  per-layer :class:`~transformer_pde.Layers` tables for the whole depth
+  (``safetensors``' NumPy API and ``tokenizers``, the ``pretrained`` extra); or
+* a ``.gguf`` file of a Llama-family decoder (e.g. SmolLM2-135M, :func:`smollm2_path`) and
+  returns a :class:`PretrainedDecoder`: causal attention with rotary positions and grouped
+  key/value heads, pre-norm RMSNorms and a gated SiLU MLP as per-layer tables (``gguf``
+  dequantises the weights, ``tokenizers`` runs the file's byte-level BPE).
 
-Only post-LN encoders with the BERT layout are supported.  Pre-LN encoders and
-decoder-only models are refused with an error that says what would be needed.
+No deep-learning framework is used.  A BERT layer is exactly one explicit Euler step of
+size 1 of the library's block flow with Lie splitting and post-norm projections; a decoder
+block is one such step of the pre-norm flow.  Both models' ``simulate`` methods give the
+networks' continuous-depth versions, and :func:`flow_report` runs, measures and draws the
+token flows of a text through an encoder.
 
-Modules: :mod:`.model` (the model directory: configuration, weights, tokenizer and their
-checks), :mod:`.encoder` (the encoder as a flow), :mod:`.report` (the run report); every
-public name is re-exported here.
+Pre-LN encoders in Hugging Face layout and decoder directories are refused with an error
+that says what would be needed (decoders: their GGUF file).
+
+Modules: :mod:`.model` (the encoder's model directory: configuration, weights, tokenizer
+and their checks), :mod:`.encoder` (the encoder as a flow, and :func:`load`),
+:mod:`.gguf_file` (GGUF files: the architecture table, configuration, dequantisation),
+:mod:`.bpe` (the GGUF tokenizer), :mod:`.decoder` (the decoder as a flow), :mod:`.report`
+(the run report); every public name is re-exported here.
 """
 
 from __future__ import annotations
 
+from .bpe import PRE_TOKENIZERS, build_tokenizer
+from .decoder import PretrainedDecoder, from_gguf_model, load_gguf
 from .encoder import PretrainedEncoder, from_model_directory, load, mean_pooled
+from .gguf_file import (ARCHITECTURES, DecoderConfig, GGUFArchitecture, GGUFModel, read_gguf,
+                        smollm2_path)
 from .model import (LAYER_TENSORS, MODEL_FILES, SUPPORTED_MODEL_TYPES, EncoderConfig,
                     ModelDirectory, read_config, read_model_dir)
 from .report import flow_report, run_flows, sample_depths
 
 __all__ = [
+    "ARCHITECTURES",
     "LAYER_TENSORS",
     "MODEL_FILES",
+    "PRE_TOKENIZERS",
     "SUPPORTED_MODEL_TYPES",
+    "DecoderConfig",
     "EncoderConfig",
+    "GGUFArchitecture",
+    "GGUFModel",
     "ModelDirectory",
+    "PretrainedDecoder",
     "PretrainedEncoder",
+    "build_tokenizer",
     "flow_report",
+    "from_gguf_model",
     "from_model_directory",
     "load",
+    "load_gguf",
     "mean_pooled",
     "read_config",
+    "read_gguf",
     "read_model_dir",
     "run_flows",
     "sample_depths",
+    "smollm2_path",
 ]

