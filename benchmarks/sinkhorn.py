@@ -27,8 +27,20 @@ reaches its full degree, 9, after 11 steps; Euler: 16 steps), ``--steps`` of the
 over a whole run; the iteration counts of the whole run are printed too: they change
 along the run as the tokens move).
 
+``--candidates`` measures, instead, variants of the warm general-A RK4 solve that were
+candidates for cutting its passes (iterations per evaluation by RK stage are deterministic;
+the CPU ratios to an interleaved softmax step are as noisy as the machine): the default
+(Anderson memory 10, secants reused across solves), memory 20, "fresh secants" (the
+secants of earlier solves are dropped once the solve has stored its first own pair), no
+secant reuse at all, and "nystrom300" (a Newton correction on a Nystrom model of the
+Jacobian: the linearised fixed-point problem solved on 300 sampled tokens, carried to all
+tokens by one softmax pass over the samples, and handed to Anderson as the residual;
+its small dense solves go through BLAS, whose spinning threads its CPU time includes).
+Its results go to ``benchmarks/results/sinkhorn_candidates.json``.
+
 Run:  PYTHONPATH=$PWD python benchmarks/sinkhorn.py            (about 4 minutes, 2 cores)
       PYTHONPATH=$PWD python benchmarks/sinkhorn.py --pot      (+ a cold solve against POT)
+      PYTHONPATH=$PWD python benchmarks/sinkhorn.py --candidates --n 2000
 Writes benchmarks/results/sinkhorn.json.
 """
 
@@ -223,14 +235,134 @@ def part_pot(sizes, rng):
     return out
 
 
+class Candidate:
+    """A variant of the warm general-A solve, switched on inside a ``with`` block by
+    patching what ``sinkhorn_field`` calls (``"default"`` changes nothing)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        self._pot = sk_field.sinkhorn_potentials
+        self._anderson = (sk.Anderson.new_problem, sk.Anderson.step)
+        pot = self._pot
+        if self.name == "anderson20":
+            sk_field.sinkhorn_potentials = lambda *a, **k: pot(*a, **{**k, "anderson": 20})
+        elif self.name == "no_secant_reuse":
+            sk_field.sinkhorn_potentials = lambda *a, **k: pot(*a, **{**k, "memory": None})
+        elif self.name == "fresh_secants":
+            new_problem, step = self._anderson
+
+            def np_(acc, n):
+                new_problem(acc, n)
+                acc.stale = len(acc.dX)
+
+            def step_(acc, xp, x, r):
+                stale = getattr(acc, "stale", 0)
+                if acc.x_prev is not None and stale:     # the first own pair comes now
+                    del acc.dX[:stale], acc.dR[:stale]
+                    acc.stale = 0
+                return step(acc, xp, x, r)
+            sk.Anderson.new_problem, sk.Anderson.step = np_, step_
+        elif self.name.startswith("nystrom"):
+            self._nystrom(int(self.name[len("nystrom"):]))
+        elif self.name != "default":
+            raise ValueError(f"unknown candidate {self.name!r}")
+        return self
+
+    def _nystrom(self, m):
+        r"""Anderson mixes the Newton-corrected residual :math:`T(g) + J z - g`, with
+        :math:`(I - J_S) z_S = r_S` solved on ``m`` sampled tokens :math:`S` (the row and
+        column kernels restricted to :math:`S` and renormalised) and :math:`J z` at every
+        token one softmax pass over :math:`S`; the stopping error stays the true one."""
+        sweep, step = sk.FusedSweep._sweep, self._anderson[1]
+        self._sweep, corr = sweep, {}
+
+        def sweep_(fs, g, eps, values):
+            f, g1, out = sweep(fs, g, eps, values)
+            q, k, lw = fs.rows.q, fs.rows.k, fs.rows.logw
+            idx = np.random.default_rng(7).choice(k.shape[0], min(m, k.shape[0]), replace=False)
+            s = q[idx] @ k[idx].T
+            rows = lw[idx][None, :] + (g[idx][None, :] + s) / eps
+            Pr = np.exp(rows - rows.max(1, keepdims=True))
+            Pr /= Pr.sum(1, keepdims=True)
+            cols = lw[idx][:, None] + (f[idx][:, None] + s) / eps
+            Pc = np.exp(cols - cols.max(0, keepdims=True))
+            Pc = (Pc / Pc.sum(0, keepdims=True)).T
+            r = (g1 - g)[idx]
+            z = np.linalg.solve(np.eye(idx.size) - Pc @ Pr + 1.0 / idx.size, r - r.mean())
+            Jz = fs.be.softmax(k / eps, q[idx], (Pr @ z)[:, None], lw[idx] + f[idx] / eps,
+                               None)[0][:, 0]
+            corr["g"], corr["eps"], corr["gc"] = g, eps, g1 + Jz
+            return f, g1, out
+
+        def step_(acc, xp, x, r):
+            g = corr.pop("g", None)
+            if g is not None and g.shape == x.shape:
+                r = (corr["gc"] - g) / corr["eps"]
+            return step(acc, xp, x, r)
+        sk.FusedSweep._sweep, sk.Anderson.step = sweep_, step_
+
+    def __exit__(self, *exc):
+        sk_field.sinkhorn_potentials = self._pot
+        sk.Anderson.new_problem, sk.Anderson.step = self._anderson
+        if hasattr(self, "_sweep"):
+            sk.FusedSweep._sweep = self._sweep
+
+
+CANDIDATES = ("default", "anderson20", "fresh_secants", "no_secant_reuse", "nystrom300")
+
+
+def part_candidates(n, rng, steps, warmup):
+    """Iterations per evaluation (by RK stage, and over the whole run) and CPU ratio to a
+    softmax RK4 step of each :data:`CANDIDATES` variant of the warm general-A solve."""
+    X = rng.normal(size=(n, 2))
+    sm = tp.Attention("softmax", Q, K, V)
+    att = tp.Attention("sinkhorn", Q, K, V, eps=EPS)
+    rows, cpus = {}, []
+    for name in CANDIDATES:
+        time_steps(sm, X, "numba", 3, warmup=1)       # interleaved softmax baseline
+        cpus += time_steps.last[1]
+        with Candidate(name):
+            sec, cpu, its, all_its, errs = time_steps(att, X, "numba", steps, warmup=warmup)
+        rows[name] = case_row(sec, cpu, its, 1.0, 1, 4, errs)
+        rows[name]["iters_whole_run_mean"] = float(np.mean(all_its))
+        print(f"  {name}: done", flush=True)
+    base = float(np.median(cpus))
+    for r in rows.values():
+        r["ratio_to_softmax"] = r["cpu_s_per_step"] / base
+    return {"n": n, "steps_timed": steps, "warmup_steps": warmup, "softmax_cpu_s": base,
+            "candidates": rows}
+
+
+def print_candidates(res):
+    print(f"\nwarm general-A RK4 candidates, N={res['n']} (softmax step "
+          f"{res['softmax_cpu_s']:.3f} s CPU)")
+    hdr = (f"{'candidate':<16} {'ratio':>6} {'it/ev':>6} {'whole run':>9}  "
+           f"{'it/ev by stage':<22} start error by stage")
+    print(hdr)
+    print("-" * len(hdr))
+    for name, c in res["candidates"].items():
+        by = " ".join(f"{x:.2f}" for x in c["iters_per_eval_by_stage"])
+        st = " ".join(f"{x:.0e}" for x in c["start_error_by_stage"])
+        print(f"{name:<16} {c['ratio_to_softmax']:>6.2f} {c['iters_per_eval_mean']:>6.2f} "
+              f"{c['iters_whole_run_mean']:>9.2f}  {by:<22} {st}")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=10_000, help="tokens (default 1e4)")
     p.add_argument("--steps", type=int, default=8, help="timed RK4 steps per case")
     p.add_argument("--warmup", type=int, default=14, help="untimed warm RK4 steps first")
     p.add_argument("--pot", action="store_true", help="also a cold solve against POT")
-    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "sinkhorn.json"))
+    p.add_argument("--candidates", action="store_true",
+                   help="measure the candidate variants of the warm general-A solve only")
+    p.add_argument("--out", default=None, help="JSON path (default benchmarks/results/"
+                   "sinkhorn.json, or sinkhorn_candidates.json with --candidates)")
     a = p.parse_args(argv)
+    results = Path(__file__).parent / "results"
+    if a.out is None:
+        a.out = str(results / ("sinkhorn_candidates.json" if a.candidates else "sinkhorn.json"))
     rng = np.random.default_rng(0)
     t_start = time.perf_counter()
     tp.velocity(tp.Attention("softmax", Q, K, V), rng.normal(size=(64, 2)), backend="numba")
@@ -239,6 +371,20 @@ def main(argv=None) -> None:
     print(f"numba backend, N={a.n}, d=2, eps={EPS}, tol={TOL:g}, float64, {os.cpu_count()} "
           f"CPUs ({platform.processor() or platform.machine()}); load average "
           f"{load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}", flush=True)
+    if a.candidates:
+        res = part_candidates(a.n, rng, a.steps, a.warmup)
+        print_candidates(res)
+        load1 = os.getloadavg()
+        res.update({"machine": {"cpus": os.cpu_count(), "processor": platform.processor(),
+                                "platform": platform.platform()},
+                    "load_average_start": load0, "load_average_end": load1,
+                    "command": f"PYTHONPATH=$PWD python benchmarks/sinkhorn.py --candidates "
+                               f"--n {a.n}", "d": 2, "eps": EPS, "tol": TOL, "dt": DT})
+        print(f"load average at the end {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(res, indent=2))
+        print(f"wrote {a.out}")
+        return
     costs = pass_costs(a.n, rng)
     row = part_steps(a.n, rng, a.steps, a.warmup)
     load1 = os.getloadavg()

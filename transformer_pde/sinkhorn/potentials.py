@@ -247,6 +247,18 @@ def sinkhorn_potentials(be: Any, qx: Any, kx: Any, logw: Any, eps: float, *,
     tol_used, scaling = _tolerance_and_ladder(xp, qx, kx, logw, eps, tol, eps_scaling)
     rows = ScoreSoftMin(be, qx, kx, logw)
     cols = None if symmetric else ScoreSoftMin(be, kx, qx, logw)
+    # Why Anderson (memory 10, secants reused across warm solves) and no other scheme:
+    # warm-started general-score solves along a flow spend their passes on a smooth,
+    # global slow mode of the alternating map (plain contraction about 0.9 per iteration
+    # once the tokens have spread), where Anderson does as well as a Krylov solver can;
+    # measured alternatives (`benchmarks/sinkhorn.py --candidates` runs all but the
+    # Galerkin one, on the benchmark's RK4 run at N = 2000): memory 20 saves up
+    # to 15 % of the iterations late in a run and about 1 % over a whole run, a Newton
+    # correction on a Nystrom model of the Jacobian (300-600 sampled tokens) 0-12 % at
+    # the price of its own pass over tokens x samples, a Galerkin correction on
+    # polynomials (degree <= 6) of the token coordinates 0-2 % (the reused secants already
+    # hold those smooth modes), and dropping or not reusing the secants of earlier solves
+    # costs 30-50 % more.
     sweep = None
     if cols is not None and FusedSweep.applies(be, logw):
         sweep = FusedSweep(be, rows, cols, values)
