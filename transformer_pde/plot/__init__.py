@@ -12,12 +12,14 @@ A script that only saves a figure closes it (``plt.close(ax.figure)``).
 Modules, by what they draw: :mod:`.covariance` (covariance trajectories of 2-D Gaussians
 in the PSD cone and its trace-normalised slice), :mod:`.tokens` (particle runs),
 :mod:`.ranks` (rank histograms), :mod:`.pretrained` (token flows through the layers of a
-network); every public name is re-exported here.
+network), :mod:`.decoder` (a causal decoder's depth statistics beside other flows, its
+attention sink); every public name is re-exported here.
 """
 
 from __future__ import annotations
 
 from .covariance import cone, cone_coordinates, cone_slice
+from .decoder import ModelCurve, attention_sink, decoder_flows, models_side_by_side
 from .pretrained import (STATISTICS_PANELS, DepthCurve, PathPanel, cosine_matrices,
                          principal_plane, statistics_along_depth, token_paths)
 from .ranks import rank_histogram
@@ -26,12 +28,16 @@ from .tokens import animate_particles, particles, rescaled_states
 __all__ = [
     "STATISTICS_PANELS",
     "DepthCurve",
+    "ModelCurve",
     "PathPanel",
     "animate_particles",
+    "attention_sink",
     "cone",
     "cone_coordinates",
     "cone_slice",
     "cosine_matrices",
+    "decoder_flows",
+    "models_side_by_side",
     "particles",
     "principal_plane",
     "rank_histogram",

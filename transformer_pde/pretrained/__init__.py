@@ -34,6 +34,9 @@ from __future__ import annotations
 
 from .bpe import PRE_TOKENIZERS, build_tokenizer
 from .decoder import PretrainedDecoder, from_gguf_model, load_gguf
+from .decoder_report import (decoder_flow_report, encoder_statistics, first_token_attention,
+                             idealised_causal_flow, layer_statistics, run_decoder_flows,
+                             sink_channels)
 from .encoder import PretrainedEncoder, from_model_directory, load, mean_pooled
 from .gguf_file import (ARCHITECTURES, DecoderConfig, GGUFArchitecture, GGUFModel, read_gguf,
                         smollm2_path)
@@ -43,28 +46,35 @@ from .report import flow_report, run_flows, sample_depths
 
 __all__ = [
     "ARCHITECTURES",
-    "LAYER_TENSORS",
-    "MODEL_FILES",
-    "PRE_TOKENIZERS",
-    "SUPPORTED_MODEL_TYPES",
     "DecoderConfig",
     "EncoderConfig",
     "GGUFArchitecture",
     "GGUFModel",
+    "LAYER_TENSORS",
+    "MODEL_FILES",
     "ModelDirectory",
+    "PRE_TOKENIZERS",
     "PretrainedDecoder",
     "PretrainedEncoder",
+    "SUPPORTED_MODEL_TYPES",
     "build_tokenizer",
+    "decoder_flow_report",
+    "encoder_statistics",
+    "first_token_attention",
     "flow_report",
     "from_gguf_model",
     "from_model_directory",
+    "idealised_causal_flow",
+    "layer_statistics",
     "load",
     "load_gguf",
     "mean_pooled",
     "read_config",
     "read_gguf",
     "read_model_dir",
+    "run_decoder_flows",
     "run_flows",
     "sample_depths",
+    "sink_channels",
     "smollm2_path",
 ]
