@@ -20,6 +20,8 @@ from .pretrained import cmd_pretrained
 from .runs import cmd_demo, cmd_gaussian, cmd_simulate
 from .studies import RANK_KINDS, RANK_VALUES, cmd_cone, cmd_ranks, cmd_sweep
 from .templates import TEMPLATES, cmd_init
+from .warmup import WARMUP_PATHS
+from .warmup import configure_parser as _warmup_arguments
 
 __all__ = ["EPILOG", "STUDY_TEXT", "SUB_EPILOG", "build_parser"]
 
@@ -342,9 +344,19 @@ def _add_bench(sub: Any) -> None:
     b.set_defaults(func=cmd_bench)
 
 
+def _add_warmup(sub: Any) -> None:
+    w = sub.add_parser("warmup", help="compile the Numba kernels ahead of first use",
+                       description="Compile the Numba kernels of the main paths ("
+                                   + ", ".join(WARMUP_PATHS) + ") now, so that first runs "
+                                   "skip the compilation (cached on disk).",
+                       epilog=SUB_EPILOG)
+    _warmup_arguments(w)
+    _common(w, top=False)
+
+
 #: the subcommands in the order ``--help`` lists them
 _COMMANDS = (_add_demo, _add_init, _add_simulate, _add_gaussian, _add_cone, _add_ranks,
-             _add_pretrained, _add_sweep, _add_bench)
+             _add_pretrained, _add_sweep, _add_bench, _add_warmup)
 
 
 def build_parser() -> argparse.ArgumentParser:

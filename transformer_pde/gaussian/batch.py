@@ -243,13 +243,17 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
         (see :func:`solve`).
     use_numba : bool
         (A bool: anything else raises :class:`~transformer_pde.errors.ArgumentTypeError`.)
-        ``True``: the integrator compiled by numba, one member after the other or, from
-        :data:`~transformer_pde.gaussian.member.PAR_MIN_MEMBERS` members on, in parallel
-        over members (``prange``, numba's thread count; members are independent, so the
-        results are identical for any thread count); the first call compiles it (cached on
-        disk).  ``False`` (or without numba): the same code run by the interpreter: the
-        same steps and statuses, states equal up to rounding (a few ulps per step), at a
-        much higher cost per member.
+        ``True``: the integrator compiled by numba.  softmax and linear members run in
+        SIMD lockstep (:mod:`~transformer_pde.gaussian.lockstep`: the states of 64 members
+        side by side, each with its own steps, stops and events), l2 and sinkhorn members
+        one after the other; from
+        :data:`~transformer_pde.gaussian.member.PAR_MIN_MEMBERS` members on, chunks of
+        members run on numba's threads (members are independent, so the results are
+        identical for any thread count).  The first call compiles the kernel (cached on
+        disk; ``transformer-pde warmup`` compiles it ahead of time).  ``False`` (or without
+        numba): the same integrator run by the interpreter member by member: the same
+        steps and statuses, states equal up to rounding (a few ulps per step), at a much
+        higher cost per member.
     warn : bool, default True
         Issue the warning below; ``False`` leaves the statuses as the only report.
 

@@ -37,13 +37,16 @@ output row or -1, parameter segment]``; the controller and tolerances in ``ctl``
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from ..attention import Attention
-from ..integrate.controller import PIController, initial_step, pi_factor
+from ..integrate.controller import PIController, initial_step
 from ..integrate.tableaux import DOP853
-from .member_field import KIND_CODES, jitable, member_conv, member_converged, member_rhs
+from .member_field import (KIND_CODES, jitable, member_conv, member_converged, member_rhs,
+                           pi_rule)
+from . import lockstep
 from .system import MomentSystem
 
 __all__ = ["AVAILABLE", "KIND_CODES", "PAR_MIN_MEMBERS", "advance_member", "controls",
@@ -56,7 +59,7 @@ except ImportError:  # pragma: no cover
 
 #: True when numba is installed (the compiled path can run).
 AVAILABLE = _nb is not None
-#: Batches at least this large run their members in parallel (``prange``).
+#: Batches at least this large run their members on numba's threads (chunks of members).
 PAR_MIN_MEMBERS = 256
 # indices of the settings array ``ctl``
 CTL_RTOL, CTL_ATOL, CTL_LTHR, CTL_LTHR_C, CTL_CONV_TOL, CTL_CONV_MODE, CTL_BUDGET = range(7)
@@ -65,7 +68,7 @@ CTL_PI = 7          # ctl[7:12] = PI controller [alpha, beta, safety, fmin, fmax
 _LAND_LOG = 1e-12
 
 
-_pi = jitable("always")(pi_factor)
+_pi = pi_rule
 
 
 @jitable()
@@ -289,44 +292,37 @@ def _member_d(m, Y, Yc, traj, h0, general, prm, con, stops, stops_c, ctl, atol_v
     codes[m, 2] = r[2]
 
 
-# The kernels: serial (small batches: no thread start-up) or parallel (``prange``: each
-# member writes only its own rows, so the results do not depend on the number of threads
-# or the schedule), for softmax / linear or for l2 / sinkhorn (``general``, a constant, so
-# that each family compiles only its own field).
-def _serial_affine(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, tab, codes):
-    for m in range(Y.shape[0]):
-        _member_d(m, Y, Yc, traj, h0, False, prm, con, stops, stops_c, ctl, atol_vec, tab, codes)
-
-
-def _serial_general(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, tab, codes):
-    for m in range(Y.shape[0]):
+# The kernel of l2 / sinkhorn (``general``, a constant, so that only that field is
+# compiled): members lo:hi one after the other; it releases the GIL, so chunks of a large
+# batch run on a pool of threads (each member writes only its own rows: the results do not
+# depend on the number of threads).  softmax / linear run in lockstep (:mod:`.lockstep`).
+def _serial_general(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, tab, codes,
+                    lo, hi):
+    for m in range(lo, hi):
         _member_d(m, Y, Yc, traj, h0, True, prm, con, stops, stops_c, ctl, atol_vec, tab, codes)
 
 
-def _parallel_affine(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, tab, codes):
-    for m in _prange(Y.shape[0]):
-        _member_d(np.int64(m), Y, Yc, traj, h0, False, prm, con, stops, stops_c, ctl, atol_vec,
-                  tab, codes)
-
-
-def _parallel_general(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, tab, codes):
-    for m in _prange(Y.shape[0]):
-        _member_d(np.int64(m), Y, Yc, traj, h0, True, prm, con, stops, stops_c, ctl, atol_vec,
-                  tab, codes)
-
-
-_prange = range
 if _nb is not None:
     from ..backends.compile_notice import install as _install_compile_notice
 
     _install_compile_notice()  # a cold kernel compilation is said (compile_notice)
-    _prange = _nb.prange
     advance_member = _nb.njit(cache=True)(advance_member)
-    _member_d = _nb.njit(cache=True)(_member_d)
-    _serial_affine = _nb.njit(cache=True)(_serial_affine)
-    _serial_general = _nb.njit(cache=True)(_serial_general)
-    _parallel_affine = _nb.njit(cache=True, parallel=True)(_parallel_affine)
-    _parallel_general = _nb.njit(cache=True, parallel=True)(_parallel_general)
+    _member_d = _nb.njit(cache=True, nogil=True)(_member_d)
+    _serial_general = _nb.njit(cache=True, nogil=True)(_serial_general)
+
+
+def _run_general(args: tuple, B: int, threads: int) -> None:
+    """:func:`_serial_general` over ``B`` members: one call, or chunks of 8 members
+    (members differ in cost) on a pool of ``threads`` threads."""
+    if threads <= 1:
+        _serial_general(*args, 0, B)
+        return
+    edges = list(range(0, B, 8)) + [B]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        jobs = [pool.submit(_serial_general, *args, a, b)
+                for a, b in zip(edges[:-1], edges[1:], strict=True)]
+        for job in jobs:
+            job.result()
 
 
 def param_table(atts: Sequence[Attention], kind: str, bounds: np.ndarray
@@ -369,8 +365,10 @@ def run_members(sysm: MomentSystem, Y: np.ndarray, traj: np.ndarray, prm: np.nda
                 atol_vec: np.ndarray, compiled: bool
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Integrate every member of ``Y`` (rows of packed states at ``t = 0``, replaced by the
-    final states) with :func:`advance_member`, compiled (in parallel from
-    :data:`PAR_MIN_MEMBERS` members on) or interpreted; ``traj`` (B, T, n) receives the
+    final states) with the integrator of :func:`advance_member`: compiled (softmax /
+    linear in SIMD lockstep, :func:`~transformer_pde.gaussian.lockstep.run_lanes`; l2 /
+    sinkhorn member by member; on numba's threads from :data:`PAR_MIN_MEMBERS` members
+    on) or interpreted (member by member); ``traj`` (B, T, n) receives the
     states at the output stops.  The first trial steps are the package's heuristic
     (:func:`~transformer_pde.integrate.controller.initial_step`) on ``sysm``'s field.
     Returns ``(code, n_steps, Yc, continuation code)`` per member."""
@@ -385,12 +383,14 @@ def run_members(sysm: MomentSystem, Y: np.ndarray, traj: np.ndarray, prm: np.nda
     codes = np.zeros((B, 3), dtype=np.int64)
     Yc = np.empty_like(Y)
     general = sysm.kind in ("l2", "sinkhorn")
-    if compiled and AVAILABLE:
-        par = B >= PAR_MIN_MEMBERS and _nb.get_num_threads() > 1
-        kernel = ((_parallel_general if general else _parallel_affine) if par else
-                  (_serial_general if general else _serial_affine))
-        with _nb.parallel_chunksize(8):   # dynamic scheduling: members differ in cost
-            kernel(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, tab, codes)
+    if compiled and AVAILABLE and not general:
+        threads = _nb.get_num_threads() if B >= PAR_MIN_MEMBERS else 1
+        lockstep.run_chunks(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, tab,
+                            codes, threads)
+    elif compiled and AVAILABLE:
+        threads = _nb.get_num_threads() if B >= PAR_MIN_MEMBERS else 1
+        _run_general((Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, tab, codes),
+                     B, threads)
     else:
         run = getattr(advance_member, "py_func", advance_member)
         for m in range(B):

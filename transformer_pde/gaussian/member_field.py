@@ -14,13 +14,15 @@ eps]``.
 Not part of the package's public API: the names are shared with
 :mod:`~transformer_pde.gaussian.member` only.  numba's on-disk cache of the kernels of
 :mod:`~transformer_pde.gaussian.member` is keyed on that module's source: after editing this
-module, delete the ``member*.nbi`` / ``member*.nbc`` files of ``gaussian/__pycache__``.
+module, delete the ``member*`` and ``lockstep*`` ``.nbi`` / ``.nbc`` files of
+``gaussian/__pycache__``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..integrate.controller import pi_factor
 from .system import ALG_K_MIN, ALG_STEADY
 
 __all__: list[str] = []
@@ -44,6 +46,11 @@ def jitable(inline: str = "never"):
                 return fn
         return fn
     return wrap
+
+
+#: The package's PI step-size rule (:func:`~transformer_pde.integrate.controller.pi_factor`),
+#: callable from the compiled kernels.
+pi_rule = jitable("always")(pi_factor)
 
 
 def member_rhs(y, out, d, prm, seg, con, scr, general):
