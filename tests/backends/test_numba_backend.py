@@ -228,51 +228,62 @@ def test_tiled_pointwise_matches_reference(phi, p):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_micro_kernel_against_numpy(dtype):
+@pytest.mark.parametrize("packed", [False, True])
+def test_micro_kernel_against_numpy(dtype, packed):
     """The tiled kernels' LLVM micro-kernel on strided sub-blocks of flat arrays: an
-    MR×NR block of A @ B, stored (C) or added to float64 totals (C64); nothing outside
-    the block is written.  Exact products of small integers, so equality is exact."""
+    MR×NR block of A @ B, stored (C) or added to float64 totals (C64), and the
+    one-register variant (MR×NR/2, added to C64h); nothing outside the block is
+    written.  A is read row-major (element (i, l) at a0 + i*ars + l) or packed (at
+    a0 + i + l*acs, acs >= MR).  Exact products of small integers, so equality is exact."""
     import numba
 
     from transformer_pde.backends.numba import tiled as nbm
 
     @numba.njit
-    def run(A, a0, lda, B, b0, ldb, n, C, c0, ldc, C64):
-        nbm._mk_store(A, a0, lda, B, b0, ldb, n, C, c0, ldc)
-        nbm._mk_add(A, a0, lda, B, b0, ldb, n, C64, c0, ldc)
+    def run(A, a0, ars, acs, B, b0, ldb, n, C, c0, ldc, C64, C64h):
+        nbm._mk_store(A, a0, ars, acs, B, b0, ldb, n, C, c0, ldc)
+        nbm._mk_add(A, a0, ars, acs, B, b0, ldb, n, C64, c0, ldc)
+        nbm._mk_add_half(A, a0, ars, acs, B, b0, ldb, n, C64h, c0, ldc)
 
     mr, nr = nbm.MR, (nbm.NR if dtype == np.float64 else nbm.NR_F32)
     rng = np.random.default_rng(0)
     for n in (0, 1, 5, 130):
-        lda, ldb, ldc = n + 3, nr + 5, nr + 2
-        A = rng.integers(-8, 9, 2 + mr * lda).astype(dtype)
+        ars, acs = (1, mr + 1) if packed else (n + 3, 1)
+        ldb, ldc = nr + 5, nr + 2
+        A = rng.integers(-8, 9, 2 + mr * (n + 3) + (mr + 1) * n).astype(dtype)
         B = rng.integers(-8, 9, 7 + max(n, 1) * ldb).astype(dtype)
         C = np.full(1 + mr * ldc, -7.0, dtype=dtype)
         C64 = np.ones(C.size)
-        run(A, 2, lda, B, 7, ldb, n, C, 1, ldc, C64)
-        a = np.stack([A[2 + i * lda:2 + i * lda + n] for i in range(mr)]).astype(float)
+        C64h = np.ones(C.size)
+        run(A, 2, ars, acs, B, 7, ldb, n, C, 1, ldc, C64, C64h)
+        a = np.array([[A[2 + i * ars + l * acs] for l in range(n)] for i in range(mr)],
+                     dtype=float).reshape(mr, n)
         b = np.array([B[7 + j * ldb:7 + j * ldb + nr] for j in range(n)]).reshape(n, nr)
         want = a @ b.astype(float)
-        blk = np.zeros(C.size, bool)
-        for i in range(mr):
-            blk[1 + i * ldc:1 + i * ldc + nr] = True
-        np.testing.assert_array_equal(C[blk].reshape(mr, nr), want)
-        np.testing.assert_array_equal(C64[blk].reshape(mr, nr), want + 1.0)
-        assert np.all(C[~blk] == -7.0) and np.all(C64[~blk] == 1.0)
+        for out, width, fill, add in ((C, nr, -7.0, 0.0), (C64, nr, 1.0, 1.0),
+                                      (C64h, nr // 2, 1.0, 1.0)):
+            blk = np.zeros(C.size, bool)
+            for i in range(mr):
+                blk[1 + i * ldc:1 + i * ldc + width] = True
+            np.testing.assert_array_equal(out[blk].reshape(mr, width), want[:, :width] + add)
+            assert np.all(out[~blk] == fill)
     import llvmlite.binding
 
-    # the features Numba compiles for: the host's, unless NUMBA_CPU_NAME picks another
-    # target (then only those of NUMBA_CPU_FEATURES, e.g. none for NUMBA_CPU_NAME=generic)
-    if numba.config.CPU_NAME is None:
+    # the features Numba compiles for: NUMBA_CPU_FEATURES when set (NUMBA_CPU_NAME=generic
+    # sets it to none), else the host's
+    if numba.config.CPU_FEATURES is None:
         features = llvmlite.binding.get_host_cpu_features()
     else:
-        given = (numba.config.CPU_FEATURES or "").split(",")
+        given = numba.config.CPU_FEATURES.split(",")
         features = {f[1:]: f[0] == "+" for f in given if f[:1] in "+-" and len(f) > 1}
     if features.get("avx2") and features.get("fma"):
-        # the reason it exists: packed 256-bit FMAs, not a scalar or dot-product loop
+        # the reason it exists: packed FMAs on whole SIMD registers (512-bit where the
+        # CPU has AVX-512F, else 256-bit), not a scalar or dot-product loop
+        assert nbm.VECTOR_BITS == (512 if features.get("avx512f") else 256)
+        reg = "zmm" if nbm.VECTOR_BITS == 512 else "ymm"
         asm = "\n".join(run.inspect_asm().values())
         op = "vfmadd231pd" if dtype == np.float64 else "vfmadd231ps"
-        assert any(op in line and "ymm" in line for line in asm.splitlines())
+        assert any(op in line and reg in line for line in asm.splitlines())
 
 
 def test_tiled_is_the_auto_choice_for_wide_heads():

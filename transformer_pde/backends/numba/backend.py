@@ -252,7 +252,10 @@ class NumbaBackend:
         machine (AMD EPYC, Zen 3) at N = 2e4, c = r, one thread, streaming time over
         tiled time: float64 0.87 (r = 2), 1.05 (4), 1.03 (6), 1.53 (8), 1.61 (16);
         float32 0.78 (4), 0.93 (6), 1.04 (8), 1.30 (12), 1.64 (16)
-        (``benchmarks/particles.py`` records both kernels for d >= 8).
+        (``benchmarks/particles.py`` records both kernels for d >= 8).  On CPUs with
+        AVX-512F the tiled kernels' products run on 512-bit registers
+        (:data:`~transformer_pde.backends.numba.intrinsics.VECTOR_BITS`); the thresholds
+        above, measured with 256-bit products, are used there too.
         """
         if self.kernel != "auto":
             return self.kernel
@@ -280,10 +283,10 @@ class NumbaBackend:
         if self.kernel_for(r, dtype) == "tiled":
             order, qp, kpk, vpk, bp, limp, nr = tiled_layout(
                 dtype, qc, kk, oo[0] if oo else None, b, lim)
-            out = np.zeros((qp.shape[0], vpk.shape[0] * nr), dtype=dtype)
-            lse = np.full(qp.shape[0], -np.inf, dtype=dtype)
-            self._run(softmax_tiled_kernel, work, qp, kpk, vpk, bp, limp, nr,
-                      *self._groups(qp.shape[0], QTILE, work), out, lse)
+            out = np.zeros((limp.shape[0], vpk.shape[0] * nr), dtype=dtype)
+            lse = np.full(limp.shape[0], -np.inf, dtype=dtype)
+            self._run(softmax_tiled_kernel, work, qp, kpk, vpk, bp, limp, nr, c,
+                      *self._groups(limp.shape[0], QTILE, work), out, lse)
             return (self._unpermute(out[:, :c], order, m),
                     self._unpermute(lse, order, m))
         kT = np.ascontiguousarray(kk.T, dtype=dtype)
@@ -334,9 +337,9 @@ class NumbaBackend:
         work = int(lim.sum())
         if self.kernel_for(r, dtype) == "tiled":
             order, qp, kpk, vpk, wp, limp, nr = tiled_layout(dtype, qc, kk, vv, ww[:, 0], lim)
-            out = np.zeros((qp.shape[0], vpk.shape[0] * nr), dtype=dtype)
-            self._run(pointwise_tiled_kernel, work, code, qp, kpk, vpk, wp, limp, nr,
-                      *self._groups(qp.shape[0], QTILE, work), out)
+            out = np.zeros((limp.shape[0], vpk.shape[0] * nr), dtype=dtype)
+            self._run(pointwise_tiled_kernel, work, code, qp, kpk, vpk, wp, limp, nr, c,
+                      *self._groups(limp.shape[0], QTILE, work), out)
             return self._unpermute(out[:, :c], order, m)
         kT = np.ascontiguousarray(kk.T, dtype=dtype)
         vT = np.ascontiguousarray(vv.T, dtype=dtype)

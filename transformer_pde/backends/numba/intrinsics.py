@@ -40,13 +40,14 @@ from ...errors import BackendNotAvailable
 try:
     from llvmlite import ir
     from numba import njit
-    from numba.core import cgutils, types
+    from numba.core import cgutils, config, types
+    from numba.core.codegen import get_host_cpu_features
     from numba.extending import intrinsic, overload
 except ImportError as exc:  # pragma: no cover - exercised only without numba
     raise BackendNotAvailable(
         f"backend='numba' needs the numba package ({exc}); pip install numba") from exc
 
-__all__ = ["FM_EXP", "FM_KERNEL", "fmax", "vexp"]
+__all__ = ["FM_EXP", "FM_KERNEL", "VECTOR_BITS", "fmax", "vexp", "wide_vectors"]
 
 #: fast-math flags of the kernels: reassociation lets LLVM vectorise the sums, max
 #: reductions and dot products; nnan/ninf are safe because the kernels only ever see
@@ -122,6 +123,45 @@ def fmax(typingctx, a, b):
                                             name)
         return builder.call(fn, args)
     return a(a, a), codegen
+
+
+def _target_vector_bits() -> int:
+    """512 when the CPU Numba compiles for has AVX-512F, else 256.
+
+    The features are those of Numba's code generator (``NUMBA_CPU_FEATURES`` when set,
+    else the host's), the same that key Numba's on-disk cache, so a cached kernel always
+    matches this choice.
+    """
+    feats = config.CPU_FEATURES
+    if feats is None:
+        feats = get_host_cpu_features()
+    return 512 if "+avx512f" in str(feats).split(",") else 256
+
+
+#: SIMD width (bits) of the wide-head kernels: 512 where the CPU Numba compiles for has
+#: AVX-512F, else 256 (AVX2)
+VECTOR_BITS = _target_vector_bits()
+
+
+@intrinsic
+def wide_vectors(typingctx):
+    """Let LLVM vectorise the calling function's loops with :data:`VECTOR_BITS`-bit vectors.
+
+    LLVM's tuning for AVX-512 CPUs keeps auto-vectorised loops at 256 bits
+    (``prefer-vector-width``); on those CPUs this sets the function attribute
+    ``"prefer-vector-width"="512"`` on the function being compiled (the body of a
+    ``prange`` loop when called there), so that loops such as the exponential of a
+    logit tile run on 512-bit registers.  Elsewhere it does nothing.  Called with no
+    arguments from compiled code; it computes nothing.
+    """
+    def codegen(context, builder, signature, args):
+        if VECTOR_BITS == 512:
+            try:   # llvmlite lists only enumerated attributes; this one is a string pair
+                set.add(builder.function.attributes, '"prefer-vector-width"="512"')
+            except (TypeError, AttributeError):  # pragma: no cover - other llvmlite
+                pass
+        return context.get_dummy_value()
+    return types.none(), codegen
 
 
 _LOG2E = 1.4426950408889634

@@ -10,27 +10,40 @@ value sums as small matrix products, with the online log-sum-exp of each query b
 the two.  Both products go through one register-blocked micro-kernel (:data:`_mk_store`,
 :data:`_mk_add`), written as an LLVM intrinsic because Numba's loop vectoriser only
 produces dot-product kernels (a horizontal sum per output, seven loads per twelve
-FMAs): :data:`MR` = 6 rows of the left operand by two AVX2 registers of the right one
-(:data:`NR` = 8 float64 or :data:`NR_F32` = 16 float32 columns), twelve vector
-accumulators, and per reduction step two vector loads, six broadcasts and twelve
-vector FMAs (``vfmadd231pd ymm``) — the outer-product form of an optimised BLAS.  The
-right operands are packed once per call (:func:`tiled_layout`) so that the micro-kernel
-reads contiguous memory: keys in panels of NR (``k[p*NR:(p+1)*NR].T``, r×NR) for the
-logits, values in panels of NR coordinates (N×NR) for the value sums (a strided N×c
-array would alias in the L1 sets).  Memory stays :math:`O((N + M)(r + c))` plus a
-QTILE×KBLOCK logit tile and QTILE×c accumulators per thread.  Queries are sorted by
-masked prefix length (so a tile's queries see similar prefixes) and padded to a
-multiple of MR; keys and value coordinates are padded with zeros to multiples of NR.
-Value sums over one key block are formed in the input precision and added to float64
-accumulators.
+FMAs): :data:`MR` rows of the left operand by two SIMD registers of the right one
+(:data:`NR` float64 or :data:`NR_F32` float32 columns), :math:`2\,\mathrm{MR}` vector
+accumulators, and per reduction step two vector loads, MR broadcasts and 2·MR vector
+FMAs — the outer-product form of an optimised BLAS.
 
-Where the time goes (one thread, N = 2e4, float64, per query–key pair, a 2-core
-AMD EPYC (Zen 3) whose OpenBLAS DGEMM reaches about 20 multiply-adds per ns per core):
-at r = c = 128 the logit product takes 7 ns (18 multiply-adds per ns), the value
-product 8 ns (16 per ns), the bias, maximum, exponential and sum 1.8 ns; at r = 64:
-3.4, 3.7 and 1.9 ns.  BLAS calls on tiles inside the parallel loop were measured
-slower (OpenBLAS starts its own threads on each small product: 0.3–0.6 multiply-adds
-per CPU-nanosecond) and are not used.
+The SIMD width :data:`~transformer_pde.backends.numba.intrinsics.VECTOR_BITS` is fixed
+when the module is imported, from the CPU Numba compiles for (``NUMBA_CPU_FEATURES``
+when set, else the host's features, the same that key Numba's cache): 512 bits where
+the CPU has AVX-512F (MR = 8 rows × 2 ``zmm`` registers, 16 accumulators of the 32
+registers: NR = 16 float64, NR_F32 = 32 float32 columns), otherwise 256 bits (AVX2:
+MR = 6 rows × 2 ``ymm`` registers, 12 accumulators of 16: NR = 8, NR_F32 = 16).  LLVM's
+auto-vectoriser keeps 256-bit vectors on AVX-512 CPUs (its ``prefer-vector-width``
+tuning): the micro-kernel's explicit vector types put the products in 512-bit
+registers, and :func:`~transformer_pde.backends.numba.intrinsics.wide_vectors` lets the
+row pass (bias, maximum, exponential, sum) be vectorised at 512 bits too.
+
+All operands are packed once per call (:func:`tiled_layout`) so that the micro-kernel
+reads contiguous memory: queries in groups of MR (``q[g*MR:(g+1)*MR].T``, r×MR: one
+reduction step reads the MR broadcasts from one cache line instead of MR rows r apart),
+keys in panels of NR (``k[p*NR:(p+1)*NR].T``, r×NR) for the logits, values in panels of
+NR coordinates (N×NR) for the value sums (a strided N×c array would alias in the L1
+sets); a last value panel at most half used is multiplied with one register per row
+(:data:`_mk_add_half`).  Memory stays :math:`O((N + M)(r + c))` plus a QTILE×KBLOCK
+logit tile and QTILE×c accumulators per thread.  Queries are sorted by masked prefix
+length (so a tile's queries see similar prefixes) and padded to a multiple of MR; keys
+and value coordinates are padded with zeros to multiples of NR.  Value sums over one
+key block are formed in the input precision and added to float64 accumulators.
+
+Where the time goes: ``benchmarks/heads.py`` reports, per head width and precision, the
+pair rate as a fraction of the machine's GEMM rate measured in the same run, and the
+nanoseconds per pair of the logit product, the per-row pass (bias, maximum, exponential,
+sum, online rescaling) and the value product.  BLAS calls on tiles inside the parallel
+loop were measured slower (OpenBLAS starts its own threads on each small product:
+0.3–0.6 multiply-adds per CPU-nanosecond) and are not used.
 """
 
 from __future__ import annotations
@@ -44,7 +57,7 @@ from numba import njit, prange
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from .intrinsics import FM_KERNEL, fmax, vexp
+from .intrinsics import FM_KERNEL, VECTOR_BITS, fmax, vexp, wide_vectors
 from .streaming import first_tile, start_tile
 
 __all__ = [
@@ -61,8 +74,9 @@ __all__ = [
 ]
 
 #: queries × keys (or value coordinates) of one register tile: MR × NR in float64,
-#: MR × NR_F32 in float32 (two AVX2 registers of keys per query)
-MR, NR, NR_F32 = 6, 8, 16
+#: MR × NR_F32 in float32 (two SIMD registers of keys per query)
+MR = 8 if VECTOR_BITS == 512 else 6
+NR, NR_F32 = 2 * VECTOR_BITS // 64, 2 * VECTOR_BITS // 32
 #: queries sharing each block of keys (a multiple of MR)
 QTILE = 48
 #: keys per block (the per-thread logit tile is QTILE × KBLOCK)
@@ -73,10 +87,10 @@ TILED_MIN_WIDTH = 8
 TILED_MIN_WIDTH_F32 = 12
 
 
-def _make_micro_kernel(accumulate: bool):
+def _make_micro_kernel(accumulate: bool, nvec: int = 2):
     """Build the register-blocked micro-kernel as an LLVM intrinsic (see :func:`_mk_store`)."""
 
-    def typer(typingctx, a, a_off, a_rs, b, b_off, b_rs, n_red, c, c_off, c_rs):
+    def typer(typingctx, a, a_off, a_rs, a_cs, b, b_off, b_rs, n_red, c, c_off, c_rs):
         if not all(isinstance(x, types.Array) and x.layout == "C" for x in (a, b, c)):
             return None
         dt = a.dtype
@@ -86,13 +100,14 @@ def _make_micro_kernel(accumulate: bool):
         # float32 products into float64 totals
         if not (c.dtype == dt or (accumulate and c.dtype == types.float64)):
             return None
-        lanes = 4 if dt == types.float64 else 8
+        lanes = VECTOR_BITS // dt.bitwidth
         wide = c.dtype != dt
-        sig = types.void(a, types.intp, types.intp, b, types.intp, types.intp, types.intp,
+        sig = types.void(a, types.intp, types.intp, types.intp, b, types.intp, types.intp,
+                         types.intp,
                          c, types.intp, types.intp)
 
         def codegen(context, builder, signature, args):
-            a_v, a_off_v, a_rs_v, b_v, b_off_v, b_rs_v, n_v, c_v, c_off_v, c_rs_v = args
+            a_v, a_off_v, a_rs_v, a_cs_v, b_v, b_off_v, b_rs_v, n_v, c_v, c_off_v, c_rs_v = args
             fty = ir.DoubleType() if dt == types.float64 else ir.FloatType()
             vty = ir.VectorType(fty, lanes)
             wty = ir.VectorType(ir.DoubleType(), lanes)
@@ -103,8 +118,8 @@ def _make_micro_kernel(accumulate: bool):
                 builder.module, ir.FunctionType(vty, [vty, vty, vty]),
                 f"llvm.fma.v{lanes}{'f64' if dt == types.float64 else 'f32'}")
             aptr = context.make_array(signature.args[0])(context, builder, a_v).data
-            bptr = context.make_array(signature.args[3])(context, builder, b_v).data
-            cptr = context.make_array(signature.args[7])(context, builder, c_v).data
+            bptr = context.make_array(signature.args[4])(context, builder, b_v).data
+            cptr = context.make_array(signature.args[8])(context, builder, c_v).data
             zero = ir.Constant(vty, [ir.Constant(fty, 0.0)] * lanes)
             undef = ir.Constant(vty, ir.Undefined)
             splat = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
@@ -119,32 +134,32 @@ def _make_micro_kernel(accumulate: bool):
             builder.position_at_end(loop)
             ll = builder.phi(i64)
             ll.add_incoming(ir.Constant(i64, 0), pre)
-            accs = [[builder.phi(vty) for _ in range(2)] for _ in range(MR)]
+            accs = [[builder.phi(vty) for _ in range(nvec)] for _ in range(MR)]
             for row in accs:
                 for p in row:
                     p.add_incoming(zero, pre)
             brow = builder.gep(b0, [builder.mul(ll, b_rs_v)])
             bvec = [builder.load(builder.bitcast(builder.gep(brow, [ir.Constant(i64, h * lanes)]),
                                                  vty.as_pointer()), align=align)
-                    for h in range(2)]
+                    for h in range(nvec)]
             new = []
             for i in range(MR):
-                x = builder.load(builder.gep(arows[i], [ll]))
+                x = builder.load(builder.gep(arows[i], [builder.mul(ll, a_cs_v)]))
                 xs = builder.shuffle_vector(builder.insert_element(undef, x, ir.Constant(i32, 0)),
                                             undef, splat)
-                new.append([builder.call(fma, [xs, bvec[h], accs[i][h]]) for h in range(2)])
+                new.append([builder.call(fma, [xs, bvec[h], accs[i][h]]) for h in range(nvec)])
             ll1 = builder.add(ll, ir.Constant(i64, 1))
             body = builder.block
             ll.add_incoming(ll1, body)
             for i in range(MR):
-                for h in range(2):
+                for h in range(nvec):
                     accs[i][h].add_incoming(new[i][h], body)
             builder.cbranch(builder.icmp_signed("<", ll1, n_v), loop, done)
             builder.position_at_end(done)
             res = []
             for i in range(MR):
                 row = []
-                for h in range(2):
+                for h in range(nvec):
                     p = builder.phi(vty)
                     p.add_incoming(zero, pre)
                     p.add_incoming(new[i][h], body)
@@ -154,7 +169,7 @@ def _make_micro_kernel(accumulate: bool):
             sty = wty if wide else vty
             for i in range(MR):
                 crow = builder.gep(c0, [builder.mul(c_rs_v, ir.Constant(i64, i))])
-                for h in range(2):
+                for h in range(nvec):
                     ptr = builder.bitcast(builder.gep(crow, [ir.Constant(i64, h * lanes)]),
                                           sty.as_pointer())
                     val = builder.fpext(res[i][h], wty) if wide else res[i][h]
@@ -164,71 +179,85 @@ def _make_micro_kernel(accumulate: bool):
             return context.get_dummy_value()
         return sig, codegen
 
-    typer.__name__ = "_mk_add" if accumulate else "_mk_store"
+    typer.__name__ = ("_mk_add" if accumulate else "_mk_store") + ("" if nvec == 2 else "_half")
     return intrinsic(typer)
 
 
-#: ``_mk_store(A, a0, lda, B, b0, ldb, L, C, c0, ldc)``:
-#: ``C[c0 + i*ldc + j] = sum_{l<L} A[a0 + i*lda + l] * B[b0 + l*ldb + j]`` for ``i < MR``,
-#: ``j <`` two SIMD registers (NR = 8 float64 or 16 float32): an MR×NR block of a matrix
-#: product as twelve vector accumulators (outer products: one broadcast of ``A`` and two
-#: vector loads of ``B`` per six pairs of FMAs).  Arrays are C-contiguous, indices flat
+#: ``_mk_store(A, a0, ars, acs, B, b0, ldb, L, C, c0, ldc)``:
+#: ``C[c0 + i*ldc + j] = sum_{l<L} A[a0 + i*ars + l*acs] * B[b0 + l*ldb + j]`` for
+#: ``i < MR``, ``j <`` two SIMD registers (NR float64 or NR_F32 float32): an MR×NR block
+#: of a matrix product as 2·MR vector accumulators (outer products: MR broadcasts of
+#: ``A`` and two vector loads of ``B`` per MR pairs of FMAs).  ``A`` is read row-major
+#: (``acs = 1``) or from a packed group of MR rows (``ars = 1, acs = MR``).  Arrays are
+#: C-contiguous, indices flat
 #: and unchecked: the callers guarantee the bounds (padded layouts).
 _mk_store = _make_micro_kernel(False)
 #: as :data:`_mk_store` but ``C += ...`` (``C`` may be float64 for float32 ``A``, ``B``)
 _mk_add = _make_micro_kernel(True)
+#: as :data:`_mk_add` for one SIMD register of columns (NR/2): the last value panel
+#: when the value width leaves it at most half used
+_mk_add_half = _make_micro_kernel(True, 1)
 
 
 @njit(fastmath=FM_KERNEL, cache=True)
-def _tile_logits(S, q, i0, nt, kpk, j0, nbp, nr):
-    """S[:nt, :nbp] = q[i0:i0+nt] @ k[j0:j0+nbp].T from the packed key panels ``kpk``
+def _tile_logits(S, qpk, i0, nt, kpk, j0, nbp, nr):
+    """S[:nt, :nbp] = q[i0:i0+nt] @ k[j0:j0+nbp].T from the packed query groups ``qpk``
+    (queries ``g*MR … g*MR + MR - 1`` stored as an r×MR block) and key panels ``kpk``
     (keys ``p*nr … p*nr + nr - 1`` stored as an r×nr block): each panel (r·nr numbers, in
     L1) is used by every group of MR queries of the tile."""
-    r = q.shape[1]
+    r = qpk.shape[1]
     kb = S.shape[1]
     for jj in range(0, nbp, nr):
         boff = (j0 + jj) * r                  # panel (j0 + jj) / nr starts at its keys' offset
-        for u in range(0, nt, MR):
-            _mk_store(q, (i0 + u) * r, r, kpk, boff, nr, r, S, u * kb + jj, kb)
+        for u in range(0, nt, MR):            # query group (i0 + u) / MR starts at (i0 + u) * r
+            _mk_store(qpk, (i0 + u) * r, 1, MR, kpk, boff, nr, r, S, u * kb + jj, kb)
 
 
 @njit(fastmath=FM_KERNEL, cache=True)
-def _tile_values(acc, nt, S, vpk, j0, nbp, nr):
+def _tile_values(acc, nt, S, vpk, j0, nbp, nr, cv):
     """acc[:nt] += S[:nt, :nbp] @ v[j0:j0+nbp] from the packed value panels ``vpk``
     (value coordinates ``p*nr … p*nr + nr - 1`` of every key, an N×nr block); products
-    in the inputs' precision over one key block, added to the float64 totals."""
+    in the inputs' precision over one key block, added to the float64 totals; only the
+    first ``cv`` value coordinates are needed (a last panel at most half used takes
+    :data:`_mk_add_half`)."""
     n_pan, npad = vpk.shape[0], vpk.shape[1]
     cp = n_pan * nr
     kb = S.shape[1]
     for pan in range(n_pan):
         boff = (pan * npad + j0) * nr
-        for u in range(0, nt, MR):
-            _mk_add(S, u * kb, kb, vpk, boff, nr, nbp, acc, u * cp + pan * nr, cp)
+        if cv - pan * nr > nr // 2:
+            for u in range(0, nt, MR):
+                _mk_add(S, u * kb, kb, 1, vpk, boff, nr, nbp, acc, u * cp + pan * nr, cp)
+        else:                                 # at most half of this panel is used
+            for u in range(0, nt, MR):
+                _mk_add_half(S, u * kb, kb, 1, vpk, boff, nr, nbp, acc, u * cp + pan * nr, cp)
 
 
 @njit(parallel=True, fastmath=FM_KERNEL, cache=True)
-def softmax_tiled_kernel(q, kpk, vpk, bias, limits, nr, n_groups, n_threads, out, lse):
+def softmax_tiled_kernel(qpk, kpk, vpk, bias, limits, nr, cv, n_groups, n_threads, out, lse):
     """Softmax / lse with logits and value sums as register-blocked tile products.
 
-    Shapes: ``q`` (M, r) with M a multiple of :data:`MR`; keys packed by
-    :func:`tiled_layout` into ``kpk`` (N·r numbers, N a multiple of ``nr``
-    = NR or NR_F32), ``bias`` (N,), values packed into ``vpk`` (c/nr, N, nr), c a
-    multiple of nr (c = 0: lse only), ``out`` (M, c).  Queries are taken in tiles of :data:`QTILE`; for each block
+    Shapes: queries packed by :func:`tiled_layout` into ``qpk`` (M/MR, r, MR), M a
+    multiple of :data:`MR`; keys packed into ``kpk`` (N·r numbers, N a multiple of
+    ``nr`` = NR or NR_F32), ``bias`` (N,), values packed into ``vpk`` (c/nr, N, nr), c
+    a multiple of nr (c = 0: lse only) of which the first ``cv`` are used, ``out``
+    (M, c).  Queries are taken in tiles of :data:`QTILE`; for each block
     of :data:`KBLOCK` keys: the QTILE×KBLOCK logits (:data:`_mk_store`), the online
     log-sum-exp of each row over its visible keys ``j < limits[i]`` (invisible entries
     are set to 0 after the exponential), then the QTILE×c value sums
     (:data:`_mk_add`, into float64 accumulators).  Every query sees its keys in the same
     order and blocks whatever the threads, so results do not depend on the thread count.
     """
-    m_q = q.shape[0]
+    m_q = qpk.shape[0] * MR
     cp = vpk.shape[0] * nr
     cw = max(cp, 1)
-    zero = q.dtype.type(0.0)
+    zero = qpk.dtype.type(0.0)
     n_tiles = (m_q + QTILE - 1) // QTILE
     for g in prange(n_groups):
-        S = np.empty((QTILE, KBLOCK), dtype=q.dtype)
+        wide_vectors()
+        S = np.empty((QTILE, KBLOCK), dtype=qpk.dtype)
         acc = np.empty((QTILE, cw), dtype=np.float64)
-        m_run = np.empty(QTILE, dtype=q.dtype)
+        m_run = np.empty(QTILE, dtype=qpk.dtype)
         s_run = np.empty(QTILE, dtype=np.float64)
         for tile in range(first_tile(g, n_groups, n_threads), n_tiles, n_groups):
             i0 = tile * QTILE
@@ -238,7 +267,7 @@ def softmax_tiled_kernel(q, kpk, vpk, bias, limits, nr, n_groups, n_threads, out
             for j0 in range(0, most, KBLOCK):
                 nbt = min(KBLOCK, most - j0)
                 nbp = (nbt + nr - 1) // nr * nr
-                _tile_logits(S, q, i0, nt, kpk, j0, nbp, nr)
+                _tile_logits(S, qpk, i0, nt, kpk, j0, nbp, nr)
                 for t in range(nt):
                     row = S[t]
                     nb = min(KBLOCK, limits[i0 + t] - j0)
@@ -271,7 +300,7 @@ def softmax_tiled_kernel(q, kpk, vpk, bias, limits, nr, n_groups, n_threads, out
                         row[j] = zero
                     s_run[t] += sb
                 if cp > 0:
-                    _tile_values(acc, nt, S, vpk, j0, nbp, nr)
+                    _tile_values(acc, nt, S, vpk, j0, nbp, nr, cv)
             for t in range(nt):
                 i = i0 + t
                 if limits[i] <= 0:
@@ -283,16 +312,17 @@ def softmax_tiled_kernel(q, kpk, vpk, bias, limits, nr, n_groups, n_threads, out
 
 
 @njit(parallel=True, fastmath=FM_KERNEL, cache=True)
-def pointwise_tiled_kernel(phi, q, kpk, vpk, w, limits, nr, n_groups, n_threads, out):
-    """Tiled ``out[i] = sum_{j < limits[i]} w_j phi(q_i . k_j) v_j`` (shapes as in
-    :func:`softmax_tiled_kernel`; ``w`` (N,) padded with zeros)."""
-    m_q = q.shape[0]
+def pointwise_tiled_kernel(phi, qpk, kpk, vpk, w, limits, nr, cv, n_groups, n_threads, out):
+    """Tiled ``out[i] = sum_{j < limits[i]} w_j phi(q_i . k_j) v_j`` (shapes and ``cv``
+    as in :func:`softmax_tiled_kernel`; ``w`` (N,) padded with zeros)."""
+    m_q = qpk.shape[0] * MR
     cp = vpk.shape[0] * nr
-    zero = q.dtype.type(0.0)
-    one = q.dtype.type(1.0)
+    zero = qpk.dtype.type(0.0)
+    one = qpk.dtype.type(1.0)
     n_tiles = (m_q + QTILE - 1) // QTILE
     for g in prange(n_groups):
-        S = np.empty((QTILE, KBLOCK), dtype=q.dtype)
+        wide_vectors()
+        S = np.empty((QTILE, KBLOCK), dtype=qpk.dtype)
         acc = np.empty((QTILE, max(cp, 1)), dtype=np.float64)
         for tile in range(first_tile(g, n_groups, n_threads), n_tiles, n_groups):
             i0 = tile * QTILE
@@ -301,7 +331,7 @@ def pointwise_tiled_kernel(phi, q, kpk, vpk, w, limits, nr, n_groups, n_threads,
             for j0 in range(0, most, KBLOCK):
                 nbt = min(KBLOCK, most - j0)
                 nbp = (nbt + nr - 1) // nr * nr
-                _tile_logits(S, q, i0, nt, kpk, j0, nbp, nr)
+                _tile_logits(S, qpk, i0, nt, kpk, j0, nbp, nr)
                 wb = w[j0:j0 + nbp]
                 for t in range(nt):
                     row = S[t]
@@ -319,7 +349,7 @@ def pointwise_tiled_kernel(phi, q, kpk, vpk, w, limits, nr, n_groups, n_threads,
                             row[j] = wb[j] * row[j]
                     for j in range(nb, nbp):
                         row[j] = zero
-                _tile_values(acc, nt, S, vpk, j0, nbp, nr)
+                _tile_values(acc, nt, S, vpk, j0, nbp, nr, cv)
             for t in range(nt):
                 for cc in range(cp):
                     out[i0 + t, cc] = acc[t, cc]
@@ -337,8 +367,10 @@ def tiled_layout(dtype: Any, q: np.ndarray, k: np.ndarray, vals: np.ndarray | No
     ``k[p*nr:(p+1)*nr].T`` (r×nr, contiguous), value panel ``p`` holds
     ``v[:, p*nr:(p+1)*nr]`` (N×nr, contiguous), so that the micro-kernels read
     contiguous memory (a strided N×c array would alias in the L1 sets).
-    Returns ``(order, qp, kpk, vpk, bp, limp, nr)``: ``order`` the permutation of the
-    queries (``None`` when they are not reordered), ``qp`` (M', r), ``kpk`` (N'/nr, r,
+    Queries are packed in groups of :data:`MR`: group ``g`` holds
+    ``q[g*MR:(g+1)*MR].T`` (r×MR, contiguous).
+    Returns ``(order, qpk, kpk, vpk, bp, limp, nr)``: ``order`` the permutation of the
+    queries (``None`` when they are not reordered), ``qpk`` (M'/MR, r, MR), ``kpk`` (N'/nr, r,
     nr), ``vpk`` (c'/nr, N', nr), ``bp`` (N',), ``limp`` (M',) with M' the padded
     query count, N' and c' the padded key count and value width.
     """
@@ -353,6 +385,7 @@ def tiled_layout(dtype: Any, q: np.ndarray, k: np.ndarray, vals: np.ndarray | No
     npad = -(-n // nr) * nr
     qp = np.zeros((mp, r), dtype=dtype)
     qp[:m] = q
+    qpk = np.ascontiguousarray(qp.reshape(mp // MR, MR, r).transpose(0, 2, 1))
     limp = np.zeros(mp, dtype=np.int64)
     limp[:m] = lim
     full = n // nr * nr                    # keys of the complete panels
@@ -368,4 +401,4 @@ def tiled_layout(dtype: Any, q: np.ndarray, k: np.ndarray, vals: np.ndarray | No
         vpk[p, :n] = vals[:, p * nr:(p + 1) * nr]
     if c % nr:
         vpk[c // nr, :n, :c % nr] = vals[:, c // nr * nr:]
-    return order, qp, kpk, vpk, bp, limp, nr
+    return order, qpk, kpk, vpk, bp, limp, nr
