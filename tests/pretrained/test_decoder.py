@@ -113,10 +113,10 @@ def test_tiny_continuous_depth(tiny, tiny_ref):
     assert 1.6 < errs[1] / errs[2] < 2.5
     assert np.abs(net.states[-1] - fine.states[-1]).max() > 10 * errs[2]
     # layer 0's weights repeated: the reference with block 0 at every depth
-    rep = tiny.simulate(text, repeat_layer=0, layers=2)
+    rep = tiny.simulate(text, repeat_layer=0, n_layers=2)
     R, _, _ = reference_forward(*tiny_ref, tiny.tokenize(text), layer_of=lambda ell: 0)
     assert layer_errors(rep.states, R).max() < 1e-12
-    long = tiny.simulate(text, repeat_layer=1, layers=7, steps_per_layer=2)
+    long = tiny.simulate(text, repeat_layer=1, n_layers=7, steps_per_layer=2)
     assert long.states.shape[0] == 8 and long.info["repeat_layer"] == 1
 
 
@@ -158,8 +158,8 @@ def test_prompt_errors(tiny):
         tiny.hidden_states(np.array([0, 400]))
     with pytest.raises(ArgumentError, match="n must be an integer"):
         tiny.generate("the", 0)
-    with pytest.raises(ArgumentError, match="layers=3 exceeds"):
-        tiny.simulate("the", layers=3)
+    with pytest.raises(ArgumentError, match="n_layers=3 exceeds"):
+        tiny.simulate("the", n_layers=3)
     with pytest.raises(ArgumentError, match="layer must be an integer in"):
         tiny.simulate("the", repeat_layer=2)
     with pytest.raises(ArgumentError, match="steps_per_layer"):

@@ -63,11 +63,11 @@ from ..attention.matrix import attention_matrix
 from ..blocks import MLP, Block, RMSNorm
 from ..errors import ArgumentError, ArgumentTypeError
 from ..integrate.loop import Limits, SaveAt
-from ..integrate.solvers import get_solver
 from ..particles import FieldOptions, ParticleTrajectory
 from ..particles import simulate as simulate_particles
 from ..results import Status
 from ..results_display import summary_html, summary_text
+from .depth_args import check_depth_run
 from .gguf_file import DecoderConfig, GGUFModel, read_gguf
 
 __all__ = ["PretrainedDecoder", "from_gguf_model", "load_gguf"]
@@ -326,7 +326,7 @@ class PretrainedDecoder:
                          for ell in range(self.n_layers)])
 
     def simulate(self, text: Any, *, steps_per_layer: int = 1, solver: Any = "euler",
-                 repeat_layer: int | None = None, layers: int | None = None,
+                 repeat_layer: int | None = None, n_layers: int | None = None,
                  splitting: str = "lie", backend: Any = "numpy") -> ParticleTrajectory:
         r"""Continuous-depth flow of the network (see the module docstring).
 
@@ -345,8 +345,8 @@ class PretrainedDecoder:
             Fixed-step one-step solver of :mod:`transformer_pde.integrate.solvers`.
         repeat_layer : int, optional
             Use layer ``repeat_layer``'s weights at every depth (ALBERT-style weight sharing)
-            for ``layers`` layers: an autonomous flow that can be run to long times.
-        layers : int, optional
+            for ``n_layers`` layers: an autonomous flow that can be run to long times.
+        n_layers : int, optional
             Number of layers to run (default: the model's depth; more only with
             ``repeat_layer``).
         splitting : {"lie", "strang", "none"}, default "lie"
@@ -358,11 +358,11 @@ class PretrainedDecoder:
         Returns
         -------
         ParticleTrajectory
-            States after every layer, ``times = 0, 1, ..., layers``; ``status`` says whether
+            States after every layer, ``times = 0, 1, ..., n_layers``; ``status`` says whether
             the run reached the end (``info`` records the flow's settings).
         """
-        self._check_flow(steps_per_layer, solver, repeat_layer, layers)
-        L = self.n_layers if layers is None else int(layers)
+        check_depth_run(self.n_layers, self.layer, steps_per_layer, solver, repeat_layer, n_layers)
+        L = self.n_layers if n_layers is None else int(n_layers)
         X0 = self.embed(text)
         if repeat_layer is None:
             att, mlp, norms = self.attention, self.mlp, self.layernorm
@@ -376,26 +376,6 @@ class PretrainedDecoder:
                    "model_file": str(self.path),
                    "flow": "pre-norm: x' = Attention(RMS1 x) + MLP(RMS2 x)"}
         return tr
-
-    def _check_flow(self, steps_per_layer: Any, solver: Any, repeat_layer: Any,
-                    layers: Any) -> None:
-        """Validate the arguments of :meth:`simulate`."""
-        if isinstance(steps_per_layer, bool) or not isinstance(steps_per_layer, (int, np.integer)) \
-                or steps_per_layer < 1:
-            raise ArgumentError(f"steps_per_layer must be an integer >= 1, got {steps_per_layer!r}")
-        stepper = get_solver(solver, "solver")
-        if getattr(stepper, "adaptive", False) or getattr(stepper, "multistep", False) \
-                or not hasattr(stepper, "step"):
-            raise ArgumentError(f"solver={solver!r}: use a one-step fixed-step solver "
-                                "('euler', 'heun', 'rk4', 'implicit_midpoint')")
-        if repeat_layer is not None:
-            self.layer(repeat_layer)  # validates the index
-        L = self.n_layers if layers is None else layers
-        if isinstance(L, bool) or not isinstance(L, (int, np.integer)) or L < 1:
-            raise ArgumentError(f"layers must be an integer >= 1, got {layers!r}")
-        if repeat_layer is None and L > self.n_layers:
-            raise ArgumentError(f"layers={L} exceeds the model's {self.n_layers} layers; pass "
-                                "repeat_layer= to iterate one layer's weights to long times")
 
 
 def from_gguf_model(g: GGUFModel) -> PretrainedDecoder:

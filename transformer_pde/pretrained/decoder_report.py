@@ -326,7 +326,7 @@ def run_decoder_flows(model: Any, text: str, *, steps_per_layer: int = 4, solver
                            "relative_difference": _relative_difference(C, net[:len(C)])}
     times = sample_depths(int(long_time))
     for ell in layers:
-        tr = model.simulate(text, repeat_layer=ell, layers=int(long_time))
+        tr = model.simulate(text, repeat_layer=ell, n_layers=int(long_time))
         S = np.asarray(tr.states)
         kept = [t for t in times if t < len(S)]     # all of them unless the run stopped
         flows[f"repeated_layer_{ell}"] = {

@@ -57,11 +57,11 @@ from ..attention import Attention, Layers
 from ..blocks import MLP, Block, LayerNorm
 from ..errors import ArgumentError, ArgumentTypeError, ModelDirectoryNotFound
 from ..integrate.loop import Limits
-from ..integrate.solvers import get_solver
 from ..particles import FieldOptions, ParticleTrajectory
 from ..particles import simulate as simulate_particles
 from ..results import Status
 from .decoder import PretrainedDecoder, load_gguf
+from .depth_args import check_depth_run
 from .model import EncoderConfig, ModelDirectory, read_model_dir
 
 __all__ = ["PretrainedEncoder", "from_model_directory", "load", "mean_pooled"]
@@ -227,7 +227,8 @@ class PretrainedEncoder:
             States after every layer, ``times = 0, 1, ..., n_layers``; ``status`` says whether
             the run reached the end (``info`` records the flow's settings).
         """
-        stepper = self._check_flow(steps_per_layer, solver, repeat_layer, n_layers)
+        stepper = check_depth_run(self.n_layers, self.layer, steps_per_layer, solver,
+                                  repeat_layer, n_layers)
         L = self.n_layers if n_layers is None else int(n_layers)
         X = self.embed(text) if isinstance(text, str) else np.array(text, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.d or X.shape[0] < 1:
@@ -248,27 +249,6 @@ class PretrainedEncoder:
                                   status=status, message=message,
                                   attention=None if repeat_layer is None
                                   else self.attentions[repeat_layer], info=info)
-
-    def _check_flow(self, steps_per_layer: Any, solver: Any, repeat_layer: Any,
-                    n_layers: Any) -> Any:
-        """Validate the arguments of :meth:`simulate`; return the solver object."""
-        if isinstance(steps_per_layer, bool) or not isinstance(steps_per_layer, (int, np.integer)) \
-                or steps_per_layer < 1:
-            raise ArgumentError(f"steps_per_layer must be an integer >= 1, got {steps_per_layer!r}")
-        stepper = get_solver(solver, "solver")
-        if getattr(stepper, "adaptive", False) or getattr(stepper, "multistep", False) \
-                or not hasattr(stepper, "step"):
-            raise ArgumentError(f"solver={solver!r}: use a one-step fixed-step solver "
-                                "('euler', 'heun', 'rk4', 'implicit_midpoint')")
-        if repeat_layer is not None:
-            self.layer(repeat_layer)  # validates the index
-        L = self.n_layers if n_layers is None else n_layers
-        if isinstance(L, bool) or not isinstance(L, (int, np.integer)) or L < 1:
-            raise ArgumentError(f"n_layers must be an integer >= 1, got {n_layers!r}")
-        if repeat_layer is None and L > self.n_layers:
-            raise ArgumentError(f"n_layers={L} exceeds the model's {self.n_layers} layers; pass "
-                                "repeat_layer= to iterate one layer's weights to long times")
-        return stepper
 
     def _network_flow(self, X: np.ndarray, L: int, repeat_layer: int | None,
                       backend: Any) -> tuple[list[np.ndarray], Any, str]:
