@@ -6,8 +6,19 @@ converges) over kinds {softmax, l2} x d {3, 4, 5} x draws, 204 cells by default.
 * serial loop: the cell function called in a plain Python loop (no engine at all);
 * ``sweep.run(scheduler="serial")``: the engine in-process (outputs, bookkeeping, Zarr store);
 * ``sweep.run(workers=W)``: the embedded Dask LocalCluster with W single-threaded worker
-  processes, writing the Zarr store, timed with its start-up, and on an already started
-  cluster (made with the embedded cluster's own Dask settings).
+  processes, writing the Zarr store, timed with its start-up and shut-down, and on an
+  already started cluster (made with the embedded cluster's own Dask settings and start
+  method).  On Linux the embedded cluster forks its workers from this process (they
+  inherit its imports and compiled kernels) unless Numba's thread pool runs here; the
+  start method used is printed and stored;
+* the embedded cluster with its workers spawned instead (each a new interpreter that
+  imports the package, NumPy, SciPy and Numba and loads the kernels): what it does where
+  forking is not safe.
+
+CPU seconds of every run are measured too, over all the processes that did its work
+(this one, the reaped worker processes of an embedded cluster, the live workers of the
+started one): the CPU cost of the engine and of the cluster's start and stop, which the
+load of other processes does not hide (it hides the wall-clock speed-ups).
 
 Each is timed ``--repeat`` times (default 3), the runs of one round back to back; the
 table gives the fastest and the median of each, and the speed-ups compare fastest with
@@ -42,6 +53,7 @@ import time
 from pathlib import Path
 
 import dask
+import psutil
 
 from transformer_pde import sweep
 
@@ -50,10 +62,31 @@ def nothing(params, rng):
     return {"x": 0.0}
 
 
-def timed(fn):
-    t0 = time.perf_counter()
+def _cpu(pids=()) -> float:
+    """CPU seconds of this process, of its reaped children (the embedded cluster's worker
+    processes once it has stopped them) and of the live processes ``pids``."""
+    t = os.times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for pid in pids:
+        try:
+            c = psutil.Process(pid).cpu_times()
+            total += c.user + c.system
+        except psutil.Error:
+            pass
+    return total
+
+
+#: CPU seconds of every timed run (all processes that did its work), by run name
+CPU: dict[str, list[float]] = {}
+
+
+def timed(fn, name=None, pids=()):
+    t0, c0 = time.perf_counter(), _cpu(pids)
     out = fn()
-    return time.perf_counter() - t0, out
+    t = time.perf_counter() - t0
+    if name is not None:
+        CPU.setdefault(name, []).append(_cpu(pids) - c0)
+    return t, out
 
 
 def overhead(tmp: Path, n: int, **kw) -> tuple[float, float]:
@@ -101,32 +134,50 @@ def main() -> None:
 
     from distributed import Client, LocalCluster
 
-    from transformer_pde.sweep.run import _EMBEDDED_CLUSTER_CONFIG
+    import transformer_pde.sweep.run as run_module
+    from transformer_pde.sweep.run import _EMBEDDED_CLUSTER_CONFIG, _embedded_start_method
+
+    method = _embedded_start_method()
+    settings = {**_EMBEDDED_CLUSTER_CONFIG, "distributed.worker.multiprocessing-method": method}
 
     names = ["serial loop (no engine)", "engine, in-process + Zarr",
              f"Dask LocalCluster x{args.workers}, incl. start",
-             f"Dask cluster x{args.workers}, started"]
+             f"Dask cluster x{args.workers}, started",
+             f"Dask LocalCluster x{args.workers}, incl. start, spawned"]
     times: dict[str, list[float]] = {k: [] for k in names}
     ref = None
     for r in range(args.repeat):
-        times[names[0]].append(timed(lambda: [cell(c.params, c.rng()) for c in grid])[0])
+        times[names[0]].append(timed(lambda: [cell(c.params, c.rng()) for c in grid],
+                                     names[0])[0])
         t, ds = timed(lambda r=r: sweep.run(sweep.Study(grid, cell), tmp / f"serial{r}.zarr",
-                                        scheduler="serial", progress=False))
+                                            scheduler="serial", progress=False), names[1])
         times[names[1]].append(t)
         ref = ds if ref is None else ref
         t, ds = timed(lambda r=r: sweep.run(sweep.Study(grid, cell), tmp / f"dask{r}.zarr",
-                                        workers=args.workers, progress=False))
+                                            workers=args.workers, progress=False), names[2])
         times[names[2]].append(t)
         assert ds["rank"].equals(ref["rank"]) and ds["t_stop"].equals(ref["t_stop"])
+        # the same with spawned workers (each a new interpreter that imports everything):
+        # what the embedded cluster does where forking is not safe
+        run_module._embedded_start_method = lambda: "spawn"
+        try:
+            t, ds = timed(lambda r=r: sweep.run(sweep.Study(grid, cell), tmp / f"spawn{r}.zarr",
+                                                workers=args.workers, progress=False), names[4])
+        finally:
+            run_module._embedded_start_method = _embedded_start_method
+        times[names[4]].append(t)
+        assert ds["rank"].equals(ref["rank"]) and ds["t_stop"].equals(ref["t_stop"])
 
-    with dask.config.set(_EMBEDDED_CLUSTER_CONFIG), \
+    with dask.config.set(settings), \
             LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
                          dashboard_address=":0") as cluster, Client(cluster) as client:
         client.run(lambda: __import__("transformer_pde.paper"))  # warm the workers
         env = next(iter(client.run(_worker_threads).values()))
+        pids = list(client.run(os.getpid).values())
         for r in range(args.repeat):
             t, ds = timed(lambda r=r: sweep.run(sweep.Study(grid, cell), tmp / f"started{r}.zarr",
-                                            scheduler=client, progress=False))
+                                                scheduler=client, progress=False),
+                          names[3], pids)
             times[names[3]].append(t)
             assert ds["rank"].equals(ref["rank"])
         over_dask = overhead(tmp, n, scheduler=client)
@@ -135,13 +186,17 @@ def main() -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     best = {k: min(v) for k, v in times.items()}
     median = {k: statistics.median(v) for k, v in times.items()}
-    print(f"rank study: {n} cells, {args.workers} workers, {os.cpu_count()} cores, "
+    print(f"rank study: {n} cells, {args.workers} workers ({method}), {os.cpu_count()} cores, "
           f"{args.repeat} runs each; load average {load0:.2f} at start, {load1:.2f} at end")
-    print(f"{'run':<40s} {'fastest s':>9s} {'median s':>9s} {'speed-up':>9s} "
-          f"{'(median)':>9s}")
+    cpu = {k: min(v) for k, v in CPU.items()}
+    print(f"{'run':<44s} {'fastest s':>9s} {'median s':>9s} {'speed-up':>9s} "
+          f"{'(median)':>9s} {'CPU s':>7s} {'CPU/loop':>8s}")
     for k in names:
-        print(f"{k:<40s} {best[k]:9.2f} {median[k]:9.2f} {best[names[0]] / best[k]:9.2f} "
-              f"{median[names[0]] / median[k]:9.2f}")
+        print(f"{k:<44s} {best[k]:9.2f} {median[k]:9.2f} {best[names[0]] / best[k]:9.2f} "
+              f"{median[names[0]] / median[k]:9.2f} {cpu[k]:7.2f} {cpu[k] / cpu[names[0]]:8.3f}")
+    print("(CPU s: least CPU time of a run, all processes that did its work: this one, the "
+          "workers and, for the embedded cluster, their start and stop; CPU/loop - 1 is the "
+          "engine's and the cluster's cost, which load does not hide)")
     print(f"engine overhead per cell: in-process + Zarr {1e3 * over_serial[0]:.2f} ms "
           f"(+ {over_serial[1]:.2f} s per study), Dask cluster {1e3 * over_dask[0]:.2f} ms "
           f"(+ {over_dask[1]:.2f} s per study); worker threads {env}")
@@ -149,6 +204,8 @@ def main() -> None:
               "loadavg_start": load0, "loadavg_end": load1, "machine": platform.machine(),
               "cpu_count": os.cpu_count(), "seconds": times,
               "seconds_fastest": best, "seconds_median": median,
+              "cpu_seconds": CPU, "cpu_seconds_least": cpu,
+              "cpu_vs_loop": {k: v / cpu[names[0]] for k, v in cpu.items()},
               "speedup_vs_loop": {k: best[names[0]] / v for k, v in best.items()},
               "speedup_vs_loop_median": {k: median[names[0]] / v for k, v in median.items()},
               "overhead_ms_per_cell": {"in_process_zarr": 1e3 * over_serial[0],
@@ -156,6 +213,7 @@ def main() -> None:
               "overhead_s_per_study": {"in_process_zarr": over_serial[1],
                                        "dask": over_dask[1]},
               "embedded_cluster_config": _EMBEDDED_CLUSTER_CONFIG,
+              "worker_start_method": method,
               "worker_thread_env": env, "sched_autogroup_enabled": _autogroup(),
               "command": "PYTHONPATH=. python benchmarks/sweep.py"
                          + (" --quick" if args.quick else "")

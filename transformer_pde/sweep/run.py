@@ -9,7 +9,9 @@ the results are bit for bit those of a serial run whatever the scheduling.
 
 Without ``scheduler=``, a study runs on the active ``distributed.Client`` if there is one
 (the client a notebook created with ``Client()``), else on an embedded ``LocalCluster``
-whose worker processes ignore Ctrl-C (the calling process stops them).  The warnings and
+whose worker processes ignore Ctrl-C (the calling process stops them); on Linux they are
+forked from the calling process where that is safe, so that they start with its imports and
+compiled kernels instead of paying them again.  The warnings and
 log records of the cells that workers run are issued again in the calling process, each
 distinct one once (:mod:`~transformer_pde.sweep.worker_output`), where its warning filters
 and logging configuration apply.
@@ -21,6 +23,7 @@ import contextlib
 import json
 import logging
 import math
+import multiprocessing
 import os
 import re
 import signal
@@ -77,6 +80,44 @@ _EMBEDDED_CLUSTER_CONFIG: dict[str, Any] = {
     "distributed.admin.system-monitor.interval": "5s",
     "distributed.worker.memory.monitor-interval": "2s",
 }
+
+
+def _embedded_start_method() -> str:
+    """How the embedded cluster starts its worker processes: ``"fork"`` where it is safe,
+    else Dask's configured method (``"spawn"`` by default).
+
+    A forked worker starts in a fraction of a second with this process's imports and
+    compiled Numba kernels; a spawned one starts a new interpreter, imports Dask, the
+    package, NumPy, SciPy and Numba and loads every kernel from the disk cache (about 2 s
+    of CPU each).  Fork is used on Linux when Dask's method is its default ``"spawn"``
+    (a user's explicit ``"forkserver"`` is kept) and Numba's thread pool has not been
+    started in this process: the OpenMP and workqueue pools are not fork-safe (a forked
+    child entering a parallel region is terminated, or waits for threads it does not have).
+    """
+    try:
+        import dask  # noqa: PLC0415  (an optional dependency, imported by _connect anyway)
+    except ImportError:
+        configured = "spawn"
+    else:
+        configured = str(dask.config.get("distributed.worker.multiprocessing-method", "spawn"))
+    if (configured != "spawn" or sys.platform != "linux"
+            or "fork" not in multiprocessing.get_all_start_methods()):
+        return configured
+    if "numba" in sys.modules:
+        parallel = sys.modules.get("numba.np.ufunc.parallel")
+        if parallel is not None and getattr(parallel, "_is_initialized", True):
+            return configured  # threads running (or an unknown Numba): not fork-safe
+    return "fork"
+
+
+@contextlib.contextmanager
+def _quiet_fork() -> Any:
+    """Python >= 3.12 warns (DeprecationWarning) on every fork of a process with threads;
+    here the forking thread is Dask's event loop and the calling thread waits for it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*use of fork\(\) may lead to deadlocks",
+                                category=DeprecationWarning)
+        yield
 
 
 #: seconds to wait for an existing Dask scheduler to answer before giving up
@@ -231,7 +272,9 @@ def _connect(scheduler: Any, workers: int | None, scheduler_file: str | Path | N
         # (a failed cell's message, or the exception of a lost task).
         try:
             dask = require("dask", "running a parameter study")
-            with dask.config.set(_EMBEDDED_CLUSTER_CONFIG), _children_ignore_sigint():
+            settings = {**_EMBEDDED_CLUSTER_CONFIG,
+                        "distributed.worker.multiprocessing-method": _embedded_start_method()}
+            with dask.config.set(settings), _children_ignore_sigint(), _quiet_fork():
                 cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                                        dashboard_address=":0", silence_logs=logging.CRITICAL)
         except RuntimeError as exc:
@@ -270,12 +313,20 @@ def _batches(pending: list[int], n_workers: int, batch_size: int | None,
              serial: bool = False) -> list[list[int]]:
     if batch_size is None and serial:  # in-process: 8 groups (progress), at most 64 cells
         batch_size = max(1, min(64, math.ceil(len(pending) / 8)))
-    if batch_size is None:
-        # ~24 tasks per worker: cells differ in cost, and the last tasks decide when the
-        # study ends (with 8 per worker, one worker idled for up to a twelfth of the run);
-        # a task costs a few ms of scheduling, far below a cell of an ODE study
-        batch_size = max(1, min(64, math.ceil(len(pending) / (24 * max(n_workers, 1)))))
-    return [pending[i:i + batch_size] for i in range(0, len(pending), batch_size)]
+    if batch_size is not None:
+        return [pending[i:i + batch_size] for i in range(0, len(pending), batch_size)]
+    # Guided: each task takes 1/(8 W) of the cells not yet in a task (1 to 64 cells), so
+    # the first tasks are large (few tasks: a task costs a few ms of scheduling) and the
+    # last ones single cells: cells differ in cost, and the last tasks decide when the
+    # study ends (with equal tasks of 8 per worker, one worker idled for up to a twelfth of
+    # the run).  Dask hands the tasks out in this order as workers free up.
+    per = 8 * max(n_workers, 1)
+    out, i = [], 0
+    while i < len(pending):
+        size = max(1, min(64, math.ceil((len(pending) - i) / per)))
+        out.append(pending[i:i + size])
+        i += size
+    return out
 
 
 def run(study: Study, store: str | Path | None = None, *, scheduler: Any = None,
@@ -297,8 +348,14 @@ def run(study: Study, store: str | Path | None = None, *, scheduler: Any = None,
         embedded ``LocalCluster`` (one single-threaded worker process per core,
         or ``workers``) started and stopped with the call; its workers run without Dask's
         statistical profiler and with slower housekeeping timers (a few % more CPU time
-        for the cells), and ignore Ctrl-C (this process stops them).  ``"serial"``: every cell in this
-        process, in order (debugging, and the reference the distributed runs equal).  An
+        for the cells), and ignore Ctrl-C (this process stops them).  On Linux they are
+        forked from this process, with its imports and compiled kernels (they start in a
+        fraction of a second), unless Numba's thread pool already runs here (it is not
+        fork-safe) or Dask's ``distributed.worker.multiprocessing-method`` is set to
+        another method than its default; otherwise they are spawned (a new interpreter
+        each, which imports the package and loads the kernels: about 2 s of CPU).
+        ``"serial"``: every cell in this process, in order (debugging, and the reference
+        the distributed runs equal).  An
         address such as ``"tcp://10.0.0.5:8786"`` or a ``Client``: an existing cluster.
     workers : int, optional
         Worker processes of the embedded cluster (default: the number of cores); given, an
