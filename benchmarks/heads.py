@@ -80,16 +80,18 @@ def _parts(q, k, v, min_time: float) -> dict:
     @njit
     def logits_only(qpk, kpk, n, nr, S):
         m_q = qpk.shape[0] * tiled.MR
-        for i0 in range(0, m_q, tiled.QTILE):
-            nt = min(tiled.QTILE, m_q - i0)
+        qt = S.shape[0]
+        for i0 in range(0, m_q, qt):
+            nt = min(qt, m_q - i0)
             for j0 in range(0, n, tiled.KBLOCK):
                 nbp = (min(tiled.KBLOCK, n - j0) + nr - 1) // nr * nr
                 tiled._tile_logits(S, qpk, i0, nt, kpk, j0, nbp, nr)
 
     @njit
     def values_only(m_q, vpk, n, nr, cv, S, acc):
-        for i0 in range(0, m_q, tiled.QTILE):
-            nt = min(tiled.QTILE, m_q - i0)
+        qt = S.shape[0]
+        for i0 in range(0, m_q, qt):
+            nt = min(qt, m_q - i0)
             for j0 in range(0, n, tiled.KBLOCK):
                 nbp = (min(tiled.KBLOCK, n - j0) + nr - 1) // nr * nr
                 tiled._tile_values(acc, nt, S, vpk, j0, nbp, nr, cv)
@@ -100,8 +102,9 @@ def _parts(q, k, v, min_time: float) -> dict:
     bias = np.zeros(n, dtype=q.dtype)
     layout = tiled.tiled_layout(q.dtype, q, k, v, bias, lim)
     _, qpk, kpk, vpk, _, limp, nr = layout
-    S = np.random.default_rng(2).random((tiled.QTILE, tiled.KBLOCK)).astype(q.dtype)
-    acc = np.zeros((tiled.QTILE, vpk.shape[0] * nr))
+    qt = tiled.query_tile(limp.shape[0], 1)
+    S = np.random.default_rng(2).random((qt, tiled.KBLOCK)).astype(q.dtype)
+    acc = np.zeros((qt, vpk.shape[0] * nr))
     pairs = m * n
     t_all = _cpu_time(lambda: one.softmax(q, k, v, None, None), min_time)
     t_log = _cpu_time(lambda: logits_only(qpk, kpk, n, nr, S), min_time)

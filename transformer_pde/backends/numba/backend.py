@@ -41,10 +41,10 @@ from ..numpy_backend import NumpyBackend, overflow_scale
 from .streaming import TILE, pointwise_kernel, softmax_kernel
 from .sweep import fused_sweep
 from .tiled import (
-    QTILE,
     TILED_MIN_WIDTH,
     TILED_MIN_WIDTH_F32,
     pointwise_tiled_kernel,
+    query_tile,
     softmax_tiled_kernel,
     tiled_layout,
 )
@@ -285,8 +285,9 @@ class NumbaBackend:
                 dtype, qc, kk, oo[0] if oo else None, b, lim)
             out = np.zeros((limp.shape[0], vpk.shape[0] * nr), dtype=dtype)
             lse = np.full(limp.shape[0], -np.inf, dtype=dtype)
-            self._run(softmax_tiled_kernel, work, qp, kpk, vpk, bp, limp, nr, c,
-                      *self._groups(limp.shape[0], QTILE, work), out, lse)
+            qt = query_tile(limp.shape[0], self._threads_for(work))
+            self._run(softmax_tiled_kernel, work, qp, kpk, vpk, bp, limp, nr, c, qt,
+                      *self._groups(limp.shape[0], qt, work), out, lse)
             return (self._unpermute(out[:, :c], order, m),
                     self._unpermute(lse, order, m))
         kT = np.ascontiguousarray(kk.T, dtype=dtype)
@@ -338,8 +339,9 @@ class NumbaBackend:
         if self.kernel_for(r, dtype) == "tiled":
             order, qp, kpk, vpk, wp, limp, nr = tiled_layout(dtype, qc, kk, vv, ww[:, 0], lim)
             out = np.zeros((limp.shape[0], vpk.shape[0] * nr), dtype=dtype)
-            self._run(pointwise_tiled_kernel, work, code, qp, kpk, vpk, wp, limp, nr, c,
-                      *self._groups(limp.shape[0], QTILE, work), out)
+            qt = query_tile(limp.shape[0], self._threads_for(work))
+            self._run(pointwise_tiled_kernel, work, code, qp, kpk, vpk, wp, limp, nr, c, qt,
+                      *self._groups(limp.shape[0], qt, work), out)
             return self._unpermute(out[:, :c], order, m)
         kT = np.ascontiguousarray(kk.T, dtype=dtype)
         vT = np.ascontiguousarray(vv.T, dtype=dtype)

@@ -4,8 +4,9 @@ Used for projection widths :math:`r \ge` :data:`TILED_MIN_WIDTH` (float64) or
 :data:`TILED_MIN_WIDTH_F32` (float32).  When a pair costs :math:`2r` multiply-adds and
 :math:`r` is a Transformer's head width (32–128), the streaming kernels
 (:mod:`~transformer_pde.backends.numba.streaming`) are bound by their per-query dot
-products.  The tiled kernels instead take :data:`QTILE` queries against a block of
-:data:`KBLOCK` keys and compute the QTILE×KBLOCK logits and then the QTILE×c block of
+products.  The tiled kernels instead take a tile of up to :data:`QTILE` queries
+(:func:`query_tile`) against a block of :data:`KBLOCK` keys and compute the tile's
+logits and then its block of
 value sums as small matrix products, with the online log-sum-exp of each query between
 the two.  Both products go through one register-blocked micro-kernel (:data:`_mk_store`,
 :data:`_mk_add`), written as an LLVM intrinsic because Numba's loop vectoriser only
@@ -33,7 +34,15 @@ keys in panels of NR (``k[p*NR:(p+1)*NR].T``, r×NR) for the logits, values in p
 NR coordinates (N×NR) for the value sums (a strided N×c array would alias in the L1
 sets); a last value panel at most half used is multiplied with one register per row
 (:data:`_mk_add_half`).  Memory stays :math:`O((N + M)(r + c))` plus a QTILE×KBLOCK
-logit tile and QTILE×c accumulators per thread.  Queries are sorted by masked prefix
+logit tile and QTILE×c accumulators per thread (in L2).
+
+Keys and values stream from L3 or memory once per query tile, so the tile is large:
+each key and value panel is reused by up to :data:`QTILE` = 256 queries.  Tiles of 48
+queries left the products 20–30 % below the machine's GEMM rate at r = 64–128 and N =
+16384; the logit product also waited on the packed queries coming from L2, which it now
+prefetches :data:`PREFETCH` reduction steps ahead.
+
+Queries are sorted by masked prefix
 length (so a tile's queries see similar prefixes) and padded to a multiple of MR; keys
 and value coordinates are padded with zeros to multiples of NR.  Value sums over one
 key block are formed in the input precision and added to float64 accumulators.
@@ -69,6 +78,7 @@ __all__ = [
     "TILED_MIN_WIDTH",
     "TILED_MIN_WIDTH_F32",
     "pointwise_tiled_kernel",
+    "query_tile",
     "softmax_tiled_kernel",
     "tiled_layout",
 ]
@@ -77,18 +87,32 @@ __all__ = [
 #: MR × NR_F32 in float32 (two SIMD registers of keys per query)
 MR = 8 if VECTOR_BITS == 512 else 6
 NR, NR_F32 = 2 * VECTOR_BITS // 64, 2 * VECTOR_BITS // 32
-#: queries sharing each block of keys (a multiple of MR)
-QTILE = 48
+#: most queries sharing each block of keys (a multiple of MR); :func:`query_tile` picks
+#: the tile of a call, at most this
+QTILE = 256
 #: keys per block (the per-thread logit tile is QTILE × KBLOCK)
 KBLOCK = 128
 #: smallest projection width r for which the tiled kernels are used, float64 and float32
 #: (measured crossovers, see :meth:`~transformer_pde.backends.numba.NumbaBackend.kernel_for`)
 TILED_MIN_WIDTH = 8
 TILED_MIN_WIDTH_F32 = 12
+#: reduction steps by which the logit product prefetches its packed queries
+PREFETCH = 8
 
 
-def _make_micro_kernel(accumulate: bool, nvec: int = 2):
-    """Build the register-blocked micro-kernel as an LLVM intrinsic (see :func:`_mk_store`)."""
+def _prefetch(builder: Any, ptr: Any) -> None:
+    """Emit ``llvm.prefetch`` of ``ptr`` (read, keep in all cache levels)."""
+    i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+    fn = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0")
+    builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
+                      ir.Constant(i32, 1)])
+
+
+def _make_micro_kernel(accumulate: bool, nvec: int = 2, prefetch: int = 0):
+    """Build the register-blocked micro-kernel as an LLVM intrinsic (see :func:`_mk_store`);
+    ``prefetch > 0`` prefetches the left operand's first row ``prefetch`` reduction steps
+    ahead."""
 
     def typer(typingctx, a, a_off, a_rs, a_cs, b, b_off, b_rs, n_red, c, c_off, c_rs):
         if not all(isinstance(x, types.Array) and x.layout == "C" for x in (a, b, c)):
@@ -138,6 +162,9 @@ def _make_micro_kernel(accumulate: bool, nvec: int = 2):
             for row in accs:
                 for p in row:
                     p.add_incoming(zero, pre)
+            if prefetch:                      # the packed query group: one line per step
+                ahead = builder.mul(builder.add(ll, ir.Constant(i64, prefetch)), a_cs_v)
+                _prefetch(builder, builder.gep(arows[0], [ahead]))
             brow = builder.gep(b0, [builder.mul(ll, b_rs_v)])
             bvec = [builder.load(builder.bitcast(builder.gep(brow, [ir.Constant(i64, h * lanes)]),
                                                  vty.as_pointer()), align=align)
@@ -190,8 +217,9 @@ def _make_micro_kernel(accumulate: bool, nvec: int = 2):
 #: ``A`` and two vector loads of ``B`` per MR pairs of FMAs).  ``A`` is read row-major
 #: (``acs = 1``) or from a packed group of MR rows (``ars = 1, acs = MR``).  Arrays are
 #: C-contiguous, indices flat
-#: and unchecked: the callers guarantee the bounds (padded layouts).
-_mk_store = _make_micro_kernel(False)
+#: and unchecked: the callers guarantee the bounds (padded layouts).  Row 0 of ``A`` is
+#: prefetched :data:`PREFETCH` reduction steps ahead (a packed query group streams from L2).
+_mk_store = _make_micro_kernel(False, 2, PREFETCH)
 #: as :data:`_mk_store` but ``C += ...`` (``C`` may be float64 for float32 ``A``, ``B``)
 _mk_add = _make_micro_kernel(True)
 #: as :data:`_mk_add` for one SIMD register of columns (NR/2): the last value panel
@@ -234,17 +262,18 @@ def _tile_values(acc, nt, S, vpk, j0, nbp, nr, cv):
 
 
 @njit(parallel=True, fastmath=FM_KERNEL, cache=True)
-def softmax_tiled_kernel(qpk, kpk, vpk, bias, limits, nr, cv, n_groups, n_threads, out, lse):
+def softmax_tiled_kernel(qpk, kpk, vpk, bias, limits, nr, cv, qtile, n_groups, n_threads, out, lse):
     """Softmax / lse with logits and value sums as register-blocked tile products.
 
     Shapes: queries packed by :func:`tiled_layout` into ``qpk`` (M/MR, r, MR), M a
     multiple of :data:`MR`; keys packed into ``kpk`` (N·r numbers, N a multiple of
     ``nr`` = NR or NR_F32), ``bias`` (N,), values packed into ``vpk`` (c/nr, N, nr), c
     a multiple of nr (c = 0: lse only) of which the first ``cv`` are used, ``out``
-    (M, c).  Queries are taken in tiles of :data:`QTILE`; for each block
-    of :data:`KBLOCK` keys: the QTILE×KBLOCK logits (:data:`_mk_store`), the online
+    (M, c).  Queries are taken in tiles of ``qtile`` (a multiple of MR, at most
+    :data:`QTILE`: :func:`query_tile`); for each block
+    of :data:`KBLOCK` keys: the qtile×KBLOCK logits (:data:`_mk_store`), the online
     log-sum-exp of each row over its visible keys ``j < limits[i]`` (invisible entries
-    are set to 0 after the exponential), then the QTILE×c value sums
+    are set to 0 after the exponential), then the qtile×c value sums
     (:data:`_mk_add`, into float64 accumulators).  Every query sees its keys in the same
     order and blocks whatever the threads, so results do not depend on the thread count.
     """
@@ -252,16 +281,16 @@ def softmax_tiled_kernel(qpk, kpk, vpk, bias, limits, nr, cv, n_groups, n_thread
     cp = vpk.shape[0] * nr
     cw = max(cp, 1)
     zero = qpk.dtype.type(0.0)
-    n_tiles = (m_q + QTILE - 1) // QTILE
+    n_tiles = (m_q + qtile - 1) // qtile
     for g in prange(n_groups):
         wide_vectors()
-        S = np.empty((QTILE, KBLOCK), dtype=qpk.dtype)
-        acc = np.empty((QTILE, cw), dtype=np.float64)
-        m_run = np.empty(QTILE, dtype=qpk.dtype)
-        s_run = np.empty(QTILE, dtype=np.float64)
+        S = np.empty((qtile, KBLOCK), dtype=qpk.dtype)
+        acc = np.empty((qtile, cw), dtype=np.float64)
+        m_run = np.empty(qtile, dtype=qpk.dtype)
+        s_run = np.empty(qtile, dtype=np.float64)
         for tile in range(first_tile(g, n_groups, n_threads), n_tiles, n_groups):
-            i0 = tile * QTILE
-            nt = min(QTILE, m_q - i0)
+            i0 = tile * qtile
+            nt = min(qtile, m_q - i0)
             most = start_tile(acc, limits, i0, nt)
             s_run[:] = 0.0
             for j0 in range(0, most, KBLOCK):
@@ -312,21 +341,21 @@ def softmax_tiled_kernel(qpk, kpk, vpk, bias, limits, nr, cv, n_groups, n_thread
 
 
 @njit(parallel=True, fastmath=FM_KERNEL, cache=True)
-def pointwise_tiled_kernel(phi, qpk, kpk, vpk, w, limits, nr, cv, n_groups, n_threads, out):
+def pointwise_tiled_kernel(phi, qpk, kpk, vpk, w, limits, nr, cv, qtile, n_groups, n_threads, out):
     """Tiled ``out[i] = sum_{j < limits[i]} w_j phi(q_i . k_j) v_j`` (shapes and ``cv``
-    as in :func:`softmax_tiled_kernel`; ``w`` (N,) padded with zeros)."""
+    and ``qtile`` as in :func:`softmax_tiled_kernel`; ``w`` (N,) padded with zeros)."""
     m_q = qpk.shape[0] * MR
     cp = vpk.shape[0] * nr
     zero = qpk.dtype.type(0.0)
     one = qpk.dtype.type(1.0)
-    n_tiles = (m_q + QTILE - 1) // QTILE
+    n_tiles = (m_q + qtile - 1) // qtile
     for g in prange(n_groups):
         wide_vectors()
-        S = np.empty((QTILE, KBLOCK), dtype=qpk.dtype)
-        acc = np.empty((QTILE, max(cp, 1)), dtype=np.float64)
+        S = np.empty((qtile, KBLOCK), dtype=qpk.dtype)
+        acc = np.empty((qtile, max(cp, 1)), dtype=np.float64)
         for tile in range(first_tile(g, n_groups, n_threads), n_tiles, n_groups):
-            i0 = tile * QTILE
-            nt = min(QTILE, m_q - i0)
+            i0 = tile * qtile
+            nt = min(qtile, m_q - i0)
             most = start_tile(acc, limits, i0, nt)
             for j0 in range(0, most, KBLOCK):
                 nbt = min(KBLOCK, most - j0)
@@ -354,6 +383,19 @@ def pointwise_tiled_kernel(phi, qpk, kpk, vpk, w, limits, nr, cv, n_groups, n_th
                 for cc in range(cp):
                     out[i0 + t, cc] = acc[t, cc]
 
+
+def query_tile(m: int, n_threads: int) -> int:
+    """Queries per tile for ``m`` (padded) queries on ``n_threads`` threads.
+
+    At most :data:`QTILE`, a multiple of :data:`MR`, and as even a split as that allows:
+    the tile count is rounded up to a multiple of the threads, so that no thread is left
+    with one large tile more than another.  A query's result does not depend on its tile
+    (each row of a tile product is summed in the same order).
+    """
+    n_tiles = -(-max(m, 1) // QTILE)
+    n_tiles = -(-n_tiles // max(n_threads, 1)) * max(n_threads, 1)
+    rows = -(-max(m, 1) // n_tiles)
+    return max(MR, -(-rows // MR) * MR)
 
 
 def tiled_layout(dtype: Any, q: np.ndarray, k: np.ndarray, vals: np.ndarray | None,
