@@ -28,11 +28,12 @@ interpreted).  The field of the affine kinds is (per head :math:`h`, value map
 with :math:`\Sigma_2 = \Sigma` (softmax) or :math:`\Sigma + \alpha\alpha^\top` (linear);
 the flow of the state :math:`[t, \rho, G, \tilde\alpha]` is that of :mod:`.member_field`.
 
-The field is written out once, in :func:`run_lanes`, and evaluated over all lanes; a lane
-that needs the field at its current state (a new member, the continuation past the
-threshold, a layer breakpoint) waits for the next pass, which evaluates it first.  This
-keeps the compiled code small: a cold compilation takes about half the time of the
-per-member kernel of the same kinds.  The kernel releases the GIL (``nogil``):
+The field is evaluated over all lanes by :mod:`.lockstep_field` (for :math:`d = 2` in a
+few vectorised loops with every per-lane quantity in registers); a lane that needs the
+field at its current state (a new member, the continuation past the threshold, a layer
+breakpoint) waits for the next pass, which evaluates it first.  The per-lane decisions
+after a step run in one loop over lanes (:func:`_decide`) that passes no array to a
+function on the common path.  The kernel releases the GIL (``nogil``):
 :func:`run_chunks` runs chunks of a large batch on a pool of threads (numba's thread
 count) instead of a ``prange`` loop, which is costly to compile.  Not public API.
 """
@@ -44,6 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .lockstep_field import errors, field_any, field_d2, stage
 from .member_field import member_converged, pi_rule
 
 __all__ = ["AVAILABLE", "LANES", "run_chunks", "run_lanes"]
@@ -77,6 +79,7 @@ def njit(fn):
         return fn
     return _nb.njit(cache=True, nogil=True, error_model="numpy")(fn)
 
+
 @njit
 def run_lanes(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, cA, cB, cE5, cE3,
               codes, lo, hi, lanes):
@@ -95,22 +98,20 @@ def run_lanes(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, cA, cB, 
     Each pass evaluates the field ``ns + 1`` times over all lanes: pass 0 (only when some
     lane (re)started: a new member, the continuation, a layer breakpoint) at the states
     ``y``, into ``K[0]``; passes ``1 .. ns`` at the stages, the last at the new state.
-    The field is written out once, here, for all of them."""
+    The field is :func:`~.lockstep_field.field_d2` (d = 2) or
+    :func:`~.lockstep_field.field_any`."""
     n = Y.shape[1]
     d = prm.shape[-1]
-    nG = d * d
     L = max(1, min(lanes, hi - lo))
     ns = cB.shape[0]
     lin = int(con[0, 0]) == 1
-    y = np.zeros((n, L))
-    ytmp = np.zeros((n, L))
-    K = np.zeros((ns + 1, n, L))
+    y, ytmp, K = np.zeros((n, L)), np.zeros((n, L)), np.zeros((ns + 1, n, L))
     P = np.zeros((prm.shape[2], 2, d, d, L))
     S, S2, T = np.zeros((d, d, L)), np.zeros((d, d, L)), np.zeros((d, d, L))
     M, MG = np.zeros((d, d, L)), np.zeros((d, d, L))
     al, dm = np.zeros((d, L)), np.zeros((d, L))
     v = np.zeros((8, L))
-    g2, e2r, trS, phi, acc, gmg, a2, mu = v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]
+    accf, v5, v3 = np.zeros((n, L)), np.zeros((n, L)), np.zeros((n, L))
     lf = np.zeros((8, L))
     kap, hh = lf[F_KAP], lf[F_HH]
     li = np.zeros((12, L), dtype=np.int64)
@@ -120,7 +121,7 @@ def run_lanes(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, cA, cB, 
     alg = np.full((L, 4), np.inf)
     tabs = (stops, stops_c)
     io = (Y, Yc, h0, codes, traj)
-    sc = (S, M, al, dm)
+    rel = np.zeros(L)
     nxt = lo
     for m in range(L):
         nxt = _load(m, nxt, hi, y, lf, li, io, prm, con, tabs, ctl, P, alg)
@@ -135,138 +136,21 @@ def run_lanes(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, cA, cB, 
             else:
                 if i == 1:
                     _aim(y, K, lf, li, tabs)
-                for j in range(n):
-                    for m in range(L):
-                        acc[m] = 0.0
-                    for l in range(i):
-                        a = cA[i, l] if i < ns else cB[l]
-                        if a != 0.0:
-                            for m in range(L):
-                                acc[m] += a * K[l, j, m]
-                    for m in range(L):
-                        ytmp[j, m] = y[j, m] + hh[m] * acc[m]
-            out = K[i]
-            # --- the field at ytmp: Sigma, S2, alpha (the state) ---
-            for m in range(L):
-                g2[m] = 0.0
-            for q in range(nG):
-                for m in range(L):
-                    g2[m] += ytmp[2 + q, m] * ytmp[2 + q, m]
-            for m in range(L):
-                e2r[m] = math.exp(2.0 * ytmp[1, m])
-            for m in range(L):
-                trS[m] = e2r[m] * g2[m]
-            for m in range(L):
-                phi[m] = math.sqrt(1.0 + kap[m] * trS[m])
-            for r in range(d):
-                for m in range(L):
-                    al[r, m] = phi[m] * ytmp[2 + nG + r, m]
-            for r in range(d):
-                for c in range(r + 1):
-                    for m in range(L):
-                        acc[m] = 0.0
-                    for k in range(d):
-                        for m in range(L):
-                            acc[m] += ytmp[2 + r * d + k, m] * ytmp[2 + c * d + k, m]
-                    for m in range(L):
-                        acc[m] = e2r[m] * acc[m]
-                    for m in range(L):
-                        S[r, c, m] = acc[m]
-                    for m in range(L):
-                        S[c, r, m] = acc[m]
-                    if lin:
-                        for m in range(L):
-                            acc[m] = acc[m] + al[r, m] * al[c, m]
-                    for m in range(L):
-                        S2[r, c, m] = acc[m]
-                    for m in range(L):
-                        S2[c, r, m] = acc[m]
-            # --- M = sum_h V^f_h S2 A_h, b = sum_h V^f_h alpha (softmax), in dm ---
-            for r in range(d):
-                for m in range(L):
-                    dm[r, m] = 0.0
-                for c in range(d):
-                    for m in range(L):
-                        M[r, c, m] = 0.0
-            for h in range(P.shape[0]):
-                for r in range(d):
-                    for c in range(d):
-                        for m in range(L):
-                            acc[m] = 0.0
-                        for k in range(d):
-                            for m in range(L):
-                                acc[m] += S2[r, k, m] * P[h, 1, k, c, m]
-                        for m in range(L):
-                            T[r, c, m] = acc[m]
-                for r in range(d):
-                    for c in range(d + (0 if lin else 1)):
-                        for m in range(L):
-                            acc[m] = 0.0
-                        for k in range(d):
-                            for m in range(L):
-                                acc[m] += P[h, 0, r, k, m] * (T[k, c, m] if c < d else al[k, m])
-                        if c < d:
-                            for m in range(L):
-                                M[r, c, m] += acc[m]
-                        else:
-                            for m in range(L):
-                                dm[r, m] += acc[m]
-            # --- the flow of [t, rho, G, alpha~]; dm becomes alpha' ---
-            for m in range(L):
-                gmg[m] = 0.0
-            for m in range(L):
-                a2[m] = 0.0
-            for r in range(d):
-                for c in range(d):
-                    for m in range(L):
-                        acc[m] = 0.0
-                    for k in range(d):
-                        for m in range(L):
-                            acc[m] += M[r, k, m] * ytmp[2 + k * d + c, m]
-                    for m in range(L):
-                        MG[r, c, m] = acc[m]
-                    for m in range(L):
-                        gmg[m] += ytmp[2 + r * d + c, m] * acc[m]
-            for r in range(d):
-                for m in range(L):
-                    acc[m] = dm[r, m]
-                for k in range(d):
-                    for m in range(L):
-                        acc[m] += M[r, k, m] * al[k, m]
-                for m in range(L):
-                    dm[r, m] = acc[m]
-                for m in range(L):
-                    a2[m] += al[r, m] * al[r, m]
-            for m in range(L):
-                mu[m] = gmg[m] / g2[m] if g2[m] > 0 else 0.0
-            for m in range(L):
-                nu[m] = trS[m] + a2[m] if lin else trS[m] + 0.0
-            for m in range(L):
-                out[0, m] = 1.0 / (1.0 + kap[m] * nu[m])
-            for m in range(L):
-                out[1, m] = mu[m] * out[0, m]
-            for m in range(L):
-                acc[m] = 0.5 * kap[m] * (2.0 * e2r[m] * gmg[m]) / (phi[m] * phi[m])
-            for r in range(d):
-                for c in range(d):
-                    for m in range(L):
-                        out[2 + r * d + c, m] = ((MG[r, c, m] - mu[m] * ytmp[2 + r * d + c, m])
-                                                 * out[0, m])
-            for r in range(d):
-                for m in range(L):
-                    out[2 + nG + r, m] = (dm[r, m] - al[r, m] * acc[m]) * (out[0, m] / phi[m])
+                stage(y, K, cA[i] if i < ns else cB, i, hh, accf, ytmp)
+            if d == 2:
+                field_d2(ytmp, K[i], kap, P, lin, S, M, al, dm, nu, v)
+            else:
+                field_any(ytmp, K[i], kap, P, lin, S, S2, T, M, MG, al, dm, nu, v)
             if i == 0:
+                _conv_lanes(S, M, al, dm, ctl[_ATOL], cv, rel)
                 for m in range(L):
                     if li[I_PEND, m] != 0:
                         nxt = _started(m, nu[m], nxt, hi, y, lf, li, io, prm, con, tabs, ctl,
-                                       P, sc, cv, alg)
-        _errors(y, ytmp, K, cE5, cE3, atol_vec, ctl[_RTOL], ev)
-        for m in range(L):
-            if li[I_ACT, m] == 0:
-                continue
-            res = _control(m, y, ytmp, K, nu, ev, lf, li, io, prm, tabs, ctl, P, sc, cv, alg)
-            if res >= 0:
-                nxt = _finish(m, res, nxt, hi, y, lf, li, io, prm, con, tabs, ctl, P, alg)
+                                       P, rel, cv, alg)
+        errors(y, ytmp, K, cE5, cE3, atol_vec, ctl[_RTOL], ev, v5, v3)
+        _conv_lanes(S, M, al, dm, ctl[_ATOL], cv, rel)
+        nxt = _decide(nxt, hi, y, ytmp, K, nu, ev, lf, li, io, prm, con, tabs, ctl, P, rel, cv,
+                      alg)
 
 
 @njit
@@ -318,17 +202,15 @@ def _load(m, nxt, hi, y, lf, li, io, prm, con, tabs, ctl, P, alg):
 
 
 @njit
-def _started(m, num, nxt, hi, y, lf, li, io, prm, con, tabs, ctl, P, sc, cv, alg):
+def _started(m, num, nxt, hi, y, lf, li, io, prm, con, tabs, ctl, P, rel, cv, alg):
     """Lane ``m`` got ``K[0]`` (size ``num``) at its state after waiting for it: a new
     member is tested for convergence at ``t = 0`` (finished at once if so), a layer
     breakpoint completes the step that landed on it (convergence test, budget); returns
     the next member to load."""
     kind = li[I_PEND, m]
     li[I_PEND, m] = 0
-    d = prm.shape[-1]
     if kind == PEND_SEG:
-        rel = _conv(m, d, sc[0], sc[1], sc[2], sc[3], ctl[_ATOL], cv[m])
-        res = member_converged(int(ctl[_CONV_MODE]), rel, cv[m], ctl[_CONV_TOL], y[0, m],
+        res = member_converged(int(ctl[_CONV_MODE]), rel[m], cv[m], ctl[_CONV_TOL], y[0, m],
                                alg[m])
         if res <= 0:
             res = 3 if li[I_NATT, m] >= li[I_BUDGET, m] else -1
@@ -338,8 +220,7 @@ def _started(m, num, nxt, hi, y, lf, li, io, prm, con, tabs, ctl, P, sc, cv, alg
         return nxt
     lf[F_LSZ, m] = math.log(num)
     if kind == PEND_LOAD:
-        rel = _conv(m, d, sc[0], sc[1], sc[2], sc[3], ctl[_ATOL], cv[m])
-        c0 = member_converged(int(ctl[_CONV_MODE]), rel, cv[m], ctl[_CONV_TOL], 0.0, alg[m])
+        c0 = member_converged(int(ctl[_CONV_MODE]), rel[m], cv[m], ctl[_CONV_TOL], 0.0, alg[m])
         if c0 > 0:
             Y, Yc, codes = io[0], io[1], io[3]
             mem = li[I_MEM, m]
@@ -383,82 +264,87 @@ def _finish(m, res, nxt, hi, y, lf, li, io, prm, con, tabs, ctl, P, alg):
 
 
 @njit
-def _control(m, y, ynew, K, nu, ev, lf, li, io, prm, tabs, ctl, P, sc, cv, alg):
-    """The decisions of lane ``m`` after its step (those of the per-member integrator):
-    accept or retry, the next step, landing on stops and on the size threshold, the
-    convergence test; returns the code that ends the lane's phase, or -1."""
-    n = y.shape[0]
+def _decide(nxt, hi, y, ynew, K, nu, ev, lf, li, io, prm, con, tabs, ctl, P, rel, cv, alg):
+    """The decisions of every active lane after its step (those of the per-member
+    integrator): accept or retry, the next step, landing on stops and on the size
+    threshold, the convergence test; a lane whose phase ended is finished
+    (:func:`_finish`).  Returns the next member to load.  One loop over lanes that passes
+    no array to a function on the common path (no reference counting per lane)."""
+    n, L = y.shape
     ns = K.shape[0] - 1
-    tab = tabs[li[I_PHASE, m]]
-    k = li[I_K, m]
-    st = tab[0, k]
-    hh, h, lsz, lthr = lf[F_HH, m], lf[F_H, m], lf[F_LSZ, m], lf[F_LTHR, m]
-    aiming = li[I_AIM, m] == 1
-    e5, e3 = ev[0, m], ev[1, m]
-    if ev[2, m] != 0.0:
-        en = np.inf
-    elif e5 == 0.0 and e3 == 0.0:
-        en = 0.0
-    else:
-        en = abs(hh) * e5 / math.sqrt((e5 + 0.01 * e3) * n)
-    ok = en <= 1.0
-    tn = ynew[0, m]
-    tol_l = 1e-12 * max(1.0, abs(st))
-    over = ok and (tn > st + tol_l)
-    lnew = math.log(nu[m]) if nu[m] > 0.0 else -np.inf
-    over_sz = ok and (lnew > lthr + _LAND)
-    landed = ok and (not over) and aiming and abs(tn - st) <= tol_l
-    accept = ok and not over and not over_sz
-    fac, prev = pi_rule(en, lf[F_PREV, m], accept, ctl[_PI], ctl[_PI + 1], ctl[_PI + 2],
-                        ctl[_PI + 3], ctl[_PI + 4])
-    lf[F_PREV, m] = prev
-    h_new = hh * fac
-    if over:
-        h_new = hh * lf[F_GAP, m] / max(tn - y[0, m], 1e-300)
-    if over_sz:
-        h_sz = hh * (lthr - lsz) / max(lnew - lsz, 1e-300)
-        h_new = h_sz if (not over or h_sz < h_new) else h_new
-    if accept and aiming:
-        h_new = max(h, h_new)
-    sz_land = li[I_SZLAND, m] == 1 or over_sz
-    li[I_SZLAND, m] = 1 if sz_land else 0
-    aim_sz = False
-    if accept and sz_land and lsz < lnew < lthr - _LAND:
-        h_sz = hh * (lthr - lnew) / (lnew - lsz)
-        if h_sz < h_new:
-            h_new = h_sz
-            aim_sz = True
-    secant_cur = li[I_SECANT, m] == 1
-    li[I_SECANT, m] = 1 if (over or over_sz or aim_sz) else 0
-    li[I_NATT, m] += 1
-    lf[F_H, m] = h_new
-    res = -1
-    if accept:
-        if not aiming and not secant_cur:
-            lf[F_HCTRL, m] = hh * fac
-        li[I_NACC, m] += 1
-        for j in range(n):
-            y[j, m] = ynew[j, m]
-            K[0, j, m] = K[ns, j, m]
-        lf[F_LSZ, m] = lnew
-        if landed:
-            res = _landed(m, st, k, tab, y, li, io, prm, P)
-        if res < 0 and lnew >= lthr - _LAND:
-            res = 1
-        if res == -2:     # the convergence and budget tests wait for the new K[0]
-            li[I_ACT, m] = 0
-            li[I_PEND, m] = PEND_SEG
-            return -1
-        if res < 0:
-            # S, M, alpha, alpha' of lane m are those of y (its last field evaluation)
-            rel = _conv(m, prm.shape[-1], sc[0], sc[1], sc[2], sc[3], ctl[_ATOL], cv[m])
-            c = member_converged(int(ctl[_CONV_MODE]), rel, cv[m], ctl[_CONV_TOL], y[0, m],
-                                 alg[m])
-            if c > 0:
-                res = c
-    if res < 0 and li[I_NATT, m] >= li[I_BUDGET, m]:
-        res = 3
-    return res
+    stops, stops_c = tabs
+    for m in range(L):
+        if li[I_ACT, m] == 0:
+            continue
+        k = li[I_K, m]
+        st = stops[0, k] if li[I_PHASE, m] == 0 else stops_c[0, k]
+        hh, h, lsz, lthr = lf[F_HH, m], lf[F_H, m], lf[F_LSZ, m], lf[F_LTHR, m]
+        aiming = li[I_AIM, m] == 1
+        e5, e3 = ev[0, m], ev[1, m]
+        if ev[2, m] != 0.0:
+            en = np.inf
+        elif e5 == 0.0 and e3 == 0.0:
+            en = 0.0
+        else:
+            en = abs(hh) * e5 / math.sqrt((e5 + 0.01 * e3) * n)
+        ok = en <= 1.0
+        tn = ynew[0, m]
+        tol_l = 1e-12 * max(1.0, abs(st))
+        over = ok and (tn > st + tol_l)
+        lnew = math.log(nu[m]) if nu[m] > 0.0 else -np.inf
+        over_sz = ok and (lnew > lthr + _LAND)
+        landed = ok and (not over) and aiming and abs(tn - st) <= tol_l
+        accept = ok and not over and not over_sz
+        fac, prev = pi_rule(en, lf[F_PREV, m], accept, ctl[_PI], ctl[_PI + 1], ctl[_PI + 2],
+                            ctl[_PI + 3], ctl[_PI + 4])
+        lf[F_PREV, m] = prev
+        h_new = hh * fac
+        if over:
+            h_new = hh * lf[F_GAP, m] / max(tn - y[0, m], 1e-300)
+        if over_sz:
+            h_sz = hh * (lthr - lsz) / max(lnew - lsz, 1e-300)
+            h_new = h_sz if (not over or h_sz < h_new) else h_new
+        if accept and aiming:
+            h_new = max(h, h_new)
+        sz_land = li[I_SZLAND, m] == 1 or over_sz
+        li[I_SZLAND, m] = 1 if sz_land else 0
+        aim_sz = False
+        if accept and sz_land and lsz < lnew < lthr - _LAND:
+            h_sz = hh * (lthr - lnew) / (lnew - lsz)
+            if h_sz < h_new:
+                h_new = h_sz
+                aim_sz = True
+        secant_cur = li[I_SECANT, m] == 1
+        li[I_SECANT, m] = 1 if (over or over_sz or aim_sz) else 0
+        li[I_NATT, m] += 1
+        lf[F_H, m] = h_new
+        res = -1
+        if accept:
+            if not aiming and not secant_cur:
+                lf[F_HCTRL, m] = hh * fac
+            li[I_NACC, m] += 1
+            for j in range(n):
+                y[j, m] = ynew[j, m]
+                K[0, j, m] = K[ns, j, m]
+            lf[F_LSZ, m] = lnew
+            if landed:
+                res = _landed(m, st, k, tabs[li[I_PHASE, m]], y, li, io, prm, P)
+            if res < 0 and lnew >= lthr - _LAND:
+                res = 1
+            if res == -2:     # the convergence and budget tests wait for the new K[0]
+                li[I_ACT, m] = 0
+                li[I_PEND, m] = PEND_SEG
+                continue
+            if res < 0:       # rel, cv of lane m are those of y (its last field evaluation)
+                c = member_converged(int(ctl[_CONV_MODE]), rel[m], cv[m], ctl[_CONV_TOL],
+                                     y[0, m], alg[m])
+                if c > 0:
+                    res = c
+        if res < 0 and li[I_NATT, m] >= li[I_BUDGET, m]:
+            res = 3
+        if res >= 0:
+            nxt = _finish(m, res, nxt, hi, y, lf, li, io, prm, con, tabs, ctl, P, alg)
+    return nxt
 
 
 @njit
@@ -484,36 +370,73 @@ def _landed(m, st, k, tab, y, li, io, prm, P):
 
 
 @njit
-def _conv(m, d, S, M, al, dm, atol, cv):
-    """:func:`~transformer_pde.gaussian.member_field.member_conv` of lane ``m``: returns the
-    relative rate; ``cv`` (3,) receives ``[R, |Sigma'|_F, tr Sigma]``."""
-    nS = 0.0
-    ndS = 0.0
-    trS = 0.0
-    for i in range(d):
-        trS += S[i, i, m]
-        for j in range(d):
-            nS += S[i, j, m] * S[i, j, m]
-            acc = 0.0
-            for k in range(d):
-                acc += M[i, k, m] * S[k, j, m] + S[i, k, m] * M[j, k, m]
-            ndS += acc * acc
-    nS = math.sqrt(nS)
-    rS = math.sqrt(ndS) / (nS + atol)
-    dmv = 0.0
-    a2 = 0.0
-    dmm = 0.0
-    for i in range(d):
-        dmv += dm[i, m] * dm[i, m]
-        a2 += al[i, m] * al[i, m]
-        for j in range(d):
-            x = dm[i, m] * al[j, m] + al[i, m] * dm[j, m]
-            dmm += x * x
-    rm = math.sqrt(dmv) / (math.sqrt(a2) + math.sqrt(nS) + atol)
-    cv[0] = math.sqrt(ndS) + math.sqrt(dmm)
-    cv[1] = math.sqrt(ndS)
-    cv[2] = trS
-    return max(rm, rS)
+def _conv_lanes(S, M, al, dm, atol, cv, rel):
+    """:func:`~transformer_pde.gaussian.member_field.member_conv` of every lane at its last
+    field evaluation: ``rel`` (L,) the relative rate, ``cv`` (L, 3) ``[R, |Sigma'|_F,
+    tr Sigma]``."""
+    d, L = al.shape
+    if d == 2:
+        _conv_d2(S, M, al, dm, atol, cv, rel)
+        return
+    for m in range(L):
+        nS = 0.0
+        ndS = 0.0
+        trS = 0.0
+        for i in range(d):
+            trS += S[i, i, m]
+            for j in range(d):
+                nS += S[i, j, m] * S[i, j, m]
+                acc = 0.0
+                for k in range(d):
+                    acc += M[i, k, m] * S[k, j, m] + S[i, k, m] * M[j, k, m]
+                ndS += acc * acc
+        nS = math.sqrt(nS)
+        rS = math.sqrt(ndS) / (nS + atol)
+        dmv = 0.0
+        a2 = 0.0
+        dmm = 0.0
+        for i in range(d):
+            dmv += dm[i, m] * dm[i, m]
+            a2 += al[i, m] * al[i, m]
+            for j in range(d):
+                x = dm[i, m] * al[j, m] + al[i, m] * dm[j, m]
+                dmm += x * x
+        rm = math.sqrt(dmv) / (math.sqrt(a2) + math.sqrt(nS) + atol)
+        cv[m, 0] = math.sqrt(ndS) + math.sqrt(dmm)
+        cv[m, 1] = math.sqrt(ndS)
+        cv[m, 2] = trS
+        rel[m] = max(rm, rS)
+
+
+@njit
+def _conv_d2(S, M, al, dm, atol, cv, rel):
+    """:func:`_conv_lanes` for ``d = 2`` written out (the same operations in the same
+    order)."""
+    for m in range(al.shape[1]):
+        s00, s01, s10, s11 = S[0, 0, m], S[0, 1, m], S[1, 0, m], S[1, 1, m]
+        m00, m01, m10, m11 = M[0, 0, m], M[0, 1, m], M[1, 0, m], M[1, 1, m]
+        trS = s00 + s11
+        nS = s00 * s00 + s01 * s01 + s10 * s10 + s11 * s11
+        x00 = (m00 * s00 + s00 * m00) + (m01 * s10 + s01 * m01)
+        x01 = (m00 * s01 + s00 * m10) + (m01 * s11 + s01 * m11)
+        x10 = (m10 * s00 + s10 * m00) + (m11 * s10 + s11 * m01)
+        x11 = (m10 * s01 + s10 * m10) + (m11 * s11 + s11 * m11)
+        ndS = x00 * x00 + x01 * x01 + x10 * x10 + x11 * x11
+        nS = math.sqrt(nS)
+        rS = math.sqrt(ndS) / (nS + atol)
+        a0, a1, d0, d1 = al[0, m], al[1, m], dm[0, m], dm[1, m]
+        dmv = d0 * d0 + d1 * d1
+        a2 = a0 * a0 + a1 * a1
+        y00 = d0 * a0 + a0 * d0
+        y01 = d0 * a1 + a0 * d1
+        y10 = d1 * a0 + a1 * d0
+        y11 = d1 * a1 + a1 * d1
+        dmm = y00 * y00 + y01 * y01 + y10 * y10 + y11 * y11
+        rm = math.sqrt(dmv) / (math.sqrt(a2) + math.sqrt(nS) + atol)
+        cv[m, 0] = math.sqrt(ndS) + math.sqrt(dmm)
+        cv[m, 1] = math.sqrt(ndS)
+        cv[m, 2] = trS
+        rel[m] = max(rm, rS)
 
 
 @njit
@@ -525,33 +448,6 @@ def _gather(m, p, seg, prm, P):
             for i in range(d):
                 for j in range(d):
                     P[h, w, i, j, m] = prm[p, seg, h, w, i, j]
-
-
-@njit
-def _errors(y, ynew, K, cE5, cE3, atol_vec, rtol, ev):
-    """Per lane the sums of squares of the scaled 5th- and 3rd-order error estimates into
-    ``ev[0]``, ``ev[1]``, and ``ev[2]`` = 0 exactly when the new state is finite."""
-    n, L = y.shape
-    e5, e3, fz, v5, v3 = ev[0], ev[1], ev[2], ev[3], ev[4]
-    for m in range(L):
-        e5[m] = 0.0
-        e3[m] = 0.0
-        fz[m] = 0.0
-    for j in range(n):
-        for m in range(L):
-            v5[m] = 0.0
-            v3[m] = 0.0
-        for l in range(K.shape[0]):
-            a5 = cE5[l]
-            a3 = cE3[l]
-            for m in range(L):
-                v5[m] += a5 * K[l, j, m]
-                v3[m] += a3 * K[l, j, m]
-        for m in range(L):
-            s = atol_vec[j] + rtol * max(abs(y[j, m]), abs(ynew[j, m]))
-            e5[m] += (v5[m] / s) ** 2
-            e3[m] += (v3[m] / s) ** 2
-            fz[m] += ynew[j, m] * 0.0          # NaN when a component is not finite
 
 
 @njit
