@@ -87,6 +87,11 @@ def test_tiny_flow_equals_the_reference(tiny, tiny_ref, text):
     assert np.abs(A - P).max() < 1e-12
     assert np.all(np.triu(A, 1) == 0.0)
     assert np.allclose(A.sum(-1), 1.0, atol=1e-14)
+    # the weights of states already computed: against the reference too, and the same call
+    assert np.abs(tiny.attention_weights_of(S) - P).max() < 1e-12
+    assert np.array_equal(tiny.attention_weights_of(S[:-1]), A)
+    with pytest.raises(ArgumentError, match="states must have shape"):
+        tiny.attention_weights_of(S[0])
 
 
 def test_tiny_generate_is_greedy(tiny, tiny_ref):

@@ -326,7 +326,16 @@ class PretrainedDecoder:
         puts on token :math:`j` in block :math:`\ell`, computed by
         :func:`~transformer_pde.fields.attention_matrix` at the block's input after its
         first RMSNorm (rows sum to one; :math:`j > i` is exactly 0)."""
-        S = self.hidden_states(text, backend=backend)
+        return self.attention_weights_of(self.hidden_states(text, backend=backend))
+
+    def attention_weights_of(self, states: Any) -> np.ndarray:
+        r"""The attention matrices (L, H, n, n) of :meth:`attention_weights` for hidden states
+        you already have: ``states`` of shape (L + 1, n, d) or (L, n, d), as
+        :meth:`hidden_states` returns them (row :math:`\ell` is block :math:`\ell`'s input)."""
+        S = np.asarray(states, dtype=np.float64)
+        if S.ndim != 3 or S.shape[0] < self.n_layers or S.shape[2] != self.d:
+            raise ArgumentError(f"states must have shape (L + 1, n, d) or (L, n, d) with "
+                                f"L = {self.n_layers}, d = {self.d}, got {S.shape}")
         pos = self.positions(S.shape[1])
         ln1 = self.layernorm[0]
         return np.stack([attention_matrix(self.attention, ln1(S[ell], float(ell)),

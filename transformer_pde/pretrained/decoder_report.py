@@ -315,8 +315,8 @@ def run_decoder_flows(model: Any, text: str, *, steps_per_layer: int = 4, solver
     if len(model.tokenize(text)) < 2:
         raise ArgumentError(f"text: {text!r} gives one token; at least 2 are needed")
     flows: dict[str, dict[str, Any]] = {}
-    P = model.attention_weights(text)
     net = model.hidden_states(text)
+    P = model.attention_weights_of(net)
     flows["network"] = {"times": list(range(L + 1)), "states": net, "attention": P,
                         "statistics": layer_statistics(net, P)}
     cont = model.simulate(text, steps_per_layer=steps_per_layer, solver=solver)
