@@ -11,6 +11,12 @@ the same dtype and shape (up to SHA-256 collisions).  A *fingerprint* is the dig
 JSON-able description (its :func:`~transformer_pde.io.jsonfmt.canonical` text): used by
 checkpoints and studies to recognise their own run.
 
+Whether a file is checked never depends on its version field alone: a reader verifies the
+checksums of every file that carries them, whatever version it claims, and
+:func:`check_checksum_version` then refuses a file that carries checksums under a version
+(or no version) written before checksums existed -- its version field was edited.  Only a
+file without any checksum (a genuine older file) is read unverified.
+
 Examples
 --------
 >>> import numpy as np
@@ -35,7 +41,8 @@ import numpy as np
 from ..errors import IntegrityError
 from .jsonfmt import canonical, dumps
 
-__all__ = ["DIGEST_ALGORITHM", "array_digest", "check_version", "json_digest", "verify_array"]
+__all__ = ["DIGEST_ALGORITHM", "array_digest", "check_checksum_version", "check_version",
+           "json_digest", "verify_array"]
 
 #: name recorded beside every digest, so that a reader can refuse an algorithm it does not know
 DIGEST_ALGORITHM = "sha256"
@@ -100,3 +107,20 @@ def check_version(version: Any, known: tuple[int, ...], *, what: str, source: An
                     f"reads versions {known[0]} to {known[-1]} (the file is corrupt or was "
                     "written by a newer transformer-pde)")
     return version
+
+
+def check_checksum_version(version: Any, *, carries: bool, first: int, what: str,
+                           source: Any, error: type[IntegrityError] = IntegrityError) -> None:
+    """Refuse a file that carries checksums under a version field that says it has none.
+
+    A reader verifies the checksums of a file whenever the file carries them, whatever its
+    version field says, then calls this: a file whose version field is absent
+    (``None``) or older than ``first`` (the first format version with checksums) but
+    that carries checksums (``carries``) had its version field edited (e.g. set back to
+    an older version, so that a reader would skip the checksums), and is refused with
+    ``error`` naming ``source`` and the ``what`` format.  A genuine older file carries
+    no checksums and passes."""
+    if carries and (version is None or version < first):
+        claim = "no format version" if version is None else f"{what}format version {version!r}"
+        raise error(f"{source}: claims {claim}, but carries the checksums of version {first} "
+                    f"and later (its version field was edited); the file is refused")

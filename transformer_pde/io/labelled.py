@@ -18,7 +18,10 @@ edited, truncated or bit-flipped file, or a Zarr store with a chunk deleted, rai
 :class:`~transformer_pde.errors.IntegrityError` naming the file and the variable, never
 returns different data.  Files without ``format_version`` (version 1, written before
 checksums existed) are read without checksum checks (only the invariants of the reader);
-an unknown version is refused.  A save writes to a temporary path beside the target and
+an unknown version is refused.  Whether the checksums are checked never depends on the
+version field alone: a file that carries the ``checksums`` attribute is verified whatever
+``format_version`` says, and one that carries them under ``format_version = 1`` (or none)
+is refused, its version field having been edited.  A save writes to a temporary path beside the target and
 renames it into place, so a failed save leaves nothing behind.
 
 **Self-describing variables.**  Every variable written by :func:`save_dataset` carries the
@@ -46,7 +49,8 @@ import numpy as np
 
 from ..errors import ArgumentError, IntegrityError, TrajectoryFileError
 from .codec import attention_from_json, attention_to_json
-from .digests import DIGEST_ALGORITHM, array_digest, check_version, json_digest, verify_array
+from .digests import (DIGEST_ALGORITHM, array_digest, check_checksum_version, check_version,
+                      json_digest, verify_array)
 from .jsonfmt import dumps, tag_arrays, untag_arrays
 
 __all__ = ["particle_dataset",
@@ -60,6 +64,8 @@ LABELLED_SUFFIXES = (".nc", ".zarr")
 #: format version written by :func:`save_dataset` (2: checksums); 1 = no ``format_version``
 DATASET_FORMAT_VERSION = 2
 _KNOWN_VERSIONS = (1, 2)
+#: the first format version whose files carry checksums
+_FIRST_CHECKSUM_VERSION = 2
 #: attributes that describe the file itself, not covered by the attribute digest
 _OWN_ATTRS = ("format_version", "checksums")
 
@@ -290,11 +296,15 @@ def _verify(ds: Any, path: Path) -> None:
     """Check the format version and the checksums written by :func:`save_dataset`."""
     version = _plain(ds.attrs.get("format_version"))
     raw = ds.attrs.get("checksums")
-    if version is None and raw is None:
+    if raw is None and version is None:
         return  # version 1: written before checksums existed
-    check_version(version, _KNOWN_VERSIONS, what="", source=f"{path} (attribute 'format_version')")
-    if version == 1:
-        return
+    if version is not None:
+        check_version(version, _KNOWN_VERSIONS, what="",
+                      source=f"{path} (attribute 'format_version')")
+    if raw is None and version == 1:
+        return  # version 1 (stated): no checksums
+    # the file carries checksums (or claims a version that has them): verified whatever
+    # its version says; a version field set back to 1 or removed is refused below
     try:
         sums = json.loads(raw)
         arrays, attrs = sums["arrays"], sums["attrs"]
@@ -323,6 +333,8 @@ def _verify(ds: Any, path: Path) -> None:
     if json_digest({k: _plain(ds.attrs[k]) for k in keys}) != attrs_digest:
         raise IntegrityError(f"{path}: the attributes ({', '.join(keys)}) do not match their "
                              f"checksum (the file was edited or is corrupt)")
+    check_checksum_version(version, carries=True, first=_FIRST_CHECKSUM_VERSION, what="",
+                           source=f"{path} (attribute 'format_version')")
 
 
 def open_dataset(path: str | Path) -> Any:
@@ -334,9 +346,12 @@ def open_dataset(path: str | Path) -> Any:
         ``path`` does not exist or cannot be read as netCDF / Zarr.
     IntegrityError
         (a :class:`TrajectoryFileError`) unknown ``format_version``, or a variable or the
-        attributes do not match the recorded checksums (version 2); the message names the
-        file and the variable.  Version-1 files (no ``format_version``) have no checksums
-        and are returned unverified.
+        attributes do not match the recorded checksums, or the file carries checksums
+        under ``format_version = 1`` or none (the version field was edited); the message
+        names the file and the variable.  The checksums are verified whenever the file
+        carries them, whatever its ``format_version`` says; only genuine version-1 files
+        (no ``checksums`` attribute, ``format_version`` absent or 1) are returned
+        unverified.
     """
     import xarray as xr  # noqa: PLC0415
 

@@ -15,6 +15,8 @@ value invariants every trajectory file must meet).  The NPZ layout:
   arrays; ``checksums`` holds the SHA-256 of each.
 
 Files of versions 1 and 2 (no checksums) are still read, with the invariant checks only.
+The checksums are verified whenever a file carries them, whatever version its metadata
+claims; a file that carries them under version 1 or 2 is refused (its version was edited).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from ..results import Status
 from . import labelled
 from .codec import attention_data, attention_from_data
 from .container import write_npz
-from .digests import DIGEST_ALGORITHM, array_digest, check_version, verify_array
+from .digests import (DIGEST_ALGORITHM, array_digest, check_checksum_version, check_version,
+                      verify_array)
 from .jsonfmt import dumps
 from .saving import check_target, save_labelled
 
@@ -47,6 +50,8 @@ TRAJECTORY_FORMAT = "transformer-pde-trajectory"
 NPZ_FORMAT_VERSION = 3
 #: the NPZ versions :func:`read_trajectory` reads
 NPZ_VERSIONS = (1, 2, 3)
+#: the first NPZ version whose files carry checksums
+_FIRST_CHECKSUM_VERSION = 3
 
 _STATE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _ARRAYS = ("times", "states", "weights", "positions", "last", "saved_means", "saved_covs",
@@ -264,9 +269,12 @@ def read_trajectory(path: str | Path) -> dict[str, Any]:
 
     - **checksums**: NPZ files of format version 3 (:data:`NPZ_FORMAT_VERSION`) and
       ``.nc`` / ``.zarr`` files of version 2 record the SHA-256 digest of every array
-      (and of the metadata); each is recomputed.  Files written before checksums existed
-      (NPZ versions 1 and 2, labelled files without ``format_version``) are read with the
-      invariant checks only.  An unknown version is refused.
+      (and of the metadata); each is recomputed, whenever the file carries them,
+      whatever version it claims (a file that carries checksums under an older version
+      had its version edited, and is refused).  Files written before checksums existed
+      (NPZ versions 1 and 2, labelled files without ``format_version``, with no checksum
+      of any kind) are read with the invariant checks only.  An unknown version is
+      refused.
     - **invariants** (every version): ``times`` float64, finite and strictly increasing;
       ``states`` / ``last`` float32 or float64 (an integer or float16 file is refused);
       ``weights`` float32/float64, finite, >= 0 and summing to 1 within
@@ -349,11 +357,15 @@ def _read_meta(z: Any, path: Path) -> dict[str, Any]:
 
 
 def _array_getter(z: Any, path: Path, meta: dict[str, Any]) -> Callable[[str], np.ndarray]:
-    """``get(key)`` of the archive's arrays: from version 3 on, every array is read and
-    verified against its checksum up front, so nothing unverified is ever used."""
+    """``get(key)`` of the archive's arrays: when the archive carries checksums (any of
+    ``meta_checksum``, the metadata's ``checksums`` or ``digest_algorithm``; every file of
+    version 3 on), every array is read and verified against its checksum up front, so
+    nothing unverified is ever used, whatever version the metadata claims; an archive that
+    carries them under version 1 or 2 is then refused (its version was edited)."""
     version = meta["version"]
-    if version < 3:
-        return lambda key: _entry(z, path, key)
+    carries = bool({"checksums", "digest_algorithm"} & set(meta)) or "meta_checksum" in z.files
+    if version < _FIRST_CHECKSUM_VERSION and not carries:
+        return lambda key: _entry(z, path, key)  # a genuine version-1 or -2 file
     sums = meta.get("checksums")
     if "meta_checksum" not in z.files or not isinstance(sums, dict) \
             or meta.get("digest_algorithm") != DIGEST_ALGORITHM:
@@ -369,6 +381,8 @@ def _array_getter(z: Any, path: Path, meta: dict[str, Any]) -> Callable[[str], n
                              f"edited)")
     verified = {key: verify_array(_entry(z, path, key), sums[key], what=key, source=path)
                 for key in sorted(stored)}
+    check_checksum_version(version, carries=True, first=_FIRST_CHECKSUM_VERSION,
+                           what="trajectory ", source=path)
 
     def get(key: str) -> np.ndarray:
         if key not in verified:
