@@ -64,6 +64,16 @@ class _CDF:
     atoms: bool
 
 
+def _normalised(w: np.ndarray) -> np.ndarray:
+    r"""Non-negative ``w`` (finite, positive maximum) divided by its sum, computed as
+    :math:`(w / \max w) / \sum_i (w_i / \max w)`: the scaled values lie in ``[0, 1]`` and
+    sum to at most ``w.size``, so weights of any scale (each near the largest float,
+    whose plain sum overflows to ``inf``, or tiny ones) give their normalised values to
+    rounding."""
+    w = w / w.max()
+    return w / w.sum()
+
+
 def _samples_cdf(name: str, values: np.ndarray, weights: Any) -> _CDF:
     n = values.shape[0]
     if n == 0:
@@ -74,9 +84,9 @@ def _samples_cdf(name: str, values: np.ndarray, weights: Any) -> _CDF:
         w = finite_array(f"weights of {name}", weights).ravel()
         if w.shape != (n,):
             raise ArgumentError(f"weights of {name} must have shape ({n},), got {w.shape}")
-        if np.any(w < 0) or not w.sum() > 0:
+        if np.any(w < 0) or not w.max() > 0:
             raise ArgumentError(f"weights of {name} must be >= 0 with a positive sum")
-        w = w / w.sum()
+        w = _normalised(w)
     order = np.argsort(values, kind="stable")
     xs, ws = values[order], w[order]
     ux, start = np.unique(xs, return_index=True)
@@ -87,7 +97,14 @@ def _samples_cdf(name: str, values: np.ndarray, weights: Any) -> _CDF:
 
 
 def _grid_cdf(name: str, x: np.ndarray, rho: np.ndarray) -> _CDF:
-    """Piecewise-linear density through ``(x, rho)``, normalised: a piecewise-quadratic CDF."""
+    """Piecewise-linear density through ``(x, rho)``, normalised: a piecewise-quadratic CDF.
+
+    ``rho`` is first divided by its maximum (the result depends on the normalised density
+    only), so values of any scale give the same CDF (values near the largest float made
+    the trapezoid masses overflow)."""
+    if not rho.max() > 0:
+        raise ArgumentError(f"the density of {name} has zero mass")
+    rho = rho / rho.max()
     h = np.diff(x)
     mass = 0.5 * (rho[:-1] + rho[1:]) * h
     total = mass.sum()
@@ -109,6 +126,9 @@ def _grid_arrays(name: str, value: tuple) -> tuple[np.ndarray, np.ndarray]:
                             f"got lengths {x.size} and {rho.size}")
     if np.any(np.diff(x) <= 0):
         raise ArgumentError(f"{name}: the grid nodes must be strictly increasing")
+    if not np.isfinite(x[-1] - x[0]):
+        raise ArgumentError(f"{name}: the grid nodes span {x[0]!r} to {x[-1]!r}, a length "
+                            f"beyond the floating-point range")
     if np.any(rho < 0):
         raise ArgumentError(f"{name}: the density must be >= 0 (min {rho.min():.3g})")
     return x, rho
@@ -331,7 +351,9 @@ def w1_line(a: Any, b: Any, *, weights_a: Any = None, weights_b: Any = None) -> 
         piecewise-linear interpolant (zero outside ``[x[0], x[-1]]``) normalised to
         mass one.
     weights_a, weights_b : array_like (N,), optional
-        Non-negative sample weights (normalised).
+        Non-negative, finite sample weights with a positive sum, of any scale: only the
+        normalised weights :math:`w_i / \sum_j w_j` matter (computed after dividing by
+        the largest weight, so weights whose sum overflows are handled exactly).
 
     Returns
     -------
@@ -341,7 +363,8 @@ def w1_line(a: Any, b: Any, *, weights_a: Any = None, weights_b: Any = None) -> 
     Raises
     ------
     ArgumentError, ArgumentTypeError
-        Non-finite, badly shaped or negative input, naming the argument.
+        Non-finite, badly shaped or negative input, or weights (a density) all zero,
+        naming the argument (``weights of a``, ``a[1] (density values)``, ...).
     """
     return _w1(_line_measure("a", a, weights_a), _line_measure("b", b, weights_b))
 
@@ -377,7 +400,8 @@ def w1_circle(a: Any, b: Any, *, weights_a: Any = None, weights_b: Any = None) -
         :math:`[0, 2\pi)`, read as its periodic piecewise-linear interpolant normalised to
         mass one.
     weights_a, weights_b : array_like (N,), optional
-        Non-negative sample weights (normalised).
+        Non-negative, finite sample weights with a positive sum, of any scale (only the
+        normalised weights matter, as in :func:`w1_line`).
 
     Returns
     -------
