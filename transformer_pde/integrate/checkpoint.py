@@ -21,15 +21,22 @@ qualified name, a hash of its bytecode and constants and of its value on the ini
 state) and every parameter of the :class:`~transformer_pde.Block` (MLP weights,
 LayerNorm options, scale and shift, constraint).  Parameters that are callables of time
 are recorded by their qualified name and by a hash of their values at *probe times*: 0,
-the loop time of the checkpoint and up to :data:`MAX_PROBES` of the times saved so far.
-The part of the run a checkpoint holds was computed with those values, so a resumed run
-whose callables agree there continues the same computation.
+the loop time of the checkpoint, up to :data:`MAX_PROBES` of the times saved so far, the
+stage times of the first, the last and of evenly spread attempted steps
+(:class:`~.plan.EvaluationTimes`: the times the field was evaluated at, :math:`t_n + c_i h`)
+and, for a resumed run, the probe times of the checkpoint it resumed from.  The part of
+the run a checkpoint holds was computed with those values, so a resumed run whose
+callables agree there continues the same computation; a callable that differs only
+between all these times cannot be told apart (no finite set of samples can).  The run's
+:class:`~transformer_pde.Limits` are recorded apart from the fields compared for
+equality (:meth:`RunIdentity.differences` says which differences are safe).
 
 **Reading.**  :func:`read_checkpoint` first checks the file (an NPZ archive of this
 format and a known version, the body's digest, every array's digest: any edit,
 truncation or flipped byte is an :class:`~transformer_pde.errors.IntegrityError` naming
 the file), then the run (a different run is a :class:`~transformer_pde.errors.CheckpointError`
-naming every field that differs), and only then decodes the state.
+naming every field that differs), and only then decodes the state; the caller checks the
+restored loop state against the run (:func:`~.plan.check_resumed`).
 
 **Writing.**  :func:`check_path` refuses, before a run starts, a path that could not be
 written or must not be replaced (a folder, a device, a missing or read-only folder, an
@@ -58,9 +65,12 @@ from ..io.codec import attention_fields
 from ..io.container import write_npz
 from ..io.digests import DIGEST_ALGORITHM, array_digest, json_digest, verify_array
 from ..io.jsonfmt import dumps
+from .loop import owned
+from .plan import EvaluationTimes
 
-__all__ = ["FORMAT", "MAX_PROBES", "VERSION", "CheckpointWriter", "RunIdentity", "check_path",
-           "decode", "encode", "is_checkpoint", "read_checkpoint", "write_checkpoint"]
+__all__ = ["FORMAT", "MAX_CARRIED", "MAX_PROBES", "VERSION", "CheckpointWriter", "RunIdentity",
+           "check_path", "decode", "encode", "is_checkpoint", "read_checkpoint",
+           "write_checkpoint"]
 
 #: format marker in the metadata of every checkpoint
 FORMAT = "transformer-pde-checkpoint"
@@ -68,6 +78,8 @@ FORMAT = "transformer-pde-checkpoint"
 VERSION = 2
 #: at most this many saved times (besides 0 and the checkpoint's time) probe callables
 MAX_PROBES = 30
+#: at most this many probe times of a checkpoint a resumed run carries into its own
+MAX_CARRIED = 512
 
 
 # ------------------------------------------------------------------ codec
@@ -187,6 +199,14 @@ def _solver_key(solver: Any) -> str:
     return f"{_qualname(solver)}{opts}"
 
 
+def _spread(times: Sequence[float], n: int) -> list[float]:
+    """At most ``n`` of the sorted ``times``, evenly spread, the first and last kept."""
+    a = np.asarray(times, dtype=float)
+    if a.size > n:
+        a = a[np.unique(np.rint(np.linspace(0, a.size - 1, n)).astype(int))]
+    return [float(s) for s in a]
+
+
 class RunIdentity:
     """Everything that determines a run, as compared by checkpoints (see the module
     docstring).
@@ -197,21 +217,43 @@ class RunIdentity:
         Field name to a description (scalars by ``repr``, arrays by SHA-256).
     callables : dict of str to callable ``t -> array``
         Parameters that are functions of time, compared by their values at probe times.
+    limits : dict, optional
+        ``max_norm``, ``max_steps``, ``max_memory`` of the run's
+        :class:`~transformer_pde.Limits` (``None``: not compared).
+
+    Attributes
+    ----------
+    evaluations : EvaluationTimes
+        Filled by the time loop (:attr:`~.loop.TimeLoop.evaluations`): the stage times at
+        which the callables are probed besides the saved times.
+    carried : list of float
+        The probe times of the checkpoint this run resumed from (its callables agreed
+        there); later checkpoints probe them too.
+    unchecked : list of str
+        What :meth:`differences` could not compare (a checkpoint of an earlier version).
     """
 
-    def __init__(self, static: dict[str, str], callables: dict[str, Callable[[float], Any]]):
+    def __init__(self, static: dict[str, str], callables: dict[str, Callable[[float], Any]],
+                 limits: dict[str, Any] | None = None):
         self.static = dict(static)
         self.callables = dict(callables)
+        self.limits = None if limits is None else dict(limits)
+        self.evaluations = EvaluationTimes()
+        self.carried: list[float] = []
+        self.unchecked: list[str] = []
 
     @classmethod
     def of_run(cls, *, att: Any, X0: np.ndarray, weights: np.ndarray, positions: Any,
                dtype: Any, backend: str, field_options: dict[str, Any], solver: Any,
-               t_max: float, dt: float, saveat: Any, block: Any) -> "RunIdentity":
+               t_max: float, dt: float, saveat: Any, block: Any,
+               limits: Any = None) -> "RunIdentity":
         """The identity of a :func:`~transformer_pde.simulate` run.
 
         ``X0`` is the initial state as the run starts from it (after a constraint's
         renormalisation); ``field_options`` the evaluator's Sinkhorn controls;
-        ``saveat.fn``, if any, is evaluated once on the initial state."""
+        ``saveat.fn``, if any, is evaluated once on the initial state; ``limits`` the
+        run's :class:`~transformer_pde.Limits` (kept apart from the fields compared for
+        equality, so a run's fingerprint :attr:`static` does not depend on them)."""
         static: dict[str, str] = {}
         calls: dict[str, Callable[[float], Any]] = {}
 
@@ -256,7 +298,9 @@ class RunIdentity:
                 x0.flags.writeable = False
                 value = fn(0.0, x0, weights)
                 static["saveat.fn(X0)"] = _value_digest(value)
-            except Exception as exc:  # noqa: BLE001 - any failure is part of the identity
+            except Exception as exc:   # any failure the run owns is part of the identity
+                if not owned(exc):   # a caller's timeout, out of memory: not the run's
+                    raise
                 static["saveat.fn(X0)"] = f"raised {type(exc).__name__}"
         if block is None:
             static["block"] = "None"
@@ -264,16 +308,16 @@ class RunIdentity:
             static["block"] = "Block"
             for key, value in sorted(block.parameters().items()):
                 put(f"block.{key}", value)
-        return cls(static, calls)
+        lim = None if limits is None else {
+            "max_norm": float(limits.max_norm), "max_steps": int(limits.max_steps),
+            "max_memory": None if limits.max_memory is None else float(limits.max_memory)}
+        return cls(static, calls, lim)
 
-    @staticmethod
-    def probe_times(saved_times: Sequence[float], t: float) -> list[float]:
-        """0, ``t`` and up to :data:`MAX_PROBES` of ``saved_times`` (evenly spread)."""
-        saved = np.asarray(saved_times, dtype=float)
-        if saved.size > MAX_PROBES:
-            saved = saved[np.unique(np.rint(np.linspace(0, saved.size - 1, MAX_PROBES))
-                                    .astype(int))]
-        return sorted({0.0, float(t), *(float(s) for s in saved if s <= t)})
+    def probe_times(self, saved_times: Sequence[float], t: float) -> list[float]:
+        """0, ``t``, up to :data:`MAX_PROBES` of ``saved_times`` up to ``t`` (evenly
+        spread), the stage times of :attr:`evaluations` and the :attr:`carried` times."""
+        saved = _spread([s for s in saved_times if s <= t], MAX_PROBES)
+        return sorted({0.0, float(t), *saved, *self.evaluations.times(), *self.carried})
 
     def probe(self, times: Sequence[float]) -> dict[str, str]:
         """Digest of each callable's values at ``times`` (a failure is recorded as such)."""
@@ -281,17 +325,31 @@ class RunIdentity:
         for name, fn in sorted(self.callables.items()):
             try:
                 out[name] = json_digest([_value_digest(fn(float(s))) for s in times])
-            except Exception as exc:  # noqa: BLE001 - a failing callable differs from a working one
+            except Exception as exc:   # a failing callable differs from a working one
+                if not owned(exc):   # a caller's timeout, out of memory: not the callable's
+                    raise
                 out[name] = f"raised {type(exc).__name__}"
         return out
 
     def record(self, saved_times: Sequence[float], t: float) -> dict[str, Any]:
         """What a checkpoint at loop time ``t`` stores about the run."""
         times = self.probe_times(saved_times, t)
-        return {"static": dict(self.static), "probe_times": times, "probes": self.probe(times)}
+        out = {"static": dict(self.static), "probe_times": times, "probes": self.probe(times)}
+        if self.limits is not None:
+            out["limits"] = dict(self.limits)
+        return out
 
     def differences(self, recorded: Any) -> list[str]:
-        """Names of the fields in which ``recorded`` (a :meth:`record`) differs from this run."""
+        """Names of the fields in which ``recorded`` (a :meth:`record`) differs from this run.
+
+        Static fields must be equal, callables equal at the recorded probe times.  Of the
+        limits only ``max_norm`` is compared, and a larger one is accepted: the run stops
+        at the first state above ``max_norm`` and writes no checkpoint after it, so every
+        state a checkpoint holds is below the recorded ``max_norm`` and a run with a larger
+        one reaches the same checkpoint.  ``max_steps`` is compared with the checkpoint's
+        step count when its loop state is restored, and ``max_memory`` never changes a
+        state (it is checked before the run).  A record without limits (an earlier
+        version) fills :attr:`unchecked`."""
         if not isinstance(recorded, dict):
             return ["run"]
         old = recorded.get("static")
@@ -304,6 +362,17 @@ class RunIdentity:
             return sorted(diff | {"probe_times"})
         new = self.probe(times)
         diff |= {k for k in set(probes) | set(new) if probes.get(k) != new.get(k)}
+        self.unchecked = []
+        if self.limits is not None:
+            lim = recorded.get("limits")
+            if lim is None:
+                self.unchecked = ["limits"] + (["callables between the probe times"]
+                                               if self.callables else [])
+            elif not isinstance(lim, dict) or not isinstance(lim.get("max_norm"), (int, float)) \
+                    or isinstance(lim.get("max_norm"), bool):
+                diff.add("limits")
+            elif lim["max_norm"] > self.limits["max_norm"]:
+                diff.add("limits.max_norm")
         return sorted(diff)
 
     def explain(self, recorded: Any, names: Sequence[str]) -> list[str]:
@@ -313,6 +382,11 @@ class RunIdentity:
         old = old if isinstance(old, dict) else {}
         out = []
         for name in names:
+            if name == "limits.max_norm":
+                was = recorded["limits"]["max_norm"]
+                out.append(f"limits.max_norm ({was:g} in the checkpoint, {self.limits['max_norm']:g} "
+                           "now: a lower max_norm may stop before states the checkpoint holds)")
+                continue
             a, b = old.get(name), self.static.get(name)
             short = all(isinstance(v, str) and len(v) <= 40 and "sha256:" not in v
                         and not v.startswith("callable ") for v in (a, b))
@@ -420,6 +494,13 @@ def read_checkpoint(path: str | os.PathLike, identity: RunIdentity,
         A checkpoint of another run; the message names every field that differs.
     FileNotFoundError
         No such file.
+
+    Warns
+    -----
+    CheckpointWarning
+        A checkpoint of an earlier version that did not record the run's limits and stage
+        times (:attr:`RunIdentity.unchecked`): it is resumed, and the warning says what
+        could not be compared.
     """
     path = Path(path)
     if not path.exists():
@@ -467,6 +548,13 @@ def read_checkpoint(path: str | os.PathLike, identity: RunIdentity,
             f"{', '.join(identity.explain(body.get('run'), diff))} differ; "
             "resume with the same attention, tokens, solver, t_max, dt, saveat, block "
             "and field options, or start afresh (resume=False)")
+    identity.carried = _spread(body["run"]["probe_times"], MAX_CARRIED)
+    if identity.unchecked:
+        warnings.warn(CheckpointWarning(
+            f"checkpoint {path} was written by an earlier transformer-pde, which did not "
+            f"record {' nor '.join(identity.unchecked)}: these could not be compared (a "
+            "lower max_norm now does not stop before states the checkpoint holds); the "
+            "resumed run continues it"), stacklevel=3)
     try:
         state = decode(body["state"], arrays, asarray)
     except (KeyError, ValueError, TypeError, IndexError) as exc:
@@ -492,7 +580,9 @@ class CheckpointWriter:
     removed mid-run, a callable failing, data that cannot be stored) issues one
     :class:`~transformer_pde.errors.CheckpointWarning` naming the path and the reason
     (the first time) and leaves the previous checkpoint in place; ``KeyboardInterrupt``
-    propagates.  ``failures`` counts the failed writes.
+    and the exceptions a run does not own (:func:`~.loop.owned`: a caller's timeout)
+    propagate, the previous checkpoint again intact.  ``failures`` counts the failed
+    writes.
     """
 
     def __init__(self, path: Path, identity: RunIdentity,
@@ -504,7 +594,9 @@ class CheckpointWriter:
         try:
             state, saved_times = self.collect(loop_state)
             write_checkpoint(self.path, self.identity.record(saved_times, loop_state.t), state)
-        except Exception as exc:  # noqa: BLE001 - a failed checkpoint must not discard the run
+        except Exception as exc:   # a failed checkpoint must not discard the run
+            if not owned(exc):   # a caller's timeout: the previous checkpoint stays whole
+                raise
             self.failures += 1
             if self.failures == 1:
                 warnings.warn(CheckpointWarning(

@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
@@ -52,110 +53,15 @@ from ..results import Status
 from ..validation import positive
 from .breakpoints import is_jump
 from .controller import ConstantStepSize, Step, n_fixed_steps
-from .plan import (check_step_budget, physical_memory, planned_saves, planned_steps,
+from .plan import (Limits, SaveAt, check_step_budget, planned_saves, planned_steps,
                    segment_stops)
 
-__all__ = ["LoopState", "Limits", "Monitor", "Progress", "SaveAt", "TimeLoop"]
+__all__ = ["LoopState", "Monitor", "Progress", "TimeLoop", "owned"]
 
 logger = logging.getLogger("transformer_pde.integrate")
 
 
 # ------------------------------------------------------------------ options
-@dataclass(frozen=True, eq=False)
-class SaveAt:
-    r"""What a run keeps (anchor: diffrax ``SaveAt``).
-
-    Parameters
-    ----------
-    every : int, optional
-        Save the initial state, every ``every``-th step of size ``dt`` (times
-        :math:`k\cdot\mathrm{every}\cdot\Delta t`; for adaptive solvers the grid the steps
-        land on) and the final state.  Default 1 unless ``ts`` is given.
-    ts : array_like (T,), optional
-        Save exactly at these times (sorted, distinct, in :math:`[0, t_{max}]`); steps are
-        shortened to land on them.  Not together with ``every``.
-    fn : callable ``fn(t, X, weights) -> array``, optional
-        Keep ``fn``'s value (a statistic: moments, cluster counts, ...) at each save time
-        instead of the state: ``X`` is the (N, d) host array (float64 or float32) and
-        ``weights`` the normalised token weights.  Memory is then :math:`T \times` the size
-        of ``fn``'s output instead of :math:`T\times N\times d`; the trajectory keeps the
-        values in ``traj.values``, the weighted moments in ``traj.moments()`` and only the
-        last state.
-    """
-
-    every: int | None = None
-    ts: Any = None
-    fn: Callable[..., Any] | None = None
-
-    def __post_init__(self) -> None:
-        set_ = object.__setattr__
-        if self.every is not None and self.ts is not None:
-            raise ArgumentError("SaveAt: give every or ts, not both")
-        if self.ts is None:
-            every = 1 if self.every is None else self.every
-            if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
-                raise ArgumentError(f"SaveAt: every must be an integer >= 1, got {every!r}")
-            set_(self, "every", int(every))
-        else:
-            try:
-                ts = np.array(self.ts, dtype=float).ravel()
-            except (TypeError, ValueError):
-                raise ArgumentTypeError(f"SaveAt: ts must be an array of times, got {self.ts!r}") from None
-            if np.iscomplexobj(self.ts):
-                raise ArgumentTypeError("SaveAt: ts must be real")
-            if ts.size == 0 or not np.all(np.isfinite(ts)) or np.any(ts < 0) \
-                    or np.any(np.diff(ts) <= 0):
-                raise ArgumentError("SaveAt: ts must be a non-empty, strictly increasing array "
-                                    f"of finite times >= 0, got {self.ts!r}")
-            ts.setflags(write=False)
-            set_(self, "ts", ts)
-        if self.fn is not None and not callable(self.fn):
-            raise ArgumentTypeError(f"SaveAt: fn must be callable, got {type(self.fn).__name__}")
-
-
-@dataclass(frozen=True, eq=False)
-class Limits:
-    """When a run stops early, and which runs are refused up front.
-
-    Parameters
-    ----------
-    max_norm : float, default 1e8
-        Stop with status ``blowup`` once some :math:`|x_i|_\\infty` exceeds it (that state
-        is saved).
-    max_steps : int, default 1_000_000
-        Step budget (attempted steps).  A fixed-step run needing more is refused before
-        it starts; an adaptive run that exhausts it stops with status ``max_steps``.
-    max_memory : float, optional
-        Bytes the saved states may take (default: 8 GiB or half the physical memory,
-        whichever is smaller).  A run whose saves would need more is refused before it
-        starts.
-    """
-
-    max_norm: float = 1e8
-    max_steps: int = 1_000_000
-    max_memory: float | None = None
-
-    def __post_init__(self) -> None:
-        set_ = object.__setattr__
-        set_(self, "max_norm", positive("max_norm", self.max_norm))
-        ms = self.max_steps
-        if isinstance(ms, bool) or not isinstance(ms, (int, np.integer)):
-            raise ArgumentTypeError(f"max_steps must be an integer, got {ms!r}")
-        if ms < 1:
-            raise ArgumentError(f"max_steps must be >= 1, got {ms!r}")
-        set_(self, "max_steps", int(ms))
-        if self.max_memory is not None:
-            set_(self, "max_memory", positive("max_memory", self.max_memory))
-
-    def memory_limit(self) -> float:
-        """``max_memory``, or the smaller of 8 GiB and half the physical memory."""
-        if self.max_memory is not None:
-            return self.max_memory
-        cap = 8.0 * 2 ** 30
-        memory = physical_memory()
-        return cap if memory is None else min(cap, 0.5 * memory)
-
-
 @dataclass(frozen=True, eq=False)
 class Monitor:
     """Progress reports and checkpoints of a run.
@@ -185,19 +91,21 @@ class Monitor:
         the saved states, the counters, the solver's history (Adams–Bashforth), the
         step-size controller and the Sinkhorn warm starts; only the progress bar and the
         checkpoint timer start again.  The file must come from the same problem
-        (attention, tokens, solver, times, saving, block, field options; callables of
-        time by their values where the checkpointed part of the run used them), else
-        :class:`~transformer_pde.errors.CheckpointError` names what differs; a file that
-        was edited, truncated or corrupted is an
+        (attention, tokens, solver, times, saving, block, field options, limits; callables
+        of time by their values where the checkpointed part of the run used them: probe
+        and stage times), else :class:`~transformer_pde.errors.CheckpointError` names what
+        differs; a file that was edited, truncated or corrupted, or whose loop state
+        breaks an invariant of the run, is an
         :class:`~transformer_pde.errors.IntegrityError`.  A finished run also writes its
         final checkpoint, so resuming it returns at once.
 
     Notes
     -----
     Ctrl-C (``KeyboardInterrupt``) ends a run with status ``interrupted`` and keeps the
-    states saved so far, but writes no checkpoint (the interrupted step may have
-    half-updated the warm starts): the last periodic checkpoint stays the one to resume
-    from.
+    states saved so far; an exception the run does not own (:func:`owned`: a caller's
+    timeout raised by a signal handler, ``MemoryError``, ``SystemExit``) propagates.
+    Neither writes a checkpoint (the interrupted step may have half-updated the warm
+    starts): the last periodic checkpoint, always whole, stays the one to resume from.
     """
 
     progress: bool = False
@@ -259,6 +167,59 @@ class Progress:
 
 
 # ------------------------------------------------------------------ the loop
+def _code(handler: Any) -> Any:
+    """The code object a Python signal handler runs (function, method, callable object or
+    ``functools.partial``); ``None`` for ``SIG_DFL``, ``SIG_IGN`` and builtins."""
+    for _ in range(8):
+        inner = getattr(handler, "func", None)   # functools.partial
+        if inner is None:
+            break
+        handler = inner
+    fn = getattr(handler, "__func__", handler)   # a bound method
+    code = getattr(fn, "__code__", None)
+    if code is None and callable(handler):
+        call = type(handler).__call__   # a callable object
+        code = getattr(getattr(call, "__func__", call), "__code__", None)
+    return code
+
+
+def owned(exc: BaseException) -> bool:
+    """Whether a run owns ``exc``: it then ends the run with status ``failed``.
+
+    A run owns the exceptions (``Exception``) raised by its own computation: the field
+    and its callables of time, the solver, ``SaveAt.fn``, the library's errors,
+    ``FloatingPointError``, ``LinAlgError``, and any error of a user callable.  It does
+    not own, and lets through: exceptions outside ``Exception`` (``SystemExit``,
+    ``GeneratorExit``; ``KeyboardInterrupt`` ends the run with status ``interrupted``),
+    ``MemoryError`` (the process, not the problem, ran out), and any exception raised by a
+    Python signal handler installed with :func:`signal.signal` (its traceback, or that of
+    the exception it was raised from or during, passes through the handler's code): a
+    caller's timeout (``SIGALRM`` raising ``TimeoutError`` or a class of its own), a
+    scheduler's ``SIGTERM``."""
+    if not isinstance(exc, Exception) or isinstance(exc, MemoryError):
+        return False
+    codes = set()
+    for sig in signal.valid_signals():
+        try:
+            codes.add(_code(signal.getsignal(sig)))
+        except (OSError, ValueError):   # pragma: no cover - a signal Python cannot query
+            continue
+    codes.discard(None)
+    todo, seen = [exc], set()
+    while todo and codes:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        tb = e.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code in codes:
+                return False
+            tb = tb.tb_next
+        todo += [e.__cause__, e.__context__]
+    return True
+
+
 def _opt_int(name: str, value: Any) -> int | None:
     return None if value is None else _req_int(name, value)
 
@@ -391,14 +352,20 @@ class TimeLoop:
     save : callable ``save(t, y)``
         Called at every save time with the (backend) state.
     progress : Progress-like object with ``update(t)``
-    checkpoint : callable ``checkpoint(loop_state: LoopState) -> None``, optional
-        Called every ``checkpoint_every`` seconds after an accepted step.
+    checkpoint : callable ``checkpoint(loop_state: LoopState) -> bool | None``, optional
+        Called every ``checkpoint_every`` seconds after an accepted step; ``False``: the
+        write failed.
 
     Attributes
     ----------
     controller : ConstantStepSize or PIController
         Sizes the steps: ``ConstantStepSize(dt)`` for a fixed-step solver,
         ``solver.controller()`` for an adaptive one.
+    evaluations : EvaluationTimes or None
+        When set (:class:`~.plan.EvaluationTimes`), gets the times of the field's
+        evaluations of every attempted step (checkpoints probe callables there).
+    checkpointed : float or None
+        Loop time of the last checkpoint written in this run.
     """
 
     def __init__(self, solver: Any, field: Callable[..., Any], *, t_max: float, dt: float,
@@ -418,6 +385,9 @@ class TimeLoop:
         self._step_end = 0.0
         self._stage: int | None = None
         self.last_saved = 0.0
+        self.checkpointed: float | None = None   # loop time of the last checkpoint written
+        self.evaluations: Any = None   # records the times of the field's evaluations
+        self._taus: list[float] = []
         self.adaptive = bool(getattr(solver, "adaptive", False))
         self.controller = solver.controller() if self.adaptive else ConstantStepSize(self.dt)
         self.stops = segment_stops(self.t_max, saveat)
@@ -437,6 +407,11 @@ class TimeLoop:
         """Number of states the run will save if it reaches ``t_max``:
         :func:`~.plan.planned_saves`."""
         return planned_saves(self.t_max, self.dt, self.saveat, adaptive=self.adaptive)
+
+    @property
+    def n_targets(self) -> int:
+        """Number of targets of the run (:meth:`target` takes ``0 .. n_targets - 1``)."""
+        return len(self.stops) if self._grid is None else self._grid
 
     def target(self, index: int) -> tuple[float, bool]:
         """Target number ``index`` of the run and whether it is the last one.
@@ -458,6 +433,8 @@ class TimeLoop:
         st = self._stage
         if st is not None:
             self._stage = st + 1
+        if self.evaluations is not None:
+            self._taus.append(tau)
         return self.field(tau, z, tau >= self._step_end, st)
 
     def _check(self, y_new: Any, t: float, t_new: float) -> tuple[Status | None, str]:
@@ -485,6 +462,9 @@ class TimeLoop:
             self._stage = 0   # stage indices: fixed steps are never retried
             out = self.solver.step(self._f, st.t, st.y, step.h), 0.0, None
         self._step_end = math.inf
+        if self.evaluations is not None:   # this attempt's times (and any evaluation before)
+            self.evaluations.add(self._taus)
+            self._taus = []
         return out
 
     def _due(self, st: LoopState, step: Step, final: bool) -> bool:
@@ -508,9 +488,15 @@ class TimeLoop:
         """Run from ``state`` (see :meth:`initial_state`) to the end.
 
         ``state`` itself is not changed: the run advances a copy.  Returns
-        ``(status, message, state)``.  ``KeyboardInterrupt`` ends the run with
-        status ``interrupted`` (the states saved so far are kept); failures of an inner
-        solve or of a user callable end it with ``failed``.
+        ``(status, message, state)``.  Exceptions are sorted by :func:`owned`: those the
+        run owns (a failed inner solve, a user callable going bad, a numerical error)
+        end it with status ``failed``; ``KeyboardInterrupt`` ends it with status
+        ``interrupted`` (the states saved so far are kept in both cases); any other
+        (a caller's timeout raised by a signal handler, ``MemoryError``, ``SystemExit``)
+        propagates with a note saying where the run stood.  None of them writes a
+        checkpoint: the step in flight may have half-updated the solver's history or the
+        warm starts, so the last periodic checkpoint (written whole, atomically) stays
+        the one a resume continues from, and the resumed run equals an uninterrupted one.
 
         Raises
         ------
@@ -529,10 +515,13 @@ class TimeLoop:
             status, msg = Status.INTERRUPTED, (
                 f"interrupted by the user (KeyboardInterrupt) at t={st.t:.6g}; the "
                 f"states saved up to t={self.last_saved:.6g} are kept")
-        except (SinkhornNotConverged, SolverNotConverged) as exc:
-            status, msg = Status.FAILED, str(exc)
-        except Exception as exc:  # noqa: BLE001 - a user callable (parameter, fn) went bad mid-run
+        except Exception as exc:   # sorted by owned(): the rest propagates
+            if not owned(exc):
+                exc.add_note(f"transformer-pde: the run stopped at t={st.t:.6g} without a "
+                             f"result; {self._resume_note()}")
+                raise
             status, msg = Status.FAILED, (
+                str(exc) if isinstance(exc, (SinkhornNotConverged, SolverNotConverged)) else
                 f"{type(exc).__name__} in the step from t={st.t:.6g}: {exc}; the states "
                 f"saved up to t={self.last_saved:.6g} are kept")
             self.exception = exc
@@ -541,12 +530,20 @@ class TimeLoop:
             msg = f"reached t_max={self.t_max:g} in {st.n_steps} steps"
         return status, msg, st
 
+    def _resume_note(self) -> str:
+        if self.checkpoint_fn is None:
+            return "it wrote no checkpoint"
+        if self.checkpointed is None:
+            return "it wrote no checkpoint in this call (a resume continues from an earlier one)"
+        return f"its last checkpoint (t={self.checkpointed:.6g}) resumes it"
+
     def _maybe_checkpoint(self, st: LoopState) -> None:
         if self.checkpoint_fn is None:
             return
         now = time.monotonic()
         if now - self._last_ckpt >= self.checkpoint_every:
-            self.checkpoint_fn(st)
+            if self.checkpoint_fn(st) is not False:
+                self.checkpointed = st.t
             self._last_ckpt = time.monotonic()
 
     def _run(self, st: LoopState) -> tuple[Status, str]:

@@ -26,7 +26,7 @@ from ..fields import FieldEvaluator
 from ..integrate.breakpoints import layer_tables
 from ..integrate.checkpoint import CheckpointWriter, RunIdentity, check_path, read_checkpoint
 from ..integrate.loop import Limits, LoopState, Monitor, Progress, SaveAt, TimeLoop
-from ..integrate.plan import preflight
+from ..integrate.plan import check_resumed, preflight
 from ..integrate.solvers import get_solver, restore_solver_state, solver_state
 from ..results import Status, check_warn, warn_stop
 from ..validation import points, positive
@@ -268,7 +268,7 @@ def _checkpoint(spec: RunSpec, X0: np.ndarray, ev: FieldEvaluator, solver: Any
     identity = RunIdentity.of_run(
         att=spec.att, X0=X0, weights=ev.weights, positions=ev.positions, dtype=spec.dtype,
         backend=ev.be.name, field_options=spec.field.evaluator_kwargs(), solver=solver,
-        t_max=spec.t_max, dt=spec.dt, saveat=spec.saveat, block=spec.block)
+        t_max=spec.t_max, dt=spec.dt, saveat=spec.saveat, block=spec.block, limits=spec.limits)
     if not (spec.monitor.resume and path.exists()):
         return identity, None
     return identity, read_checkpoint(path, identity, lambda a: ev.be.asarray(a, a.dtype))
@@ -280,7 +280,11 @@ def _start(spec: RunSpec, loop: TimeLoop, parts: RunParts, X0: np.ndarray,
     parts.solver.reset()
     if resumed is not None:
         state = parts.restore(resumed, spec.monitor.checkpoint)
-        loop.last_saved = parts.saver.times[-1]
+        saver = parts.saver
+        check_resumed(loop, state, shape=X0.shape, dtype=spec.dtype, saved_times=saver.times,
+                      saved_states=saver.states if spec.saveat.fn is None else None,
+                      source=spec.monitor.checkpoint)
+        loop.last_saved, loop.checkpointed = saver.times[-1], state.t
         logger.info("simulate: resuming from %s at t=%.6g", spec.monitor.checkpoint, state.t)
         return state
     y0 = parts.ev.be.asarray(X0, spec.dtype)
@@ -301,7 +305,7 @@ def _run(spec: RunSpec, loop: TimeLoop, parts: RunParts, state: LoopState,
     writer = None
     if identity is not None:
         writer = CheckpointWriter(spec.monitor.checkpoint, identity, parts.collect)
-        loop.checkpoint_fn = writer
+        loop.checkpoint_fn, loop.evaluations = writer, identity.evaluations
         loop.checkpoint_every = spec.monitor.checkpoint_every
     loop.progress = Progress(spec.t_max, spec.monitor.progress, spec.monitor.report_every,
                              f"simulate[{spec.att.kind}]", t0=state.t)
