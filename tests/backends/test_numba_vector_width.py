@@ -50,10 +50,52 @@ def _child(code: str, tmp_path, features: str) -> dict:
 def test_layout_constants_follow_the_vector_width():
     bits = intrinsics.VECTOR_BITS
     assert bits in (256, 512) and tiled.VECTOR_BITS == bits
+    assert tiled.LAYOUT == tiled.tile_layout(bits)
+    lay = tiled.LAYOUT
+    assert (tiled.MR, tiled.NR, tiled.NR_F32, tiled.QTILE, tiled.KBLOCK) == (
+        lay.mr, lay.nr, lay.nr_f32, lay.qtile, lay.kblock)
+
+
+@pytest.mark.parametrize("bits, registers", [(256, 16), (512, 32)])
+def test_both_layouts_keep_their_invariants(bits, registers):
+    """Each width's layout, checked on any machine (the AVX2 one had QTILE = 256 with
+    MR = 6, so a tile could exceed QTILE and only AVX2 machines saw it)."""
+    lay = tiled.tile_layout(bits)
     # two registers of columns per row: NR float64 / NR_F32 float32 numbers
-    assert (tiled.NR, tiled.NR_F32) == (2 * bits // 64, 2 * bits // 32)
-    assert tiled.MR == (8 if bits == 512 else 6)
-    assert tiled.QTILE % tiled.MR == 0 and tiled.KBLOCK % tiled.NR_F32 == 0
+    assert (lay.nr, lay.nr_f32) == (2 * bits // 64, 2 * bits // 32)
+    assert lay.mr == (8 if bits == 512 else 6)
+    # 2·MR accumulators, two registers of the right operand and one broadcast fit
+    assert 2 * lay.mr + 2 + 1 <= registers
+    # tiles are whole register groups, blocks whole float32 (and float64) panels
+    assert lay.qtile % lay.mr == 0 and lay.qtile <= 256 < lay.qtile + lay.mr
+    assert lay.kblock % lay.nr_f32 == 0 and lay.kblock % lay.nr == 0
+
+
+@pytest.mark.parametrize("bad", [128, 384, 0, -256])
+def test_tile_layout_rejects_other_widths(bad):
+    from transformer_pde.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match="vector_bits"):
+        tiled.tile_layout(bad)
+
+
+@pytest.mark.parametrize("name, features, bits", [
+    ("haswell", "", 256),                     # the name's own features: AVX2, FMA
+    ("skylake-avx512", "", 512),
+    ("haswell", "+avx2,+fma,+avx512f", 512),  # an explicit feature string decides
+    ("skylake-avx512", "+avx2,-avx512f", 256),
+])
+def test_vector_width_is_what_llvm_compiles_for(monkeypatch, name, features, bits):
+    """``NUMBA_CPU_NAME`` with ``NUMBA_CPU_FEATURES=""`` compiles for that CPU's own
+    features, and a feature string naming avx512f decides; the probe asks LLVM."""
+    import llvmlite.binding
+    import numba
+
+    if not llvmlite.binding.get_default_triple().startswith("x86_64"):
+        pytest.skip("x86-64 CPU names")
+    monkeypatch.setattr(numba.config, "CPU_NAME", name)
+    monkeypatch.setattr(numba.config, "CPU_FEATURES", features)
+    assert intrinsics._target_vector_bits() == bits
 
 
 def test_choice_follows_numba_cpu_features(tmp_path):

@@ -38,6 +38,7 @@ import numpy as np
 from ...errors import BackendNotAvailable
 
 try:
+    from llvmlite import binding as llvm
     from llvmlite import ir
     from numba import njit
     from numba.core import cgutils, config, types
@@ -125,17 +126,40 @@ def fmax(typingctx, a, b):
     return a(a, a), codegen
 
 
+#: a 16-lane float32 sum: one ``zmm`` instruction where LLVM's target has AVX-512F
+_PROBE_IR = """
+define <16 x float> @probe(<16 x float> %a) {
+  %b = fadd <16 x float> %a, %a
+  ret <16 x float> %b
+}
+"""
+
+
 def _target_vector_bits() -> int:
     """512 when the CPU Numba compiles for has AVX-512F, else 256.
 
-    The features are those of Numba's code generator (``NUMBA_CPU_FEATURES`` when set,
-    else the host's), the same that key Numba's on-disk cache, so a cached kernel always
-    matches this choice.
+    Numba's target is the CPU name ``NUMBA_CPU_NAME`` (else the host's) with the feature
+    string ``NUMBA_CPU_FEATURES`` (else the host's features), the same pair that keys
+    Numba's on-disk cache, so a cached kernel always matches this choice.  The name does
+    not switch features off: ``NUMBA_CPU_NAME=haswell`` alone on an AVX-512 host keeps
+    the host's ``+avx512f`` (Numba's default features) and compiles AVX-512 code; with
+    ``NUMBA_CPU_FEATURES=""`` the name's own features apply (Haswell: AVX2, FMA).  When
+    the feature string names ``avx512f`` it decides; otherwise LLVM is asked: a 512-bit
+    vector sum is compiled for that target and its assembly searched for ``zmm``
+    registers (about 10 ms, only in that case).
     """
     feats = config.CPU_FEATURES
     if feats is None:
         feats = get_host_cpu_features()
-    return 512 if "+avx512f" in str(feats).split(",") else 256
+    flags = str(feats).split(",")
+    if "+avx512f" in flags or "-avx512f" in flags:
+        return 512 if "+avx512f" in flags else 256
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    name = config.CPU_NAME or llvm.get_host_cpu_name()
+    machine = llvm.Target.from_default_triple().create_target_machine(
+        cpu=name, features=str(feats), opt=0)
+    return 512 if "zmm" in machine.emit_assembly(llvm.parse_assembly(_PROBE_IR)) else 256
 
 
 #: SIMD width (bits) of the wide-head kernels: 512 where the CPU Numba compiles for has

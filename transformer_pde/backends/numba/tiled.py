@@ -37,8 +37,11 @@ sets); a last value panel at most half used is multiplied with one register per 
 logit tile and QTILE×c accumulators per thread (in L2).
 
 Keys and values stream from L3 or memory once per query tile, so the tile is large:
-each key and value panel is reused by up to :data:`QTILE` = 256 queries.  Tiles of 48
-queries left the products 20–30 % below the machine's GEMM rate at r = 64–128 and N =
+each key and value panel is reused by up to :data:`QTILE` queries: 256 with AVX-512,
+252 with AVX2 (the largest multiple of MR not above 256, so that :func:`query_tile`,
+a multiple of MR, never exceeds it: the buffers are sized by the tile).  The layout is
+a pure function of the width (:func:`tile_layout`), so both are tested on any machine.
+Tiles of 48 queries left the products 20–30 % below the machine's GEMM rate at r = 64–128 and N =
 16384; the logit product also waited on the packed queries coming from L2, which it now
 prefetches :data:`PREFETCH` reduction steps ahead.
 
@@ -58,7 +61,7 @@ loop were measured slower (OpenBLAS starts its own threads on each small product
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from llvmlite import ir
@@ -66,32 +69,78 @@ from numba import njit, prange
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from ...errors import ArgumentError
+from ...validation import integer
 from .intrinsics import FM_KERNEL, VECTOR_BITS, fmax, vexp, wide_vectors
 from .streaming import first_tile, start_tile
 
 __all__ = [
     "KBLOCK",
+    "LAYOUT",
     "MR",
     "NR",
     "NR_F32",
     "QTILE",
     "TILED_MIN_WIDTH",
     "TILED_MIN_WIDTH_F32",
+    "TileLayout",
     "pointwise_tiled_kernel",
     "query_tile",
     "softmax_tiled_kernel",
+    "tile_layout",
     "tiled_layout",
 ]
 
+class TileLayout(NamedTuple):
+    r"""The register tile and the cache tiles of the tiled kernels for one SIMD width.
+
+    ``mr`` queries × two SIMD registers of keys (or value coordinates) per register tile:
+    ``nr`` = 2·bits/64 float64 or ``nr_f32`` = 2·bits/32 float32 columns, so
+    :math:`2\,\mathrm{mr}` vector accumulators; ``qtile`` the most queries sharing a block
+    of ``kblock`` keys, a multiple of ``mr`` (so that :func:`query_tile`, a multiple of
+    ``mr``, never exceeds it); ``kblock`` a multiple of ``nr_f32`` (and so of ``nr``).
+    """
+
+    vector_bits: int
+    mr: int
+    nr: int
+    nr_f32: int
+    qtile: int
+    kblock: int
+
+
+#: queries per tile are at most the largest multiple of ``mr`` not above this
+_QTILE_TARGET = 256
+
+
+def tile_layout(vector_bits: int) -> TileLayout:
+    r"""The :class:`TileLayout` of ``vector_bits``-bit SIMD registers (256: AVX2, 512: AVX-512).
+
+    ``mr`` fills the register file with accumulators and leaves room for the operands:
+    512 bits (32 ``zmm`` registers): ``mr = 8``, 16 accumulators; 256 bits (16 ``ymm``
+    registers): ``mr = 6``, 12 accumulators, 2 registers of keys and 2 for broadcasts.
+    ``qtile = mr·⌊256/mr⌋`` (256 for ``mr = 8``, 252 for ``mr = 6``) and ``kblock = 128``.
+    A pure function of the width, so that both layouts can be checked on any machine.
+    """
+    bits = integer("vector_bits", vector_bits)
+    if bits not in (256, 512):
+        raise ArgumentError(f"vector_bits must be 256 or 512, got {vector_bits!r}")
+    mr = 8 if bits == 512 else 6
+    return TileLayout(vector_bits=bits, mr=mr, nr=2 * bits // 64, nr_f32=2 * bits // 32,
+                      qtile=_QTILE_TARGET // mr * mr, kblock=128)
+
+
+#: the layout of the SIMD width the kernels are compiled for
+#: (:data:`~transformer_pde.backends.numba.intrinsics.VECTOR_BITS`)
+LAYOUT = tile_layout(VECTOR_BITS)
 #: queries × keys (or value coordinates) of one register tile: MR × NR in float64,
 #: MR × NR_F32 in float32 (two SIMD registers of keys per query)
-MR = 8 if VECTOR_BITS == 512 else 6
-NR, NR_F32 = 2 * VECTOR_BITS // 64, 2 * VECTOR_BITS // 32
+MR, NR, NR_F32 = LAYOUT.mr, LAYOUT.nr, LAYOUT.nr_f32
 #: most queries sharing each block of keys (a multiple of MR); :func:`query_tile` picks
 #: the tile of a call, at most this
-QTILE = 256
+QTILE = LAYOUT.qtile
 #: keys per block (the per-thread logit tile is QTILE × KBLOCK)
-KBLOCK = 128
+KBLOCK = LAYOUT.kblock
 #: smallest projection width r for which the tiled kernels are used, float64 and float32
 #: (measured crossovers, see :meth:`~transformer_pde.backends.numba.NumbaBackend.kernel_for`)
 TILED_MIN_WIDTH = 8
@@ -384,18 +433,24 @@ def pointwise_tiled_kernel(phi, qpk, kpk, vpk, w, limits, nr, cv, qtile, n_group
                     out[i0 + t, cc] = acc[t, cc]
 
 
-def query_tile(m: int, n_threads: int) -> int:
-    """Queries per tile for ``m`` (padded) queries on ``n_threads`` threads.
+def query_tile(m: int, n_threads: int, layout: TileLayout = LAYOUT) -> int:
+    r"""Queries per tile for ``m`` (padded) queries on ``n_threads`` threads.
 
-    At most :data:`QTILE`, a multiple of :data:`MR`, and as even a split as that allows:
-    the tile count is rounded up to a multiple of the threads, so that no thread is left
-    with one large tile more than another.  A query's result does not depend on its tile
-    (each row of a tile product is summed in the same order).
+    Fewest rounds, then the smallest tile: with :math:`T` threads taking tiles in turn, a
+    thread runs at least :math:`R = \lceil m / (T\,\mathrm{qtile}) \rceil` tiles; the
+    tile is the smallest multiple :math:`t` of ``layout.mr`` that splits the queries into
+    at most :math:`R\,T` tiles, :math:`t = \mathrm{mr}\,\lceil \lceil m/(RT) \rceil /
+    \mathrm{mr} \rceil`, so that no thread runs more than :math:`R` tiles and the tiles
+    carry as little padding as that allows.  Since ``layout.qtile`` is a multiple of
+    ``mr``, :math:`\mathrm{mr} \le t \le` ``layout.qtile`` (:data:`QTILE`).  A query's
+    result does not depend on its tile (each row of a tile product is summed in the same
+    order).  ``layout`` defaults to the compiled one (:data:`LAYOUT`).
     """
-    n_tiles = -(-max(m, 1) // QTILE)
-    n_tiles = -(-n_tiles // max(n_threads, 1)) * max(n_threads, 1)
-    rows = -(-max(m, 1) // n_tiles)
-    return max(MR, -(-rows // MR) * MR)
+    m, threads = max(m, 1), max(n_threads, 1)
+    n_tiles = -(-m // layout.qtile)
+    n_tiles = -(-n_tiles // threads) * threads
+    rows = -(-m // n_tiles)
+    return max(layout.mr, -(-rows // layout.mr) * layout.mr)
 
 
 def tiled_layout(dtype: Any, q: np.ndarray, k: np.ndarray, vals: np.ndarray | None,
