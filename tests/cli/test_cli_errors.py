@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from subprocess_runs import run
 from transformer_pde import cli, load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -309,9 +309,9 @@ def _env() -> dict:
 
 
 def test_module_entry_point_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "transformer_pde.cli", "demo", "--n", "0",
-                           "--out", str(tmp_path / "o")], capture_output=True, text=True,
-                          env=_env(), cwd=tmp_path, timeout=120, check=False)
+    proc = run([sys.executable, "-m", "transformer_pde.cli", "demo", "--n", "0",
+                "--out", str(tmp_path / "o")], capture_output=True, text=True,
+               env=_env(), cwd=tmp_path, timeout=120, check=False)
     assert proc.returncode == EXIT.USAGE
     assert "--n" in _one_line(proc.stderr)
     assert not (tmp_path / "o").exists()

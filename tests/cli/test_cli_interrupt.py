@@ -4,17 +4,19 @@ writes the states computed so far (a trajectory :func:`transformer_pde.load` rea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pytest
 
-from subprocess_runs import DEADLINE, wait_for_checkpoints
+from subprocess_runs import DEADLINE, run, started, wait_for_checkpoints
 from transformer_pde import load
 from transformer_pde.cli import ExitCode
 
@@ -35,18 +37,21 @@ figure = false
 """
 
 
-def _start(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, Path, Path]:
+@contextlib.contextmanager
+def _start(tmp_path: Path, *extra: str) -> Iterator[tuple[subprocess.Popen, Path, Path]]:
+    """The long run in a subprocess (with default SIGINT whatever the test process's), and
+    its process group killed when the test ends."""
     cfg = tmp_path / "long.toml"
     cfg.write_text(LONG)
     out = tmp_path / "o"
     ck = tmp_path / "run.ckpt"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
-    proc = subprocess.Popen([sys.executable, "-m", "transformer_pde.cli", "simulate", str(cfg),
-                             "--out", str(out), "-q", "--checkpoint", str(ck),
-                             "--checkpoint-every", "0.05", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            cwd=tmp_path)
-    return proc, out, ck
+    with started([sys.executable, "-m", "transformer_pde.cli", "simulate", str(cfg),
+                  "--out", str(out), "-q", "--checkpoint", str(ck),
+                  "--checkpoint-every", "0.05", *extra],
+                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                 cwd=tmp_path) as proc:
+        yield proc, out, ck
 
 
 #: deadlines allow for a subprocess that compiles every Numba kernel from a cold cache
@@ -61,17 +66,17 @@ def warm(tmp_path_factory) -> None:
     cfg = tmp / "warm.toml"
     cfg.write_text(LONG.replace("9000.0", "1.0"))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
-    proc = subprocess.run([sys.executable, "-m", "transformer_pde.cli", "simulate", str(cfg),
-                           "--out", str(tmp / "o"), "-q"], capture_output=True, text=True,
-                          env=env, cwd=tmp, timeout=900)
+    proc = run([sys.executable, "-m", "transformer_pde.cli", "simulate", str(cfg),
+                "--out", str(tmp / "o"), "-q"], capture_output=True, text=True,
+               env=env, cwd=tmp, timeout=900)
     assert proc.returncode == 0, proc.stderr
 
 
 def test_sigint_writes_the_states_and_exits_130(tmp_path, warm):
-    proc, out, ck = _start(tmp_path)
-    wait_for_checkpoints(proc, ck)
-    proc.send_signal(signal.SIGINT)
-    stdout, err = proc.communicate(timeout=DEADLINE)
+    with _start(tmp_path) as (proc, out, ck):
+        wait_for_checkpoints(proc, ck)
+        proc.send_signal(signal.SIGINT)
+        stdout, err = proc.communicate(timeout=DEADLINE)
     assert proc.returncode == ExitCode.INTERRUPTED == 130, err
     assert "Traceback" not in err
     last = [line for line in err.splitlines() if line.strip()][-1]
@@ -210,9 +215,9 @@ def test_log_lines_never_break_the_progress_bar(tmp_path, warm):
     cfg = tmp_path / "short.toml"
     cfg.write_text(LONG.replace("9000.0", "30.0").replace("save_every = 50", "save_every = 500"))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
-    proc = subprocess.run([sys.executable, "-m", "transformer_pde.cli", "simulate", str(cfg),
-                           "--out", str(tmp_path / "o"), "--verbose", "--report-every", "0.02"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=DEADLINE)
+    proc = run([sys.executable, "-m", "transformer_pde.cli", "simulate", str(cfg),
+                "--out", str(tmp_path / "o"), "--verbose", "--report-every", "0.02"],
+               capture_output=True, text=True, env=env, cwd=tmp_path, timeout=DEADLINE)
     assert proc.returncode == ExitCode.OK, proc.stderr
     logged = [line for line in proc.stderr.split("\n") if "INFO" in line]
     assert len(logged) >= 3, proc.stderr

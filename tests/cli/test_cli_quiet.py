@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from subprocess_runs import run, signal_group, started
 from transformer_pde.cli import main
 from transformer_pde.cli.quiet import Quiet
 from transformer_pde.errors import TransformerPDEWarning
@@ -96,9 +97,9 @@ def _env() -> dict:
 
 def test_embedded_cluster_run_prints_no_dask_logs(tmp_path):
     cfg = _config(tmp_path, "sweep_cells:noisy_mean")
-    proc = subprocess.run([sys.executable, "-m", "transformer_pde.cli", "sweep", cfg, "--out",
-                           str(tmp_path / "o"), "--workers", "1", "-q"], capture_output=True,
-                          text=True, env=_env(), cwd=tmp_path, timeout=300)
+    proc = run([sys.executable, "-m", "transformer_pde.cli", "sweep", cfg, "--out",
+                str(tmp_path / "o"), "--workers", "1", "-q"], capture_output=True,
+               text=True, env=_env(), cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     # before: some thirty INFO lines of the scheduler, nannies and workers
     assert proc.stderr == "", proc.stderr
@@ -111,18 +112,18 @@ def test_ctrl_c_in_a_terminal_prints_no_worker_traceback(tmp_path):
     env = {**_env(), "TPDE_SWEEP_LOG": str(log), "TPDE_SWEEP_SLEEP": "0.3"}
     # a terminal's Ctrl-C signals the whole foreground process group: the command and its
     # Dask worker processes
-    proc = subprocess.Popen([sys.executable, "-m", "transformer_pde.cli", "sweep", cfg,
-                             "--out", str(tmp_path / "o"), "--workers", "2", "-q"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            cwd=tmp_path, start_new_session=True)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        if log.is_dir() and len(list(log.iterdir())) >= 4:  # both workers run cells
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, proc.communicate()
-    os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    with started([sys.executable, "-m", "transformer_pde.cli", "sweep", cfg,
+                  "--out", str(tmp_path / "o"), "--workers", "2", "-q"],
+                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                 cwd=tmp_path) as proc:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if log.is_dir() and len(list(log.iterdir())) >= 4:  # both workers run cells
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()
+        signal_group(proc, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     lines = [line for line in err.splitlines() if line.strip()]

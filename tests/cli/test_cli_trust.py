@@ -6,6 +6,7 @@ a study's store, and the rank study does not depend on the BLAS thread count."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,11 +17,12 @@ import time
 import types
 import warnings
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pytest
 
-from subprocess_runs import DEADLINE, wait_for_checkpoints
+from subprocess_runs import DEADLINE, run, started, wait_for_checkpoints
 from transformer_pde import cli, load, sweep
 from transformer_pde.cli import ExitCode
 from transformer_pde.cli.output import (LOCK_NAME, STAGING_PREFIX, OutputDir, OutputError,
@@ -60,30 +62,31 @@ def warm(tmp_path_factory) -> None:
     tmp = tmp_path_factory.mktemp("warm")
     cfg = tmp / "warm.toml"
     cfg.write_text(LONG.format(t_max=1.0))
-    proc = subprocess.run(_cli("simulate", str(cfg), "--out", str(tmp / "o"), "-q"),
-                          capture_output=True, text=True, env=_env(), cwd=tmp,
-                          timeout=900)
+    proc = run(_cli("simulate", str(cfg), "--out", str(tmp / "o"), "-q"),
+               capture_output=True, text=True, env=_env(), cwd=tmp, timeout=900)
     assert proc.returncode == 0, proc.stderr
 
 
-def _start_long(tmp_path: Path, out: Path) -> tuple[subprocess.Popen, Path]:
+@contextlib.contextmanager
+def _start_long(tmp_path: Path, out: Path) -> Iterator[tuple[subprocess.Popen, Path]]:
+    """The long run in a subprocess, its process group killed when the test ends."""
     cfg = tmp_path / "long.toml"
     cfg.write_text(LONG.format(t_max=9000.0))
     ck = tmp_path / "run.ckpt"
-    proc = subprocess.Popen(_cli("simulate", str(cfg), "--out", str(out), "-q", "--checkpoint",
-                                 str(ck), "--checkpoint-every", "0.02"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_env(), cwd=tmp_path)
-    return proc, ck
+    with started(_cli("simulate", str(cfg), "--out", str(out), "-q", "--checkpoint",
+                      str(ck), "--checkpoint-every", "0.02"),
+                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                 env=_env(), cwd=tmp_path) as proc:
+        yield proc, ck
 
 
 # --------------------------------------------------------------------------- signals
 def test_sigterm_writes_the_states_and_exits_143(tmp_path, warm):
     out = tmp_path / "o"
-    proc, ck = _start_long(tmp_path, out)
-    wait_for_checkpoints(proc, ck)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=DEADLINE)
+    with _start_long(tmp_path, out) as (proc, ck):
+        wait_for_checkpoints(proc, ck)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=DEADLINE)
     assert proc.returncode == ExitCode.TERMINATED == 143, err
     assert "Traceback" not in err
     last = [line for line in err.splitlines() if line.strip()][-1]
@@ -96,27 +99,25 @@ def test_sigterm_writes_the_states_and_exits_143(tmp_path, warm):
 
 def test_sigkill_leaves_staging_that_the_next_run_removes(tmp_path, warm):
     out = tmp_path / "o"
-    proc, ck = _start_long(tmp_path, out)
-    wait_for_checkpoints(proc, ck)
-    proc.kill()  # SIGKILL: no clean-up at all
-    proc.communicate(timeout=DEADLINE)
+    with _start_long(tmp_path, out) as (proc, ck):
+        wait_for_checkpoints(proc, ck)
+        proc.kill()  # SIGKILL: no clean-up at all
+        proc.communicate(timeout=DEADLINE)
     stale = [p for p in out.iterdir() if p.name.startswith(STAGING_PREFIX)]
     assert len(stale) == 1 and (out / LOCK_NAME).is_file()
     assert str(proc.pid) in stale[0].name
     cfg = tmp_path / "short.toml"
     cfg.write_text(LONG.format(t_max=1.0))
-    rerun = subprocess.run(_cli("simulate", str(cfg), "--out", str(out), "-q"),
-                           capture_output=True, text=True, env=_env(), cwd=tmp_path,
-                           timeout=DEADLINE)
+    rerun = run(_cli("simulate", str(cfg), "--out", str(out), "-q"),
+                capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=DEADLINE)
     assert rerun.returncode == ExitCode.OK, rerun.stderr
     assert sorted(p.name for p in out.iterdir()) == ["summary.json", "trajectory.npz"]
 
 
 def test_staging_of_a_live_process_is_kept(tmp_path):
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        dead = subprocess.Popen([sys.executable, "-c", "pass"])
-        dead.wait()
+    with started([sys.executable, "-c", "import time; time.sleep(60)"]) as live:
+        with started([sys.executable, "-c", "pass"]) as dead:
+            dead.wait()
         with OutputDir(tmp_path / "probe") as probe:  # this machine's staging name
             host = probe.staging.name[len(STAGING_PREFIX):].split(".")[1]
             probe.discard()
@@ -131,9 +132,6 @@ def test_staging_of_a_live_process_is_kept(tmp_path):
             other = legacy
         assert remove_stale_staging(tmp_path) == [gone]
         assert keep.is_dir() and other.is_dir() and legacy.is_dir() and not gone.exists()
-    finally:
-        live.kill()
-        live.wait()
 
 
 # --------------------------------------------------------------------------- claims
@@ -178,8 +176,7 @@ def test_racing_claims_have_exactly_one_winner(tmp_path):
 
 
 def test_second_simulate_into_a_claimed_directory_is_refused(tmp_path, capsys):
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
+    with started([sys.executable, "-c", "import time; time.sleep(60)"]) as holder:
         with OutputDir(tmp_path / "probe") as probe:
             host = probe.staging.name[len(STAGING_PREFIX):].split(".")[1]
             probe.discard()
@@ -199,9 +196,6 @@ def test_second_simulate_into_a_claimed_directory_is_refused(tmp_path, capsys):
         # its process gone, the claim is stale and taken over
         assert cli.main(["simulate", str(cfg), "--out", str(out), "-q"]) == ExitCode.OK
         assert sorted(p.name for p in out.iterdir()) == ["summary.json", "trajectory.npz"]
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 # --------------------------------------------------------------------------- --checkpoint
@@ -393,8 +387,8 @@ def test_rank_draws_do_not_depend_on_the_blas_thread_count(tmp_path, warm):
     results = []
     for n in ("1", "2"):
         env = {**_env(), "OPENBLAS_NUM_THREADS": n, "OMP_NUM_THREADS": n}
-        proc = subprocess.run([sys.executable, "-c", RANK_SCRIPT], capture_output=True,
-                              text=True, env=env, cwd=tmp_path, timeout=DEADLINE)
+        proc = run([sys.executable, "-c", RANK_SCRIPT], capture_output=True,
+                   text=True, env=env, cwd=tmp_path, timeout=DEADLINE)
         assert proc.returncode == 0, proc.stderr
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     for r in results:
