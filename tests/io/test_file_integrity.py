@@ -475,6 +475,11 @@ def test_store_unknown_or_old_version(tmp_path):
         sweep.open_results(path)
     g.attrs["transformer_pde_study"] = json.dumps({"format": "transformer-pde-study",
                                                    "version": 1})
+    # version 1 has no digests: a store that carries them under version 1 was edited
+    with pytest.raises(StoreIntegrityError, match="format version 1, but carries"):
+        sweep.open_results(path)
+    # a version-1 store as that version wrote it (no cell_digest) opens, unverified
+    shutil.rmtree(path / DIGEST_VAR)
     assert (sweep.open_results(path)["cell_status"].values == sweep.DONE).all()
     with pytest.raises(StoreError, match="cannot be resumed"):
         sweep.run(_study(), path, scheduler="serial", resume=True, progress=False)

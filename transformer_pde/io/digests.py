@@ -123,4 +123,4 @@ def check_checksum_version(version: Any, *, carries: bool, first: int, what: str
     if carries and (version is None or version < first):
         claim = "no format version" if version is None else f"{what}format version {version!r}"
         raise error(f"{source}: claims {claim}, but carries the checksums of version {first} "
-                    f"and later (its version field was edited); the file is refused")
+                    f"and later (its version field was edited, or it is corrupt)")

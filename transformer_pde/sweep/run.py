@@ -40,7 +40,7 @@ import numpy as np
 from ..errors import ArgumentError, ArgumentTypeError, TransformerPDEError, TransformerPDEWarning
 from ..extras import require
 from ..io.jsonfmt import dumps
-from .store import ResultStore, StoreError
+from .store import ResultStore, StoreError, read_fingerprint, stored_failures
 from .cells import STATUS_CODES
 from .study import DONE, FAILED, Output, Study, cell_name, run_cell, run_cells
 from .worker_output import process_id, reemit, run_captured
@@ -468,13 +468,11 @@ def run(study: Study, store: str | Path | None = None, *, scheduler: Any = None,
 def _check_cell_version(study: Study, store: str | Path) -> None:
     """Refuse to complete ``store`` with another version of its cell function (same
     ``module:qualname``, different code): the message names the function."""
-    from .store import open_results  # noqa: PLC0415
-
     try:
-        # only the attributes are read here: damaged cells are found (and recomputed) by the
+        # only the metadata is read here: damaged cells are found (and recomputed) by the
         # store's own check on resume, and must not hide a changed cell function
-        stored = json.loads(open_results(store, verify=False).attrs["fingerprint"])["cell"]
-    except (StoreError, KeyError, TypeError, ValueError):
+        stored = read_fingerprint(store)[0]["cell"]
+    except StoreError:
         return  # not a readable store of a study: the store's own checks report it
     now = json.loads(study.fingerprint())["cell"]
     if not isinstance(stored, str) or stored == now or "#" not in now:
@@ -487,17 +485,9 @@ def _check_cell_version(study: Study, store: str | Path) -> None:
             "restore that version, or write to a new path")
 
 
-def _outputs_from_store(store: str | Path) -> dict:
-    from .store import open_results  # noqa: PLC0415
-
-    ds = open_results(store, verify=False)  # the outputs' declaration only; cells are checked on resume
-    try:
-        outs = json.loads(ds.attrs["fingerprint"])["outputs"]
-        return {k: Output(tuple(v["shape"]), v["dtype"], None if v["dims"] is None
-                          else tuple(v["dims"])) for k, v in outs.items()}
-    except (KeyError, TypeError, ValueError, json.JSONDecodeError):
-        raise StoreError(f"{store}: the stored fingerprint is unreadable; the store is "
-                         f"corrupt") from None
+def _outputs_from_store(store: str | Path) -> dict[str, Output]:
+    """The outputs a store declares (its metadata checked; cells are checked on resume)."""
+    return read_fingerprint(store)[1]
 
 
 def _bar(progress: bool, total: int, done: int, name: str) -> Any:
@@ -541,9 +531,19 @@ def _run_dask(ex: _Executor, study: Study, results: ResultStore, pending: list[i
 
 
 def summary(ds: Any) -> dict:
-    """Counts of done / failed / missing cells and the failure messages grouped by text."""
+    """Counts of done / failed / missing cells and the failure messages grouped by text.
+
+    Raises
+    ------
+    StoreError
+        ``ds`` has no ``cell_status`` variable, or its ``failures`` attribute is not a JSON
+        object of messages (the message names the item)."""
+    if "cell_status" not in getattr(ds, "data_vars", ()):
+        raise StoreError("the results dataset has no variable 'cell_status' (not the results "
+                         "of a study)")
     status = ds["cell_status"].values
-    failures = json.loads(ds.attrs.get("failures", "{}"))
+    failures = (stored_failures("the results dataset", ds.attrs, int(status.size))
+                if "failures" in ds.attrs else {})
     grouped: dict[str, int] = {}
     for msg in failures.values():
         grouped[msg] = grouped.get(msg, 0) + 1

@@ -50,13 +50,15 @@ import numpy as np
 
 from ..errors import IntegrityError, IntegrityWarning, TransformerPDEError
 from ..extras import require
-from ..io.digests import array_digest, check_version
+from ..io.digests import array_digest, check_checksum_version, check_version
 from ..io.jsonfmt import dumps
 from .grid import Grid
-from .study import DONE, FAILED, MISSING, CellResult, Study
+from .study import DONE, FAILED, MISSING, CellResult, Output, Study
 
 __all__ = ["StoreError", "StoreIntegrityError", "ResultStore", "open_results",
-           "software_versions", "cell_digest", "FORMAT", "DIGEST_VAR"]
+           "software_versions", "cell_digest", "read_fingerprint", "stored_failures", "stored_outputs",
+           "FORMAT",
+           "DIGEST_VAR"]
 
 logger = logging.getLogger(__name__)
 
@@ -121,11 +123,221 @@ def _format_version(path: Path, attrs: Mapping[str, Any]) -> int:
     except (KeyError, TypeError, ValueError, AttributeError):
         ok = False
     if not ok:
-        raise StoreError(f"{path} is a Zarr store but not a transformer-pde study (no format "
-                         f"marker); nothing was changed")
+        raise StoreError(f"{path} is a Zarr store but not a transformer-pde study (its format "
+                         f"marker, the attribute 'transformer_pde_study', is missing or not "
+                         f"a JSON object naming {FORMAT['format']!r}); nothing was changed")
     version = marker.get("version")
     return check_version(version, _KNOWN_VERSIONS, what="results-store ", source=path,
                          error=StoreIntegrityError)
+
+
+# ------------------------------------------------------------------ metadata checks
+_JSON_KINDS = {dict: "object", list: "array", str: "string"}
+
+
+def _damaged(path: Any, what: str) -> StoreError:
+    return StoreError(f"{path}: {what}; the store's metadata is damaged (it was edited or "
+                      f"is corrupt)")
+
+
+def _json_attr(path: Any, attrs: Mapping[str, Any], name: str, kind: type, *,
+               required: bool = True) -> Any:
+    """The JSON attribute ``name`` parsed, a JSON ``kind`` (``dict``, ``list``); ``None``
+    when it is absent and not ``required``.  Anything else is a :class:`StoreError` naming
+    ``path`` and the attribute."""
+    if name not in attrs:
+        if required:
+            raise _damaged(path, f"attribute {name!r} is missing")
+        return None
+    raw = attrs[name]
+    if not isinstance(raw, str):
+        raise _damaged(path, f"attribute {name!r} is not JSON text (it holds a "
+                             f"{type(raw).__name__})")
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise _damaged(path, f"attribute {name!r} is not valid JSON ({exc})") from None
+    if not isinstance(value, kind):
+        raise _damaged(path, f"attribute {name!r} is not a JSON {_JSON_KINDS[kind]}")
+    return value
+
+
+def stored_failures(path: Any, attrs: Mapping[str, Any], n_cells: int | None = None
+                    ) -> dict[str, str]:
+    """The ``failures`` attribute of a store's (or results dataset's) attributes ``attrs``:
+    ``{flat cell index: message}``, checked (indices below ``n_cells`` when given); a
+    damaged attribute is a :class:`StoreError` naming ``path`` and the attribute."""
+    failures = _json_attr(path, attrs, "failures", dict)
+    for key, message in failures.items():
+        index = int(key) if key.isascii() and key.isdigit() else -1
+        if index < 0 or (n_cells is not None and index >= n_cells):
+            raise _damaged(path, f"attribute 'failures' names {key!r}, which is not a cell of "
+                                 f"the grid" + (f" (0 to {n_cells - 1})" if n_cells else ""))
+        if not isinstance(message, str):
+            raise _damaged(path, f"attribute 'failures' holds a {type(message).__name__} for "
+                                 f"cell {key}, not a message")
+    return failures
+
+
+def stored_outputs(path: Any, fingerprint: Mapping[str, Any]) -> dict[str, Output]:
+    """The outputs declared in a store's parsed ``fingerprint`` attribute, as
+    :class:`~transformer_pde.sweep.Output` objects (:class:`StoreError` naming ``path``,
+    the attribute and the output when a description is not one that
+    :meth:`Output.to_dict` writes)."""
+    outs = fingerprint.get("outputs")
+    if not isinstance(outs, dict):
+        raise _damaged(path, "attribute 'fingerprint' has no 'outputs' object")
+    out = {}
+    for name, spec in outs.items():
+        try:
+            if not isinstance(spec, dict) or set(spec) != {"shape", "dtype", "dims"}:
+                raise ValueError("not an object with 'shape', 'dtype' and 'dims'")
+            shape, dims = spec["shape"], spec["dims"]
+            if not isinstance(shape, list) or not all(type(n) is int for n in shape):
+                raise TypeError(f"shape {shape!r} is not a list of integers")
+            if dims is not None and (not isinstance(dims, list)
+                                     or not all(isinstance(d, str) for d in dims)):
+                raise TypeError(f"dims {dims!r} is not a list of names")
+            if not isinstance(spec["dtype"], str):
+                raise TypeError(f"dtype {spec['dtype']!r} is not a dtype name")
+            out[name] = Output(tuple(shape), spec["dtype"],
+                               None if dims is None else tuple(dims))
+        except (TypeError, ValueError) as exc:
+            raise _damaged(path, f"attribute 'fingerprint': the description of output "
+                                 f"{name!r} is invalid ({exc})") from None
+    return out
+
+
+def _stored_grid(path: Any, fingerprint: Mapping[str, Any]) -> Grid:
+    """The grid of a store's parsed ``fingerprint`` attribute (:class:`StoreError` naming
+    ``path`` and the attribute when it does not describe a grid)."""
+    grid = fingerprint.get("grid")
+    try:
+        if not isinstance(grid, dict) or set(grid) != {"axes", "draws", "seed"}:
+            raise ValueError("not an object with 'axes', 'draws' and 'seed'")
+        return Grid(grid["axes"], draws=grid["draws"], seed=grid["seed"])
+    except (TypeError, ValueError) as exc:
+        raise _damaged(path, f"attribute 'fingerprint' holds an invalid grid ({exc})") from None
+
+
+def _check_variable(path: Any, ds: Any, name: str, dims: tuple, shape: tuple,
+                    dtype: Any = None) -> None:
+    if name not in ds.data_vars:
+        raise _damaged(path, f"variable {name!r} is missing")
+    var = ds[name]
+    if tuple(var.dims) != tuple(dims):
+        raise _damaged(path, f"variable {name!r} has dimensions {tuple(var.dims)}, expected "
+                             f"{tuple(dims)}")
+    if tuple(var.shape) != tuple(shape):
+        raise _damaged(path, f"variable {name!r} has shape {tuple(var.shape)}, expected "
+                             f"{tuple(shape)}")
+    if dtype is not None and var.dtype != np.dtype(dtype):
+        raise _damaged(path, f"variable {name!r} has dtype {var.dtype}, expected "
+                             f"{np.dtype(dtype)}")
+
+
+def _check_store(path: Any, ds: Any) -> tuple[int, Grid, dict[str, str]]:
+    """Check everything a store's reader relies on besides the cells: the format marker,
+    the JSON attributes, the variables (dimensions, shapes, dtypes) against the study's
+    fingerprint, and the grid's coordinates against the grid it records.  Returns the
+    format version, the grid and the failures; any damage is a :class:`StoreError`
+    naming ``path`` and the damaged item."""
+    version = _format_version(path, ds.attrs)
+    fingerprint = _json_attr(path, ds.attrs, "fingerprint", dict)
+    grid = _stored_grid(path, fingerprint)
+    outputs = stored_outputs(path, fingerprint)
+    if not isinstance(fingerprint.get("cell"), str):
+        raise _damaged(path, "attribute 'fingerprint' does not name the cell function "
+                             "('cell' is not a string)")
+    failures = stored_failures(path, ds.attrs, grid.n_cells)
+    for name, kind in (("config", dict), ("versions", dict), ("status_codes", list)):
+        _json_attr(path, ds.attrs, name, kind, required=False)
+    if not isinstance(ds.attrs.get("name", ""), str):
+        raise _damaged(path, f"attribute 'name' is not text (it holds a "
+                             f"{type(ds.attrs['name']).__name__})")
+    strict = version >= 2  # version 1 wrote with xarray's default encodings (no dtype check)
+    _check_variable(path, ds, "cell_status", grid.dims, grid.shape,
+                    np.int8 if strict else None)
+    if version >= 2 or DIGEST_VAR in ds.data_vars:
+        _check_variable(path, ds, DIGEST_VAR, (*grid.dims, "digest_byte"), (*grid.shape, 32),
+                        np.uint8)
+    for name, spec in outputs.items():
+        _check_variable(path, ds, name, (*grid.dims, *spec.dim_names(name)),
+                        (*grid.shape, *spec.shape), spec.dtype if strict else None)
+    for name in ds.data_vars:
+        if name not in outputs and name not in ("cell_status", DIGEST_VAR):
+            raise _damaged(path, f"variable {name!r} is not an output of the study (the "
+                                 f"fingerprint declares {sorted(outputs)})")
+    for dim, values in grid.coords().items():
+        if dim not in ds.coords:
+            raise _damaged(path, f"coordinate {dim!r} is missing")
+        stored = np.asarray(ds[dim].values).tolist()
+        if stored != list(np.asarray(values).tolist()):
+            raise _damaged(path, f"coordinate {dim!r} holds {stored!r}, not the values of the "
+                                 f"grid the study records ({list(values)!r})")
+    return version, grid, failures
+
+
+def _zarr_files_problem(path: Path, *, consolidated: bool = True) -> str | None:
+    """The first Zarr metadata file of the store ``path`` that is not a JSON object (or an
+    array without its ``_ARRAY_DIMENSIONS``), described; ``None`` if all are readable.
+    ``consolidated``: check ``.zmetadata`` too."""
+    def read(rel: str) -> tuple[Any, str | None]:
+        try:
+            value = json.loads((path / rel).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            return None, f"{rel} is not valid JSON ({type(exc).__name__}: {exc})"
+        if not isinstance(value, dict):
+            return None, f"{rel} is not a JSON object"
+        return value, None
+
+    names = [".zgroup", ".zattrs"] + ([".zmetadata"] if consolidated else [])
+    for rel in names:
+        if rel == ".zgroup" or (path / rel).is_file():
+            _, problem = read(rel)
+            if problem:
+                return problem
+    for sub in sorted(p for p in path.iterdir() if p.is_dir() and (p / ".zarray").is_file()):
+        for rel in (f"{sub.name}/.zarray", f"{sub.name}/.zattrs"):
+            value, problem = read(rel)
+            if problem:
+                return problem
+        if not isinstance(value.get("_ARRAY_DIMENSIONS"), list):
+            return f"{sub.name}/.zattrs has no list '_ARRAY_DIMENSIONS' (the array's dimensions)"
+    return None
+
+
+def _open_store(path: Path, *, consolidated: bool = True) -> Any:
+    """The store ``path`` read by xarray into memory; a damaged Zarr metadata file or any
+    failure to read is a :class:`StoreError` naming the store (and the file)."""
+    xr = require("xarray", "reading a parameter study's results")
+    problem = _zarr_files_problem(path, consolidated=consolidated) if path.is_dir() else None
+    if problem is None:
+        try:
+            return xr.open_zarr(path, consolidated=False, zarr_format=2, chunks=None).load()
+        except Exception as exc:  # noqa: BLE001 -- any failure to read means corrupt/foreign
+            problem = f"{type(exc).__name__}: {exc}"
+    hint = ("; resuming the study (resume=True) rewrites it" if problem.startswith(".zmetadata")
+            else "")
+    raise StoreError(f"{path} is not a readable transformer-pde results store ({problem})"
+                     f"{hint}; nothing was changed")
+
+
+def read_fingerprint(path: str | Path) -> tuple[dict[str, Any], dict[str, Output]]:
+    """The parsed ``fingerprint`` attribute of the study store ``path`` and the outputs it
+    declares, after the checks of the store's metadata (the cells are not verified, and
+    the consolidated ``.zmetadata``, which resuming rewrites, is not read).
+
+    Raises
+    ------
+    StoreError
+        ``path`` is not a readable study store, or an item of its metadata is damaged
+        (the message names the store and the item)."""
+    path = Path(path)
+    ds = _open_store(path, consolidated=False)
+    _check_store(path, ds)
+    fingerprint = json.loads(ds.attrs["fingerprint"])
+    return fingerprint, stored_outputs(path, fingerprint)
 
 
 def software_versions() -> dict[str, str]:
@@ -238,10 +450,12 @@ class ResultStore:
     # ------------------------------------------------------------------ reading
     def _zarr_group(self) -> Any:
         zarr = require("zarr", "a parameter study's results store")
-        # a store written before consolidated metadata existed is consolidated at its
-        # first flush
-        self._consolidated = (self.path / ".zmetadata").is_file()
-        return zarr.open_group(str(self.path), mode="r+", zarr_format=2)
+        # a store without consolidated metadata (written before it existed) or with a
+        # damaged .zmetadata is consolidated when it is resumed
+        meta = self.path / ".zmetadata"
+        self._consolidated = meta.is_file() and _zarr_files_problem(self.path) is None
+        # the per-array metadata, not .zmetadata (rewritten by _consolidate when damaged)
+        return zarr.open_group(str(self.path), mode="r+", zarr_format=2, use_consolidated=False)
 
     def _consolidate(self) -> None:
         """Rewrite ``.zmetadata`` from the store's metadata (after an attribute changed)."""
@@ -252,13 +466,14 @@ class ResultStore:
         self._consolidated = True
 
     def _open_existing(self) -> None:
-        xr = require("xarray", "a parameter study's results store")
-        try:
-            old = xr.open_zarr(self.path, consolidated=False, zarr_format=2, chunks=None).load()
-        except Exception as exc:  # noqa: BLE001 -- any failure to read means corrupt/foreign
-            raise StoreError(f"{self.path} is not a readable transformer-pde results store "
-                             f"({type(exc).__name__}: {exc}); nothing was changed") from None
-        if _format_version(self.path, old.attrs) == 1:
+        # the consolidated metadata is derived data: a damaged .zmetadata is rewritten below
+        old = _open_store(self.path, consolidated=False)
+        version, _, failures = _check_store(self.path, old)
+        if version == 1 and DIGEST_VAR in old.data_vars:
+            check_checksum_version(version, carries=True, first=FORMAT["version"],
+                                   what="results-store ", source=self.path,
+                                   error=StoreIntegrityError)
+        if version == 1:
             raise StoreError(f"{self.path} was written by an older transformer-pde (results-"
                              f"store format 1, without per-cell checksums) and cannot be "
                              f"resumed by this version; finish it with the version that "
@@ -271,16 +486,12 @@ class ResultStore:
                 f"or write to a new path. Stored: {old.attrs.get('fingerprint')}; now: "
                 f"{self.study.fingerprint()}")
         for name in self.ds.data_vars:
-            if name not in old or old[name].shape != self.ds[name].shape:
-                raise StoreError(f"{self.path}: variable {name!r} is missing or has the wrong "
-                                 f"shape; the store is corrupt")
+            # same fingerprint, checked store: every variable is there with its shape
             self.ds[name].values[...] = old[name].values
-        try:
-            self.failures = dict(json.loads(old.attrs.get("failures", "{}")))
-        except json.JSONDecodeError:
-            raise StoreError(f"{self.path}: attribute 'failures' is not JSON; the store is "
-                             f"corrupt") from None
+        self.failures = failures
         self._group = self._zarr_group()
+        if not self._consolidated:
+            self._consolidate()  # absent or damaged: xarray.open_zarr(path) reads it
         bad = _bad_cells(self.ds, list(self.study.outputs))
         if bad:
             # a damaged cell is not trusted: it becomes missing again and is recomputed
@@ -381,23 +592,13 @@ def open_results(path: str | Path, *, verify: bool = True) -> Any:
         digest or a status is not a known code; the message names the store and the cell
         (flat index and coordinates).  Version-1 stores (no digests) are not verified.
     """
-    xr = require("xarray", "reading a parameter study's results")
     path = Path(path)
     if not path.exists():
         raise StoreError(f"{path} does not exist")
-    try:
-        ds = xr.open_zarr(path, consolidated=False, zarr_format=2, chunks=None).load()
-    except Exception as exc:  # noqa: BLE001
-        raise StoreError(f"{path} is not a readable transformer-pde results store "
-                         f"({type(exc).__name__}: {exc})") from None
-    if "transformer_pde_study" not in ds.attrs:
-        raise StoreError(f"{path} is a Zarr store but not a transformer-pde study")
-    version = _format_version(path, ds.attrs)
-    if version == 1:
-        return ds
-    if DIGEST_VAR not in ds or ds[DIGEST_VAR].shape != (*ds["cell_status"].shape, 32):
-        raise StoreIntegrityError(f"{path}: variable {DIGEST_VAR!r} is missing or has the "
-                                  f"wrong shape; the store is corrupt")
+    ds = _open_store(path)
+    version, _, _ = _check_store(path, ds)
+    if version == 1 and DIGEST_VAR not in ds.data_vars:
+        return ds  # a genuine version-1 store: no digests to verify
     if verify:
         outputs = [str(n) for n in ds.data_vars if n not in ("cell_status", DIGEST_VAR)]
         bad = _bad_cells(ds, outputs)
@@ -407,4 +608,7 @@ def open_results(path: str | Path, *, verify: bool = True) -> Any:
                 f"{path}: {_describe_cell(ds, pos)}: {why} (a damaged or deleted chunk, or "
                 f"an edit); {len(bad)} cell(s) in all. Resume the study (resume=True) to "
                 f"recompute them, or open with verify=False to inspect the store")
+    # digests under version 1 (which has none): the marker was edited
+    check_checksum_version(version, carries=True, first=FORMAT["version"],
+                           what="results-store ", source=path, error=StoreIntegrityError)
     return ds.drop_vars(DIGEST_VAR)
