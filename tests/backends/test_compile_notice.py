@@ -17,7 +17,6 @@ import importlib.util
 import io
 import logging
 import os
-import subprocess
 import sys
 import textwrap
 import time
@@ -27,6 +26,7 @@ import pytest
 numba = pytest.importorskip("numba")
 tqdm = pytest.importorskip("tqdm")
 
+import subprocess_runs  # noqa: E402
 from transformer_pde.backends import compile_notice as cn  # noqa: E402
 from transformer_pde.errors import ArgumentError, ArgumentTypeError  # noqa: E402
 
@@ -200,7 +200,7 @@ def test_real_kernel_from_an_empty_cache_is_said(tmp_path):
         assert traj.status == "ok", traj.status
     """)
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
-    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=600)
+    run = subprocess_runs.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     assert "compiling the Numba kernel" in run.stderr

@@ -33,7 +33,6 @@ import ctypes
 import glob
 import os
 import shutil
-import subprocess
 import sys
 import types
 
@@ -42,6 +41,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import subprocess_runs
 import transformer_pde as tp
 from transformer_pde import backends
 from transformer_pde.backends import cupy_backend as cb
@@ -600,8 +600,9 @@ def _spill_check(names, tmp_path):
         pytest.skip("kernels compile for sm_90 (NVRTC), but ptxas is not available to count "
                     "registers and spills")
     (tmp_path / "k.ptx").write_bytes(ptx)
-    res = subprocess.run([ptxas, "-arch=sm_90", "-v", str(tmp_path / "k.ptx"), "-o",
-                          str(tmp_path / "k.cubin")], capture_output=True, text=True, check=False)
+    res = subprocess_runs.run([ptxas, "-arch=sm_90", "-v", str(tmp_path / "k.ptx"), "-o",
+                               str(tmp_path / "k.cubin")], capture_output=True, text=True,
+                              check=False, timeout=300)
     assert res.returncode == 0, res.stderr
     current, seen = None, set()
     for line in res.stderr.splitlines():

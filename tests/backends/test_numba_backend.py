@@ -555,7 +555,7 @@ def test_concurrent_calls_are_safe_under_every_threading_layer(layer):
     # regression: with NUMBA_THREADING_LAYER=workqueue two Python threads launching
     # parallel kernels at once aborted the process (SIGABRT)
     import os
-    import subprocess
+    import subprocess_runs
     import sys
     from pathlib import Path
 
@@ -563,8 +563,8 @@ def test_concurrent_calls_are_safe_under_every_threading_layer(layer):
                PYTHONPATH=str(Path(tp.__file__).resolve().parents[1]))
     if layer != "default":
         env["NUMBA_THREADING_LAYER"] = layer
-    res = subprocess.run([sys.executable, "-c", _CONCURRENT], env=env, capture_output=True,
-                         text=True, timeout=600)
+    res = subprocess_runs.run([sys.executable, "-c", _CONCURRENT], env=env,
+                              capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     used, n_bad = res.stdout.split()
     assert n_bad == "0"

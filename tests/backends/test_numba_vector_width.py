@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -20,6 +19,7 @@ import pytest
 
 pytest.importorskip("numba")
 
+import subprocess_runs
 from transformer_pde.backends.numba import intrinsics, tiled
 
 
@@ -41,8 +41,8 @@ def _features_without_avx512() -> str | None:
 def _child(code: str, tmp_path, features: str) -> dict:
     env = dict(os.environ, NUMBA_CPU_FEATURES=features,
                NUMBA_CACHE_DIR=str(tmp_path / "numba_cache"))
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess_runs.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                              capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 

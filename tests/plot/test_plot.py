@@ -207,15 +207,15 @@ def test_rank_histogram_heights():
     ("paper_ranks.py", ["--trials", "2", "--dims", "2"], ["paper_ranks"]),
 ])
 def test_paper_figure_scripts(tmp_path, script, args, names):
-    import subprocess
+    import subprocess_runs
     import sys
     from pathlib import Path
 
     from PIL import Image
 
     path = Path(__file__).resolve().parents[2] / "examples" / script
-    subprocess.run([sys.executable, str(path), "--out", str(tmp_path), *args], check=True,
-                   capture_output=True, timeout=300)
+    subprocess_runs.run([sys.executable, str(path), "--out", str(tmp_path), *args], check=True,
+                        capture_output=True, timeout=300)
     for name in names:
         with Image.open(tmp_path / f"{name}.png") as im:
             assert im.format == "PNG" and im.width > 300

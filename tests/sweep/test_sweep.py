@@ -1,5 +1,6 @@
 """Parameter studies (transformer_pde.sweep): grids, seeding, stores, resume, Dask."""
 
+import contextlib
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import pytest
 from transformer_pde import sweep
 from transformer_pde.errors import ArgumentError, ArgumentTypeError
 
+import subprocess_runs
 import sweep_cells
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -234,20 +236,20 @@ def test_real_cluster_survives_a_killed_worker(tmp_path):
     env = _env()
     env["TPDE_SWEEP_SLEEP"] = "0.1"
     env["TPDE_SWEEP_LOG"] = str(tmp_path / "log")
+    quiet = {"env": env, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     dask = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
-    procs = [subprocess.Popen([*dask, "--host", "127.0.0.1", "--port", "0",
-                               "--dashboard-address", ":0", "--scheduler-file",
-                               str(sched_file)], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)]
-    try:
+    # each process group is killed when the block ends
+    with contextlib.ExitStack() as procs:
+        procs.enter_context(subprocess_runs.started(
+            [*dask, "--host", "127.0.0.1", "--port", "0", "--dashboard-address", ":0",
+             "--scheduler-file", str(sched_file)], **quiet))
+        procs.callback(os.environ.pop, "TPDE_SWEEP_SLEEP", None)
         _wait_for(sched_file.exists, 60, "the scheduler")
         worker = [sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file",
                   str(sched_file), "--nthreads", "1", "--nworkers", "1", "--no-nanny",
                   "--host", "127.0.0.1"]
-        workers = [subprocess.Popen(worker, env=env, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, start_new_session=True)
+        workers = [procs.enter_context(subprocess_runs.started(worker, **quiet))
                    for _ in range(2)]
-        procs += workers
         from distributed import Client
 
         with Client(scheduler_file=str(sched_file), timeout="30s") as client:
@@ -258,7 +260,7 @@ def test_real_cluster_survives_a_killed_worker(tmp_path):
                 log = tmp_path / "log"
                 _wait_for(lambda: log.exists() and len(list(log.iterdir())) >= 6, 60,
                           "some cells")
-                os.killpg(workers[0].pid, signal.SIGKILL)
+                subprocess_runs.signal_group(workers[0], signal.SIGKILL)
 
             killer = threading.Thread(target=kill_one)
             killer.start()
@@ -275,14 +277,6 @@ def test_real_cluster_survives_a_killed_worker(tmp_path):
         assert (ds["cell_status"].values == sweep.DONE).all()
         assert ds["value"].equals(ref["value"])
         assert sweep.open_results(tmp_path / "s.zarr")["value"].equals(ref["value"])
-    finally:
-        os.environ.pop("TPDE_SWEEP_SLEEP", None)
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait(timeout=30)
 
 
 _CLIENT_SCRIPT = """
@@ -306,28 +300,25 @@ def test_killed_client_resumes_without_recomputing_finished_cells(tmp_path):
     env = _env()
     env["TPDE_SWEEP_LOG"] = str(tmp_path / "log1")
     env["TPDE_SWEEP_SLEEP"] = "0.15"
-    p = subprocess.Popen([sys.executable, str(script), str(store)], env=env,
-                         start_new_session=True, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
-    try:
-        def some_done():
-            if not (store / "cell_status").exists():
-                return False
-            try:
-                return int((sweep.open_results(store)["cell_status"] == 1).sum()) >= 8
-            except sweep.StoreError:
-                return False
+    def some_done():
+        if not (store / "cell_status").exists():
+            return False
+        try:
+            return int((sweep.open_results(store)["cell_status"] == 1).sum()) >= 8
+        except sweep.StoreError:
+            return False
+
+    # its process group (the client and its local cluster) is SIGKILLed when the block ends
+    with subprocess_runs.started([sys.executable, str(script), str(store)], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
         _wait_for(some_done, 120, "cells to finish")
-    finally:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait(timeout=30)
     partial = sweep.open_results(store)
     done = partial["cell_status"].values == sweep.DONE
     assert 8 <= done.sum() < done.size
     env["TPDE_SWEEP_LOG"] = str(tmp_path / "log2")
     env["TPDE_SWEEP_SLEEP"] = "0"
-    subprocess.run([sys.executable, str(script), str(store), "resume"], env=env, check=True,
-                   timeout=300, capture_output=True)
+    subprocess_runs.run([sys.executable, str(script), str(store), "resume"], env=env,
+                        check=True, timeout=300, capture_output=True)
     recomputed = [f.read_text().split(":")[0] for f in (tmp_path / "log2").iterdir()]
     final = sweep.open_results(store)
     assert (final["cell_status"].values == sweep.DONE).all()

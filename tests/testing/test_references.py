@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import numpy as np
 import ot
 import pytest
 
+import subprocess_runs
 import transformer_pde as tp
 from transformer_pde.attention import KINDS, Layers
 from transformer_pde.blocks import SOFTMAX_FREE_LN_EPS
@@ -220,8 +220,8 @@ except ImportError as exc:
 def test_references_import_without_hypothesis():
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
-    res = subprocess.run([sys.executable, "-c", _WITHOUT_HYPOTHESIS], capture_output=True,
-                         text=True, cwd=root, env=env, timeout=300, check=False)
+    res = subprocess_runs.run([sys.executable, "-c", _WITHOUT_HYPOTHESIS], capture_output=True,
+                              text=True, cwd=root, env=env, timeout=300, check=False)
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert lines[0] == "exp"
