@@ -286,3 +286,22 @@ def test_summary_of_a_dataset_with_damaged_failures_names_the_attribute(base):
     ds.attrs["failures"] = '{"1": '
     with pytest.raises(StoreError, match="'failures'"):
         sweep.summary(ds)
+
+
+def test_resume_with_the_grid_axes_in_another_order_is_refused(tmp_path):
+    # the fingerprint's JSON sorts the axes, so both orders have the same fingerprint; the
+    # cells are numbered (and seeded) in the axes' order: resuming the store with the
+    # other order would relabel every cell
+    def study(axes):
+        return sweep.Study(sweep.Grid(axes, draws=2, seed=3), sweep_cells.noisy_mean)
+    first = study({"mu": [0.0, 1.0], "sigma": [1.0, 2.0]})
+    other = study({"sigma": [1.0, 2.0], "mu": [0.0, 1.0]})
+    assert first.fingerprint() == other.fingerprint()
+    path = tmp_path / "s.zarr"
+    ref = sweep.run(first, path, scheduler="serial", progress=False)
+    with pytest.raises(StoreError, match=r"s\.zarr .*axes in another order"):
+        sweep.run(other, path, scheduler="serial", resume=True, progress=False)
+    # the stored order is read back from the store's dimensions
+    again = sweep.run(first, path, scheduler="serial", resume=True, progress=False)
+    assert again["mean"].equals(ref["mean"])
+    assert sweep.open_results(path)["mean"].equals(ref["mean"])

@@ -208,16 +208,27 @@ def stored_outputs(path: Any, fingerprint: Mapping[str, Any]) -> dict[str, Outpu
     return out
 
 
-def _stored_grid(path: Any, fingerprint: Mapping[str, Any]) -> Grid:
-    """The grid of a store's parsed ``fingerprint`` attribute (:class:`StoreError` naming
-    ``path`` and the attribute when it does not describe a grid)."""
+def _stored_grid(path: Any, fingerprint: Mapping[str, Any], ds: Any) -> Grid:
+    """The grid of a store's parsed ``fingerprint`` attribute, its axes in the order of the
+    dimensions of ``cell_status`` (the fingerprint's JSON has sorted keys, so it does not
+    keep the order); a :class:`StoreError` naming ``path`` and the item when the attribute
+    does not describe a grid or ``cell_status`` does not have its dimensions."""
     grid = fingerprint.get("grid")
     try:
         if not isinstance(grid, dict) or set(grid) != {"axes", "draws", "seed"}:
             raise ValueError("not an object with 'axes', 'draws' and 'seed'")
-        return Grid(grid["axes"], draws=grid["draws"], seed=grid["seed"])
+        if not isinstance(grid["axes"], dict):
+            raise TypeError("'axes' is not an object")
+        stored = Grid(grid["axes"], draws=grid["draws"], seed=grid["seed"])
     except (TypeError, ValueError) as exc:
         raise _damaged(path, f"attribute 'fingerprint' holds an invalid grid ({exc})") from None
+    if "cell_status" not in ds.data_vars:
+        raise _damaged(path, "variable 'cell_status' is missing")
+    dims = tuple(str(d) for d in ds["cell_status"].dims)
+    if sorted(dims) != sorted(stored.dims) or dims[-1:] != ("draw",):
+        raise _damaged(path, f"variable 'cell_status' has dimensions {dims}, expected the "
+                             f"grid's axes {sorted(stored.axes)} and 'draw' last")
+    return Grid({d: stored.axes[d] for d in dims[:-1]}, draws=stored.draws, seed=stored.seed)
 
 
 def _check_variable(path: Any, ds: Any, name: str, dims: tuple, shape: tuple,
@@ -244,7 +255,7 @@ def _check_store(path: Any, ds: Any) -> tuple[int, Grid, dict[str, str]]:
     naming ``path`` and the damaged item."""
     version = _format_version(path, ds.attrs)
     fingerprint = _json_attr(path, ds.attrs, "fingerprint", dict)
-    grid = _stored_grid(path, fingerprint)
+    grid = _stored_grid(path, fingerprint, ds)
     outputs = stored_outputs(path, fingerprint)
     if not isinstance(fingerprint.get("cell"), str):
         raise _damaged(path, "attribute 'fingerprint' does not name the cell function "
@@ -485,6 +496,13 @@ class ResultStore:
                 f"options or outputs changed since); resume only with the same configuration, "
                 f"or write to a new path. Stored: {old.attrs.get('fingerprint')}; now: "
                 f"{self.study.fingerprint()}")
+        if old["cell_status"].dims != self.study.grid.dims:
+            # the fingerprint's JSON sorts the axes: the order is the store's dimensions
+            raise StoreError(
+                f"{self.path} was written by this study with its grid axes in another order "
+                f"(dimensions {tuple(old['cell_status'].dims)}, now {self.study.grid.dims}); "
+                f"the cells are numbered in that order: resume with the axes in the stored "
+                f"order, or write to a new path; nothing was changed")
         for name in self.ds.data_vars:
             # same fingerprint, checked store: every variable is there with its shape
             self.ds[name].values[...] = old[name].values
