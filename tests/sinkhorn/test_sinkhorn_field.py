@@ -7,10 +7,13 @@ NumPy backend as reference for the Numba backend.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import scipy.linalg
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import transformer_pde as tp
 from transformer_pde.backends import BackendNotAvailable, get_backend
@@ -398,3 +401,78 @@ def test_stage_prediction_uses_a_partner_stage_with_alike_increments(monkeypatch
         g = want
         state.update(t + 0.05, g, g, stage=1)
 
+
+
+# ------------------------------------------------------------------ wrong arguments
+_RECORD = {"n_steps": 2, "sinkhorn_iterations": [3, 4, 5, 6], "sinkhorn_stages": [0, 1, 0, 1],
+           "sinkhorn_times": [0.0, 0.05, 0.1, 0.15]}
+
+
+@pytest.mark.parametrize("info, error, words", [
+    (None, TypeError, "info must be a mapping"),
+    ("sinkhorn_iterations", TypeError, "info must be a mapping"),
+    ([("n_steps", 1)], TypeError, "info must be a mapping"),
+    (np.arange(3), TypeError, "info must be a mapping"),
+    ({"sinkhorn_iterations": None}, TypeError, "info['sinkhorn_iterations']"),
+    ({"sinkhorn_iterations": "345"}, TypeError, "info['sinkhorn_iterations']"),
+    ({"sinkhorn_iterations": 7}, TypeError, "info['sinkhorn_iterations']"),
+    ({"sinkhorn_iterations": [[1, 2], [3, 4]]}, TypeError, "info['sinkhorn_iterations']"),
+    ({"sinkhorn_iterations": np.array([3, -4])}, ValueError, "info['sinkhorn_iterations']"),
+    ({"sinkhorn_iterations": [3, True]}, TypeError, "info['sinkhorn_iterations']"),
+    ({"sinkhorn_iterations": [1.5, 2]}, ValueError, "info['sinkhorn_iterations']"),
+    ({"sinkhorn_iterations": [3, -1]}, ValueError, "info['sinkhorn_iterations']"),
+    ({"sinkhorn_iterations": [3, float("nan")]}, ValueError, "info['sinkhorn_iterations']"),
+    ({"sinkhorn_iterations": [3, 1j]}, TypeError, "info['sinkhorn_iterations']"),
+    ({**_RECORD, "n_steps": -2}, ValueError, "info['n_steps']"),
+    ({**_RECORD, "n_steps": 1.5}, ValueError, "info['n_steps']"),
+    ({**_RECORD, "n_steps": "2"}, TypeError, "info['n_steps']"),
+    ({**_RECORD, "n_steps": True}, TypeError, "info['n_steps']"),
+    ({**_RECORD, "sinkhorn_stages": 4}, TypeError, "info['sinkhorn_stages']"),
+    ({**_RECORD, "sinkhorn_stages": [0, 1, 0, 1.5]}, ValueError, "info['sinkhorn_stages']"),
+    ({**_RECORD, "sinkhorn_stages": [0, 1, 0, "1"]}, TypeError, "info['sinkhorn_stages']"),
+])
+def test_summary_of_a_wrong_argument_names_it(info, error, words):
+    with pytest.raises(error, match=re.escape(words)):
+        sinkhorn_summary(info)
+
+
+def test_summary_of_a_trajectory_says_to_pass_its_info(rng):
+    traj = tp.simulate(tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2)),
+                       rng.normal(size=(5, 2)), t_max=0.1, dt=0.1)
+    with pytest.raises(TypeError, match=r"Trajectory.*\.info"):
+        sinkhorn_summary(traj)
+
+
+@pytest.mark.parametrize("info, error, words", [
+    (None, TypeError, "info must be a mapping"),
+    ([], TypeError, "info must be a mapping"),
+    ({**_RECORD, "sinkhorn_iterations": [1.5, 2, 3, 4]}, ValueError, "sinkhorn_iterations"),
+    ({k: v for k, v in _RECORD.items() if k != "n_steps"} | {"sinkhorn_stages": [0, 1, 0, -1]},
+     ValueError, "sinkhorn_stages"),
+    ({k: v for k, v in _RECORD.items() if k != "n_steps"} | {"sinkhorn_times": [0, 1, 2, None]},
+     TypeError, "sinkhorn_times"),
+])
+def test_record_from_a_wrong_info_names_it(info, error, words):
+    with pytest.raises(error, match=re.escape(words)):
+        SinkhornRecord.from_info(info)
+
+
+@settings(max_examples=60)
+@given(st.dictionaries(st.sampled_from(["n_steps", "sinkhorn_iterations", "sinkhorn_stages",
+                                        "sinkhorn_times", "method"]),
+                       st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-3, 9),
+                                              st.floats(allow_nan=True), st.text(max_size=3)),
+                                    lambda inner: st.lists(inner, max_size=4), max_leaves=8)))
+def test_summary_answers_or_names_the_entry(info):
+    """Whatever an info mapping holds, the summary is computed from integer counts or a
+    TypeError/ValueError names the entry; never another error, never a truncated count."""
+    try:
+        s = sinkhorn_summary(info)
+    except (TypeError, ValueError) as exc:
+        assert "info[" in str(exc), exc
+        return
+    its = info.get("sinkhorn_iterations", [])
+    assert s["evaluations"] == len(its)
+    if its:  # every count was an integer (2.0 counts as 2), none truncated
+        assert all(float(i).is_integer() and i >= 0 for i in its), its
+        assert s["total"] == sum(its)

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SinkhornNotConverged
+from ..errors import ArgumentError, ArgumentTypeError, SinkhornNotConverged
+from ..validation import finite_array, integer, type_name
 from .potentials import SinkhornResult, sinkhorn_potentials
 from .warmstart import SinkhornWarmStart
 
@@ -155,20 +156,67 @@ class SinkhornRecord:
 
         Raises
         ------
+        TypeError
+            ``info`` is not a mapping, or an entry is not a list of the right kind
+            (the message names the entry).
         ValueError
-            Other keys, a missing key, or lists of different lengths.
+            Other keys, a missing key, lists of different lengths, or an iteration count
+            or stage that is not an integer >= 0, or a time that is not finite.
         """
+        _check_mapping(info)
         if not info:
             return cls()
         if set(info) != set(_INFO_KEYS):
-            raise ValueError(f"a Sinkhorn record has the keys {list(_INFO_KEYS)}, got "
-                             f"{sorted(info)}")
-        its, times, stages = (list(info[k]) for k in _INFO_KEYS)
+            raise ArgumentError(f"a Sinkhorn record has the keys {list(_INFO_KEYS)}, got "
+                                f"{sorted(info)}")
+        its = _counts(info, "sinkhorn_iterations")
+        times = _times(info, "sinkhorn_times")
+        stages = _counts(info, "sinkhorn_stages", none_ok=True)
         if not len(its) == len(times) == len(stages):
-            raise ValueError(f"a Sinkhorn record's lists differ in length: {len(its)} "
-                             f"iterations, {len(times)} times, {len(stages)} stages")
-        return cls([int(i) for i in its], [float(t) for t in times],
-                   [None if s is None else int(s) for s in stages])
+            raise ArgumentError(f"a Sinkhorn record's lists differ in length: {len(its)} "
+                                f"iterations, {len(times)} times, {len(stages)} stages")
+        return cls(its, times, stages)
+
+
+def _check_mapping(info: Any) -> None:
+    """Refuse an ``info`` that is not a mapping, naming it (and, for an object that has
+    one, such as a trajectory, saying to pass its ``.info``)."""
+    if not isinstance(info, Mapping):
+        hint = (f"; pass its record, {type(info).__name__}.info"
+                if isinstance(getattr(info, "info", None), Mapping) else "")
+        raise ArgumentTypeError(f"info must be a mapping such as a trajectory's info, got "
+                                f"{type_name(info)}{hint}")
+
+
+def _counts(info: Mapping[str, Any], key: str, *, none_ok: bool = False) -> list:
+    """The entry ``key`` of ``info`` (default ``[]``) as a list of integers >= 0 (``None``
+    entries kept where ``none_ok``); anything else raises naming ``info[key]``."""
+    name = f"info[{key!r}]"
+    value = info.get(key, [])
+    if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in "iu":
+        if value.size and value.min() < 0:
+            raise ArgumentError(f"{name} must hold integers >= 0, got {int(value.min())}")
+        return value.tolist()
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)):
+        what = "integers >= 0 or None" if none_ok else "integers >= 0"
+        shape = f" of shape {value.shape}" if isinstance(value, np.ndarray) else ""
+        raise ArgumentTypeError(f"{name} must be a list of {what}, got {type_name(value)}"
+                                f"{shape}")
+    if all(type(v) is int and v >= 0 for v in value):  # the common case, at list speed
+        return list(value)
+    return [None if v is None and none_ok else integer(f"{name}[{i}]", v, minimum=0)
+            for i, v in enumerate(value)]
+
+
+def _times(info: Mapping[str, Any], key: str) -> list[float]:
+    """The entry ``key`` of ``info`` as a list of finite floats, or an error naming it."""
+    name = f"info[{key!r}]"
+    arr = finite_array(name, info[key])
+    if arr.ndim != 1:
+        raise ArgumentError(f"{name} must be a list of times, got shape {arr.shape}")
+    return arr.tolist()
 
 
 def sinkhorn_summary(info: Mapping[str, Any]) -> dict[str, Any]:
@@ -182,17 +230,29 @@ def sinkhorn_summary(info: Mapping[str, Any]) -> dict[str, Any]:
     RK4 step).  When the recorded stage indices (``info["sinkhorn_stages"]``) show that
     every step made the same evaluations -- a fixed-step method, every step with the same
     sequence of stages -- ``per_step`` lists the iterations of each step.
+
+    Raises
+    ------
+    TypeError
+        ``info`` is not a mapping (a trajectory itself: pass ``traj.info``), or one of the
+        entries above is not a list of integers (the message names the entry).
+    ValueError
+        An iteration count, stage or ``n_steps`` that is not an integer >= 0.
     """
-    its = np.asarray(info.get("sinkhorn_iterations", []), dtype=np.int64)
+    _check_mapping(info)
+    its = np.asarray(_counts(info, "sinkhorn_iterations"), dtype=np.int64)
+    n_steps = info.get("n_steps")
+    n_steps = None if n_steps is None else integer("info['n_steps']", n_steps, minimum=0)
+    stages = info.get("sinkhorn_stages")
+    stages = None if stages is None else _counts(info, "sinkhorn_stages", none_ok=True)
     if its.size == 0:
         return {"evaluations": 0}
     out: dict[str, Any] = {"evaluations": int(its.size), "total": int(its.sum()),
                            "mean": float(its.mean()), "median": float(np.median(its)),
                            "max": int(its.max()), "min": int(its.min())}
-    n_steps = info.get("n_steps")
     if n_steps:
         out["per_step_mean"] = float(its.sum() / n_steps)
-        if _same_stages_every_step(info.get("sinkhorn_stages"), its.size, n_steps):
+        if _same_stages_every_step(stages, its.size, n_steps):
             out["per_step"] = its.reshape(n_steps, -1).sum(axis=1).tolist()
     return out
 
