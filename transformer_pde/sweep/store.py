@@ -27,7 +27,19 @@ and recomputes it.  A deleted chunk reads as the fill value and fails its digest
 same way.  ``cell_digest`` is internal: the datasets returned by :func:`open_results` and
 :meth:`ResultStore.dataset` do not hold it.  Stores of version 1 (no digests) are opened
 without verification and cannot be resumed by this version (finish them with the version
-that started them, or rerun the study into a new path).
+that started them, or rerun the study into a new path).  The digests are verified whenever
+a store holds ``cell_digest``, whatever its marker says; a store that holds them under a
+version-1 marker (the marker was edited) is refused.
+
+**Metadata** (every version).  Before any cell is read, :func:`open_results` and a resume
+check the store's metadata: the format marker, the JSON attributes (``fingerprint``:
+grid, cell function and outputs; ``failures``: a message per failed cell of the grid;
+``config``, ``versions``, ``status_codes``), every variable's dimensions, shape and dtype
+against the declared outputs (and no other variable), the grid's coordinates against the
+recorded grid, and Zarr's own metadata files.  A damaged item is a :class:`StoreError`
+naming the store and the item.  The fingerprint's JSON sorts the grid's axes; their order
+(which numbers and seeds the cells) is the order of ``cell_status``'s dimensions, and a
+resume with the axes in another order is refused.
 
 Only the process that runs the study writes to the store, so no locking is needed.  Finished
 cells are kept in memory and written in groups (:meth:`ResultStore.flush`: every chunk that
@@ -592,8 +604,9 @@ def open_results(path: str | Path, *, verify: bool = True) -> Any:
     path : str or Path
         The store (``results.zarr``).
     verify : bool, default True
-        Check every done cell against its digest (format version 2).  ``False`` only
-        reads (to inspect a damaged store, or to read its metadata before resuming it).
+        Check every done cell against its digest (whenever the store holds digests).
+        ``False`` skips only that (to inspect a store with damaged cells); the metadata
+        is checked either way.
 
     Returns
     -------
@@ -603,12 +616,16 @@ def open_results(path: str | Path, *, verify: bool = True) -> Any:
     Raises
     ------
     StoreError
-        ``path`` is missing, unreadable, or not a transformer-pde study store.
+        ``path`` is missing, unreadable, or not a transformer-pde study store, or an item
+        of its metadata is damaged (a JSON attribute, a variable's dimensions, shape or
+        dtype, a coordinate, a Zarr metadata file; the message names the store and the
+        item).
     StoreIntegrityError
         (a :class:`StoreError` and an :class:`~transformer_pde.errors.IntegrityError`) the
-        format version is unknown, or (``verify``) a done cell's outputs do not match its
-        digest or a status is not a known code; the message names the store and the cell
-        (flat index and coordinates).  Version-1 stores (no digests) are not verified.
+        format version is unknown, (``verify``) a done cell's outputs do not match its
+        digest or a status is not a known code (the message names the store and the cell:
+        flat index and coordinates), or the store holds digests under a version-1 marker.
+        Genuine version-1 stores (no digests) are not verified.
     """
     path = Path(path)
     if not path.exists():
