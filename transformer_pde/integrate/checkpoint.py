@@ -554,7 +554,7 @@ def read_checkpoint(path: str | os.PathLike, identity: RunIdentity,
             f"checkpoint {path} was written by an earlier transformer-pde, which did not "
             f"record {' nor '.join(identity.unchecked)}: these could not be compared (a "
             "lower max_norm now does not stop before states the checkpoint holds); the "
-            "resumed run continues it"), stacklevel=3)
+            "resumed run continues it"), stacklevel=4)   # the caller of simulate
     try:
         state = decode(body["state"], arrays, asarray)
     except (KeyError, ValueError, TypeError, IndexError) as exc:

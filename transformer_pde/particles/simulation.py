@@ -305,7 +305,9 @@ def _run(spec: RunSpec, loop: TimeLoop, parts: RunParts, state: LoopState,
     writer = None
     if identity is not None:
         writer = CheckpointWriter(spec.monitor.checkpoint, identity, parts.collect)
-        loop.checkpoint_fn, loop.evaluations = writer, identity.evaluations
+        loop.checkpoint_fn = writer
+        if identity.callables:   # the stage times at which checkpoints probe them
+            loop.evaluations = identity.evaluations
         loop.checkpoint_every = spec.monitor.checkpoint_every
     loop.progress = Progress(spec.t_max, spec.monitor.progress, spec.monitor.report_every,
                              f"simulate[{spec.att.kind}]", t0=state.t)
