@@ -18,6 +18,7 @@ depend on :math:`d`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,11 +33,13 @@ from ..results import Status, check_warn, warn_stop
 from ..validation import covariance, integer, positive, real_array
 from .args import OVERFLOW_EXPONENT, check_beta, check_model, check_shift, check_times
 
-__all__ = ["DIAGONAL_TOL", "GramFlow", "gram_field", "gram_flow", "gram_from_tokens",
-           "random_gram"]
+__all__ = ["DIAGONAL_TOL", "GramFlow", "MAX_STEPS", "consensus_radius", "gram_field",
+           "gram_flow", "gram_from_tokens", "random_gram"]
 
 #: largest accepted :math:`|G_{ii} - 1|` of an initial Gram matrix
 DIAGONAL_TOL = 1e-10
+#: default step budget of :func:`gram_flow` (attempted DOP853 steps, all chunks together)
+MAX_STEPS = 1_000_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,6 +105,37 @@ def gram_field(G: np.ndarray, beta: float, model: str = "sa", shift: float = 0.0
     return M + np.swapaxes(M, -1, -2) - (c[..., :, None] + c[..., None, :]) * G
 
 
+def consensus_radius(beta: float, rtol: float, atol: float) -> float:
+    r"""Largest :math:`\varepsilon = \max_{ij}|1 - G_{ij}|` from which :func:`gram_flow`
+    answers later times with the consensus tail :math:`1 - G(t) = (1 - G(t_c))\,
+    e^{-2\kappa(t - t_c)}`, :math:`\kappa = 1` (SA) or :math:`e^{\beta - \mathrm{shift}}`
+    (USA).
+
+    With :math:`E = J - G` (:math:`J` the all-ones matrix, :math:`E_{ii} = 0`) the flow
+    reads :math:`\dot E = -2\kappa E + N(E)`, and for :math:`\beta\varepsilon \le 0.05`
+
+    .. math::
+        |N(E)_{ij}| \le \kappa K \varepsilon^2, \qquad K = 3 + 9\beta
+
+    (SA: :math:`N_{ij} = (DE)_{ij} + (DE)_{ji} - (DE)_{ii} - (DE)_{jj} + ((WE)_{ii} +
+    (WE)_{jj})E_{ij}` with :math:`D = W - J/n`, :math:`\sum_k |D_{ik}| \le
+    e^{2\beta\varepsilon} - 1`; USA adds :math:`(2\kappa - r_i - r_j)E_{ij}` with the row
+    sums :math:`|r_i - \kappa| \le \kappa(e^{\beta\varepsilon} - 1)`).  While
+    :math:`K\varepsilon \le 1/2` the max-norm decays at least like
+    :math:`e^{-3\kappa s/2}`, and Gronwall's lemma bounds the distance of the flow to the
+    linear tail by :math:`K\varepsilon^2 e^{-2\kappa s}`.  The radius
+
+    .. math::
+        \varepsilon = \min\Big(\sqrt{(\mathrm{rtol} + \mathrm{atol})/K},\;
+                              0.05/\beta,\; 0.5/K\Big)
+
+    makes that distance at most :math:`\mathrm{rtol} + \mathrm{atol}`, the tolerance of
+    the solver on entries of size 1."""
+    K = 3.0 + 9.0 * beta
+    eps = min(math.sqrt((rtol + atol) / K), 0.5 / K)
+    return min(eps, 0.05 / beta) if beta > 0 else eps
+
+
 def _check_gram(G0: Any) -> np.ndarray:
     """``G0`` (n, n) or (B, n, n): symmetric, positive semi-definite, unit diagonal."""
     arr = real_array("G0", G0)
@@ -120,7 +154,8 @@ def _check_gram(G0: Any) -> np.ndarray:
 
 
 def gram_flow(G0: Any, beta: float, t: Any, *, model: str = "sa", rtol: float = 1e-10,
-              atol: float = 1e-12, shift: float = 0.0, warn: bool = True) -> GramFlow:
+              atol: float = 1e-12, shift: float = 0.0, warn: bool = True, tail: bool = True,
+              max_steps: int = MAX_STEPS) -> GramFlow:
     r"""Integrate the Gram-matrix flow of post-LN attention on the sphere.
 
     .. math::
@@ -151,13 +186,19 @@ def gram_flow(G0: Any, beta: float, t: Any, *, model: str = "sa", rtol: float = 
         USA only.
     warn : bool, default True
         Issue the warning below; ``False`` leaves the status as the only report.
+    tail : bool, default True
+        Answer the times after consensus with the closed-form tail (Notes); ``False``
+        integrates all the way (work linear in :math:`t`: for comparisons).
+    max_steps : int, default 1_000_000
+        Budget of attempted DOP853 steps over the whole run.
 
     Returns
     -------
     GramFlow
         ``grams`` of shape (T, n, n) or (T, B, n, n).  A run that stops without an answer
         (step budget, non-finite step) keeps the saved matrices and issues an
-        :class:`~transformer_pde.errors.EarlyStopWarning`.
+        :class:`~transformer_pde.errors.EarlyStopWarning`; its message gives the time
+        it reached.
 
     Raises
     ------
@@ -168,6 +209,20 @@ def gram_flow(G0: Any, beta: float, t: Any, *, model: str = "sa", rtol: float = 
 
     Notes
     -----
+    **Long times.**  Once the tokens have merged, an explicit solver's steps stop growing
+    (the consensus attracts at rate :math:`2\kappa`, :math:`\kappa = 1` for SA and
+    :math:`e^{\beta - \mathrm{shift}}` for USA, which caps stable steps near
+    :math:`3/\kappa`), so the work of a direct integration grows like :math:`t`.  The run
+    is therefore cut into chunks ending at :math:`2^k/\kappa`; at the end :math:`t_c` of
+    a chunk where every member has :math:`\max_{ij}|1 - G_{ij}| \le
+    \varepsilon` (:func:`consensus_radius`), the later times are answered with the linear
+    tail :math:`1 - G(t) = (1 - G(t_c))\,e^{-2\kappa(t - t_c)}`, within
+    :math:`\mathrm{rtol} + \mathrm{atol}` of the flow from :math:`G(t_c)`; the message
+    says so.  A state whose field is exactly zero at the end of a chunk (a rest point,
+    such as an antipodal pair) is kept at all later times.  A run that
+    neither merges nor rests spends its ``max_steps`` and stops with status
+    ``max_steps``.
+
     The adaptive DOP853 steps of :class:`~transformer_pde.integrate.TimeLoop` control the
     error of the whole batch together (one step size for all members), so a member of a
     batch follows the same solution as its own run to within the tolerance, not bit for
@@ -186,6 +241,9 @@ def gram_flow(G0: Any, beta: float, t: Any, *, model: str = "sa", rtol: float = 
     shift = check_shift(shift, model)
     rtol, atol = positive("rtol", rtol), positive("atol", atol)
     warn = check_warn(warn)
+    if type(tail).__name__ not in ("bool", "bool_"):
+        raise ArgumentTypeError(f"tail must be True or False, got {type(tail).__name__}")
+    max_steps = integer("max_steps", max_steps, minimum=1)
     G = _check_gram(G0)
     times, _ = check_times(t)
     if np.any(np.diff(times) <= 0):
@@ -195,30 +253,84 @@ def gram_flow(G0: Any, beta: float, t: Any, *, model: str = "sa", rtol: float = 
                             "unnormalised kernel overflows float64; pass shift=beta")
     saved_t: list[float] = []
     saved: list[np.ndarray] = []
-
-    def save(tt: float, y: np.ndarray) -> None:
-        saved_t.append(tt)
-        saved.append(y.copy())
-
     if times[0] == 0.0:
-        save(0.0, G)
+        saved_t.append(0.0)
+        saved.append(G.copy())
     status, message = Status.OK, "nothing to integrate: the only save time is 0"
     t_max = float(times[-1])
     if t_max > 0.0:
-        def field(tau: float, y: np.ndarray, left: bool = False, stage: Any = None) -> np.ndarray:
-            return gram_field(y, beta, model, shift)
-
-        f0 = field(0.0, G)
-        h0 = float(np.min(initial_step(G.reshape(1, -1), f0.reshape(1, -1), rtol, atol,
-                                       h_max=t_max)))
-        loop = TimeLoop(Dop853(rtol=rtol, atol=atol), field, t_max=t_max, dt=h0,
-                        saveat=SaveAt(ts=times), limits=Limits(max_norm=2.0), tables=[],
-                        xp=np, save=save)
-        status, message, _ = loop.run(loop.initial_state(G))
+        status, message = _integrate(G, beta, model, shift, rtol, atol, times, t_max, tail,
+                                     max_steps, saved_t, saved)
         warn_stop(status, message, warn=warn)
     grams = np.array(saved) if saved else np.empty((0,) + G.shape)
     return GramFlow(times=np.array(saved_t), grams=grams, status=status, message=message,
                     beta=beta, model=model, shift=shift)
+
+
+def _integrate(G: np.ndarray, beta: float, model: str, shift: float, rtol: float,
+               atol: float, times: np.ndarray, t_max: float, tail: bool, max_steps: int,
+               saved_t: list[float], saved: list[np.ndarray]) -> tuple[Status, str]:
+    """The chunked DOP853 run of :func:`gram_flow` with its consensus tail; appends the
+    states at ``times > 0`` to ``saved_t``/``saved`` and returns ``(status, message)``."""
+    kappa = 1.0 if model == "sa" else math.exp(beta - shift)
+    radius = consensus_radius(beta, rtol, atol)
+
+    def field(tau: float, y: np.ndarray, left: bool = False, stage: Any = None) -> np.ndarray:
+        return gram_field(y, beta, model, shift)
+
+    y, t0, h, steps = G, 0.0, math.nan, 0
+    while True:
+        # chunk [t0, t1], t1 = 2^k / kappa (at most twice the work to the consensus, and
+        # log2(kappa t) chunks otherwise); t - t0 is exact for t in (t0, t1] (Sterbenz)
+        t1 = min(t_max, 1.0 / kappa if t0 == 0.0 else 2.0 * t0)
+        length = t1 - t0
+        inside = times[(times > t0) & (times <= t1)]
+        offsets = {float(tt - t0): float(tt) for tt in inside}
+        end_state: list[np.ndarray] = []
+
+        def save(tau: float, state: np.ndarray, offsets: dict = offsets,
+                 end_state: list = end_state, length: float = length) -> None:
+            if tau in offsets:
+                saved_t.append(offsets[tau])
+                saved.append(state.copy())
+            if tau == length:
+                end_state.append(state)
+
+        if math.isnan(h):
+            f0 = field(0.0, y)
+            h = float(np.min(initial_step(y.reshape(1, -1), f0.reshape(1, -1), rtol, atol,
+                                          h_max=length)))
+        loop = TimeLoop(Dop853(rtol=rtol, atol=atol), field, t_max=length, dt=min(h, length),
+                        saveat=SaveAt(ts=sorted(set(offsets) | {length})),
+                        limits=Limits(max_norm=2.0, max_steps=max(max_steps - steps, 1)),
+                        tables=[], xp=np, save=save)
+        status, message, st = loop.run(loop.initial_state(y))
+        steps += st.n_steps
+        if status != Status.OK:
+            return status, (f"stopped at t={t0 + st.t:.6g} before t_max={t_max:g} after "
+                            f"{steps} steps: {message} (times relative to the chunk that "
+                            f"starts at t={t0:.6g})")
+        y, t0, h = end_state[-1], t1, float(st.h)
+        if t0 >= t_max:
+            return Status.OK, f"reached t_max={t_max:g} in {steps} steps"
+        if not np.any(field(t0, y)):
+            for tt in times[times > t0]:
+                saved_t.append(float(tt))
+                saved.append(y.copy())
+            return Status.OK, (f"reached t_max={t_max:g}: {steps} steps to t={t0:.6g}, where "
+                               "the field is exactly zero (a rest point), which the flow "
+                               "keeps at all later times")
+        gap = 1.0 - y
+        eps = float(np.abs(gap).max())
+        if tail and eps <= radius:
+            for tt in times[times > t0]:
+                saved_t.append(float(tt))
+                saved.append(1.0 - gap * math.exp(-2.0 * kappa * (float(tt) - t0)))
+            return Status.OK, (
+                f"reached t_max={t_max:g}: {steps} steps to t={t0:.6g}, where max|1 - G| = "
+                f"{eps:.3g} <= {radius:.3g}, then the consensus tail 1 - G(t) = "
+                f"(1 - G({t0:.6g})) exp(-{2.0 * kappa:.6g} (t - {t0:.6g})) (within "
+                f"rtol + atol of the flow)")
 
 
 def gram_from_tokens(X: Any) -> np.ndarray:
