@@ -34,6 +34,7 @@ from transformer_pde.errors import (ArgumentError, CheckpointError, CheckpointWa
                                     EarlyStopWarning, IntegrityError, TrajectoryFileError)
 from transformer_pde.integrate import checkpoint as ckmod
 from transformer_pde.integrate.loop import owned
+from transformer_pde.integrate.plan import EvaluationTimes
 
 RNG = np.random.default_rng(40)
 X0 = RNG.normal(size=(5, 2))
@@ -496,3 +497,33 @@ def _edit_times(how, state):
         times[-1] = state["loop"]["t"] + 1.0
     else:
         times.clear()
+
+
+def test_limits_and_stage_times_leave_the_fingerprint_and_plain_records_as_they_were():
+    """The compared fields (the fingerprint, ``static``) do not depend on the limits, and a
+    run without callables of time records the probe times it recorded before."""
+    kw = dict(att=tp.Attention("softmax", M, np.eye(2), np.eye(2)), X0=X0,
+              weights=np.full(5, 0.2), positions=np.zeros(5), dtype=np.float64,
+              backend="numpy", field_options={}, solver=tp.RK4(), t_max=0.6, dt=0.05,
+              saveat=tp.SaveAt(), block=None)
+    plain = ckmod.RunIdentity.of_run(**kw)
+    limited = ckmod.RunIdentity.of_run(**kw, limits=tp.Limits(max_norm=10.0, max_steps=99))
+    assert limited.static == plain.static and not any("limit" in k for k in plain.static)
+    saved = [0.0, 0.05, 0.1]
+    assert plain.record(saved, 0.1) == {"static": plain.static, "probe_times": saved,
+                                        "probes": {}}
+    assert limited.record(saved, 0.1)["limits"] == {"max_norm": 10.0, "max_steps": 99,
+                                                    "max_memory": None}
+
+
+def test_evaluation_times_keep_first_last_and_spread_attempts_within_a_bound():
+    rec = EvaluationTimes(first=2, last=2, spread=16)
+    n = 10 ** 5
+    for i in range(n):
+        rec.add([i + 0.0, i + 0.5])
+    kept = rec.times()
+    assert {0.0, 0.5, 1.0, 1.5, n - 2.0, n - 1.5, n - 1.0, n - 0.5} <= set(kept)
+    assert len(kept) <= 2 * (2 + 2 + 16)
+    starts = sorted({int(s) for s in kept})
+    gaps = np.diff(starts[2:-2])   # the spread attempts: one stride apart
+    assert gaps.size >= 7 and np.all(gaps == rec.stride)
