@@ -299,6 +299,13 @@ def test_a_checkpoint_without_limits_resumes_with_a_warning(tmp_path):
                                                r"callables between the probe times"):
         again = run(path, resume=True)
     assert_same(again, run())
+    # its saved states are still checked against a lower max_norm
+    ckmod.write_checkpoint(path, old, state)
+    top = max(np.abs(x).max() for x in state["saver"]["states"])
+    with pytest.warns(CheckpointWarning), pytest.raises(
+            CheckpointError, match=r"limits\.max_norm \(its states reach") as info:
+        run(path, resume=True, limits=tp.Limits(max_norm=top / 2))
+    assert str(path) in str(info.value)
 
 
 # ------------------------------------------------------------------ callables at stage times

@@ -552,9 +552,10 @@ def read_checkpoint(path: str | os.PathLike, identity: RunIdentity,
     if identity.unchecked:
         warnings.warn(CheckpointWarning(
             f"checkpoint {path} was written by an earlier transformer-pde, which did not "
-            f"record {' nor '.join(identity.unchecked)}: these could not be compared (a "
-            "lower max_norm now does not stop before states the checkpoint holds); the "
-            "resumed run continues it"), stacklevel=4)   # the caller of simulate
+            f"record {' nor '.join(identity.unchecked)}: it resumes, but max_norm is "
+            "checked against its saved states only" + (
+                ", and callables of time were compared at its saved times only"
+                if identity.callables else "")), stacklevel=4)   # the caller of simulate
     try:
         state = decode(body["state"], arrays, asarray)
     except (KeyError, ValueError, TypeError, IndexError) as exc:

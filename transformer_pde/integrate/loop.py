@@ -31,6 +31,12 @@ attempt is not taken).
 **Left limits.**  Stages evaluated at the right end of a step get ``left=True``, so that a
 step over :math:`[\ell h, (\ell+1)h]` only sees layer :math:`\ell` of a
 :class:`~transformer_pde.Layers` table.
+
+**Exceptions.**  The run owns what its computation raises (:func:`owned`): status
+``failed``; Ctrl-C ends it with status ``interrupted``; anything else (an exception of a
+signal handler such as a caller's timeout, ``MemoryError``, ``SystemExit``) passes
+through with a note.  None of them writes a checkpoint, so the last periodic one, always
+whole, is what a resume continues (:meth:`TimeLoop.run`).
 """
 
 from __future__ import annotations

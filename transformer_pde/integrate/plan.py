@@ -367,8 +367,8 @@ def check_resumed(loop: Any, st: Any, *, shape: tuple[int, ...], dtype: Any,
     :func:`~.controller.n_fixed_steps` counts them (within one); the state ``y`` (and a
     first-same-as-last field value ``fy``) of the run's shape and dtype, finite; the saved
     times strictly increasing in :math:`[0, t]`.  And the run's limits must not have
-    stopped it before the checkpoint: fewer attempted steps than ``max_steps``, a state
-    within ``max_norm``.
+    stopped it before the checkpoint: fewer attempted steps than ``max_steps``, the state
+    and the saved states within ``max_norm``.
 
     Parameters
     ----------
@@ -410,9 +410,10 @@ def check_resumed(loop: Any, st: Any, *, shape: tuple[int, ...], dtype: Any,
             f"checkpoint {source} comes from a different run: limits.max_steps (the checkpoint "
             f"took {st.n_steps} steps; max_steps={limits.max_steps} now would have stopped the "
             "run before); resume with a larger Limits(max_steps=...) or start afresh")
-    top = float(loop.xp.max(loop.xp.abs(st.y)))
+    top = max([float(loop.xp.max(loop.xp.abs(st.y)))]
+              + [float(np.max(np.abs(x))) for x in (saved_states or ()) if np.size(x)])
     if top > limits.max_norm:
         raise CheckpointError(
-            f"checkpoint {source} comes from a different run: limits.max_norm (its state "
-            f"reaches max |x| = {top:.3g}, above max_norm={limits.max_norm:g} now, which "
+            f"checkpoint {source} comes from a different run: limits.max_norm (its states "
+            f"reach max |x| = {top:.3g}, above max_norm={limits.max_norm:g} now, which "
             "would have stopped the run before); resume with the same Limits or start afresh")
