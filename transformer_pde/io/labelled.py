@@ -56,7 +56,8 @@ from .jsonfmt import dumps, tag_arrays, untag_arrays
 __all__ = ["particle_dataset",
            "particle_fields", "gaussian_dataset", "save_dataset", "open_dataset",
            "TrajectoryFileError", "IntegrityError", "LABELLED_SUFFIXES",
-           "DATASET_FORMAT_VERSION", "VARIABLE_ATTRS", "cf_attributes", "status_flags"]
+           "DATASET_FORMAT_VERSION", "VARIABLE_ATTRS", "cf_attributes", "status_flags",
+           "zarr_metadata_problem"]
 
 #: file suffixes written and read through xarray (NPZ is handled by the trajectory itself)
 LABELLED_SUFFIXES = (".nc", ".zarr")
@@ -337,6 +338,38 @@ def _verify(ds: Any, path: Path) -> None:
                            source=f"{path} (attribute 'format_version')")
 
 
+def zarr_metadata_problem(path: Path, *, consolidated: bool = True) -> str | None:
+    """The first Zarr (format 2) metadata file of the store ``path`` that is not a JSON
+    object, or an array's ``.zattrs`` without the ``_ARRAY_DIMENSIONS`` that xarray needs,
+    described by its path inside the store (``"mean/.zarray is not valid JSON (...)"``);
+    ``None`` when all are readable.  ``consolidated``: check ``.zmetadata`` too.  Lets a
+    reader name the damaged file where xarray or zarr would raise a bare
+    ``JSONDecodeError`` or ``KeyError``."""
+    def read(rel: str) -> tuple[Any, str | None]:
+        try:
+            value = json.loads((path / rel).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            return None, f"{rel} is not valid JSON ({type(exc).__name__}: {exc})"
+        if not isinstance(value, dict):
+            return None, f"{rel} is not a JSON object"
+        return value, None
+
+    names = [".zgroup", ".zattrs"] + ([".zmetadata"] if consolidated else [])
+    for rel in names:
+        if rel == ".zgroup" or (path / rel).is_file():
+            _, problem = read(rel)
+            if problem:
+                return problem
+    for sub in sorted(p for p in path.iterdir() if p.is_dir() and (p / ".zarray").is_file()):
+        for rel in (f"{sub.name}/.zarray", f"{sub.name}/.zattrs"):
+            value, problem = read(rel)
+            if problem:
+                return problem
+        if not isinstance(value.get("_ARRAY_DIMENSIONS"), list):
+            return f"{sub.name}/.zattrs has no list '_ARRAY_DIMENSIONS' (the array's dimensions)"
+    return None
+
+
 def open_dataset(path: str | Path) -> Any:
     """Read a Dataset written by :func:`save_dataset` (loaded into memory) and verify it.
 
@@ -365,7 +398,8 @@ def open_dataset(path: str | Path) -> Any:
         else:
             ds = xr.open_zarr(path, consolidated=False, zarr_format=2, chunks=None).load()
     except Exception as exc:  # noqa: BLE001 -- every reader failure means a bad file
+        problem = zarr_metadata_problem(path, consolidated=False) if path.is_dir() else None
         raise TrajectoryFileError(f"{path} is not a readable {path.suffix} trajectory "
-                                  f"({type(exc).__name__}: {exc})") from None
+                                  f"({problem or f'{type(exc).__name__}: {exc}'})") from None
     _verify(ds, path)
     return ds

@@ -31,15 +31,11 @@ that started them, or rerun the study into a new path).  The digests are verifie
 a store holds ``cell_digest``, whatever its marker says; a store that holds them under a
 version-1 marker (the marker was edited) is refused.
 
-**Metadata** (every version).  Before any cell is read, :func:`open_results` and a resume
-check the store's metadata: the format marker, the JSON attributes (``fingerprint``:
-grid, cell function and outputs; ``failures``: a message per failed cell of the grid;
-``config``, ``versions``, ``status_codes``), every variable's dimensions, shape and dtype
-against the declared outputs (and no other variable), the grid's coordinates against the
-recorded grid, and Zarr's own metadata files.  A damaged item is a :class:`StoreError`
-naming the store and the item.  The fingerprint's JSON sorts the grid's axes; their order
-(which numbers and seeds the cells) is the order of ``cell_status``'s dimensions, and a
-resume with the axes in another order is refused.
+**Metadata** (every version).  :func:`open_results` and a resume first check the marker,
+the JSON attributes, every variable's dimensions, shape and dtype against the declared
+outputs, the coordinates against the recorded grid and Zarr's metadata files: a damaged
+item is a :class:`StoreError` naming the store and the item.  The grid's axis order (which
+numbers the cells; the fingerprint's JSON sorts it) is that of ``cell_status``'s dims.
 
 Only the process that runs the study writes to the store, so no locking is needed.  Finished
 cells are kept in memory and written in groups (:meth:`ResultStore.flush`: every chunk that
@@ -64,6 +60,7 @@ from ..errors import IntegrityError, IntegrityWarning, TransformerPDEError
 from ..extras import require
 from ..io.digests import array_digest, check_checksum_version, check_version
 from ..io.jsonfmt import dumps
+from ..io.labelled import zarr_metadata_problem
 from .grid import Grid
 from .study import DONE, FAILED, MISSING, CellResult, Output, Study
 
@@ -144,7 +141,7 @@ def _format_version(path: Path, attrs: Mapping[str, Any]) -> int:
 
 
 # ------------------------------------------------------------------ metadata checks
-_JSON_KINDS = {dict: "object", list: "array", str: "string"}
+_JSON_KINDS = {dict: "object", list: "array"}
 
 
 def _damaged(path: Any, what: str) -> StoreError:
@@ -221,10 +218,9 @@ def stored_outputs(path: Any, fingerprint: Mapping[str, Any]) -> dict[str, Outpu
 
 
 def _stored_grid(path: Any, fingerprint: Mapping[str, Any], ds: Any) -> Grid:
-    """The grid of a store's parsed ``fingerprint`` attribute, its axes in the order of the
-    dimensions of ``cell_status`` (the fingerprint's JSON has sorted keys, so it does not
-    keep the order); a :class:`StoreError` naming ``path`` and the item when the attribute
-    does not describe a grid or ``cell_status`` does not have its dimensions."""
+    """The grid of a store's parsed ``fingerprint``, its axes in the order of the dims of
+    ``cell_status`` (the fingerprint's JSON sorts them); a :class:`StoreError` naming
+    ``path`` and the item when either does not describe the grid."""
     grid = fingerprint.get("grid")
     try:
         if not isinstance(grid, dict) or set(grid) != {"axes", "draws", "seed"}:
@@ -245,18 +241,15 @@ def _stored_grid(path: Any, fingerprint: Mapping[str, Any], ds: Any) -> Grid:
 
 def _check_variable(path: Any, ds: Any, name: str, dims: tuple, shape: tuple,
                     dtype: Any = None) -> None:
+    """Refuse a variable that is missing or has other dims, shape or dtype (if given)."""
     if name not in ds.data_vars:
         raise _damaged(path, f"variable {name!r} is missing")
     var = ds[name]
-    if tuple(var.dims) != tuple(dims):
-        raise _damaged(path, f"variable {name!r} has dimensions {tuple(var.dims)}, expected "
-                             f"{tuple(dims)}")
-    if tuple(var.shape) != tuple(shape):
-        raise _damaged(path, f"variable {name!r} has shape {tuple(var.shape)}, expected "
-                             f"{tuple(shape)}")
-    if dtype is not None and var.dtype != np.dtype(dtype):
-        raise _damaged(path, f"variable {name!r} has dtype {var.dtype}, expected "
-                             f"{np.dtype(dtype)}")
+    for what, got, want in (("dimensions", tuple(var.dims), tuple(dims)),
+                            ("shape", tuple(var.shape), tuple(shape)),
+                            ("dtype", var.dtype, var.dtype if dtype is None else np.dtype(dtype))):
+        if got != want:
+            raise _damaged(path, f"variable {name!r} has {what} {got}, expected {want}")
 
 
 def _check_store(path: Any, ds: Any) -> tuple[int, Grid, dict[str, str]]:
@@ -269,15 +262,13 @@ def _check_store(path: Any, ds: Any) -> tuple[int, Grid, dict[str, str]]:
     fingerprint = _json_attr(path, ds.attrs, "fingerprint", dict)
     grid = _stored_grid(path, fingerprint, ds)
     outputs = stored_outputs(path, fingerprint)
-    if not isinstance(fingerprint.get("cell"), str):
-        raise _damaged(path, "attribute 'fingerprint' does not name the cell function "
-                             "('cell' is not a string)")
     failures = stored_failures(path, ds.attrs, grid.n_cells)
     for name, kind in (("config", dict), ("versions", dict), ("status_codes", list)):
         _json_attr(path, ds.attrs, name, kind, required=False)
-    if not isinstance(ds.attrs.get("name", ""), str):
-        raise _damaged(path, f"attribute 'name' is not text (it holds a "
-                             f"{type(ds.attrs['name']).__name__})")
+    for what, value in (("attribute 'fingerprint': 'cell'", fingerprint.get("cell")),
+                        ("attribute 'name'", ds.attrs.get("name", ""))):
+        if not isinstance(value, str):
+            raise _damaged(path, f"{what} is not text (it holds a {type(value).__name__})")
     strict = version >= 2  # version 1 wrote with xarray's default encodings (no dtype check)
     _check_variable(path, ds, "cell_status", grid.dims, grid.shape,
                     np.int8 if strict else None)
@@ -301,40 +292,11 @@ def _check_store(path: Any, ds: Any) -> tuple[int, Grid, dict[str, str]]:
     return version, grid, failures
 
 
-def _zarr_files_problem(path: Path, *, consolidated: bool = True) -> str | None:
-    """The first Zarr metadata file of the store ``path`` that is not a JSON object (or an
-    array without its ``_ARRAY_DIMENSIONS``), described; ``None`` if all are readable.
-    ``consolidated``: check ``.zmetadata`` too."""
-    def read(rel: str) -> tuple[Any, str | None]:
-        try:
-            value = json.loads((path / rel).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            return None, f"{rel} is not valid JSON ({type(exc).__name__}: {exc})"
-        if not isinstance(value, dict):
-            return None, f"{rel} is not a JSON object"
-        return value, None
-
-    names = [".zgroup", ".zattrs"] + ([".zmetadata"] if consolidated else [])
-    for rel in names:
-        if rel == ".zgroup" or (path / rel).is_file():
-            _, problem = read(rel)
-            if problem:
-                return problem
-    for sub in sorted(p for p in path.iterdir() if p.is_dir() and (p / ".zarray").is_file()):
-        for rel in (f"{sub.name}/.zarray", f"{sub.name}/.zattrs"):
-            value, problem = read(rel)
-            if problem:
-                return problem
-        if not isinstance(value.get("_ARRAY_DIMENSIONS"), list):
-            return f"{sub.name}/.zattrs has no list '_ARRAY_DIMENSIONS' (the array's dimensions)"
-    return None
-
-
 def _open_store(path: Path, *, consolidated: bool = True) -> Any:
     """The store ``path`` read by xarray into memory; a damaged Zarr metadata file or any
     failure to read is a :class:`StoreError` naming the store (and the file)."""
     xr = require("xarray", "reading a parameter study's results")
-    problem = _zarr_files_problem(path, consolidated=consolidated) if path.is_dir() else None
+    problem = zarr_metadata_problem(path, consolidated=consolidated) if path.is_dir() else None
     if problem is None:
         try:
             return xr.open_zarr(path, consolidated=False, zarr_format=2, chunks=None).load()
@@ -476,7 +438,7 @@ class ResultStore:
         # a store without consolidated metadata (written before it existed) or with a
         # damaged .zmetadata is consolidated when it is resumed
         meta = self.path / ".zmetadata"
-        self._consolidated = meta.is_file() and _zarr_files_problem(self.path) is None
+        self._consolidated = meta.is_file() and zarr_metadata_problem(self.path) is None
         # the per-array metadata, not .zmetadata (rewritten by _consolidate when damaged)
         return zarr.open_group(str(self.path), mode="r+", zarr_format=2, use_consolidated=False)
 
@@ -515,8 +477,7 @@ class ResultStore:
                 f"(dimensions {tuple(old['cell_status'].dims)}, now {self.study.grid.dims}); "
                 f"the cells are numbered in that order: resume with the axes in the stored "
                 f"order, or write to a new path; nothing was changed")
-        for name in self.ds.data_vars:
-            # same fingerprint, checked store: every variable is there with its shape
+        for name in self.ds.data_vars:  # same fingerprint, checked store: same shapes
             self.ds[name].values[...] = old[name].values
         self.failures = failures
         self._group = self._zarr_group()
