@@ -34,7 +34,7 @@ from transformer_pde.errors import (ArgumentError, CheckpointError, CheckpointWa
                                     EarlyStopWarning, IntegrityError, TrajectoryFileError)
 from transformer_pde.integrate import checkpoint as ckmod
 from transformer_pde.integrate.loop import owned
-from transformer_pde.integrate.plan import EvaluationTimes
+from transformer_pde.integrate.state import EvaluationTimes
 
 RNG = np.random.default_rng(40)
 X0 = RNG.normal(size=(5, 2))

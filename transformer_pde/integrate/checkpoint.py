@@ -23,7 +23,7 @@ LayerNorm options, scale and shift, constraint).  Parameters that are callables 
 are recorded by their qualified name and by a hash of their values at *probe times*: 0,
 the loop time of the checkpoint, up to :data:`MAX_PROBES` of the times saved so far, the
 stage times of the first, the last and of evenly spread attempted steps
-(:class:`~.plan.EvaluationTimes`: the times the field was evaluated at, :math:`t_n + c_i h`)
+(:class:`~.state.EvaluationTimes`: the times the field was evaluated at, :math:`t_n + c_i h`)
 and, for a resumed run, the probe times of the checkpoint it resumed from.  The part of
 the run a checkpoint holds was computed with those values, so a resumed run whose
 callables agree there continues the same computation; a callable that differs only
@@ -36,7 +36,7 @@ format and a known version, the body's digest, every array's digest: any edit,
 truncation or flipped byte is an :class:`~transformer_pde.errors.IntegrityError` naming
 the file), then the run (a different run is a :class:`~transformer_pde.errors.CheckpointError`
 naming every field that differs), and only then decodes the state; the caller checks the
-restored loop state against the run (:func:`~.plan.check_resumed`).
+restored loop state against the run (:func:`~.state.check_resumed`).
 
 **Writing.**  :func:`check_path` refuses, before a run starts, a path that could not be
 written or must not be replaced (a folder, a device, a missing or read-only folder, an
@@ -66,7 +66,7 @@ from ..io.container import write_npz
 from ..io.digests import DIGEST_ALGORITHM, array_digest, json_digest, verify_array
 from ..io.jsonfmt import dumps
 from .loop import owned
-from .plan import EvaluationTimes
+from .state import EvaluationTimes
 
 __all__ = ["FORMAT", "MAX_CARRIED", "MAX_PROBES", "VERSION", "CheckpointWriter", "RunIdentity",
            "check_path", "decode", "encode", "is_checkpoint", "read_checkpoint",

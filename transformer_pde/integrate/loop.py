@@ -47,27 +47,123 @@ import os
 import signal
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
-from ..errors import (ArgumentError, ArgumentTypeError, CheckpointError, SinkhornNotConverged,
+from ..errors import (ArgumentError, ArgumentTypeError, SinkhornNotConverged,
                       SolverNotConverged)
 from ..results import Status
 from ..validation import positive
 from .breakpoints import is_jump
 from .controller import ConstantStepSize, Step, n_fixed_steps
-from .plan import (Limits, SaveAt, check_step_budget, planned_saves, planned_steps,
+from .plan import (check_step_budget, physical_memory, planned_saves, planned_steps,
                    segment_stops)
+from .state import LoopState
 
-__all__ = ["LoopState", "Monitor", "Progress", "TimeLoop", "owned"]
+__all__ = ["Limits", "Monitor", "Progress", "SaveAt", "TimeLoop", "owned"]
 
 logger = logging.getLogger("transformer_pde.integrate")
 
 
 # ------------------------------------------------------------------ options
+@dataclass(frozen=True, eq=False)
+class SaveAt:
+    r"""What a run keeps (anchor: diffrax ``SaveAt``).
+
+    Parameters
+    ----------
+    every : int, optional
+        Save the initial state, every ``every``-th step of size ``dt`` (times
+        :math:`k\cdot\mathrm{every}\cdot\Delta t`; for adaptive solvers the grid the steps
+        land on) and the final state.  Default 1 unless ``ts`` is given.
+    ts : array_like (T,), optional
+        Save exactly at these times (sorted, distinct, in :math:`[0, t_{max}]`); steps are
+        shortened to land on them.  Not together with ``every``.
+    fn : callable ``fn(t, X, weights) -> array``, optional
+        Keep ``fn``'s value (a statistic: moments, cluster counts, ...) at each save time
+        instead of the state: ``X`` is the (N, d) host array (float64 or float32) and
+        ``weights`` the normalised token weights.  Memory is then :math:`T \times` the size
+        of ``fn``'s output instead of :math:`T\times N\times d`; the trajectory keeps the
+        values in ``traj.values``, the weighted moments in ``traj.moments()`` and only the
+        last state.
+    """
+
+    every: int | None = None
+    ts: Any = None
+    fn: Callable[..., Any] | None = None
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        if self.every is not None and self.ts is not None:
+            raise ArgumentError("SaveAt: give every or ts, not both")
+        if self.ts is None:
+            every = 1 if self.every is None else self.every
+            if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
+                raise ArgumentError(f"SaveAt: every must be an integer >= 1, got {every!r}")
+            set_(self, "every", int(every))
+        else:
+            try:
+                ts = np.array(self.ts, dtype=float).ravel()
+            except (TypeError, ValueError):
+                raise ArgumentTypeError(f"SaveAt: ts must be an array of times, got {self.ts!r}") from None
+            if np.iscomplexobj(self.ts):
+                raise ArgumentTypeError("SaveAt: ts must be real")
+            if ts.size == 0 or not np.all(np.isfinite(ts)) or np.any(ts < 0) \
+                    or np.any(np.diff(ts) <= 0):
+                raise ArgumentError("SaveAt: ts must be a non-empty, strictly increasing array "
+                                    f"of finite times >= 0, got {self.ts!r}")
+            ts.setflags(write=False)
+            set_(self, "ts", ts)
+        if self.fn is not None and not callable(self.fn):
+            raise ArgumentTypeError(f"SaveAt: fn must be callable, got {type(self.fn).__name__}")
+
+
+@dataclass(frozen=True, eq=False)
+class Limits:
+    """When a run stops early, and which runs are refused up front.
+
+    Parameters
+    ----------
+    max_norm : float, default 1e8
+        Stop with status ``blowup`` once some :math:`|x_i|_\\infty` exceeds it (that state
+        is saved).
+    max_steps : int, default 1_000_000
+        Step budget (attempted steps).  A fixed-step run needing more is refused before
+        it starts; an adaptive run that exhausts it stops with status ``max_steps``.
+    max_memory : float, optional
+        Bytes the saved states may take (default: 8 GiB or half the physical memory,
+        whichever is smaller).  A run whose saves would need more is refused before it
+        starts.
+    """
+
+    max_norm: float = 1e8
+    max_steps: int = 1_000_000
+    max_memory: float | None = None
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "max_norm", positive("max_norm", self.max_norm))
+        ms = self.max_steps
+        if isinstance(ms, bool) or not isinstance(ms, (int, np.integer)):
+            raise ArgumentTypeError(f"max_steps must be an integer, got {ms!r}")
+        if ms < 1:
+            raise ArgumentError(f"max_steps must be >= 1, got {ms!r}")
+        set_(self, "max_steps", int(ms))
+        if self.max_memory is not None:
+            set_(self, "max_memory", positive("max_memory", self.max_memory))
+
+    def memory_limit(self) -> float:
+        """``max_memory``, or the smaller of 8 GiB and half the physical memory."""
+        if self.max_memory is not None:
+            return self.max_memory
+        cap = 8.0 * 2 ** 30
+        memory = physical_memory()
+        return cap if memory is None else min(cap, 0.5 * memory)
+
+
 @dataclass(frozen=True, eq=False)
 class Monitor:
     """Progress reports and checkpoints of a run.
@@ -226,116 +322,6 @@ def owned(exc: BaseException) -> bool:
     return True
 
 
-def _opt_int(name: str, value: Any) -> int | None:
-    return None if value is None else _req_int(name, value)
-
-
-def _req_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"loop state {name!r} must be an integer, got {value!r}")
-    return int(value)
-
-
-def _req_float(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"loop state {name!r} must be a real number, got {value!r}")
-    return float(value)
-
-
-@dataclass
-class LoopState:
-    r"""Where a :class:`TimeLoop` run stands: everything needed to continue it exactly.
-
-    Attributes
-    ----------
-    t : float
-        Current time.
-    y : array (backend)
-        Current state.
-    fy : array (backend) or None
-        Field at ``(t, y)`` for first-same-as-last pairs (adaptive solvers), ``None``
-        until evaluated and for fixed-step solvers.
-    n_steps, n_rejected : int
-        Attempted steps so far, and rejected ones (adaptive solvers); the accepted ones
-        are ``n_steps - n_rejected`` (fixed steps: every ``every``-th is saved).
-    target : int
-        Index of the next target the steps land on (:meth:`TimeLoop.target`).
-    h : float
-        Next trial step of an adaptive solver (``dt`` for fixed steps).
-    steps_left : int or None
-        Fixed steps left before the target (:class:`~.controller.ConstantStepSize`;
-        ``None``: not yet counted).
-    err_prev : float
-        Scaled error norm of the last accepted adaptive step (the PI controller's
-        history, 1 initially).
-    done : bool
-        The run reached ``t_max``.
-    """
-
-    #: version of the plain data of :meth:`get_state`
-    VERSION: ClassVar[int] = 2
-
-    t: float = 0.0
-    y: Any = None
-    fy: Any = None
-    n_steps: int = 0
-    n_rejected: int = 0
-    target: int = 0
-    h: float = 0.0
-    steps_left: int | None = None
-    err_prev: float = 1.0
-    done: bool = False
-
-    def get_state(self) -> dict[str, Any]:
-        """Plain data (floats, ints, bools, arrays) with a ``"version"`` key; the arrays are
-        the state's own (not copies)."""
-        out: dict[str, Any] = {"version": self.VERSION}
-        out.update({f.name: getattr(self, f.name) for f in fields(self)})
-        return out
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`get_state`'s data.
-
-        Raises
-        ------
-        CheckpointError
-            (a ``ValueError``) data of an earlier version: it was written by an earlier
-            version of the package, whose loop kept other data, and cannot be continued.
-        ValueError
-            An unknown version, a missing or unknown key, or a value of the wrong type
-            (the message names the key)."""
-        got = state.get("version") if isinstance(state, dict) else state
-        if isinstance(got, int) and not isinstance(got, bool) and 1 <= got < self.VERSION:
-            raise CheckpointError(
-                f"the loop state is of version {got}, written by an earlier version of "
-                f"transformer-pde; this one continues version {self.VERSION} only: start "
-                "afresh (resume=False)")
-        if not isinstance(state, dict) or got != self.VERSION:
-            raise ValueError(f"loop state version {got!r} is not supported (expected "
-                             f"{self.VERSION})")
-        names = {f.name for f in fields(self)}
-        keys = set(state) - {"version"}
-        if keys != names:
-            raise ValueError(f"loop state keys differ: missing {sorted(names - keys)}, "
-                             f"unknown {sorted(keys - names)}")
-        if not isinstance(state["done"], (bool, np.bool_)):
-            raise ValueError(f"loop state 'done' must be a bool, got {state['done']!r}")
-        self.t = _req_float("t", state["t"])
-        self.h = _req_float("h", state["h"])
-        self.err_prev = _req_float("err_prev", state["err_prev"])
-        for name in ("n_steps", "n_rejected", "target"):
-            setattr(self, name, _req_int(name, state[name]))
-        self.steps_left = _opt_int("steps_left", state["steps_left"])
-        self.y, self.fy, self.done = state["y"], state["fy"], bool(state["done"])
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> "LoopState":
-        """A new :class:`LoopState` from :meth:`get_state`'s data (see :meth:`set_state`)."""
-        out = cls()
-        out.set_state(state)
-        return out
-
-
 class TimeLoop:
     r"""Advance a state with a solver, saving, stopping on events, reporting.
 
@@ -368,7 +354,7 @@ class TimeLoop:
         Sizes the steps: ``ConstantStepSize(dt)`` for a fixed-step solver,
         ``solver.controller()`` for an adaptive one.
     evaluations : EvaluationTimes or None
-        When set (:class:`~.plan.EvaluationTimes`), gets the times of the field's
+        When set (:class:`~.state.EvaluationTimes`), gets the times of the field's
         evaluations of every attempted step (checkpoints probe callables there).
     checkpointed : float or None
         Loop time of the last checkpoint written in this run.

@@ -26,8 +26,9 @@ from ..fields import FieldEvaluator
 from ..integrate.breakpoints import layer_tables
 from ..integrate.checkpoint import CheckpointWriter, RunIdentity, check_path, read_checkpoint
 from ..integrate.loop import Limits, LoopState, Monitor, Progress, SaveAt, TimeLoop
-from ..integrate.plan import check_resumed, preflight
+from ..integrate.plan import preflight
 from ..integrate.solvers import get_solver, restore_solver_state, solver_state
+from ..integrate.state import check_resumed
 from ..results import Status, check_warn, warn_stop
 from ..validation import points, positive
 from .options import FieldOptions
