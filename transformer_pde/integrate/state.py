@@ -197,7 +197,7 @@ def _invariants(loop: Any, st: Any, shape: tuple[int, ...], dtype: Any,
         return f"steps_left={st.steps_left!r} in an adaptive run"
     if not loop.adaptive and not st.done:
         if st.steps_left is None:
-            if t != 0.0 and t != loop.target(st.target - 1)[0]:
+            if t != 0.0 and (st.target == 0 or t != loop.target(st.target - 1)[0]):
                 return f"steps_left=None at t={t!r}, inside a segment"
         elif abs(st.steps_left - n_fixed_steps(loop.target(st.target)[0] - t, loop.dt)) > 1:
             return f"steps_left={st.steps_left} from t={t!r} to target {st.target}"
