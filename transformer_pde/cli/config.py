@@ -299,17 +299,21 @@ def read_options(sec: Table, spec: dict[str, tuple[str, Any]]) -> dict[str, Any]
 
 
 def library_call(key: str, func: Callable, *args: Any, names: Iterable[str] = (),
-                 strict: bool = True, **kwargs: Any) -> Any:
+                 strict: bool = True, aliases: dict[str, str] | None = None,
+                 **kwargs: Any) -> Any:
     """``func(*args, **kwargs)``, its argument errors reported as :class:`ConfigError`
     under ``key.name`` for the first of ``names`` (the keys the user gave) that the
-    library's message mentions, else under ``key`` -- or, with ``strict=False`` (a call
-    that also computes, where an error naming no option is a failure of the computation,
-    not of the configuration), re-raised as they are."""
+    library's message mentions -- or the key ``aliases[word]`` for a library argument
+    ``word`` that a key of another name sets (``{"mean0": "mean"}``) -- else under ``key``;
+    or, with ``strict=False`` (a call that also computes, where an error naming no option
+    is a failure of the computation, not of the configuration), re-raised as they are."""
     try:
         return func(*args, **kwargs)
     except (TypeError, ValueError) as exc:
         words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", str(exc)))
         named = next((n for n in names if n in words), None)
+        if named is None:
+            named = next((k for w, k in (aliases or {}).items() if w in words), None)
         if named is None and not strict:
             raise
         raise ConfigError(f"{key if named is None else key + '.' + named}: {exc}") from None

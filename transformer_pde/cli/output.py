@@ -46,7 +46,7 @@ from ..errors import TransformerPDEError
 from ..io.jsonfmt import dumps
 
 __all__ = ["DATA_FORMATS", "IO_EXTRA_HINT", "LOCK_NAME", "STAGING_PREFIX", "OutputDir",
-           "OutputError", "data_format", "remove_stale_staging", "write_json"]
+           "OutputError", "data_format", "path_problem", "remove_stale_staging", "write_json"]
 
 #: the formats of a command's data file (``--format``), the first the default
 DATA_FORMATS = ("netcdf", "zarr", "npz")
@@ -138,6 +138,52 @@ def data_format(fmt: str | None = None, *, notice: bool = True) -> str:
     return "npz"
 
 
+#: the limits of POSIX file names where the system does not say (``NAME_MAX``, ``PATH_MAX``)
+_NAME_MAX, _PATH_MAX = 255, 4096
+
+
+def _pathconf(path: str, name: str, default: int) -> int:
+    """``os.pathconf(path, name)`` of the nearest existing folder of ``path``, or
+    ``default`` where the system does not say."""
+    folder = os.path.dirname(path) or os.sep
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    try:
+        value = os.pathconf(folder, name)
+    except (AttributeError, OSError, ValueError):  # no pathconf (Windows), or no answer
+        return default
+    return value if value and value > 0 else default
+
+
+def _shown(text: str) -> str:
+    """``text`` for a one-line message: at most 40 characters (a long name abbreviated)."""
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def path_problem(text: str) -> str | None:
+    """Why ``text`` cannot name a file or folder on this system, or ``None``: an empty
+    string, a NUL character, a component longer than the file system's ``NAME_MAX``
+    bytes (255 on most), or a path longer than ``PATH_MAX`` bytes (4096 on Linux) once
+    made absolute.  The command line checks every path option with it, so that such a
+    path is a one-line usage error naming the option instead of an ``OSError``."""
+    if text == "":
+        return "expected a path, got an empty string"
+    if "\0" in text:
+        return "a path cannot contain a NUL character"
+    full = os.path.abspath(text)
+    name_max = _pathconf(full, "PC_NAME_MAX", _NAME_MAX)
+    for part in Path(text).parts:
+        size = len(os.fsencode(part))
+        if size > name_max:
+            return (f"the name {_shown(part)} is {size} bytes long, more than the {name_max} "
+                    "bytes a file name may have here")
+    size, path_max = len(os.fsencode(full)), _pathconf(full, "PC_PATH_MAX", _PATH_MAX)
+    if size >= path_max:
+        return (f"the path {_shown(text)} is {size} bytes long (made absolute), more than "
+                f"the {path_max - 1} bytes a path may have here")
+    return None
+
+
 def _existing_ancestor(path: Path) -> Path:
     """The nearest existing path among ``path``'s parents (a file or a directory)."""
     for parent in path.absolute().parents:
@@ -168,6 +214,7 @@ class OutputDir:
 
     def __init__(self, path: str | Path, *, force: bool = False, option: str = "--out",
                  replaceable: Callable[[Path], bool] | None = None):
+        self._text = str(path)  # as given: Path("") would be "."
         self.final = Path(path)
         self.force = bool(force)
         self.replaceable = replaceable
@@ -183,12 +230,20 @@ class OutputDir:
 
     def _open(self) -> None:
         p = self.final
-        if not p.exists():
-            base = _existing_ancestor(p)
-            if not base.is_dir():
-                raise self._fail(f"{base} is not a directory")
-        elif not p.is_dir():
-            raise self._fail("exists and is not a directory")
+        problem = path_problem(self._text)
+        if problem is not None:
+            raise self._fail(problem)
+        try:
+            if not p.exists():
+                base = _existing_ancestor(p)
+                if not base.is_dir():
+                    raise self._fail(f"{base} is not a directory")
+            elif not p.is_dir():
+                raise self._fail("exists and is not a directory")
+        except OutputError:
+            raise
+        except OSError as exc:  # a loop of links, no permission to look, ...
+            raise self._fail(f"cannot be used: {exc.strerror or exc}") from None
         try:
             self._claim()
             remove_stale_staging(p)

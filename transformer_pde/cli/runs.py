@@ -54,7 +54,11 @@ def _cloud_rank(X: np.ndarray) -> int:
     """Numerical rank (relative tolerance :data:`RANK_RTOL`) of the covariance of a cloud."""
     from ..diagnostics import numerical_rank  # noqa: PLC0415
 
-    Y = X - X.mean(axis=0)
+    # the rank is scale-invariant: scaled to entries <= 1 first, so that a cloud of huge
+    # finite tokens (|x| ~ 1e300) does not overflow the covariance's products
+    scale = float(np.max(np.abs(X))) if X.size else 0.0
+    Y = X / scale if np.isfinite(scale) and scale > 0 else X
+    Y = Y - Y.mean(axis=0)
     return numerical_rank(Y.T @ Y / X.shape[0], RANK_RTOL)
 
 
@@ -292,6 +296,11 @@ def _check_checkpoint(checkpoint: str | Path) -> None:
         raise UsageError(f"--checkpoint {checkpoint}: {exc}") from None
 
 
+#: the key of a configuration named by a word of :meth:`RunSpec.of`'s messages, first match
+_SPEC_KEYS = (("SaveAt", "run.save_at"), ("t_max", "run.t_max"), ("dt", "run.dt"),
+              ("X0", "tokens"), ("block", "block"), ("field", "field"), ("limits", "limits"))
+
+
 def _preflight(att: Any, opts: dict, X0: np.ndarray) -> None:
     """Refuse, naming the key, a run the library would refuse: the library's own checks
     (:func:`~transformer_pde.integrate.check_step_budget` and
@@ -304,8 +313,12 @@ def _preflight(att: Any, opts: dict, X0: np.ndarray) -> None:
     from ..integrate import check_step_budget, preflight  # noqa: PLC0415
     from ..particles.simulation import RunSpec  # noqa: PLC0415
 
-    spec = RunSpec.of(att, X0, opts["t_max"], opts["dt"], opts["saveat"], opts["block"],
-                      opts["field"], opts["limits"], None)
+    try:
+        spec = RunSpec.of(att, X0, opts["t_max"], opts["dt"], opts["saveat"], opts["block"],
+                          opts["field"], opts["limits"], None)
+    except (TypeError, ValueError) as exc:  # the library's checks of the run's arguments
+        key = next((k for word, k in _SPEC_KEYS if word in str(exc)), "run")
+        raise ConfigError(f"{key}: {exc}") from None
     adaptive = bool(getattr(opts["solver"], "adaptive", False))
     try:
         check_step_budget(spec.t_max, spec.dt, spec.saveat, spec.limits, adaptive=adaptive)
@@ -367,7 +380,7 @@ def run_gaussian(cfg: dict, out: str | Path, *, force: bool = False,
     with OutputDir(out, force=force) as outdir:
         traj = library_call("gaussian", gaussian.solve, att, mean, cov, t_max=t_max,
                             t_eval=np.linspace(0.0, t_max, n_eval), names=opts, strict=False,
-                            **opts)
+                            aliases={"mean0": "mean", "cov0": "cov"}, **opts)
         data = outdir.write_data(
             "gaussian", fmt, lambda: _gaussian_dataset(traj, att, cfg),
             lambda: {"times": traj.times, "means": traj.means, "covs": traj.covs,
