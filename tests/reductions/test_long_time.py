@@ -96,3 +96,77 @@ def test_gram_step_budget_reports_the_absolute_time():
     with pytest.warns(Warning, match="max_steps"):
         flow = gram_flow(G0, 1.0, [1e3], tail=False, max_steps=50)
     assert flow.status == "max_steps" and "1000" in flow.message
+
+
+# --------------------------------------------------------------- equiangular
+import transformer_pde.reductions.equiangular_flow as eqf  # noqa: E402
+
+TAIL_CASES = [("post", {}), ("pre", {}), ("peri", {}), ("ngpt", {"alpha": 0.5}),
+              ("cod", {}), ("mix", {"switch": 3.0})]
+
+
+@pytest.mark.parametrize("model, shift", [("sa", 0.0), ("usa", 0.0), ("usa", 2.5)])
+@pytest.mark.parametrize("scheme, opts", TAIL_CASES)
+def test_equiangular_tail_equals_direct_integration(monkeypatch, scheme, opts, model, shift):
+    # saturation lowered to v = 60 (1 - rho ~ n e^-60 ~ 1e-25, so the saturated rates are
+    # exact to a relative beta (1 - rho) ~ 1e-25), against the same solve with no tail
+    # (saturation at v = inf): the closed-form r(t) and rho = 1 agree to 1e-12 relative,
+    # the accuracy of the DOP853 solve (rtol 2.5e-14) over these ranges
+    n, beta, rho0 = 6, 1.5, 0.2
+    r0 = 1.0 if scheme in ("post", "ngpt", "mix") else 1.3
+    ts = np.concatenate([[0.0], np.geomspace(1e-2, 1e16, 19)])
+    kw = dict(model=model, shift=shift, normalization=scheme, r0=r0, **opts)
+    monkeypatch.setattr(eqf, "saturation_level", lambda n: 60.0)
+    tail = eqf.equiangular(beta, n, rho0, ts, **kw)
+    monkeypatch.setattr(eqf, "saturation_level", lambda n: math.inf)
+    direct = eqf.equiangular(beta, n, rho0, ts, **kw)
+    np.testing.assert_allclose(tail.r, direct.r, rtol=1e-12)
+    np.testing.assert_allclose(tail.rho, direct.rho, rtol=0, atol=1e-13)
+    # 1 - rho to full relative accuracy before the tail; after it (1 - rho <= n e^-60,
+    # where the tail keeps v = 60) the direct solve is below that level too
+    sat = tail.one_minus_rho <= n * math.exp(-60.0) * (1 + 1e-9)
+    np.testing.assert_allclose(tail.one_minus_rho[~sat], direct.one_minus_rho[~sat],
+                               rtol=1e-10)
+    assert np.all(direct.one_minus_rho[sat] <= n * math.exp(-60.0) * (1 + 1e-9))
+
+
+def test_equiangular_post_ln_saturates_on_its_closed_form():
+    # SA post-LN: once beta (1 - rho) < 1e-17, v' = 2n e^{-beta u}/(1 + (n-1)e^{-beta u})
+    # is 2 to the last bit, so 1 - rho = n/(e^v + n - 1) decays exactly like e^{-2t}; the
+    # tail then gives rho = 1, 1 - rho = 0 (below the smallest double) at any later time
+    n, beta = 6, 2.0
+    ts = np.array([40.0, 100.0, 300.0, 360.0, 380.0, 1e3, 1e12, 1e300])
+    sol = eqf.equiangular(beta, n, 0.0, ts)
+    ref = sol.one_minus_rho[0] * np.exp(-2.0 * (ts[1:4] - ts[0]))
+    np.testing.assert_allclose(sol.one_minus_rho[1:4], ref, rtol=1e-11)
+    assert np.all(sol.one_minus_rho[4:] == 0.0) and np.all(sol.rho[4:] == 1.0)
+    assert np.all(sol.r == 1.0)
+
+
+@pytest.mark.parametrize("scheme, opts, model, beta, shift", [
+    ("post", {}, "usa", 1.0, 0.0), ("post", {}, "usa", 30.0, 0.0), ("post", {}, "usa", 1.0, 30.0),
+    ("post", {}, "usa", 30.0, -30.0), ("post", {}, "sa", 30.0, 0.0),
+    ("ngpt", {"alpha": 0.5}, "usa", 30.0, 0.0), ("pre", {}, "usa", 30.0, 0.0),
+    ("peri", {}, "usa", 1.0, 0.0), ("cod", {}, "usa", 30.0, -30.0),
+    ("mix", {"switch": 3.0}, "usa", 1.0, 30.0)])
+def test_equiangular_at_t_1e300_is_finite_and_fast(scheme, opts, model, beta, shift):
+    # the issue's reproducers: USA at t = 1e300 raised SolverNotConverged (v overflowed),
+    # returned NaN, or overflowed in a trial stage (pre-LN, e^{beta - shift} = e^30); every
+    # scheme now answers, with rho in range and r > 0
+    sol, wall = _wall(lambda: eqf.equiangular(beta, 6, 0.0, [0.0, 1e3, 1e12, 1e300],
+                                              model=model, shift=shift,
+                                              normalization=scheme, **opts))
+    assert wall < 10.0
+    assert not np.isnan(sol.rho).any() and not np.isnan(sol.r).any()
+    assert np.all((sol.rho >= -0.2) & (sol.rho <= 1.0)) and np.all(sol.one_minus_rho >= 0)
+    assert np.all(np.diff(sol.rho) >= 0) and np.all(sol.r > 0)
+
+
+def test_equiangular_radius_past_the_float_range_is_inf():
+    # pre-LN USA with e^{beta - shift} = e^{630}: r ~ e^{630} t, beyond the float range at
+    # t = 1e300, so r = inf there (and finite while e^{630} t < 1.8e308)
+    sol = eqf.equiangular(30.0, 6, 1.0, [1e-100, 1e300], model="usa", shift=-600.0,
+                          normalization="pre")
+    assert np.isfinite(sol.r[0]) and sol.r[0] == pytest.approx(
+        1.0 + math.exp(630.0) * 1e-100, rel=1e-12)
+    assert sol.r[1] == math.inf

@@ -41,7 +41,8 @@ from ..validation import choice, positive, scalar
 from .args import (OVERFLOW_EXPONENT, check_beta, check_model, check_n, check_rho,
                    check_shift, check_times, lower_rho)
 
-__all__ = ["EquiangularSolution", "SCHEMES", "equiangular", "equiangular_rates", "gap_and_rho"]
+__all__ = ["EquiangularSolution", "SCHEMES", "equiangular", "equiangular_rates", "gap_and_rho",
+           "saturation_level"]
 
 #: the normalisation schemes :math:`\dot\theta = s P_\theta A`, :math:`\dot r = g\langle\theta, A\rangle`
 SCHEMES = ("post", "pre", "peri", "ngpt", "cod", "mix")
@@ -166,6 +167,19 @@ def _check_options(normalization: Any, r0: Any, alpha: Any,
     return scheme, r0, alpha_v, switch
 
 
+def _over_r(x: float, log_r: float) -> float:
+    r""":math:`x/r` from :math:`\log r`, also where :math:`r` itself overflows (a trial
+    stage of a fast USA kernel, or a radius past the float range): through logarithms
+    when :math:`|\log r| > 700` (``x >= 0``; the rates are).  A quotient past the float
+    range is ``inf`` (only in a trial stage far off the path, which the solver rejects)."""
+    if abs(log_r) < 700.0:
+        return x / math.exp(log_r)
+    if x <= 0:
+        return 0.0
+    e = math.log(x) - log_r
+    return math.exp(e) if e < 709.0 else math.inf
+
+
 def _field(scheme: str, beta: float, n: int, model: str, shift: float, alpha: float,
            fixed: bool, rho0: float) -> Callable[[float, np.ndarray], list[float]]:
     """Right-hand side in ``(v, log r)`` of one scheme (``fixed``: :math:`\\rho` stays
@@ -173,36 +187,98 @@ def _field(scheme: str, beta: float, n: int, model: str, shift: float, alpha: fl
 
     def rhs(t: float, y: np.ndarray) -> list[float]:
         u, rho = (1.0 - rho0, rho0) if fixed else gap_and_rho(y[0], n)
-        r = math.exp(y[1])
+        log_r = float(y[1])
         k, a, k_A, a_A = equiangular_rates(u, rho, beta, n, model, shift)
         if scheme == "post":
             dv, dr = 2.0 * n * k, 0.0
         elif scheme == "pre":
-            dv, dr = 2.0 * n * k / r, a / r
+            dv, dr = 2.0 * n * _over_r(k, log_r), _over_r(a, log_r)
         elif scheme == "peri":
-            dv, dr = 2.0 * n * k_A / r, a_A / r
+            dv, dr = 2.0 * n * _over_r(k_A, log_r), _over_r(a_A, log_r)
         elif scheme == "ngpt":
             dv, dr = 2.0 * n * alpha * k_A, 0.0
         else:   # cod
             c = 1.0 / math.sqrt(1.0 + t)
-            dv, dr = 2.0 * n * c * k / r, c * a / r
+            dv, dr = 2.0 * n * c * _over_r(k, log_r), c * _over_r(a, log_r)
         return [0.0 if fixed else dv, dr]
 
     return rhs
 
 
+def saturation_level(n: int) -> float:
+    r"""The value of :math:`v = \log\frac{1+(n-1)\rho}{1-\rho}` from which the equiangular
+    flow is *saturated*: :math:`1 - \rho = n/(e^v + n - 1) < n e^{-v}` is below half the
+    smallest subnormal double (:math:`e^{-745.2}`), so :math:`1-\rho` rounds to 0 and
+    :math:`\rho` to 1, and :math:`v` only grows from there."""
+    return 746.2 + math.log(n)
+
+
+def _tail(scheme: str, beta: float, n: int, model: str, shift: float, rho: float | None,
+          t_c: float, y_c: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    r"""``(v, log r)`` at the times ``ts >= t_c`` of a flow whose :math:`\rho` no longer
+    moves from ``(t_c, y_c)`` on, in closed form: a fixed point ``rho`` (1 or
+    :math:`-1/(n-1)`), or (``rho=None``) a saturated flow, :math:`\rho = 1` to the last
+    bit.  The rates :math:`a` and :math:`a/|A|` (:func:`equiangular_rates`) are then
+    constant (at :math:`\rho = 1`: :math:`a = 1` for SA, :math:`e^{\beta - \mathrm{shift}}`
+    for USA, and :math:`a/|A| = 1`), so with :math:`\tau = t - t_c` ``post``/``ngpt`` keep
+    :math:`r`, ``pre`` has :math:`r = r_c + a\tau`, ``peri`` :math:`r = r_c + (a/|A|)\tau`,
+    ``cod`` :math:`r = r_c + 2a(\sqrt{1+t} - \sqrt{1+t_c})`.  :math:`\log r` is formed as
+    a ``logaddexp``, so :math:`r` is ``inf`` only where it exceeds the float range.  In a
+    saturated flow the remaining :math:`1-\rho` shifts the rates by a relative
+    :math:`O(\beta (1-\rho))`, below :math:`10^{-15}` for any float :math:`\beta`."""
+    _, a, _, a_A = equiangular_rates(0.0 if rho is None else 1.0 - rho,
+                                     1.0 if rho is None else rho, beta, n, model, shift)
+    tau = ts - t_c
+    log_rc = float(y_c[1])
+    with np.errstate(divide="ignore"):
+        if scheme in ("pre", "peri", "cod"):
+            rate = a if scheme != "peri" else a_A
+            if scheme == "cod":
+                # 2 (sqrt(1+t) - sqrt(1+t_c)) without cancellation
+                tau = 2.0 * tau / (np.sqrt(1.0 + ts) + math.sqrt(1.0 + t_c))
+            log_r = np.logaddexp(log_rc, (math.log(rate) if rate > 0 else -math.inf)
+                                 + np.log(tau))
+        else:
+            log_r = np.full(ts.shape, log_rc)
+    return np.stack([np.full(ts.shape, max(float(y_c[0]), saturation_level(n))), log_r])
+
+
 def _solve(rhs: Callable[..., Any], t0: float, y0: np.ndarray, ts: np.ndarray,
-           t_end: float) -> tuple[np.ndarray, np.ndarray]:
+           t_end: float, tail: Callable[[float, np.ndarray, np.ndarray], np.ndarray],
+           v_sat: float) -> tuple[np.ndarray, np.ndarray]:
     """DOP853 from ``(t0, y0)`` to ``t_end``, saved at ``ts`` (in ``[t0, t_end]``);
-    returns ``(values (2, len(ts)), final state)``."""
+    returns ``(values (2, len(ts)), final state)``.  The solve stops where ``v`` reaches
+    ``v_sat`` (a terminal event; at once if ``y0`` is there) and ``tail(t_c, y_c, times)``
+    answers the later times."""
     if t_end <= t0:
         return np.repeat(y0[:, None], ts.size, axis=1), y0
     grid, where = np.unique(np.append(ts, t_end), return_inverse=True)
-    sol = solve_ivp(rhs, (t0, t_end), y0, method="DOP853", t_eval=grid, rtol=RTOL, atol=ATOL)
-    if sol.status != 0:
+    if y0[0] >= v_sat:
+        vals = tail(t0, y0, grid)[:, where.ravel()]
+        return vals[:, :-1], vals[:, -1]
+    def saturated(t: float, y: np.ndarray) -> float:
+        return float(y[0]) - v_sat
+    saturated.terminal = True     # type: ignore[attr-defined]
+    saturated.direction = 1.0     # type: ignore[attr-defined]
+    # invalid: scipy's DOP853 error norm is 0/0 when both embedded errors are exactly 0 (a
+    # rate below the rounding of v); it rejects that step and retries a smaller one
+    with np.errstate(invalid="ignore"):
+        sol = solve_ivp(rhs, (t0, t_end), y0, method="DOP853", t_eval=grid, rtol=RTOL,
+                        atol=ATOL, events=saturated)
+    if sol.status == 1:       # saturated at t_c: the closed form from there on
+        t_c, y_c = float(sol.t_events[0][0]), sol.y_events[0][0]
+        done = len(sol.t)    # the grid times before t_c (sol.y is empty when none)
+        vals = np.concatenate([np.reshape(sol.y, (2, done)), tail(t_c, y_c, grid[done:])],
+                              axis=1)
+    elif sol.status != 0:
         raise SolverNotConverged(f"equiangular: the DOP853 solve on [{t0:.6g}, {t_end:.6g}] "
                                  f"failed: {sol.message}")
-    vals = sol.y[:, where.ravel()]
+    else:
+        vals = sol.y
+    if np.isnan(vals).any():
+        raise SolverNotConverged(f"equiangular: the DOP853 solve on [{t0:.6g}, {t_end:.6g}] "
+                                 "produced NaN")
+    vals = vals[:, where.ravel()]
     return vals[:, :-1], vals[:, -1]
 
 
@@ -287,6 +363,13 @@ def equiangular(beta: float, n: int, rho0: float, t: Any, *, model: str = "sa",
     an error :math:`\delta` of the state shifts the later path by :math:`\delta/\dot v` in
     time, and :math:`\rho` is then only as accurate as that shift allows.
 
+    **Long times.**  Once :math:`v` reaches :func:`saturation_level` (:math:`1-\rho` below
+    the smallest double), the solve stops and the later times come from the closed form of
+    the saturated rates (:math:`\rho = 1`, :math:`r` linear in :math:`t` or in
+    :math:`\sqrt{1+t}`), so any time up to the float maximum costs the time to saturate,
+    and :math:`v` never overflows.  ``r`` is ``inf`` only where the true :math:`r` exceeds
+    the float range (a USA kernel with a large :math:`e^{\beta - \mathrm{shift}}\,t`).
+
     Examples
     --------
     >>> from transformer_pde.reductions.equiangular_flow import equiangular
@@ -311,21 +394,30 @@ def equiangular(beta: float, n: int, rho0: float, t: Any, *, model: str = "sa",
     y0 = np.array([0.0 if fixed else math.log((1.0 + (n - 1) * rho0) / (1.0 - rho0)),
                    math.log(r0)])
     t_max = float(times[-1])
+    # a fixed point is answered in closed form from t = 0 (v_sat = -inf), a moving rho
+    # from its saturation on
+    v_sat = -math.inf if fixed else saturation_level(n)
+
+    def tail(part: str) -> Callable[[float, np.ndarray, np.ndarray], np.ndarray]:
+        return lambda t_c, y_c, ts: _tail(part, beta, n, model, shift,
+                                          rho0 if fixed else None, t_c, y_c, ts)
+
     if scheme == "mix":
         first = times[times < switch]
         vals1, y_mid = _solve(_field("post", beta, n, model, shift, alpha, fixed, rho0), 0.0,
-                              y0, first, min(switch, t_max))
+                              y0, first, min(switch, t_max), tail("post"), v_sat)
         vals2, _ = _solve(_field("pre", beta, n, model, shift, alpha, fixed, rho0), switch,
-                          y_mid, times[times >= switch], t_max)
+                          y_mid, times[times >= switch], t_max, tail("pre"), v_sat)
         vals = np.concatenate([vals1, vals2], axis=1)
     else:
         vals, _ = _solve(_field(scheme, beta, n, model, shift, alpha, fixed, rho0), 0.0, y0,
-                         times, t_max)
+                         times, t_max, tail(scheme), v_sat)
     if fixed:
         gap, rho = np.full(times.shape, 1.0 - rho0), np.full(times.shape, rho0)
     else:
         gap, rho = np.array([gap_and_rho(v, n) for v in vals[0]]).reshape(-1, 2).T
-    r = np.exp(vals[1])
+    with np.errstate(over="ignore"):   # r = inf where it exceeds the float range
+        r = np.exp(vals[1])
     shape = () if scalar_in else times.shape
     return EquiangularSolution(
         t=times.reshape(shape), rho=rho.reshape(shape), r=r.reshape(shape),
