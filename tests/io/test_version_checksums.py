@@ -152,7 +152,9 @@ _NPZ_TABLE = [(v, keep, edit) for v in (1, 2, 3)
               for edit in (False, True)]
 
 
-@pytest.mark.parametrize("version, keep, edit", _NPZ_TABLE)
+@pytest.mark.parametrize("version, keep, edit", _NPZ_TABLE,
+                         ids=[f"v{v}-{'+'.join(k) or 'none'}-{'edited' if e else 'intact'}"
+                              for v, k, e in _NPZ_TABLE])
 def test_npz_any_version_and_any_checksum_fields_never_load_other_data(tmp_path, version,
                                                                        keep, edit):
     """Every combination of claimed version, checksum-bearing fields left in place and an

@@ -73,6 +73,7 @@ logger = logging.getLogger(__name__)
 
 FORMAT = {"format": "transformer-pde-study", "version": 2}
 _KNOWN_VERSIONS = (1, 2)
+_FIRST_DIGEST_VERSION = 2  # the first format version whose stores hold cell_digest
 #: name of the per-cell digest variable in the Zarr store (format version 2)
 DIGEST_VAR = "cell_digest"
 
@@ -454,10 +455,9 @@ class ResultStore:
         # the consolidated metadata is derived data: a damaged .zmetadata is rewritten below
         old = _open_store(self.path, consolidated=False)
         version, _, failures = _check_store(self.path, old)
-        if version == 1 and DIGEST_VAR in old.data_vars:
-            check_checksum_version(version, carries=True, first=FORMAT["version"],
-                                   what="results-store ", source=self.path,
-                                   error=StoreIntegrityError)
+        check_checksum_version(version, carries=DIGEST_VAR in old.data_vars,
+                               first=_FIRST_DIGEST_VERSION, what="results-store ",
+                               source=self.path, error=StoreIntegrityError)
         if version == 1:
             raise StoreError(f"{self.path} was written by an older transformer-pde (results-"
                              f"store format 1, without per-cell checksums) and cannot be "
@@ -605,6 +605,6 @@ def open_results(path: str | Path, *, verify: bool = True) -> Any:
                 f"an edit); {len(bad)} cell(s) in all. Resume the study (resume=True) to "
                 f"recompute them, or open with verify=False to inspect the store")
     # digests under version 1 (which has none): the marker was edited
-    check_checksum_version(version, carries=True, first=FORMAT["version"],
+    check_checksum_version(version, carries=True, first=_FIRST_DIGEST_VERSION,
                            what="results-store ", source=path, error=StoreIntegrityError)
     return ds.drop_vars(DIGEST_VAR)
