@@ -283,7 +283,7 @@ def _tile_logits(S, qpk, i0, nt, kpk, j0, nbp, nr):
     (keys ``p*nr … p*nr + nr - 1`` stored as an r×nr block): each panel (r·nr numbers, in
     L1) is used by every group of MR queries of the tile."""
     r = qpk.shape[1]
-    kb = S.shape[1]
+    kb = KBLOCK                           # S is QTILE x KBLOCK: a constant row stride
     for jj in range(0, nbp, nr):
         boff = (j0 + jj) * r                  # panel (j0 + jj) / nr starts at its keys' offset
         for u in range(0, nt, MR):            # query group (i0 + u) / MR starts at (i0 + u) * r
@@ -299,7 +299,7 @@ def _tile_values(acc, nt, S, vpk, j0, nbp, nr, cv):
     :data:`_mk_add_half`)."""
     n_pan, npad = vpk.shape[0], vpk.shape[1]
     cp = n_pan * nr
-    kb = S.shape[1]
+    kb = KBLOCK                           # S is QTILE x KBLOCK: a constant row stride
     for pan in range(n_pan):
         boff = (pan * npad + j0) * nr
         if cv - pan * nr > nr // 2:
