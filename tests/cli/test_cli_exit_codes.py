@@ -199,3 +199,66 @@ def test_no_errno_reaches_the_user(tmp_path, capsys, monkeypatch):
     assert cli.main(["simulate", cfg, "--out", "loop/o", "-q"]) == EXIT.OUTPUT
     line = _one_line(capsys.readouterr().err)
     assert "--out loop/o" in line
+
+
+# --------------------------------------------------------------------------- sweep
+SWEEP = """
+name = "ranks"
+[study]
+cell = "ranks"
+draws = {draws}
+seed = 0
+[study.axes]
+kind = ["softmax"]
+d = [3]
+[cell]
+distribution = "paper"
+value = "identity"
+threshold = 0.1
+"""
+
+
+@pytest.mark.parametrize("out, words", [
+    ("afile", "exists and is not a directory"),
+    ("afile/sub", "is not a directory"),
+])
+def test_sweep_out_that_cannot_be_used_is_exit_3(tmp_path, capsys, monkeypatch, out, words):
+    # was exit 4 ("error: --out ... exists and is not a directory")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "s.toml").write_text(SWEEP.format(draws=1))
+    assert cli.main(["sweep", "s.toml", "--out", out, "--scheduler", "serial", "-q"]) == \
+        EXIT.OUTPUT
+    line = _one_line(capsys.readouterr().err)
+    assert f"--out {out}:" in line and words in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "s.toml"]
+
+
+def test_sweep_too_large_for_memory_is_refused_up_front(tmp_path, capsys, monkeypatch):
+    # was exit 4 "out of memory" after the output folder was made
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.toml").write_text(SWEEP.format(draws=10 ** 12))
+    assert cli.main(["sweep", "s.toml", "--out", "o", "--scheduler", "serial", "-q"]) == \
+        EXIT.USAGE
+    line = _one_line(capsys.readouterr().err)
+    assert "configuration error: study.draws:" in line and "memory" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
+
+
+def test_sweep_into_new_nested_folders_and_failed_sweep_leaves_none(tmp_path, capsys,
+                                                                    monkeypatch):
+    import importlib
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.toml").write_text(SWEEP.format(draws=1))
+    assert cli.main(["sweep", "s.toml", "--out", "new/a/b", "--scheduler", "serial",
+                     "-q"]) == EXIT.OK
+    assert (tmp_path / "new" / "a" / "b" / "summary.json").is_file()
+    capsys.readouterr()
+    # a sweep that fails before writing removes the folders it made
+    monkeypatch.setattr(importlib.import_module("transformer_pde.sweep.run"),
+                        "CONNECT_TIMEOUT", 1.0)
+    assert cli.main(["sweep", "s.toml", "--out", "other/x", "--scheduler",
+                     "tcp://127.0.0.1:9", "-q"]) == EXIT.ERROR
+    assert "--scheduler" in _one_line(capsys.readouterr().err)
+    assert not (tmp_path / "other").exists()

@@ -46,7 +46,8 @@ from ..errors import TransformerPDEError
 from ..io.jsonfmt import dumps
 
 __all__ = ["DATA_FORMATS", "IO_EXTRA_HINT", "LOCK_NAME", "STAGING_PREFIX", "OutputDir",
-           "OutputError", "data_format", "path_problem", "remove_stale_staging", "write_json"]
+           "OutputError", "check_out", "data_format", "path_problem", "remove_stale_staging",
+           "write_json"]
 
 #: the formats of a command's data file (``--format``), the first the default
 DATA_FORMATS = ("netcdf", "zarr", "npz")
@@ -192,6 +193,34 @@ def _existing_ancestor(path: Path) -> Path:
     return Path(path.absolute().anchor)
 
 
+def check_out(path: str | Path, option: str = "--out") -> Path:
+    """Refuse, as an :class:`OutputError` naming ``option``, an output directory that
+    cannot be one -- before anything is computed or created: a path this system cannot
+    use (:func:`path_problem`), an existing file, a path under a file; an ``OSError`` while
+    looking (a loop of links, no permission to look) is said in words.  Returns the path."""
+    text = str(path)
+    p = Path(path)
+
+    def fail(reason: str) -> OutputError:
+        return OutputError(f"{option} {text}: {reason}")
+
+    problem = path_problem(text)
+    if problem is not None:
+        raise fail(problem)
+    try:
+        if not p.exists():
+            base = _existing_ancestor(p)
+            if not base.is_dir():
+                raise fail(f"{base} is not a directory")
+        elif not p.is_dir():
+            raise fail("exists and is not a directory")
+    except OutputError:
+        raise
+    except OSError as exc:  # a loop of links, no permission to look, ...
+        raise fail(f"cannot be used: {exc.strerror or exc}") from None
+    return p
+
+
 class OutputDir:
     """An output directory, checked at construction and written at :meth:`commit`.
 
@@ -230,20 +259,7 @@ class OutputDir:
 
     def _open(self) -> None:
         p = self.final
-        problem = path_problem(self._text)
-        if problem is not None:
-            raise self._fail(problem)
-        try:
-            if not p.exists():
-                base = _existing_ancestor(p)
-                if not base.is_dir():
-                    raise self._fail(f"{base} is not a directory")
-            elif not p.is_dir():
-                raise self._fail("exists and is not a directory")
-        except OutputError:
-            raise
-        except OSError as exc:  # a loop of links, no permission to look, ...
-            raise self._fail(f"cannot be used: {exc.strerror or exc}") from None
+        check_out(self._text, self.option)
         try:
             self._claim()
             remove_stale_staging(p)

@@ -28,7 +28,7 @@ from .builders import build_attention
 from .config import (Table, check_memory, library_call, load_config, read_options, sections,
                      typed_parameters)
 from .exits import ExitCode, RunError, Signals, UsageError
-from .output import OutputDir, OutputError, data_format as output_format
+from .output import OutputDir, OutputError, check_out, data_format as output_format
 from .runs import gaussian_options
 
 __all__ = [
@@ -467,6 +467,43 @@ def cmd_ranks(args: argparse.Namespace) -> int:
     return _study_end(args, s)
 
 
+#: bytes a study's store holds for each cell at the least (its status and fingerprint), so
+#: that a grid which cannot fit is refused before anything is allocated
+_CELL_BYTES = 33
+
+
+def _check_study_size(config: str) -> None:
+    """Refuse up front, naming ``study.draws`` (exit status 2), a study whose cells cannot
+    fit in this machine's memory (:func:`~.config.check_memory`)."""
+    from ..sweep.config import load_study_config, study_from_config  # noqa: PLC0415
+
+    n = study_from_config(load_study_config(config)).grid.n_cells
+    check_memory("study.draws", float(_CELL_BYTES) * n,
+                 f"the store of the study's {n} cells (study.axes x study.draws)")
+
+
+def _make_out(out: str) -> list[Path]:
+    """Check ``--out`` (:func:`~.output.check_out`, exit status 3) and create it when new;
+    returns the directories created, parents first."""
+    path = check_out(out).absolute()
+    made = [q for q in reversed([path, *path.parents]) if not q.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _remove_empty(made)
+        raise OutputError(f"--out {out}: cannot create it: {exc.strerror or exc}") from None
+    return made
+
+
+def _remove_empty(made: list[Path]) -> None:
+    """Remove the directories of :func:`_make_out` that are still empty (deepest first)."""
+    for q in reversed(made):
+        try:
+            q.rmdir()
+        except OSError:
+            break
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     """``transformer-pde sweep CONFIG``: :func:`transformer_pde.sweep.config.run_config`,
     its summary on stdout; exit status 1 when some cells failed, 130 when interrupted."""
@@ -474,11 +511,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     store = Path(args.out) / "results.zarr"
     _check_scheduler(args)
+    _check_study_size(args.config)
+    made = _make_out(args.out)
     try:
-        with _scheduler_errors(args):
-            s = run_config(args.config, args.out, scheduler=args.scheduler,
-                           scheduler_file=args.scheduler_file, workers=args.workers,
-                           resume=args.resume, progress=not args.quiet)
+        try:
+            with _scheduler_errors(args):
+                s = run_config(args.config, args.out, scheduler=args.scheduler,
+                               scheduler_file=args.scheduler_file, workers=args.workers,
+                               resume=args.resume, progress=not args.quiet)
+        except BaseException:
+            _remove_empty(made)
+            raise
     except KeyboardInterrupt:
         kept = (f"the cells finished so far are in {store}; rerun with --resume to complete it"
                 if store.exists() else "nothing was written")
