@@ -262,3 +262,17 @@ def test_sweep_into_new_nested_folders_and_failed_sweep_leaves_none(tmp_path, ca
                      "tcp://127.0.0.1:9", "-q"]) == EXIT.ERROR
     assert "--scheduler" in _one_line(capsys.readouterr().err)
     assert not (tmp_path / "other").exists()
+
+
+# --------------------------------------------------------------------------- init
+@pytest.mark.parametrize("path, words", [
+    ("afile/x.toml", "the directory afile is not a directory"),
+    ("missing/x.toml", "the directory missing does not exist"),
+    ("afile", "exists; pass --force"),
+])
+def test_init_says_what_is_wrong_with_its_path(tmp_path, capsys, monkeypatch, path, words):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    assert cli.main(["init", "simulate", path]) == EXIT.OUTPUT
+    assert words in _one_line(capsys.readouterr().err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

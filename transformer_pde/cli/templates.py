@@ -55,7 +55,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     if path.exists() and not args.force:
         raise OutputError(f"{path} exists; pass --force to replace it (nothing was written)")
     if not path.parent.is_dir():
-        raise OutputError(f"{path}: the directory {path.parent} does not exist")
+        what = "is not a directory" if path.parent.exists() else "does not exist"
+        raise OutputError(f"{path}: the directory {path.parent} {what}")
     try:
         path.write_text(template_text(args.kind, str(path)), encoding="utf-8")
     except OSError as exc:
