@@ -53,8 +53,9 @@ _LIBC = (ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 
 def _child_setup(parent: int) -> None:
-    """Run in the child between fork and exec: default SIGINT and SIGTERM, and (Linux)
-    SIGKILL when the parent dies."""
+    """Run in the child between fork and exec (``preexec_fn``: the only hook of
+    ``subprocess`` that runs there; it does nothing that takes a lock): default SIGINT and
+    SIGTERM, and (Linux) SIGKILL when the parent dies."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
     if _LIBC is not None:
