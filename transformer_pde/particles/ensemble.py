@@ -28,7 +28,7 @@ from ..attention.rotary import require_positions
 from ..blocks import Block, BlockStepper, PostLayerNorm, Sphere
 from ..errors import ArgumentError, ArgumentTypeError
 from ..integrate.breakpoints import layer_tables
-from ..integrate.loop import Limits, SaveAt, TimeLoop
+from ..integrate.loop import Limits, SaveAt, TimeLoop, owned
 from ..integrate.plan import preflight
 from ..integrate.solvers import get_solver
 from ..results import ResultKind, Status, check_warn, warn_stop
@@ -482,6 +482,8 @@ def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
         try:
             saver(0.0, y0)
         except Exception as exc:
+            if not owned(exc):          # a caller's timeout, MemoryError: not a bad SaveAt
+                raise
             raise ArgumentError(f"SaveAt(fn=...) failed on the initial state: "
                                 f"{type(exc).__name__}: {exc}") from exc
     status, message, state = loop.run(state)

@@ -25,7 +25,7 @@ from ..errors import ArgumentError, ArgumentTypeError, CheckpointError, Integrit
 from ..fields import FieldEvaluator
 from ..integrate.breakpoints import layer_tables
 from ..integrate.checkpoint import CheckpointWriter, RunIdentity, check_path, read_checkpoint
-from ..integrate.loop import Limits, LoopState, Monitor, Progress, SaveAt, TimeLoop
+from ..integrate.loop import Limits, LoopState, Monitor, Progress, SaveAt, TimeLoop, owned
 from ..integrate.plan import preflight
 from ..integrate.solvers import get_solver, restore_solver_state, solver_state
 from ..integrate.state import check_resumed
@@ -294,6 +294,8 @@ def _start(spec: RunSpec, loop: TimeLoop, parts: RunParts, X0: np.ndarray,
         try:
             parts.saver(0.0, y0)
         except Exception as exc:
+            if not owned(exc):          # a caller's timeout, MemoryError: not a bad SaveAt
+                raise
             raise ArgumentError(f"SaveAt(fn=...) failed on the initial state: "
                                 f"{type(exc).__name__}: {exc}") from exc
     return state
@@ -418,7 +420,10 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
     trajectory saved so far with status ``interrupted`` (and warns) instead of raising.
     With ``Monitor(checkpoint=path)`` the run can later be continued with
     ``Monitor(checkpoint=path, resume=True)`` from the last checkpoint; the resumed run
-    equals an uninterrupted one bit for bit.
+    equals an uninterrupted one bit for bit.  An exception the run does not own
+    (:func:`~transformer_pde.integrate.loop.owned`: one raised by a signal handler, such
+    as a caller's timeout, or ``MemoryError``) propagates instead; the last checkpoint
+    resumes the run.
 
     Raises
     ------
