@@ -10,7 +10,9 @@ sphere*).
 
 from __future__ import annotations
 
+import decimal
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -20,18 +22,109 @@ from ..errors import ArgumentError
 from ..validation import integer, real_array
 from .args import check_beta, check_model, check_shift
 
-__all__ = ["mode_growth_rate", "most_unstable_degree"]
+__all__ = ["DEBYE_RADIUS", "EXHAUSTIVE_BETA", "log_ive", "mode_growth_rate",
+           "most_unstable_degree"]
+
+#: :func:`log_ive` uses Debye's expansion where :math:`\sqrt{\mu^2+\beta^2}` is at least
+#: this (its first omitted term is then below :math:`10^{-17}`), ``scipy.special.ive`` below
+DEBYE_RADIUS = 60.0
+#: :func:`most_unstable_degree` compares all degrees up to :math:`2\beta + 10` in floating
+#: point up to this :math:`\beta`, and bisects in exact decimal arithmetic above
+EXHAUSTIVE_BETA = 1e4
+#: number of terms :math:`U_0, \dots, U_{K-1}` of Debye's expansion
+_DEBYE_TERMS = 10
+
+
+def _debye_polynomials(count: int) -> list[dict[int, Fraction]]:
+    r"""Debye's polynomials :math:`U_0 = 1`, :math:`U_{k+1}(p) = \tfrac12 p^2(1-p^2)U_k'(p)
+    + \tfrac18\int_0^p (1-5t^2)U_k(t)\,dt` (DLMF 10.41.9), exactly, as ``{power: coef}``."""
+    polys = [{0: Fraction(1)}]
+    for _ in range(count - 1):
+        new: dict[int, Fraction] = {}
+        for pw, c in polys[-1].items():
+            if pw:
+                new[pw + 1] = new.get(pw + 1, Fraction(0)) + c * pw / 2
+                new[pw + 3] = new.get(pw + 3, Fraction(0)) - c * pw / 2
+            new[pw + 1] = new.get(pw + 1, Fraction(0)) + c / (8 * (pw + 1))
+            new[pw + 3] = new.get(pw + 3, Fraction(0)) - 5 * c / (8 * (pw + 3))
+        polys.append({pw: c for pw, c in new.items() if c})
+    return polys
+
+
+#: :math:`V_k(p) = U_k(p)/p^k` (a polynomial: :math:`U_k` starts at :math:`p^k`), as
+#: exact ``{power: coef}`` and as float coefficients of increasing powers
+_V_EXACT = [{pw - k: c for pw, c in u.items()} for k, u in enumerate(
+    _debye_polynomials(_DEBYE_TERMS))]
+_V_FLOAT = [np.array([float(v.get(j, 0)) for j in range(max(v) + 1)]) for v in _V_EXACT]
+
+
+def _debye_parts(mu: np.ndarray, beta: float) -> tuple[np.ndarray, ...]:
+    r"""The pieces of Debye's expansion of :math:`\log(e^{-\beta} I_\mu(\beta))`,
+    :math:`\rho = \sqrt{\mu^2+\beta^2}`, :math:`p = \mu/\rho`:
+
+    .. math::
+        \log(e^{-\beta}I_\mu(\beta)) = \underbrace{\frac{\mu^2}{\rho+\beta}}_{\rho-\beta}
+            - \mu\,\mathrm{asinh}\frac{\mu}{\beta} - \tfrac12\log(2\pi\rho)
+            + \log\sum_k \frac{V_k(p)}{\rho^k},
+
+    (DLMF 10.41.3 with :math:`U_k(p)/\mu^k = V_k(p)/\rho^k`, also at :math:`\mu = 0`).
+    Returns ``(rho - beta, mu asinh(mu/beta), log rho, log S)``."""
+    rho = np.hypot(mu, beta)
+    p = mu / rho
+    series = np.zeros_like(rho)
+    for k in range(_DEBYE_TERMS - 1, -1, -1):     # Horner in 1/rho
+        series = series / rho + np.polynomial.polynomial.polyval(p, _V_FLOAT[k])
+    return mu * mu / (rho + beta), mu * np.arcsinh(mu / beta), np.log(rho), np.log(series)
+
+
+def log_ive(mu: Any, beta: float) -> np.ndarray:
+    r""":math:`\log(e^{-\beta} I_\mu(\beta))` for :math:`\mu \ge 0`, :math:`\beta > 0`,
+    finite wherever :math:`I_\mu(\beta) > 0` (``scipy.special.ive`` alone is NaN beyond
+    :math:`\beta \approx 10^{9}` and underflows for :math:`\mu \gg \beta`).
+
+    Debye's uniform expansion (:func:`_debye_parts`, ten terms) where
+    :math:`\sqrt{\mu^2+\beta^2} \ge` :data:`DEBYE_RADIUS`, ``log(ive)`` below.  Relative
+    accuracy of the logarithm about :math:`10^{-16}` times the size of its largest piece
+    (:math:`\tfrac12\log(2\pi\rho)` or :math:`\mu\,\mathrm{asinh}(\mu/\beta)`)."""
+    mu = np.asarray(mu, dtype=float)
+    out = np.empty(np.broadcast(mu, beta).shape)
+    far = np.hypot(mu, beta) >= DEBYE_RADIUS
+    if np.any(far):
+        quad, ash, log_rho, log_s = _debye_parts(mu[far] if mu.ndim else mu, beta)
+        out[far] = quad - ash - 0.5 * (math.log(2 * math.pi) + log_rho) + log_s
+    if np.any(~far):
+        with np.errstate(divide="ignore"):
+            out[~far] = np.log(ive(mu[~far] if mu.ndim else mu, beta))
+    return out
+
+
+def _log_ive_ratio(mu: np.ndarray, nu: float, beta: float) -> np.ndarray:
+    r""":math:`\log(I_\mu(\beta)/I_\nu(\beta))`: where both orders are in Debye's range
+    the pieces are subtracted one by one, so the common :math:`-\tfrac12\log(2\pi\beta)`
+    cancels exactly (it is :math:`-345` at :math:`\beta = 10^{300}`, where the ratio is
+    :math:`1 - O(1/\beta)`)."""
+    mu = np.asarray(mu, dtype=float)
+    if math.hypot(nu, beta) < DEBYE_RADIUS:
+        return log_ive(mu, beta) - float(log_ive(nu, beta))
+    q1, a1, r1, s1 = _debye_parts(mu, beta)
+    q0, a0, r0, s0 = _debye_parts(np.asarray(nu, dtype=float), beta)
+    # log rho_mu - log rho_nu = 1/2 log1p((mu^2 - nu^2)/(nu^2 + beta^2))
+    dlog_rho = 0.5 * np.log1p((mu - nu) * (mu + nu) / (nu * nu + beta * beta))
+    return (q1 - q0) - (a1 - a0) - 0.5 * dlog_rho + (s1 - s0)
 
 
 def _log_rate(beta: float, d: int, ell: np.ndarray, model: str, shift: float) -> np.ndarray:
-    r""":math:`\log\lambda_\ell` for :math:`\beta > 0` (scaled Bessel functions:
-    :math:`I_\nu(\beta) = \mathrm{ive}(\nu, \beta)\,e^\beta`)."""
+    r""":math:`\log\lambda_\ell` for :math:`\beta > 0`, in logarithms throughout:
+    :math:`\ell(\ell+d-2)/\beta` as :math:`(\ell/\sqrt\beta)((\ell+d-2)/\sqrt\beta)` (no
+    overflow at :math:`\beta \approx 10^{308}`), the Bessel functions by :func:`log_ive`."""
     nu = d / 2.0 - 1.0
+    root = math.sqrt(beta)
     with np.errstate(divide="ignore"):
-        out = np.log(ell * (ell + d - 2.0)) + np.log(ive(ell + nu, beta)) - math.log(beta)
+        out = np.log(ell / root) + np.log((ell + (d - 2.0)) / root)
     if model == "sa":
-        return out - math.log(ive(nu, beta))
-    return out + gammaln(nu + 1.0) + nu * math.log(2.0 / beta) + beta - shift
+        return out + _log_ive_ratio(ell + nu, nu, beta)
+    return (out + log_ive(ell + nu, beta) + gammaln(nu + 1.0) + nu * (math.log(2.0)
+            - math.log(beta)) + (beta - shift))
 
 
 def mode_growth_rate(beta: float, d: int, degree: Any, *, model: str = "sa",
@@ -99,6 +192,42 @@ def mode_growth_rate(beta: float, d: int, degree: Any, *, model: str = "sa",
     return float(out) if out.ndim == 0 else out
 
 
+def _degree_step(ell: int, d: int, beta: Fraction, prec: int) -> decimal.Decimal:
+    r""":math:`g(\ell) = \log(\lambda_{\ell+1}/\lambda_\ell)` in decimal arithmetic of
+    ``prec`` digits, with Debye's expansion of both Bessel functions
+    (:math:`\beta \ge` :data:`EXHAUSTIVE_BETA`, so its omitted terms are below
+    :math:`\beta^{-10}`)."""
+    with decimal.localcontext() as ctx:
+        ctx.prec = prec
+        ctx.Emax, ctx.Emin = decimal.MAX_EMAX, decimal.MIN_EMIN
+        Dec = decimal.Decimal
+
+        def dec(x: Fraction) -> decimal.Decimal:
+            return Dec(x.numerator) / Dec(x.denominator)
+
+        b = dec(beta)
+        coefs = [[dec(v.get(pw, Fraction(0))) for pw in range(max(v), -1, -1)]
+                 for v in _V_EXACT]
+
+        def log_i(mu: decimal.Decimal) -> decimal.Decimal:
+            # log(e^{-beta} I_mu(beta)) + 1/2 log(2 pi) (_debye_parts, in decimals)
+            rho = (mu * mu + b * b).sqrt()
+            p = mu / rho
+            series = Dec(0)
+            for v in reversed(coefs):         # Horner in 1/rho, and in p within V_k
+                term = Dec(0)
+                for c in v:
+                    term = term * p + c
+                series = series / rho + term
+            x = mu / b
+            asinh = (x + (1 + x * x).sqrt()).ln()
+            return mu * mu / (rho + b) - mu * asinh - rho.ln() / 2 + series.ln()
+
+        mu = dec(Fraction(2 * ell + d - 2, 2))     # ell + nu
+        ratio = dec(Fraction((ell + 1) * (ell + d - 1), ell * (ell + d - 2)))
+        return ratio.ln() + (log_i(mu + 1) - log_i(mu))
+
+
 def most_unstable_degree(beta: float, d: int, *, model: str = "sa") -> int:
     r"""The degree :math:`\ell^* = \arg\max_{\ell\ge1}\lambda_\ell` of the fastest-growing
     harmonic (:func:`mode_growth_rate`; the smallest one on a tie).
@@ -110,13 +239,29 @@ def most_unstable_degree(beta: float, d: int, *, model: str = "sa") -> int:
     :math:`I_{\mu+1}(\beta) < \frac{\beta}{2\mu+2} I_\mu(\beta)`), so the search over
     :math:`1 \le \ell \le L` is exhaustive.
 
+    Up to :math:`\beta =` :data:`EXHAUSTIVE_BETA` every degree up to :math:`L` is compared
+    in floating point.  Above, :math:`\ell^*` (about :math:`\sqrt{2\beta}`, an integer of
+    up to 155 digits at :math:`\beta = 10^{308}`) is the first :math:`\ell` with
+    :math:`g(\ell) = \log(\lambda_{\ell+1}/\lambda_\ell) \le 0`.  :math:`g` decreases in
+    :math:`\ell` (:math:`(\ell+1)(\ell+d-1)/(\ell(\ell+d-2))` does, and so does
+    :math:`I_{\mu+1}(\beta)/I_\mu(\beta)` in :math:`\mu`: Turán's inequality
+    :math:`I_\mu^2 > I_{\mu-1}I_{\mu+1}`), so a bisection finds it; :math:`g` is
+    evaluated in decimal arithmetic with :math:`1.6\log_{10}\beta + 40` digits and
+    Debye's expansion, far finer than its slope :math:`\approx 2/\beta` near
+    :math:`\ell^*`.
+
     Parameters
     ----------
     beta : float
-        :math:`\beta \ge 0` (:math:`\ell^* = 1` at :math:`\beta = 0`).
+        Finite :math:`\beta \ge 0` (:math:`\ell^* = 1` at :math:`\beta = 0`).
     d : int
         :math:`d \ge 2`.
     model : {"sa", "usa"}
+
+    Returns
+    -------
+    int
+        :math:`\ell^*` (a Python ``int``, exact at any float :math:`\beta`).
 
     Examples
     --------
@@ -128,5 +273,28 @@ def most_unstable_degree(beta: float, d: int, *, model: str = "sa") -> int:
     d = integer("d", d, minimum=2)
     if beta == 0.0:
         return 1
-    ell = np.arange(1.0, math.ceil(2.0 * beta) + 11.0)
-    return int(ell[np.argmax(_log_rate(beta, d, ell, "sa", 0.0))])
+    if beta <= EXHAUSTIVE_BETA:
+        ell = np.arange(1.0, math.ceil(2.0 * beta) + 11.0)
+        return int(ell[np.argmax(_log_rate(beta, d, ell, "sa", 0.0))])
+    exact = Fraction(beta)
+    prec = int(1.6 * math.log10(beta)) + 40
+
+    def rising(ell: int) -> bool:
+        return _degree_step(ell, d, exact, prec) > 0
+
+    # l(l + d - 2) = 2 beta to leading order: start from that root and widen until
+    # g(lo) > 0 >= g(hi)
+    root = math.isqrt(int(exact * 8) + (d - 2) ** 2)
+    guess = max(1, (root - (d - 2)) // 2)
+    width = 16
+    lo, hi = max(1, guess - width), guess + width
+    while lo > 1 and not rising(lo):
+        lo, width = max(1, lo - width), 2 * width
+    while rising(hi):
+        hi, width = hi + width, 2 * width
+    if not rising(lo):
+        return lo                     # lo = 1 and lambda_2 <= lambda_1
+    while hi - lo > 1:                # rising(lo), not rising(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if rising(mid) else (lo, mid)
+    return hi
