@@ -166,3 +166,26 @@ def test_bad_initial_data_and_times_raise():
         solve_line(stats.norm(), [0.0, 1.0, 0.5])
     with pytest.raises(ArgumentError, match="t"):
         solve_line(stats.norm(), -1.0)
+
+
+@pytest.mark.parametrize("scale", [1e300, 1e308, np.finfo(float).max])
+def test_a_density_near_the_float64_maximum_gives_the_normalised_solution(scale):
+    # only the normalised density enters the equation: a density of values near the largest
+    # float64 (whose cell masses sum to infinity) is the same initial measure; before, its
+    # mass overflowed and the weights were 0 or NaN
+    x = np.linspace(-2, 2, 41)
+    rho = np.exp(-4 * (x - 1) ** 2) + np.exp(-4 * (x + 1) ** 2)
+    ts = np.array([0.0, 0.5])
+    ref = solve_line((x, rho), ts, v=-1.0, n_nodes=61)
+    big = solve_line((x, rho / rho.max() * scale), ts, v=-1.0, n_nodes=61)
+    # the two runs differ by the rounding of one division (relative 1e-16 in the weights),
+    # which the adaptive solver at rtol 1e-11 turns into differences far below 1e-9
+    np.testing.assert_allclose(big.weights, ref.weights, rtol=1e-13)
+    np.testing.assert_allclose(big.x, ref.x, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(big.density, ref.density, rtol=1e-9)
+
+
+def test_a_grid_whose_span_overflows_is_refused():
+    x = np.array([-1e308, 0.0, 1e308])
+    with pytest.raises(tp.errors.ArgumentError, match="span"):
+        solve_line((x, np.ones(3)), [0.0, 0.1])

@@ -195,11 +195,22 @@ def _initial_nodes(density0: Any, n_nodes: int, tail: float
             raise ArgumentError("density0: the grid nodes must be strictly increasing")
         if np.any(rho < 0):
             raise ArgumentError(f"density0: the density must be >= 0 (min {rho.min():.3g})")
+        if not math.isfinite(float(x[-1]) - float(x[0])):
+            raise ArgumentError(f"density0: the grid's span x[-1] - x[0] overflows "
+                                f"({x[0]:g} to {x[-1]:g})")
         lab = np.linspace(x[0], x[-1], n_nodes)
-        r0 = np.interp(lab, x, rho)
         h = np.diff(lab)
-        cell = 0.5 * (r0[:-1] + r0[1:]) * h
-        total = cell.sum()
+        with np.errstate(over="ignore", invalid="ignore"):   # an overflow is handled below
+            r0 = np.interp(lab, x, rho)
+            cell = 0.5 * (r0[:-1] + r0[1:]) * h
+            total = cell.sum()
+        if not math.isfinite(total) and rho.max() > 0:
+            # only the normalised density matters: divide by the largest value first, so
+            # that densities near the float64 maximum do not overflow the interpolation or
+            # the mass (a density whose mass is finite keeps its values bit for bit)
+            r0 = np.interp(lab, x, rho / rho.max())
+            cell = 0.5 * (r0[:-1] + r0[1:]) * h
+            total = cell.sum()
         if not total > 0:
             raise ArgumentError("density0 has zero mass")
         cdf = np.r_[0.0, np.cumsum(cell)] / total
@@ -215,9 +226,11 @@ def _initial_nodes(density0: Any, n_nodes: int, tail: float
                             f"finite and distinct ({lo}, {hi})")
     lab = np.linspace(lo, hi, n_nodes)
     r0 = np.asarray(density0.pdf(lab), float)
-    if not (np.all(np.isfinite(r0)) and np.all(r0 >= 0)) or not r0.sum() > 0:
+    if not (np.all(np.isfinite(r0)) and np.all(r0 >= 0)) or not r0.max() > 0:
         raise ArgumentError("density0's pdf must be finite, >= 0 and not all zero on "
                             "its support")
+    if not math.isfinite(r0.sum()):
+        r0 = r0 / r0.max()          # only the normalised density matters (see above)
     w = r0 / r0.sum()
     return lab, w, r0, np.asarray(density0.cdf(lab), float)
 

@@ -193,8 +193,9 @@ def load(path: str | Path) -> ParticleTrajectory:
     """Read a :class:`ParticleTrajectory` written by :meth:`ParticleTrajectory.save`.
 
     The file is verified before anything is returned
-    (:func:`transformer_pde.io.trajectory.read_trajectory`): the SHA-256 checksums of NPZ
-    files of format version 3 and of ``.nc`` / ``.zarr`` files of version 2, then the
+    (:func:`transformer_pde.io.trajectory.read_trajectory`): the SHA-256 checksums
+    whenever the file carries them, whatever its version field says (files written today
+    always do: NPZ format version 3, ``.nc`` / ``.zarr`` version 2), then the
     invariants of every version (``times`` float64, finite and strictly increasing;
     ``states`` / ``last`` float32 or float64; ``weights`` finite, >= 0 and summing to 1;
     ``positions`` in [0, 1]; consistent shapes; no non-finite state in a run that ended
