@@ -59,9 +59,11 @@ def write_tiny_gguf(path: Path, *, arch: str = "llama", L: int = 2, d: int = 32,
                     drop: str | None = None, reshape: str | None = None,
                     raw: dict[str, tuple[np.ndarray, gguf.GGMLQuantizationType]] | None = None,
                     extra_block: bool = False, pre: str = "smollm",
-                    add_bos: bool = False) -> Path:
+                    add_bos: bool = False, omit: tuple[str, ...] = (),
+                    kv: dict[str, tuple[object, gguf.GGUFValueType]] | None = None) -> Path:
     """A small random Llama-layout decoder; ``drop`` leaves a tensor out, ``reshape`` gives
-    one a wrong shape, ``raw`` writes tensors as given raw bytes of a GGML type."""
+    one a wrong shape, ``raw`` writes tensors as given raw bytes of a GGML type, ``omit``
+    leaves metadata keys out and ``kv`` writes keys with the given values and types."""
     rng = np.random.default_rng(seed)
     tokens, types, merges = tiny_vocabulary()
     V, m, Q = len(tokens), d // H, gguf.GGMLQuantizationType
@@ -83,6 +85,10 @@ def write_tiny_gguf(path: Path, *, arch: str = "llama", L: int = 2, d: int = 32,
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_add_bos_token(add_bos)
+    for key in omit:
+        del w.kv_data[0][key]
+    for key, (value, vtype) in (kv or {}).items():
+        w.kv_data[0][key] = gguf.gguf_writer.GGUFValue(value=value, type=vtype)
     f32 = lambda *s: rng.normal(size=s).astype(np.float32)  # noqa: E731
     tensors: dict[str, tuple[np.ndarray, object]] = {
         "token_embd.weight": (gguf.quants.quantize(f32(V, d), Q.Q8_0), Q.Q8_0),
@@ -118,6 +124,48 @@ def write_tiny_gguf(path: Path, *, arch: str = "llama", L: int = 2, d: int = 32,
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def byte_regions(path: Path) -> tuple[dict[str, tuple[int, int]], int]:
+    """Where the parts of a GGUF file lie, found with ``gguf.GGUFReader`` (not the library's
+    reader), and where its tensor data begin.
+
+    Keys: ``"key:K"`` (the name of metadata key ``K``), ``"type:K"``, ``"value:K"`` (a
+    scalar's bytes, or a string's), ``"value:K[i]"`` (element ``i`` of an array, a string's
+    bytes without its length), ``"info:T"`` (the whole directory entry of tensor ``T``),
+    ``"info:T:type"``, ``"info:T:offset"``, ``"data:T"`` (its bytes); each a half-open
+    byte range ``(start, stop)``."""
+    r = gguf.GGUFReader(str(path))
+    base = r.data.ctypes.data
+
+    def span(*parts: np.ndarray) -> tuple[int, int]:
+        return (parts[0].ctypes.data - base, parts[-1].ctypes.data - base + parts[-1].nbytes)
+
+    out: dict[str, tuple[int, int]] = {}
+    for key, f in r.fields.items():
+        if key.startswith("GGUF."):
+            continue
+        out[f"key:{key}"], out[f"type:{key}"] = span(f.parts[1]), span(f.parts[2])
+        if f.types[0] == gguf.GGUFValueType.ARRAY:
+            for i, j in enumerate(f.data):
+                out[f"value:{key}[{i}]"] = span(f.parts[j])
+        else:
+            out[f"value:{key}"] = span(*f.parts[3:])
+    for t in r.tensors:
+        parts = t.field.parts
+        out[f"info:{t.name}"] = span(*parts)
+        out[f"info:{t.name}:type"], out[f"info:{t.name}:offset"] = span(parts[-2]), \
+            span(parts[-1])
+        out[f"data:{t.name}"] = (int(t.data_offset), int(t.data_offset) + int(t.n_bytes))
+    return out, int(r.data_offset)
+
+
+def damaged_copy(src: Path, dst: Path, at: int, new: bytes) -> Path:
+    """A copy of ``src`` with the bytes from ``at`` on replaced by ``new``."""
+    b = bytearray(src.read_bytes())
+    b[at:at + len(new)] = new
+    dst.write_bytes(bytes(b))
+    return dst
 
 
 # ------------------------------------------------------------------ the reference

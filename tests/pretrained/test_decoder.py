@@ -218,7 +218,7 @@ def test_path_errors(tmp_path):
     with pytest.raises(ModelDirectoryNotFound, match="not a directory"):
         pretrained.load(tmp_path / "nowhere")
     whole = write_tiny_gguf(tmp_path / "whole.gguf").read_bytes()
-    for cut, match in ((2000, "metadata runs beyond the end"), (len(whole) - 100,
+    for cut, match in ((2000, "ends inside its metadata key"), (len(whole) - 100,
                                                                 "beyond the end of the file")):
         (tmp_path / "cut.gguf").write_bytes(whole[:cut])
         with pytest.raises(ModelDirectoryError, match=match):

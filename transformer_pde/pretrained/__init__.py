@@ -26,8 +26,15 @@ that says what would be needed (decoders: their GGUF file).
 Modules: :mod:`.model` (the encoder's model directory: configuration, weights, tokenizer
 and their checks), :mod:`.encoder` (the encoder as a flow, and :func:`load`),
 :mod:`.gguf_file` (GGUF files: the architecture table, configuration, dequantisation),
+:mod:`.gguf_format` (the binary layout of a GGUF file and its typed metadata),
 :mod:`.bpe` (the GGUF tokenizer), :mod:`.decoder` (the decoder as a flow), :mod:`.report`
-(the run report); every public name is re-exported here.
+(the run report), :mod:`.text_args` and :mod:`.depth_args` (the checks of a prompt and of
+a continuous-depth run, shared by both models); every public name of the models and
+reports is re-exported here.
+
+Damaged files are refused with a :class:`~transformer_pde.errors.ModelDirectoryError` that
+names the file and what is wrong (the key, the tensor and entry); a prompt that is not a
+non-empty string UTF-8 can encode (a lone surrogate) is refused naming ``text``.
 """
 
 from __future__ import annotations

@@ -30,8 +30,11 @@ from typing import Any, Callable, Sequence
 
 from ..errors import MissingDependencyError, ModelDirectoryError
 
-__all__ = ["CONTROL", "PRE_TOKENIZERS", "TOKENIZER_MODELS", "USER_DEFINED", "build_tokenizer"]
+__all__ = ["CONTROL", "NORMAL", "PRE_TOKENIZERS", "TOKENIZER_MODELS", "USER_DEFINED",
+           "build_tokenizer"]
 
+#: ``tokenizer.ggml.token_type`` of a normal token (a word of byte characters)
+NORMAL = 1
 #: ``tokenizer.ggml.token_type`` of a control token (recognised as one special token)
 CONTROL = 3
 #: ``tokenizer.ggml.token_type`` of a user-defined token (recognised as one token)
@@ -67,14 +70,32 @@ def _tokenizers() -> Any:
 
 
 def _merge_pairs(merges: Sequence[str], where: str) -> list[tuple[str, str]]:
-    pairs = []
+    pairs: list[tuple[str, str]] = []
+    rank: dict[tuple[str, str], int] = {}
     for i, m in enumerate(merges):
-        left, sep, right = m.partition(" ")
+        left, sep, right = m.partition(" ") if isinstance(m, str) else ("", "", "")
         if not sep or not left or not right or " " in right:
             raise ModelDirectoryError(f"{where}: tokenizer.ggml.merges[{i}] = {m!r} is not "
                                       "two symbols separated by one space")
+        if (left, right) in rank:  # two ranks for one merge: which one applies is undefined
+            raise ModelDirectoryError(f"{where}: tokenizer.ggml.merges[{i}] = {m!r} is "
+                                      f"tokenizer.ggml.merges[{rank[left, right]}] twice")
+        rank[left, right] = i
         pairs.append((left, right))
     return pairs
+
+
+def _check_normal_tokens(tokens: Sequence[str], token_types: Sequence[int],
+                         alphabet: set[str], where: str) -> None:
+    """Normal tokens (type 1) of byte-level BPE are words of the 256 byte characters; any
+    other character is a damaged vocabulary (control and user-defined tokens are free text)."""
+    for i, k in enumerate(token_types):
+        if int(k) == NORMAL and not alphabet.issuperset(tokens[i]):
+            ch = next(c for c in tokens[i] if c not in alphabet)
+            raise ModelDirectoryError(f"{where}: tokenizer.ggml.tokens[{i}] = {tokens[i]!r} is "
+                                      f"a normal token with the character {ch!r}, which is not "
+                                      "one of byte-level BPE's 256 byte characters: a damaged "
+                                      "vocabulary")
 
 
 def build_tokenizer(tokens: Sequence[str], token_types: Sequence[int] | None,
@@ -106,9 +127,11 @@ def build_tokenizer(tokens: Sequence[str], token_types: Sequence[int] | None,
     Raises
     ------
     ModelDirectoryError
-        An unsupported tokenizer model or pre-tokenizer (the supported ones are listed), a
-        duplicate token, a malformed merge or one whose result is not in the vocabulary,
-        or token types of the wrong length.
+        An unsupported tokenizer model or pre-tokenizer (the supported ones are listed), an
+        empty or duplicate token, a normal token with a character outside the byte-level
+        alphabet, a malformed or duplicate merge or one whose result is not in the
+        vocabulary, token types of the wrong length, or a vocabulary ``tokenizers`` refuses
+        (each names the entry).
     """
     tk = _tokenizers()
     if model not in TOKENIZER_MODELS:
@@ -117,15 +140,26 @@ def build_tokenizer(tokens: Sequence[str], token_types: Sequence[int] | None,
     if pre not in PRE_TOKENIZERS:
         raise ModelDirectoryError(f"{where}: tokenizer.ggml.pre={pre!r} is not supported; "
                                   f"known pre-tokenizers: {sorted(PRE_TOKENIZERS)}")
-    vocab = {t: i for i, t in enumerate(tokens)}
-    if len(vocab) != len(tokens):
-        raise ModelDirectoryError(f"{where}: tokenizer.ggml.tokens holds a token twice")
+    vocab: dict[str, int] = {}
+    for i, t in enumerate(tokens):
+        if not isinstance(t, str) or not t:
+            raise ModelDirectoryError(f"{where}: tokenizer.ggml.tokens[{i}] = {t!r} is not a "
+                                      "token (a non-empty string)")
+        if t in vocab:
+            raise ModelDirectoryError(f"{where}: tokenizer.ggml.tokens[{i}] = {t!r} is "
+                                      f"tokenizer.ggml.tokens[{vocab[t]}] twice")
+        vocab[t] = i
     pairs = _merge_pairs(merges, where)
     for i, (a, b) in enumerate(pairs):
         if a + b not in vocab or a not in vocab or b not in vocab:
             raise ModelDirectoryError(f"{where}: tokenizer.ggml.merges[{i}] = '{a} {b}' "
                                       "joins symbols that are not all in the vocabulary")
-    bpe = tk.models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False)
+    try:
+        bpe = tk.models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False)
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises untyped errors from Rust
+        raise ModelDirectoryError(f"{where}: tokenizers cannot build the vocabulary "
+                                  f"(tokenizer.ggml.tokens, tokenizer.ggml.merges): {exc}") \
+            from None
     tok = tk.Tokenizer(bpe)
     tok.pre_tokenizer = tk.pre_tokenizers.Sequence(PRE_TOKENIZERS[pre][1](tk.pre_tokenizers))
     tok.decoder = tk.decoders.ByteLevel()
@@ -133,6 +167,8 @@ def build_tokenizer(tokens: Sequence[str], token_types: Sequence[int] | None,
         if len(token_types) != len(tokens):
             raise ModelDirectoryError(f"{where}: tokenizer.ggml.token_type has "
                                       f"{len(token_types)} entries for {len(tokens)} tokens")
+        _check_normal_tokens(tokens, token_types, set(tk.pre_tokenizers.ByteLevel.alphabet()),
+                             where)
         special = [tk.AddedToken(tokens[i], special=True, normalized=False)
                    for i, k in enumerate(token_types) if int(k) == CONTROL]
         user = [tk.AddedToken(tokens[i], special=False, normalized=False)

@@ -70,6 +70,7 @@ from ..results import Status
 from ..results_display import summary_html, summary_text
 from .depth_args import check_depth_run
 from .gguf_file import DecoderConfig, GGUFModel, read_gguf
+from .text_args import check_text
 
 __all__ = ["PretrainedDecoder", "from_gguf_model", "load_gguf"]
 
@@ -169,12 +170,11 @@ class PretrainedDecoder:
         ArgumentTypeError
             ``text`` is not a string.
         ArgumentError
-            ``text`` is empty, or has more tokens than the context length.
+            ``text`` is empty, holds a lone surrogate (not UTF-8, see
+            :func:`~transformer_pde.pretrained.text_args.check_text`), or has more tokens
+            than the context length.
         """
-        if not isinstance(text, str):
-            raise ArgumentTypeError(f"text must be a str, got {type(text).__name__}")
-        if not text:
-            raise ArgumentError("text must not be empty (the decoder needs at least one token)")
+        check_text(text)
         ids = list(self.tokenizer.encode(text).ids)
         c = self.config
         if c.add_bos and c.bos_id is not None and (not ids or ids[0] != c.bos_id):
@@ -192,7 +192,7 @@ class PretrainedDecoder:
 
     def _ids(self, text: Any, name: str = "text") -> np.ndarray:
         """Token ids of a text, or checked ids given directly."""
-        if isinstance(text, str):
+        if isinstance(text, (str, bytes, bytearray)):  # bytes: check_text says to decode
             return self.tokenize(text)
         a = np.asarray(text)
         if a.ndim != 1 or not (np.issubdtype(a.dtype, np.integer) or a.size == 0):
@@ -437,9 +437,10 @@ def load_gguf(path: str | Path) -> PretrainedDecoder:
     ModelDirectoryNotFound
         The file does not exist.
     ModelDirectoryError
-        Not a GGUF file, an unsupported architecture (the supported ones are listed), a
-        metadata key missing, a missing or mis-shaped tensor, or a quantisation type that
-        ``gguf`` cannot dequantize (each named).
+        Not a GGUF file or a damaged one, an unsupported architecture (the supported ones are
+        listed), a metadata key missing or invalid, a missing or mis-shaped tensor, a NaN or
+        infinite weight, or a quantisation type that ``gguf`` cannot dequantize (each named
+        with the file, see :func:`~transformer_pde.pretrained.read_gguf`).
     MissingDependencyError
         ``gguf`` or ``tokenizers`` is not installed.
     """

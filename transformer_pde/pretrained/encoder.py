@@ -55,7 +55,7 @@ import numpy as np
 
 from ..attention import Attention, Layers
 from ..blocks import MLP, Block, LayerNorm
-from ..errors import ArgumentError, ArgumentTypeError, ModelDirectoryNotFound
+from ..errors import ArgumentError, ModelDirectoryNotFound
 from ..integrate.loop import Limits
 from ..particles import FieldOptions, ParticleTrajectory
 from ..particles import simulate as simulate_particles
@@ -63,6 +63,7 @@ from ..results import Status
 from .decoder import PretrainedDecoder, load_gguf
 from .depth_args import check_depth_run
 from .model import EncoderConfig, ModelDirectory, read_model_dir
+from .text_args import check_text
 
 __all__ = ["PretrainedEncoder", "from_model_directory", "load", "mean_pooled"]
 
@@ -131,8 +132,7 @@ class PretrainedEncoder:
 
     # ------------------------------------------------------------------ text
     def _encode(self, text: str):
-        if not isinstance(text, str):
-            raise ArgumentTypeError(f"text must be a str, got {type(text).__name__}")
+        check_text(text)
         if not text.strip():
             raise ArgumentError("text must contain at least one non-blank character")
         enc = self.tokenizer.encode(text)

@@ -1,10 +1,10 @@
 r"""A GGUF decoder file: architecture table, configuration, dequantised weights, tokenizer.
 
 GGUF is llama.cpp's single-file model format: a table of metadata (``key -> value``) and
-named tensors, most of them quantised in blocks.  :func:`read_gguf` reads the metadata and
-the tensor directory itself (one pass over the file, which is held in memory), dequantises
-the tensors with the ``gguf`` package (llama.cpp's own NumPy dequantisers), checks
-everything and returns a
+named tensors, most of them quantised in blocks.  :func:`read_gguf` reads the file's
+structure (:func:`~transformer_pde.pretrained.gguf_format.read_layout`: one pass over the
+file, which is held in memory), dequantises the tensors with the ``gguf`` package
+(llama.cpp's own NumPy dequantisers), checks everything and returns a
 :class:`GGUFModel`: the configuration as a :class:`DecoderConfig`, every tensor dequantised
 and converted to float64 (exactly: the dequantised values are float32 numbers) and stacked
 over the layers, and the tokenizer built from the file's own vocabulary
@@ -17,26 +17,46 @@ how the query/key rows pair up under the rotary embedding, and the name of an un
 output matrix.  :data:`ARCHITECTURES` maps ``general.architecture`` to its entry; another
 Llama-family architecture is one more entry.
 
-Checks, each an error that names the file and the key or tensor: an architecture not in
-the table (the supported ones are listed), a missing or non-integer size, heads that do not
-divide the width, a rotary scaling this reader does not implement, a missing tensor or one
-of the wrong shape, a block beyond ``block_count``, and a tensor whose quantisation type
-``gguf`` cannot dequantize (the tensor and the type are named).
+**Checks**, each a :class:`~transformer_pde.errors.ModelDirectoryError` that names the file
+and the key, tensor or entry, so that a damaged file is refused rather than run:
+
+* the structure (:mod:`~transformer_pde.pretrained.gguf_format`): magic and version, a
+  truncated file (the part it ends in), unknown value or tensor types, a key or tensor
+  twice, more than 4 dimensions, an alignment that is not a power of two, tensor data
+  that do not follow one another as the offsets must (a damaged tensor type or offset);
+* the metadata (:class:`~transformer_pde.pretrained.gguf_format.Metadata`): an
+  architecture not in the table (the supported ones are listed), a missing key, a value
+  stored with another type than GGUF's (a float rotary base stored as an integer), sizes
+  that are not positive integers or heads that do not divide the width, a rotary base that
+  is not a finite number > 0, an RMS epsilon that is not a finite number >= 0, a rotary
+  scaling this reader does not implement, token ids outside the vocabulary, a
+  ``vocab_size`` that differs from the vocabulary, a string that is not valid UTF-8, and a
+  key name one character away from a key it reads that the file lacks (a damaged name,
+  which would otherwise leave an optional key at its default without a word);
+* the tensors: a missing tensor or one of the wrong shape (checked in the directory before
+  anything is allocated), a block beyond ``block_count``, an integer type or one that
+  ``gguf`` cannot dequantize, and a NaN or infinite weight (the tensor and the entry);
+* the vocabulary (:func:`~transformer_pde.pretrained.build_tokenizer`): empty or repeated
+  tokens, normal tokens outside the byte-level alphabet, malformed or repeated merges and
+  merges whose result is not a token.
+
+What no reader can tell from the file is a different but valid value: a weight or a
+rotary base changed into another finite number (GGUF has no checksum).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import math
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import MissingDependencyError, ModelDirectoryError, ModelDirectoryNotFound
+from ..errors import ModelDirectoryError, ModelDirectoryNotFound
 from .bpe import build_tokenizer
+from .gguf_format import Layout, Metadata, gguf_package, read_layout
 
 __all__ = [
     "ARCHITECTURES",
@@ -245,15 +265,6 @@ def smollm2_path() -> Path:
     return path
 
 
-def _gguf() -> Any:
-    try:
-        import gguf  # noqa: PLC0415 - optional dependency
-    except ImportError as exc:
-        raise MissingDependencyError("reading a GGUF file needs the 'gguf' package "
-                                     "(pip install gguf)") from exc
-    return gguf
-
-
 def dequantize(tensor: Any, where: str = "GGUF file", dtype: Any = np.float64) -> np.ndarray:
     """One tensor of a GGUF file as a float64 (or ``dtype``) array of shape (rows, columns).
 
@@ -269,12 +280,16 @@ def dequantize(tensor: Any, where: str = "GGUF file", dtype: Any = np.float64) -
     ModelDirectoryError
         ``gguf`` cannot dequantize the tensor's type (the tensor and the type are named).
     """
-    gguf = _gguf()
+    gguf = gguf_package()
     kind = tensor.tensor_type
     T = gguf.GGMLQuantizationType
     data = np.asarray(tensor.data)
     if kind == T.F64:
         return data.view(np.float64).astype(np.float64)
+    if kind in (T.I8, T.I16, T.I32, T.I64):
+        raise ModelDirectoryError(f"{where}: tensor {tensor.name!r} is stored as {kind.name}, "
+                                  "an integer type; a weight is a float or quantised type "
+                                  "(a damaged tensor directory?)")
     try:
         out = gguf.dequantize(data, kind)
     except NotImplementedError:
@@ -282,143 +297,31 @@ def dequantize(tensor: Any, where: str = "GGUF file", dtype: Any = np.float64) -
             f"{where}: tensor {tensor.name!r} is stored as {kind.name}, a type the installed "
             f"gguf package cannot dequantize; re-quantize the model to one of F32, F16, BF16, "
             "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or a K-quant") from None
+    except (ValueError, TypeError) as exc:  # gguf's own checks of the bytes and the shape
+        raise ModelDirectoryError(f"{where}: tensor {tensor.name!r} ({kind.name}) cannot be "
+                                  f"dequantized: {exc}") from None
     return np.asarray(out, dtype=dtype)
 
 
-# ------------------------------------------------------------------ the file format
-# GGUF value types: 0-7 and 10-12 are scalars (struct format), 8 a string, 9 an array
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
-            10: "<Q", 11: "<q", 12: "<d"}
-_NUMPY = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?",
-          10: "<u8", 11: "<i8", 12: "<f8"}
-_MAGIC = b"GGUF"
+#: the metadata keys :func:`read_gguf` reads (with ``{p}`` the architecture's prefix)
+_READ_KEYS = ("general.architecture", "general.alignment", "general.name",
+              "tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens",
+              "tokenizer.ggml.token_type", "tokenizer.ggml.merges", "tokenizer.ggml.bos_token_id",
+              "tokenizer.ggml.eos_token_id", "tokenizer.ggml.add_bos_token",
+              "{p}block_count", "{p}context_length", "{p}embedding_length",
+              "{p}feed_forward_length", "{p}attention.head_count", "{p}attention.head_count_kv",
+              "{p}attention.layer_norm_rms_epsilon", "{p}attention.key_length",
+              "{p}attention.value_length", "{p}rope.freq_base", "{p}rope.dimension_count",
+              "{p}rope.scaling.type", "{p}rope.scaling.factor", "{p}vocab_size")
 
 
-@dataclass(frozen=True)
-class _Tensor:
-    """A tensor of the file: its GGUF type and its bytes, as ``gguf.dequantize`` takes them."""
-
-    name: str
-    tensor_type: Any
-    shape: tuple[int, ...]  # NumPy order (rows, ..., columns)
-    data: np.ndarray  # uint8 (rows, ..., bytes per row)
-
-
-class _Parser:
-    """Little-endian GGUF (versions 2 and 3): metadata and tensor directory, in one pass."""
-
-    def __init__(self, raw: np.ndarray, where: str):
-        self.buf = memoryview(raw)
-        self.raw = raw
-        self.o = 0
-        self.where = where
-
-    def scalar(self, fmt: str) -> Any:
-        try:
-            v = struct.unpack_from(fmt, self.buf, self.o)[0]
-        except struct.error:
-            raise ValueError("the metadata runs beyond the end of the file (truncated?)") \
-                from None
-        self.o += struct.calcsize(fmt)
-        return v
-
-    def string(self) -> str:
-        n = self.scalar("<Q")
-        if self.o + n > self.raw.size:
-            raise ValueError("the metadata runs beyond the end of the file (truncated?)")
-        s = bytes(self.buf[self.o:self.o + n]).decode("utf-8", errors="surrogateescape")
-        self.o += n
-        return s
-
-    def value(self, kind: int) -> Any:
-        if kind in _SCALARS:
-            return self.scalar(_SCALARS[kind])
-        if kind == 8:
-            return self.string()
-        if kind != 9:
-            raise ValueError(f"unknown metadata value type {kind}")
-        sub, n = self.scalar("<I"), self.scalar("<Q")
-        if sub in _NUMPY:
-            if self.o + n * np.dtype(_NUMPY[sub]).itemsize > self.raw.size:
-                raise ValueError("the metadata runs beyond the end of the file (truncated?)")
-            a = np.frombuffer(self.raw, dtype=_NUMPY[sub], count=n, offset=self.o)
-            self.o += a.nbytes
-            return a.tolist()
-        return [self.value(sub) for _ in range(n)]
-
-    def read(self) -> tuple[dict[str, Any], dict[str, _Tensor]]:
-        gguf = _gguf()
-        if bytes(self.buf[:4]) != _MAGIC:
-            raise ValueError("it does not start with the GGUF magic bytes")
-        self.o = 4
-        version = self.scalar("<I")
-        if version not in (2, 3):
-            raise ValueError(f"GGUF version {version} is not supported (2 and 3 are; a "
-                             "big-endian file is not)")
-        n_tensors, n_kv = self.scalar("<Q"), self.scalar("<Q")
-        meta: dict[str, Any] = {}
-        for _ in range(n_kv):
-            key = self.string()
-            meta[key] = self.value(self.scalar("<I"))
-        infos = []
-        for _ in range(n_tensors):
-            name = self.string()
-            dims = [self.scalar("<Q") for _ in range(self.scalar("<I"))]
-            if not dims:
-                raise ValueError(f"tensor {name!r} has no dimensions")
-            infos.append((name, tuple(reversed(dims)), self.scalar("<I"), self.scalar("<Q")))
-        align = int(meta.get("general.alignment", 32))
-        start = -(-self.o // align) * align
-        tensors = {}
-        for name, shape, kind, offset in infos:
-            try:
-                qtype = gguf.GGMLQuantizationType(kind)
-                block, size = gguf.GGML_QUANT_SIZES[qtype]
-            except (ValueError, KeyError):
-                raise ValueError(f"tensor {name!r} has the type id {kind}, unknown to the "
-                                 "installed gguf package") from None
-            if shape[-1] % block:
-                raise ValueError(f"tensor {name!r}: {shape[-1]} columns are not whole "
-                                 f"{qtype.name} blocks of {block}")
-            row = shape[-1] // block * size
-            n = row * math.prod(shape[:-1])
-            lo = start + offset
-            if lo + n > self.raw.size:
-                raise ValueError(f"tensor {name!r} lies beyond the end of the file")
-            data = self.raw[lo:lo + n].reshape(shape[:-1] + (row,))
-            tensors[name] = _Tensor(name, qtype, shape, data)
-        return meta, tensors
-
-
-class _Meta:
-    """Typed access to the metadata, errors naming the file and the key."""
-
-    def __init__(self, fields: dict[str, Any], where: str):
-        self.fields = fields
-        self.where = where
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.fields.get(key, default)
-
-    def integer(self, key: str, default: int | None = None) -> int:
-        v = self.get(key, default)
-        if v is None:
-            raise ModelDirectoryError(f"{self.where} lacks the metadata key {key!r}")
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ModelDirectoryError(f"{self.where}: {key}={v!r} must be a positive integer "
-                                      "(one value for every layer)")
-        return int(v)
-
-    def number(self, key: str, default: float) -> float:
-        v = self.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) \
-                or not math.isfinite(v) or v < 0:
-            raise ModelDirectoryError(f"{self.where}: {key}={v!r} must be a number >= 0")
-        return float(v)
-
-
-def _architecture(meta: _Meta) -> GGUFArchitecture:
+def _architecture(meta: Metadata) -> GGUFArchitecture:
     arch = meta.get("general.architecture")
+    prefixes = [ARCHITECTURES[arch].prefix] if arch in ARCHITECTURES \
+        else [a.prefix for a in ARCHITECTURES.values()]
+    meta.check_key_names([k.format(p=q + ".") for q in prefixes for k in _READ_KEYS],
+                         arch if arch in ARCHITECTURES else None)
+    arch = meta.text("general.architecture")
     if arch not in ARCHITECTURES:
         raise ModelDirectoryError(f"{meta.where}: general.architecture={arch!r} is not "
                                   f"supported; supported GGUF architectures: "
@@ -426,7 +329,7 @@ def _architecture(meta: _Meta) -> GGUFArchitecture:
     return ARCHITECTURES[arch]
 
 
-def _read_config(meta: _Meta, arch: GGUFArchitecture, tensors: dict[str, Any],
+def _read_config(meta: Metadata, arch: GGUFArchitecture, tensors: dict[str, Any],
                  n_tokens: int) -> DecoderConfig:
     p = arch.prefix + "."
     for key in _ROPE_SCALING_KEYS:
@@ -445,27 +348,30 @@ def _read_config(meta: _Meta, arch: GGUFArchitecture, tensors: dict[str, Any],
                                   f"{p}attention.head_count_kv={kv}")
     m = d // heads
     for key in ("attention.key_length", "attention.value_length"):
-        if meta.get(p + key, m) != m:
+        if meta.integer(p + key, m) != m:
             raise ModelDirectoryError(f"{meta.where}: {p}{key}={meta.get(p + key)} differs from "
                                       f"embedding_length / head_count = {m}, not supported")
     rope_dim = meta.integer(p + "rope.dimension_count", m)
     if rope_dim > m or rope_dim % 2:
         raise ModelDirectoryError(f"{meta.where}: {p}rope.dimension_count={rope_dim} must be "
                                   f"even and at most the head width {m}")
-    bos, eos = meta.get("tokenizer.ggml.bos_token_id"), meta.get("tokenizer.ggml.eos_token_id")
+    if meta.integer(p + "vocab_size", n_tokens) != n_tokens:
+        raise ModelDirectoryError(f"{meta.where}: {p}vocab_size={meta.get(p + 'vocab_size')} "
+                                  f"but tokenizer.ggml.tokens holds {n_tokens} tokens")
     return DecoderConfig(
-        architecture=arch.name, name=str(meta.get("general.name", "")),
+        architecture=arch.name, name=meta.text("general.name", ""),
         n_layers=meta.integer(p + "block_count"), d=d, heads=heads, kv_heads=kv,
         hidden=meta.integer(p + "feed_forward_length"),
         context_length=meta.integer(p + "context_length"),
         rms_eps=meta.number(p + "attention.layer_norm_rms_epsilon", 1e-5),
-        rope_base=meta.number(p + "rope.freq_base", 10000.0), rope_dim=rope_dim,
+        rope_base=meta.number(p + "rope.freq_base", 10000.0, positive=True), rope_dim=rope_dim,
         rope_pairing=arch.rope_pairing, vocab_size=n_tokens,
         tied_output=arch.output not in tensors,
-        bos_id=None if bos is None else int(bos), eos_id=None if eos is None else int(eos),
-        add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
-        tokenizer_model=str(meta.get("tokenizer.ggml.model", "")),
-        tokenizer_pre=str(meta.get("tokenizer.ggml.pre", "default")))
+        bos_id=meta.token_id("tokenizer.ggml.bos_token_id", n_tokens),
+        eos_id=meta.token_id("tokenizer.ggml.eos_token_id", n_tokens),
+        add_bos=meta.flag("tokenizer.ggml.add_bos_token", False),
+        tokenizer_model=meta.text("tokenizer.ggml.model", ""),
+        tokenizer_pre=meta.text("tokenizer.ggml.pre", "default"))
 
 
 # ------------------------------------------------------------------ tensors
@@ -476,14 +382,33 @@ def _shapes(c: DecoderConfig) -> dict[str, tuple[int, ...]]:
             "b_K": (kvm,), "b_V": (kvm,), "b_O": (d,)}
 
 
-def _tensor(tensors: dict[str, Any], name: str, shape: tuple[int, ...], where: str,
-            config_hint: str = "the metadata", dtype: Any = np.float64) -> np.ndarray:
+def _present(tensors: dict[str, Any], name: str, shape: tuple[int, ...], where: str,
+             config_hint: str = "the metadata") -> None:
+    """The tensor exists with this shape in the directory (checked before any allocation, so
+    that a damaged size is an error, not an attempt to allocate terabytes)."""
     if name not in tensors:
         raise ModelDirectoryError(f"{where} has no tensor {name!r}, which {config_hint} implies")
+    if tuple(tensors[name].shape) != tuple(shape):
+        raise ModelDirectoryError(f"{where}: tensor {name!r} has shape "
+                                  f"{tuple(tensors[name].shape)} but the metadata implies "
+                                  f"{tuple(shape)}")
+
+
+def _tensor(tensors: dict[str, Any], name: str, shape: tuple[int, ...], where: str,
+            config_hint: str = "the metadata", dtype: Any = np.float64) -> np.ndarray:
+    _present(tensors, name, shape, where, config_hint)
     a = dequantize(tensors[name], where, dtype)
     if tuple(a.shape) != tuple(shape):
         raise ModelDirectoryError(f"{where}: tensor {name!r} has shape {tuple(a.shape)} but the "
                                   f"metadata implies {tuple(shape)}")
+    finite = np.isfinite(a)
+    if not finite.all():  # a damaged weight (or block scale) would make every output NaN
+        at = np.unravel_index(int(np.argmin(finite)), a.shape)
+        bad = "NaN" if np.isnan(a[at]) else ("inf" if a[at] > 0 else "-inf")
+        raise ModelDirectoryError(
+            f"{where}: tensor {name!r} holds {bad} at [{', '.join(str(int(i)) for i in at)}] "
+            f"({int(a.size - finite.sum())} of its {a.size} entries are NaN or infinite): a "
+            "damaged file (the weights of a model are finite numbers)")
     return a
 
 
@@ -496,10 +421,16 @@ def _read_layers(tensors: dict[str, Any], arch: GGUFArchitecture, c: DecoderConf
         raise ModelDirectoryError(f"{where} has block {L} ({extra[0]!r}) but "
                                   f"{arch.prefix}.block_count={L}")
     names = dict(arch.layer_tensors)
+    for ell in range(L):  # a missing block ends this loop at once, however large L is
+        for lib, tmpl in names.items():
+            _present(tensors, tmpl.format(l=ell), shapes[lib], where,
+                     f"{arch.prefix}.block_count={L}")
     for lib, tmpl in arch.optional_tensors.items():
         present = [tmpl.format(l=ell) in tensors for ell in range(L)]
         if all(present):
             names[lib] = tmpl
+            for ell in range(L):
+                _present(tensors, tmpl.format(l=ell), shapes[lib], where)
         elif any(present):
             raise ModelDirectoryError(f"{where}: tensor {tmpl.format(l=present.index(False))!r} "
                                       "is missing while other blocks have it")
@@ -514,16 +445,16 @@ def _read_layers(tensors: dict[str, Any], arch: GGUFArchitecture, c: DecoderConf
     return out
 
 
-def _open(path: str | Path) -> tuple[Path, dict[str, Any], dict[str, _Tensor]]:
+def _open(path: str | Path) -> tuple[Path, Layout]:
     p = Path(path)
     if not p.is_file():
         raise ModelDirectoryNotFound(f"GGUF file {str(p)!r} does not exist")
     raw = np.fromfile(p, dtype=np.uint8)
     try:
-        meta, tensors = _Parser(raw, p.name).read()
-    except (ValueError, struct.error, UnicodeDecodeError) as exc:
+        layout = read_layout(raw)
+    except ValueError as exc:
         raise ModelDirectoryError(f"cannot read {str(p)!r} as a GGUF file: {exc}") from None
-    return p, meta, tensors
+    return p, layout
 
 
 def read_gguf(path: str | Path) -> GGUFModel:
@@ -543,27 +474,29 @@ def read_gguf(path: str | Path) -> GGUFModel:
     ModelDirectoryNotFound
         The file does not exist.
     ModelDirectoryError
-        Not a GGUF file, an architecture not in :data:`ARCHITECTURES`, a metadata key missing
-        or invalid, a missing or mis-shaped tensor, a quantisation type that ``gguf`` cannot
-        dequantize, or an unsupported tokenizer (each named).
+        Not a GGUF file or a damaged one, an architecture not in :data:`ARCHITECTURES`, a
+        metadata key missing, of the wrong type or out of range, a missing or mis-shaped
+        tensor, a NaN or infinite weight, a quantisation type that ``gguf`` cannot
+        dequantize, or an unsupported or damaged tokenizer (each named with the file; the
+        module docstring lists the checks).
     MissingDependencyError
         ``gguf`` or ``tokenizers`` is not installed.
     """
-    p, fields, tensors = _open(path)
-    where = p.name
-    meta = _Meta(fields, where)
+    p, layout = _open(path)
+    where, tensors = p.name, layout.tensors
+    meta = Metadata(layout, where)
     arch = _architecture(meta)
-    tokens = meta.get("tokenizer.ggml.tokens")
+    tokens = meta.strings("tokenizer.ggml.tokens")
     if not tokens:
-        raise ModelDirectoryError(f"{where} lacks the metadata key 'tokenizer.ggml.tokens'")
+        raise ModelDirectoryError(f"{where}: tokenizer.ggml.tokens is empty")
     c = _read_config(meta, arch, tensors, len(tokens))
     emb = _tensor(tensors, arch.embedding, (c.vocab_size, c.d), where,
                   "the vocabulary (tokenizer.ggml.tokens)")
     out = emb if c.tied_output else _tensor(tensors, arch.output, (c.vocab_size, c.d), where)
     norm = _tensor(tensors, arch.output_norm, (c.d,), where)
     layers = _read_layers(tensors, arch, c, where)
-    tok = build_tokenizer(tokens, meta.get("tokenizer.ggml.token_type"),
-                          meta.get("tokenizer.ggml.merges", []), model=c.tokenizer_model,
+    tok = build_tokenizer(tokens, meta.integers("tokenizer.ggml.token_type"),
+                          meta.strings("tokenizer.ggml.merges", []), model=c.tokenizer_model,
                           pre=c.tokenizer_pre, where=where)
     for a in (emb, out, norm):
         a.setflags(write=False)
