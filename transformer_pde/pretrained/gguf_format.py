@@ -35,8 +35,8 @@ import numpy as np
 
 from ..errors import MissingDependencyError, ModelDirectoryError
 
-__all__ = ["INTEGER_TYPES", "VALUE_TYPES", "Layout", "Metadata", "TensorData", "gguf_package",
-           "read_layout"]
+__all__ = ["INTEGER_TYPES", "VALUE_TYPES", "Layout", "Metadata", "TensorData", "check_finite",
+           "gguf_package", "read_layout"]
 
 #: GGUF metadata value type -> its name
 VALUE_TYPES = {0: "UINT8", 1: "INT8", 2: "UINT16", 3: "INT16", 4: "UINT32", 5: "INT32",
@@ -370,3 +370,21 @@ class Metadata:
                     raise ModelDirectoryError(
                         f"{self.where}: the metadata key {key!r} differs in one character from "
                         f"{k!r}, which the file lacks: a damaged key name (a damaged file)")
+
+
+def check_finite(a: np.ndarray, where: str, name: str) -> np.ndarray:
+    """``a``, a weight tensor ``name`` of the file ``where``, if every entry is finite.
+
+    Shared by the GGUF reader and the encoder's model directory: a NaN or an infinity in a
+    weight (a damaged file, or a damaged quantisation block scale) would make every output
+    NaN; the error names the file, the tensor, the first bad entry and how many there are.
+    """
+    finite = np.isfinite(a)
+    if not finite.all():
+        at = np.unravel_index(int(np.argmin(finite)), a.shape)
+        bad = "NaN" if np.isnan(a[at]) else ("inf" if a[at] > 0 else "-inf")
+        raise ModelDirectoryError(
+            f"{where}: tensor {name!r} holds {bad} at [{', '.join(str(int(i)) for i in at)}] "
+            f"({int(a.size - finite.sum())} of its {a.size} entries are NaN or infinite): a "
+            "damaged file (the weights of a model are finite numbers)")
+    return a

@@ -16,8 +16,10 @@ Checks, each an error that names the file and the key:
   with one that points to their GGUF file (:mod:`~transformer_pde.pretrained.decoder`);
 * every size of ``config.json`` must be present and an integer, the number of heads must
   divide the width;
-* every tensor the configuration implies must exist with exactly the implied shape, and no
-  layer beyond ``num_hidden_layers`` may exist.
+* every tensor the configuration implies must exist with exactly the implied shape and
+  finite entries, and no layer beyond ``num_hidden_layers`` may exist;
+* ``tokenizer.json`` must be a tokenizer ``tokenizers`` reads (its error is given with the
+  file's name).
 
 The weights may carry a ``bert.`` or ``model.`` prefix (a checkpoint of a model with a
 head); it is recognised from the word embeddings.
@@ -35,6 +37,7 @@ import numpy as np
 
 from ..errors import ModelDirectoryError, ModelDirectoryNotFound
 from .gguf_file import ARCHITECTURES
+from .gguf_format import check_finite
 
 __all__ = [
     "LAYER_TENSORS",
@@ -192,8 +195,8 @@ def read_config(path: str | Path) -> EncoderConfig:
     """
     path = Path(path)
     try:
-        cfg = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ModelDirectoryError(f"{path} is not valid JSON: {exc}") from None
     if not isinstance(cfg, dict):
         raise ModelDirectoryError(f"{path} must hold a JSON object")
@@ -240,7 +243,7 @@ class _Weights:
         if tuple(a.shape) != tuple(shape):
             raise ModelDirectoryError(f"{self.path.name}: tensor {key!r} has shape "
                                       f"{tuple(a.shape)} but config.json implies {tuple(shape)}")
-        return np.asarray(a, dtype=np.float64)
+        return check_finite(np.asarray(a, dtype=np.float64), self.path.name, key)
 
 
 @dataclass(frozen=True, eq=False)
@@ -296,8 +299,10 @@ def read_model_dir(model_dir: str | Path) -> ModelDirectory:
     ModelDirectoryNotFound
         The directory or one of the three files is missing.
     ModelDirectoryError
-        Unsupported architecture, a config key missing, or weights that do not match the
-        config (a missing tensor, a wrong shape or an extra layer, named).
+        Unsupported architecture, a config key missing, weights that do not match the
+        config (a missing tensor, a wrong shape or an extra layer, named), a NaN or
+        infinite weight (the tensor and entry named), or a ``model.safetensors``,
+        ``tokenizer.json`` or ``config.json`` that cannot be read (the file named).
     ImportError
         ``safetensors`` or ``tokenizers`` is not installed.
     """
@@ -331,7 +336,10 @@ def read_model_dir(model_dir: str | Path) -> ModelDirectory:
         raise ModelDirectoryError(f"model.safetensors has layer {c.n_layers} ({extra[0]!r}) but "
                                   f"config.json says num_hidden_layers={c.n_layers}")
     layers = tuple(_layer_tensors(w, c, ell) for ell in range(c.n_layers))
-    tok = Tokenizer.from_file(str(root / "tokenizer.json"))
+    try:
+        tok = Tokenizer.from_file(str(root / "tokenizer.json"))
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises untyped errors from Rust
+        raise ModelDirectoryError(f"cannot read {root / 'tokenizer.json'}: {exc}") from None
     tok.no_padding()
     tok.no_truncation()
     return ModelDirectory(path=root, config=c, embeddings=emb, layers=layers, tokenizer=tok)
