@@ -72,7 +72,7 @@ INNER = textwrap.dedent("""
             proc.communicate(timeout=0.1)
 
     def test_run_times_out():
-        run([sys.executable, "-c", CHILD, PIDS, CHILD], timeout=3, capture_output=True)
+        run([sys.executable, "-c", CHILD, PIDS, CHILD], timeout=1, capture_output=True)
 
     def test_child_ended_by_sigint_leaves_no_grandchild():
         n = _lines()
@@ -105,8 +105,9 @@ def test_nothing_a_test_starts_outlives_it(tmp_path):
     inner = tmp_path / "test_inner.py"
     inner.write_text(INNER)
     pids = tmp_path / "pids.txt"
-    res = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(inner)],
-              capture_output=True, text=True, cwd=tmp_path, timeout=600,
+    res = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+               "no:hypothesispytest", str(inner)], capture_output=True, text=True, cwd=tmp_path,
+              timeout=600,
               env=_env(TPDE_PIDS=str(pids), TPDE_CHILD=CHILD))
     assert "3 failed, 1 passed" in res.stdout, res.stdout + res.stderr
     assert "TimeoutExpired" in res.stdout and "a failing test" in res.stdout
