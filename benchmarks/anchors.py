@@ -42,8 +42,17 @@ torch is not a dependency of the package: install it in a separate environment f
 benchmark (``python -m venv /tmp/benchvenv && /tmp/benchvenv/bin/pip install torch pot
 -e .``); without torch (or POT) the part is skipped with a line saying so.
 
+AVX2 on any x86-64 machine: ``--simd avx2`` holds both sides to AVX2, so that an AVX-512
+machine measures what a user's AVX2 CPU runs.  The script restarts itself with
+``NUMBA_CPU_NAME=haswell`` and ``NUMBA_CPU_FEATURES=""`` (Numba compiles for Haswell's
+features: AVX2 and FMA, no AVX-512; the name alone would keep the host's features, AVX-512
+included), an empty Numba cache of its own, and ``ATEN_CPU_CAPABILITY=avx2`` (torch's
+AVX2 kernels); the machine line records the Numba vector width and torch's capability.
+
 Run:  python benchmarks/anchors.py [--quick] [--parts softmax,sinkhorn,gaussian]
 (writes benchmarks/results/anchors.json; about 6 minutes on an idle 2-core machine)
+      python benchmarks/anchors.py --simd avx2 --parts softmax --ns 16384 --dims 8,32,64,128
+(writes benchmarks/results/anchors_avx2.json)
 """
 
 from __future__ import annotations
@@ -52,6 +61,9 @@ import argparse
 import json
 import os
 import platform
+import subprocess
+import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -61,10 +73,20 @@ import numpy as np
 import transformer_pde as tp
 
 RESULTS = Path(__file__).resolve().parent / "results"
+#: the environment that holds Numba and torch to AVX2 (``--simd avx2``)
+AVX2_ENV = {"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "", "ATEN_CPU_CAPABILITY": "avx2"}
 
 
 def _load() -> float:
     return round(os.getloadavg()[0], 2)
+
+
+def _numba_vector_bits() -> int | None:
+    try:
+        from transformer_pde.backends.numba import intrinsics
+    except ImportError:
+        return None
+    return intrinsics.VECTOR_BITS
 
 
 def machine_line() -> dict:
@@ -85,6 +107,8 @@ def machine_line() -> dict:
             "python": platform.python_version(), "numpy": np.__version__,
             "numba": numba.__version__, "numba_threads": numba.get_num_threads(),
             "loadavg_start": list(os.getloadavg()),
+            "numba_cpu_name": os.environ.get("NUMBA_CPU_NAME"),
+            "numba_vector_bits": _numba_vector_bits(),
             "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY")}
     for mod in ("torch", "ot", "scipy"):
         try:
@@ -92,7 +116,8 @@ def machine_line() -> dict:
         except ImportError:
             info[mod] = None
     print(f"machine: {model}, {info['cores']} cores, {simd}; Python {info['python']}, "
-          f"NumPy {info['numpy']}, Numba {info['numba']} ({info['numba_threads']} threads), "
+          f"NumPy {info['numpy']}, Numba {info['numba']} ({info['numba_threads']} threads, "
+          f"{info['numba_vector_bits']}-bit kernels for {info['numba_cpu_name'] or 'the host'}), "
           f"torch {info['torch']}, POT {info['ot']}, SciPy {info['scipy']}; load average "
           f"{' '.join(f'{x:.2f}' for x in info['loadavg_start'])}", flush=True)
     return info
@@ -149,6 +174,8 @@ def softmax_part(ns, ds, min_time: float, rounds: int) -> dict:
               "it in a separate one: it is not a dependency of the package)")
         return {"skipped": "torch not installed"}
     torch.set_num_threads(2)
+    print(f"  torch CPU capability {torch.backends.cpu.get_cpu_capability()}, "
+          f"{torch.get_num_threads()} threads", flush=True)
     gemm0 = gemm_rates()
     rng = np.random.default_rng(0)
     rows = []
@@ -353,16 +380,31 @@ def main(argv=None) -> None:
     ap.add_argument("--parts", default="softmax,sinkhorn,gaussian")
     ap.add_argument("--min-time", type=float, default=0.3, help="seconds per timed loop")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds (best is kept)")
-    ap.add_argument("--out", default=str(RESULTS / "anchors.json"))
+    ap.add_argument("--ns", help="softmax part: key counts N, comma-separated")
+    ap.add_argument("--dims", help="softmax part: widths d, comma-separated")
+    ap.add_argument("--simd", choices=("native", "avx2"), default="native",
+                    help="avx2: hold Numba and torch to AVX2 (restarts the script)")
+    ap.add_argument("--out", help="results file (default benchmarks/results/anchors.json, "
+                    "anchors_avx2.json with --simd avx2)")
     a = ap.parse_args(argv)
+    if a.simd == "avx2" and any(os.environ.get(k) != v for k, v in AVX2_ENV.items()):
+        # Numba and torch read these when they are imported: run again in a fresh process,
+        # with an empty Numba cache of its own
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, **AVX2_ENV, NUMBA_CACHE_DIR=cache)
+            args = sys.argv[1:] if argv is None else list(argv)
+            raise SystemExit(subprocess.run([sys.executable, __file__, *args], env=env).returncode)
+    out = a.out or str(RESULTS / ("anchors_avx2.json" if a.simd == "avx2" else "anchors.json"))
     parts = set(a.parts.split(","))
     warnings.simplefilter("ignore", tp.errors.EarlyStopWarning)
     t0 = time.perf_counter()
-    res: dict = {"machine": machine_line(), "command": "python benchmarks/anchors.py"
-                 + (" --quick" if a.quick else "") + f" --parts {a.parts}"}
+    res: dict = {"machine": machine_line(), "command": "python benchmarks/anchors.py "
+                 + " ".join(sys.argv[1:] if argv is None else argv)}
     if "softmax" in parts:
         print("softmax field vs torch scaled_dot_product_attention (CPU flash kernel):")
         ns, ds = ([4096], [2, 32, 128]) if a.quick else ([4096, 16384], [2, 8, 16, 32, 64, 128])
+        ns = [int(x) for x in a.ns.split(",")] if a.ns else ns
+        ds = [int(x) for x in a.dims.split(",")] if a.dims else ds
         res["softmax"] = softmax_part(ns, ds, a.min_time, a.rounds)
     if "sinkhorn" in parts:
         print("Sinkhorn field (cold solve) vs POT sinkhorn_log:")
@@ -376,9 +418,9 @@ def main(argv=None) -> None:
     res["elapsed_s"] = time.perf_counter() - t0
     print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
           f"{res['elapsed_s']:.0f} s in all")
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=2) + "\n")
-    print(f"wrote {a.out}")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(res, indent=2) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
