@@ -93,7 +93,7 @@ def test_decoder_prompt_longer_than_the_context(decoder):
 
 
 @pytest.mark.parametrize("text, kind, words", BAD_PROMPTS)
-@pytest.mark.parametrize("call", ["tokens", "token_ids", "embed", "hidden_states"])
+@pytest.mark.parametrize("call", ["tokens", "token_ids", "embed", "hidden_states", "simulate"])
 def test_encoder_prompts(encoder, call, text, kind, words):
     with pytest.raises(kind) as info:
         getattr(encoder, call)(text)

@@ -230,7 +230,10 @@ class PretrainedEncoder:
         stepper = check_depth_run(self.n_layers, self.layer, steps_per_layer, solver,
                                   repeat_layer, n_layers)
         L = self.n_layers if n_layers is None else int(n_layers)
-        X = self.embed(text) if isinstance(text, str) else np.array(text, dtype=np.float64)
+        if isinstance(text, (str, bytes, bytearray)) or text is None or np.ndim(text) == 0:
+            X = self.embed(text)  # check_text says what a prompt must be
+        else:
+            X = np.array(text, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.d or X.shape[0] < 1:
             raise ArgumentError(f"initial tokens must have shape (N, {self.d}), got {X.shape}")
         if int(steps_per_layer) == 1 and getattr(stepper, "name", "") == "euler":
