@@ -74,7 +74,9 @@ def _debye_parts(mu: np.ndarray, beta: float) -> tuple[np.ndarray, ...]:
     series = np.zeros_like(rho)
     for k in range(_DEBYE_TERMS - 1, -1, -1):     # Horner in 1/rho
         series = series / rho + np.polynomial.polynomial.polyval(p, _V_FLOAT[k])
-    return mu * mu / (rho + beta), mu * np.arcsinh(mu / beta), np.log(rho), np.log(series)
+    # rho - beta = mu^2/(rho + beta), halved first: rho + beta overflows near 1.8e308
+    quad = mu * (mu / (0.5 * rho + 0.5 * beta)) * 0.5
+    return quad, mu * np.arcsinh(mu / beta), np.log(rho), np.log(series)
 
 
 def log_ive(mu: Any, beta: float) -> np.ndarray:
@@ -113,18 +115,36 @@ def _log_ive_ratio(mu: np.ndarray, nu: float, beta: float) -> np.ndarray:
     return (q1 - q0) - (a1 - a0) - 0.5 * dlog_rho + (s1 - s0)
 
 
-def _log_rate(beta: float, d: int, ell: np.ndarray, model: str, shift: float) -> np.ndarray:
-    r""":math:`\log\lambda_\ell` for :math:`\beta > 0`, in logarithms throughout:
-    :math:`\ell(\ell+d-2)/\beta` as :math:`(\ell/\sqrt\beta)((\ell+d-2)/\sqrt\beta)` (no
-    overflow at :math:`\beta \approx 10^{308}`), the Bessel functions by :func:`log_ive`."""
+def _rate_parts(beta: float, d: int, ell: np.ndarray, model: str,
+                shift: float) -> tuple[np.ndarray, np.ndarray]:
+    r""":math:`\lambda_\ell = F\,e^{R}` for :math:`\beta > 0`: the front
+    :math:`F = \ell(\ell+d-2)/\beta`, formed as :math:`(\ell/\sqrt\beta)((\ell+d-2)/\sqrt\beta)`
+    (no overflow at :math:`\beta \approx 10^{308}`, a few rounding units), and the
+    logarithm :math:`R` of the Bessel part (:func:`log_ive`)."""
     nu = d / 2.0 - 1.0
     root = math.sqrt(beta)
-    with np.errstate(divide="ignore"):
-        out = np.log(ell / root) + np.log((ell + (d - 2.0)) / root)
+    front = (ell / root) * ((ell + (d - 2.0)) / root)
     if model == "sa":
-        return out + _log_ive_ratio(ell + nu, nu, beta)
-    return (out + log_ive(ell + nu, beta) + gammaln(nu + 1.0) + nu * (math.log(2.0)
-            - math.log(beta)) + (beta - shift))
+        return front, _log_ive_ratio(ell + nu, nu, beta)
+    return front, (log_ive(ell + nu, beta) + gammaln(nu + 1.0)
+                   + nu * (math.log(2.0) - math.log(beta)) + (beta - shift))
+
+
+def _log_rate(beta: float, d: int, ell: np.ndarray, model: str, shift: float) -> np.ndarray:
+    r""":math:`\log\lambda_\ell` for :math:`\beta > 0` (:func:`_rate_parts`)."""
+    front, rest = _rate_parts(beta, d, ell, model, shift)
+    with np.errstate(divide="ignore"):
+        return np.log(front) + rest
+
+
+def _rate(beta: float, d: int, ell: np.ndarray, model: str, shift: float) -> np.ndarray:
+    r""":math:`\lambda_\ell` for :math:`\beta > 0`: :math:`F e^R` where :math:`e^R` is in
+    range (no logarithm of the front, whose rounding would cost
+    :math:`10^{-16}\,|\log F|` relative), :math:`e^{\log F + R}` otherwise."""
+    front, rest = _rate_parts(beta, d, ell, model, shift)
+    with np.errstate(over="ignore", divide="ignore"):
+        direct = front * np.exp(rest)
+        return np.where(np.abs(rest) < 700.0, direct, np.exp(np.log(front) + rest))
 
 
 def mode_growth_rate(beta: float, d: int, degree: Any, *, model: str = "sa",
@@ -187,8 +207,7 @@ def mode_growth_rate(beta: float, d: int, degree: Any, *, model: str = "sa",
         out = np.where(ell == 1.0, (d - 1.0) / d, 0.0) * (math.exp(-shift) if model == "usa"
                                                            else 1.0)
     else:
-        with np.errstate(over="ignore"):
-            out = np.exp(_log_rate(beta, d, ell, model, shift))
+        out = _rate(beta, d, ell, model, shift)
     return float(out) if out.ndim == 0 else out
 
 
