@@ -8,6 +8,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from transformer_pde.reductions.equiangular_flow import equiangular
 from transformer_pde.reductions.gram import consensus_radius, gram_flow, random_gram
@@ -170,3 +172,48 @@ def test_equiangular_radius_past_the_float_range_is_inf():
     assert np.isfinite(sol.r[0]) and sol.r[0] == pytest.approx(
         1.0 + math.exp(630.0) * 1e-100, rel=1e-12)
     assert sol.r[1] == math.inf
+
+
+# --------------------------------------------------------------- fuzz
+@settings(max_examples=25, deadline=None)
+@given(scheme=st.sampled_from(["post", "pre", "peri", "ngpt", "cod", "mix"]),
+       model=st.sampled_from(["sa", "usa"]), log_beta=st.floats(-2.0, 2.5),
+       shift=st.floats(-40.0, 40.0), rho0=st.floats(-0.2, 1.0), log_t=st.floats(-3.0, 40.0))
+def test_fuzz_equiangular_long_times(scheme, model, log_beta, shift, rho0, log_t):
+    # any scheme, model, beta over decades, shift, start and time up to 1e40: an answer
+    # (never NaN, never a solver failure), rho in [-1/(n-1), 1] and non-decreasing in t
+    # (rho' = 2 s tau >= 0), 1 - rho >= 0, r > 0 and non-decreasing where it moves
+    n = 6
+    beta = 10.0 ** log_beta
+    kw = {"model": model, "normalization": scheme,
+          "shift": shift if model == "usa" else 0.0}
+    if scheme == "ngpt":
+        kw["alpha"] = 0.7
+    if scheme == "mix":
+        kw["switch"] = 1.5
+    ts = np.array([0.0, 10.0 ** log_t / 7, 10.0 ** log_t])
+    sol = eqf.equiangular(beta, n, max(rho0, -1 / (n - 1)), ts, **kw)
+    assert not np.isnan(sol.rho).any() and not np.isnan(sol.r).any()
+    assert np.all(sol.rho >= -1 / (n - 1) - 1e-15) and np.all(sol.rho <= 1.0)
+    assert np.all(np.diff(sol.rho) >= -1e-13) and np.all(sol.one_minus_rho >= 0)
+    assert np.all(sol.r > 0) and np.all(np.diff(sol.r) >= -1e-12 * sol.r[1:])
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2 ** 16), n=st.integers(2, 7), d=st.integers(2, 6),
+       model=st.sampled_from(["sa", "usa"]), log_beta=st.floats(-2.0, 0.9))
+def test_fuzz_gram_tail_agrees_with_integration(seed, n, d, model, log_beta):
+    # random Gram matrices, both models, beta in [0.01, 8]: the run with the consensus tail
+    # and the direct run to t = 200 agree to twice rtol + atol wherever both finish, and
+    # the tail run answers t = 1e300 at once when it reached the tail
+    beta = 10.0 ** log_beta
+    G0 = random_gram(n, d, seed)
+    ts = [0.0, 1.0, 30.0, 200.0]
+    kw = {"model": model, "shift": beta if model == "usa" else 0.0, "warn": False}
+    fast = gram_flow(G0, beta, ts, **kw)
+    slow = gram_flow(G0, beta, ts, tail=False, max_steps=20_000, **kw)
+    if fast.status == "ok" and slow.status == "ok":
+        assert np.abs(fast.grams - slow.grams).max() <= 2 * (1e-10 + 1e-12)
+    if "consensus tail" in fast.message:
+        far = gram_flow(G0, beta, [1e300], **kw)
+        assert far.status == "ok" and np.all(far.grams[-1] == 1.0)
