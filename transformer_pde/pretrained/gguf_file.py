@@ -482,14 +482,15 @@ def read_gguf(path: str | Path) -> GGUFModel:
     if not tokens:
         raise ModelDirectoryError(f"{where}: tokenizer.ggml.tokens is empty")
     c = _read_config(meta, arch, tensors, len(tokens))
+    # the tokenizer before the tensors: a damaged vocabulary is refused without dequantising
+    tok = build_tokenizer(tokens, meta.integers("tokenizer.ggml.token_type"),
+                          meta.strings("tokenizer.ggml.merges", []), model=c.tokenizer_model,
+                          pre=c.tokenizer_pre, where=where)
     emb = _tensor(tensors, arch.embedding, (c.vocab_size, c.d), where,
                   "the vocabulary (tokenizer.ggml.tokens)")
     out = emb if c.tied_output else _tensor(tensors, arch.output, (c.vocab_size, c.d), where)
     norm = _tensor(tensors, arch.output_norm, (c.d,), where)
     layers = _read_layers(tensors, arch, c, where)
-    tok = build_tokenizer(tokens, meta.integers("tokenizer.ggml.token_type"),
-                          meta.strings("tokenizer.ggml.merges", []), model=c.tokenizer_model,
-                          pre=c.tokenizer_pre, where=where)
     for a in (emb, out, norm):
         a.setflags(write=False)
     quant = {name: t.tensor_type.name for name, t in tensors.items()}
