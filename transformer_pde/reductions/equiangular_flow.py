@@ -348,7 +348,10 @@ def equiangular(beta: float, n: int, rho0: float, t: Any, *, model: str = "sa",
         ``peri``/``ngpt`` at :math:`\beta = 0`, :math:`\rho_0 = -1/(n-1)`, where
         :math:`A = 0`.
     SolverNotConverged
-        The DOP853 solve failed.
+        The DOP853 solve failed: in particular an unnormalised kernel with
+        :math:`e^{\beta - \mathrm{shift}} \gtrsim e^{90}`, whose final jump to
+        :math:`\rho = 1` is shorter than the spacing of the floating-point times around it
+        (pass a larger ``shift``: it rescales time by :math:`e^{\mathrm{shift}}`).
 
     Notes
     -----
