@@ -118,7 +118,7 @@ def tile_layout(vector_bits: int) -> TileLayout:
 
     ``mr`` fills the register file with accumulators and leaves room for the operands:
     512 bits (32 ``zmm`` registers): ``mr = 8``, 16 accumulators; 256 bits (16 ``ymm``
-    registers): ``mr = 6``, 12 accumulators, 2 registers of keys and 2 for broadcasts.
+    registers): ``mr = 6``, 12 accumulators, 2 registers of keys and 1 for the broadcast.
     ``qtile = mr·⌊256/mr⌋`` (256 for ``mr = 8``, 252 for ``mr = 6``) and ``kblock = 128``.
     A pure function of the width, so that both layouts can be checked on any machine.
     """
