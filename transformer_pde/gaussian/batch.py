@@ -30,13 +30,13 @@ from .system import (
     classify_members,
     layer_breakpoints,
 )
-from .trajectory import GaussianTrajectory, solve_from_factor
+from .trajectory import STIFF_METHOD, GaussianTrajectory, solve_from_factor
 
 __all__ = ["GaussianBatch", "load", "solve_batch"]
 
 logger = logging.getLogger(__name__)
 
-_STIFF_STEPS_BATCH = 4000  # step attempts per member of solve_batch before the Radau hand-off
+_STIFF_STEPS_BATCH = 4000  # step attempts per member of solve_batch before the stiff hand-off
 
 
 def _tabulated(att: Attention) -> bool:
@@ -67,8 +67,8 @@ class GaussianBatch:
         (linearly from the continuation size; where that leaves the positive semi-definite
         cone, the shape at that size, and the member's message says so).
     n_steps : ndarray (B,)
-        Accepted explicit steps per member up to the final state (members handed to Radau
-        add ``nfev // 8``; members with callable parameters count ``nfev // 12`` of
+        Accepted explicit steps per member up to the final state (stiff members handed to
+        LSODA add ``nfev // 2``, about its steps; members with callable parameters count ``nfev // 12`` of
         :func:`solve`'s DOP853).
     t_eval : ndarray (T,) or None
     traj_means, traj_covs : ndarray (B, T, d), (B, T, d, d) or None
@@ -239,7 +239,7 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
     max_steps : int
         Step attempts per member (>= 1) of the explicit method, capped at 4000; a member that needs
         more (typically a stiff one: a collapsing direction of :math:`\Sigma` decaying much
-        faster than the rest evolves) is continued alone with the implicit Radau method
+        faster than the rest evolves) is continued alone with the stiff method (LSODA)
         (see :func:`solve`).
     use_numba : bool
         (A bool: anything else raises :class:`~transformer_pde.errors.ArgumentTypeError`.)
@@ -327,6 +327,9 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
             MomentSystem(atts_r, run.size), Yr, trYr, prm, con, stop_tab, cont_tab, ctl,
             atol_vec, use_numba)
         Y[run], trY[run] = Yr, trYr
+        if te is not None:
+            _converged_outputs(atts, sysm.kind, run, reason, Y, trY, te, bps, rtol, atol,
+                               log_thr, budget, atol_vec, use_numba)
     reason[handed] = 4
 
     if te is not None:
@@ -336,10 +339,10 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
         sysm, Y, all_idx, converge_tol, np.where(np.isin(reason, (3, 4)), 0, reason), Yc,
         convergence, creason, log_thr)
     t_fin, means, covs = sysm.moments(Y, all_idx)
-    # members that became stiff: continued one by one with the implicit Radau method;
+    # members that became stiff: continued one by one with the stiff method (LSODA);
     # members with parameters that are callables of t: solve's integrator (scipy's DOP853)
     for i in np.nonzero((reason == 3) | (reason == 4))[0]:
-        method = "Radau" if reason[i] == 3 else "DOP853"
+        method = STIFF_METHOD if reason[i] == 3 else "DOP853"
         logger.info("solve_batch: member %d at t=%.6g continued with %s", i, t_fin[i], method)
         F_i = np.exp(Y[i, 1]) * Y[i, 2:2 + d * d].reshape(d, d)
         tr = _solve_one(atts[i] if len(atts) > 1 else atts[0], float(t_fin[i]), means[i], F_i,
@@ -353,13 +356,41 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
             traj_m[i, pos] = tr.means
             traj_c[i, pos] = tr.covs
         means[i], covs[i] = tr.final_mean, tr.final_cov
-        n_steps[i] += tr.nfev // (8 if method == "Radau" else 12)
+        n_steps[i] += tr.nfev // (2 if method == STIFF_METHOD else 12)
     value = {st: st.value for st in Status}          # (enum attribute access is slow)
     res = GaussianBatch(np.array([value[s] for s in status]), Tstar, t_fin, means, covs, limit,
                         n_steps, te, traj_m, traj_c, msgs)
     if warn:
         _warn_unanswered(res, float(t_max))
     return res
+
+
+def _converged_outputs(atts: list, kind: str, run: np.ndarray, reason: np.ndarray,
+                       Y: np.ndarray, trY: np.ndarray, te: np.ndarray, bps: np.ndarray,
+                       rtol: float, atol: float, log_thr: float, budget: int,
+                       atol_vec: np.ndarray, use_numba: bool) -> None:
+    """The states at the output times ``te`` after a member of ``run`` converged (codes 2,
+    5, 6), written into ``trY``: the member is integrated on from its final state by the
+    same kernel without the convergence test (only an exactly stationary state, relative
+    rates 0, stops it; that state is then held at the later times); the size threshold,
+    the step budget or an overflow leave the later rows NaN.  ``Y`` (the final states, on
+    the convergence) is not changed."""
+    cont = run[np.isin(reason[run], (2, 5, 6)) & (Y[run, 0] < te[-1])]
+    if not cont.size:
+        return
+    atts_k = [atts[i] for i in cont] if len(atts) > 1 else atts
+    prm, con = member.param_table(atts_k, kind, bps)
+    stop_tab, cont_tab = _stop_tables(bps, te, float(te[-1]))
+    ctl = member.controls(rtol, atol, log_thr, log_thr, 0.0, CONVERGENCE_MODES["relative"],
+                          budget)
+    Yk, trYk = np.ascontiguousarray(Y[cont]), np.ascontiguousarray(trY[cont])
+    code, _, _, _ = member.run_members(MomentSystem(atts_k, cont.size), Yk, trYk, prm, con,
+                                       stop_tab, cont_tab, ctl, atol_vec, use_numba)
+    for j in np.nonzero(code == 2)[0]:       # exactly stationary: held
+        later = te > Yk[j, 0]
+        trYk[j, later] = Yk[j]
+        trYk[j, later, 0] = te[later]
+    trY[cont] = trYk
 
 
 def _warn_unanswered(res: GaussianBatch, t_max: float) -> None:

@@ -3,6 +3,12 @@ r"""Exact solutions of the Gaussian moment ODEs (references for the solvers and 
 1-D softmax and linear laws, softmax with :math:`V = I` (any :math:`d`), commuting symmetric
 :math:`V, A, \Sigma_0`, rank-one softmax covariances (paper, Lemma 4.3), and the 1-D L2 and
 Sinkhorn variance rates.
+
+The arguments are checked by the package's rules (:mod:`transformer_pde.validation`): a
+variance (``var0``, ``var``) must be ``>= 0``, a covariance (``cov0``) symmetric positive
+semi-definite, numbers and times finite; otherwise an
+:class:`~transformer_pde.errors.ArgumentError` (or ``ArgumentTypeError``) names the
+argument.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from typing import Any
 import numpy as np
 from scipy.integrate import solve_ivp
 
+from .. import validation
+from ..errors import ArgumentError
 from .affine import psd_factor, sym
 
 __all__ = [
@@ -28,6 +36,25 @@ __all__ = [
 ]
 
 
+def _scalars_1d(v: Any, a: Any, mean0: Any, var0: Any, beta: Any
+                ) -> tuple[float, float, float, float, float]:
+    """The scalar arguments of the 1-D references: finite reals, ``var0 >= 0`` (a variance);
+    :class:`~transformer_pde.errors.ArgumentError` / ``ArgumentTypeError`` naming the
+    argument otherwise."""
+    return (validation.scalar("v", v), validation.scalar("a", a),
+            validation.scalar("mean0", mean0), validation.nonnegative("var0", var0),
+            validation.scalar("beta", beta))
+
+
+def _square(name: str, value: Any, d: int | None = None) -> np.ndarray:
+    """A finite real square matrix (``d x d`` when given), else an error naming ``name``."""
+    X = validation.matrix(name, value)
+    if X.shape[0] != X.shape[1] or (d is not None and X.shape[0] != d):
+        want = f"({d}, {d})" if d is not None else "square"
+        raise ArgumentError(f"{name} must be {want}, got shape {X.shape}")
+    return X
+
+
 def exact_softmax_1d(v: float, a: float, mean0: float, var0: float, t: Any, beta: float = 1.0
                      ) -> tuple[np.ndarray, np.ndarray]:
     r"""Exact 1-D softmax moments: :math:`\sigma' = 2 v a\sigma^2`, :math:`\alpha' = v(1 + a\sigma)\alpha`.
@@ -38,15 +65,23 @@ def exact_softmax_1d(v: float, a: float, mean0: float, var0: float, t: Any, beta
         \alpha(t) = \alpha_0\, e^{v t}\,(1 - 2 v a\sigma_0 t)^{-1/2}
 
     with :math:`a \to \beta a`; valid for :math:`t < T^*` (:func:`blowup_time_softmax_1d`).
+
+    Raises
+    ------
+    ArgumentError, ArgumentTypeError
+        Naming the argument: ``var0 < 0`` (a variance), non-real or non-finite numbers,
+        non-finite times ``t``.
     """
+    v, a, mean0, var0, beta = _scalars_1d(v, a, mean0, var0, beta)
     a = beta * a
-    t = np.asarray(t, float)
+    t = validation.finite_array("t", t)
     den = 1.0 - 2.0 * v * a * var0 * t
     return mean0 * np.exp(v * t) / np.sqrt(den), var0 / den
 
 
 def blowup_time_softmax_1d(v: float, a: float, var0: float, beta: float = 1.0) -> float:
     r""":math:`T^* = 1/(2 v \beta a \sigma_0)` if :math:`v\beta a\sigma_0 > 0`, else ``inf``."""
+    v, a, _, var0, beta = _scalars_1d(v, a, 0.0, var0, beta)
     r = 2.0 * v * beta * a * var0
     return 1.0 / r if r > 0 else math.inf
 
@@ -65,10 +100,13 @@ def exact_linear_1d(v: float, a: float, mean0: float, var0: float, t: Any, beta:
         T^* = \frac{1}{2va(\sigma_0 + \alpha_0^2)}
 
     (for :math:`\alpha_0 = 0`: :math:`\sigma' = 2va\sigma^2`, the same law as softmax).
-    Requires ``var0 > 0``; :math:`a \to \beta a`.  Returns ``(mean(t), var(t), T*)``.
+    Requires ``var0 > 0`` (else :class:`~transformer_pde.errors.ArgumentError` naming it);
+    :math:`a \to \beta a`.  Returns ``(mean(t), var(t), T*)``.
     """
+    v, a, mean0, var0, beta = _scalars_1d(v, a, mean0, var0, beta)
+    validation.positive("var0", var0)
     a = beta * a
-    t = np.asarray(t, float)
+    t = validation.finite_array("t", t)
     r = 2.0 * v * a * (var0 + mean0 ** 2)
     den = 1.0 - r * t
     var = var0 / den
@@ -82,10 +120,11 @@ def exact_softmax_identity_value(A: Any, cov0: Any, t: float, beta: float = 1.0)
     :math:`B = \beta(A + A^\top)`, so singular :math:`\Sigma_0` are allowed. Valid for
     :math:`t < T^*` (:func:`blowup_time_identity_value`).
     """
-    A = beta * np.asarray(A, float)
-    S0 = np.asarray(cov0, float)
+    A = validation.scalar("beta", beta) * _square("A", A)
+    d = A.shape[0]
+    S0 = validation.covariance("cov0", cov0, d)
+    t = validation.scalar("t", t)
     R = psd_factor(S0)
-    d = S0.shape[0]
     X = np.eye(d) - t * (R @ (A + A.T) @ R)
     return sym(R @ np.linalg.solve(X, R))
 
@@ -93,8 +132,8 @@ def exact_softmax_identity_value(A: Any, cov0: Any, t: float, beta: float = 1.0)
 def blowup_time_identity_value(A: Any, cov0: Any, beta: float = 1.0) -> float:
     r""":math:`T^* = 1/\lambda_{\max}(\Sigma_0^{1/2}\beta(A + A^\top)\Sigma_0^{1/2})` (``inf`` if
     :math:`\lambda_{\max} \le 0`) for softmax with :math:`V = I`."""
-    A = beta * np.asarray(A, float)
-    R = psd_factor(np.asarray(cov0, float))
+    A = validation.scalar("beta", beta) * _square("A", A)
+    R = psd_factor(validation.covariance("cov0", cov0, A.shape[0]))
     lam = np.linalg.eigvalsh(sym(R @ (A + A.T) @ R))[-1]
     return 1.0 / lam if lam > 0 else math.inf
 
@@ -113,11 +152,13 @@ def exact_softmax_commuting(V: Any, A: Any, mean0: Any, cov0: Any, t: float, bet
     Returns ``(mean(t), cov(t), T*)``.  Raises ``ValueError`` if the matrices are not symmetric
     or do not commute (relative tolerance 1e-10).
     """
-    V = np.asarray(V, float)
-    A = beta * np.asarray(A, float)
-    S0 = np.asarray(cov0, float)
-    m0 = np.asarray(mean0, float)
-    mats = {"V": V, "A": A, "cov0": S0}
+    V = _square("V", V)
+    d = V.shape[0]
+    A = validation.scalar("beta", beta) * _square("A", A, d)
+    S0 = validation.covariance("cov0", cov0, d)
+    m0 = validation.vector("mean0", mean0, d)
+    t = validation.scalar("t", t)
+    mats = {"V": V, "A": A}
     for n, X in mats.items():
         if np.abs(X - X.T).max() > 1e-10 * max(np.abs(X).max(), 1e-300):
             raise ValueError(f"{n} must be symmetric for the commuting reference")
@@ -154,10 +195,10 @@ def exact_rank_one_softmax(V: Any, A: Any, u0: Any, t: Any, beta: float = 1.0,
     """
     from scipy.linalg import expm  # noqa: PLC0415
 
-    V = np.asarray(V, float)
-    A = beta * np.asarray(A, float)
-    u0 = np.asarray(u0, float)
-    ts = np.atleast_1d(np.asarray(t, float))
+    V = _square("V", V)
+    A = validation.scalar("beta", beta) * _square("A", A, V.shape[0])
+    u0 = validation.vector("u0", u0, V.shape[0])
+    ts = np.atleast_1d(validation.finite_array("t", t))
     lam, P = np.linalg.eig(V)
     diag = np.linalg.cond(P) < 1e8
 
@@ -179,10 +220,12 @@ def exact_rank_one_softmax(V: Any, A: Any, u0: Any, t: Any, beta: float = 1.0,
 
 def l2_variance_rate_1d(v: float, q: float, k: float, var: float, l2_beta: float = 0.5) -> float:
     r"""1-D L2 law :math:`\sigma' = 4\beta' v a\sigma^2/(1 + 2\beta' k^2\sigma)`, :math:`a = kq`."""
+    var = validation.nonnegative("var", var)
     return 4.0 * l2_beta * v * k * q * var ** 2 / (1.0 + 2.0 * l2_beta * k * k * var)
 
 
 def sinkhorn_variance_rate_1d(v: float, a: float, var: float, eps: float = 1.0) -> float:
     r"""1-D Sinkhorn law :math:`\sigma' = (v/a)(\sqrt{\varepsilon^2 + 4a^2\sigma^2} - \varepsilon)`,
     written as :math:`4va\sigma^2/(\varepsilon + \sqrt{\varepsilon^2 + 4a^2\sigma^2})` (valid at a = 0)."""
+    var = validation.nonnegative("var", var)
     return 4.0 * v * a * var ** 2 / (eps + math.sqrt(eps * eps + 4.0 * a * a * var * var))

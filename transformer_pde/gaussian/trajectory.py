@@ -242,8 +242,18 @@ def solve(att: Attention, mean0: Any, cov0: Any, *, t_max: float, rtol: float = 
     return tr
 
 
-STIFF_STEPS = 1500  # explicit steps per segment before switching to the implicit Radau method
-IMPLICIT_STEPS = 500  # Radau steps per segment before giving up (status "max_steps")
+STIFF_STEPS = 1500  # explicit steps per segment before switching to the stiff method
+#: The method a stiff member is continued with: scipy's LSODA (BDF with the Jacobian of
+#: :func:`_fd_jacobian`).  Radau at the default rtol = 1e-10 leaves the slow manifold of
+#: stiff linear members (tr Sigma reaches 1e8 at t = 2.40 instead of 0.589, which LSODA at
+#: rtol 1e-8 ... 1e-12, BDF, and Radau at rtol 1e-6 / 1e-8 agree on), and costs ~7x more
+#: steps where it stays on it.
+STIFF_METHOD = "LSODA"
+IMPLICIT_STEPS = 5000  # stiff-method steps per segment before giving up (status "max_steps")
+#: The stiff method runs in chunks of this many steps; from the second chunk on, a member
+#: whose projected step count to its next stop exceeds what is left of ``IMPLICIT_STEPS``
+#: stops there ("stiff", status ``max_steps``) instead of spending the rest of the budget.
+IMPLICIT_CHUNK = 500
 
 
 def _conv_events(sysm: MomentSystem, atol: float, convergence: str, converge_tol: float):
@@ -257,7 +267,10 @@ def _conv_events(sysm: MomentSystem, atol: float, convergence: str, converge_tol
     idx = np.zeros(1, dtype=int)
     alg = np.full((1, 4), np.inf)
     alg_hit = [math.inf]
-    if convergence in ("absolute", "trace"):
+    if converge_tol <= 0.0:    # no convergence test (the output continuation)
+        def ev_conv(_s, y):
+            return 1.0
+    elif convergence in ("absolute", "trace"):
         j = 2 if convergence == "absolute" else 3
 
         def ev_conv(_s, y):
@@ -365,7 +378,8 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
                       method: str = "DOP853") -> GaussianTrajectory:
     r""":func:`solve` from time ``t0`` and factor ``F0`` (inputs already validated; no warning).
 
-    Integrates with ``method`` (DOP853) and switches to Radau once a segment has taken
+    Integrates with ``method`` (DOP853) and switches to ``STIFF_METHOD`` (LSODA) once a
+    segment has taken
     ``STIFF_STEPS`` explicit steps (stiffness: e.g. a collapsing eigen-direction of
     :math:`\Sigma` decaying much faster than the rest evolves)."""
     sysm = MomentSystem([att], 1)
@@ -380,8 +394,10 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
         raise ArgumentError(f"the initial size already exceeds blowup_threshold="
                             f"{blowup_threshold}")
 
+    stiff: dict = {}
     Y, reason, seg_y, sols, nfev, method = _integrate_segments(
-        sysm, Y0, t0, stops, log_thr, rtol, atol, atol_vec, convergence, converge_tol, method)
+        sysm, Y0, t0, stops, log_thr, rtol, atol, atol_vec, convergence, converge_tol, method,
+        stiff)
     Yc = None
     creason = np.array([-1])
     if reason == 1 and log_thr_c > log_thr:
@@ -394,14 +410,66 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
     status, Tstar, limit, msgs = classify_members(sysm, Y[None], idx, converge_tol,
                                                   np.array([reason]), Yc, convergence, creason,
                                                   log_thr)
-    if reason == 3:
+    if reason == 3 and stiff:
+        msgs[0] = _stiff_message(sysm, Y, t_max, stiff)
+    elif reason == 3:
         msgs[0] = (f"stopped at t={Y[0]:.6g} before t_max={t_max:g}: step budget "
                    f"({STIFF_STEPS} explicit + {IMPLICIT_STEPS} implicit steps per segment) "
                    "spent")
-    t_all, means, covs = _reported_states(sysm, Y, seg_y, sols, t_eval, t0)
+    t_end, hold = float(Y[0]), None
+    if reason in (2, 5, 6) and t_eval is not None and np.any(np.asarray(t_eval) > Y[0]):
+        # converged before the last output time: the states at the later output times are
+        # integrated on (no convergence test) or, where the state is exactly stationary,
+        # held; status, message and final state stay those of the convergence
+        t_end, hold, more = _output_continuation(sysm, att, Y, float(np.max(t_eval)), rtol,
+                                                 atol, atol_vec, method, log_thr)
+        sols = sols + more
+    t_all, means, covs = _reported_states(sysm, Y, seg_y, sols, t_eval, t0, t_end, hold)
     _, fm, fc = sysm.moments(Y[None], idx)
     return GaussianTrajectory(np.asarray(t_all), means, covs, status[0], float(Tstar[0]),
                               limit[0], float(Y[0]), msgs[0], nfev, fm[0], fc[0])
+
+
+def _stiff_message(sysm: MomentSystem, Y: np.ndarray, t_max: float, stiff: dict) -> str:
+    """The message of a run stopped as stiff (:func:`_integrate_segments`): the spread of
+    the eigenvalues of :math:`M` at the last state, the stiff method's progress, and what
+    to do."""
+    _, info = sysm.rhs(Y[None], np.zeros(1, dtype=int), full=True)
+    lam = np.linalg.eigvals(info["M"][0])
+    fast = lam[int(np.argmin(lam.real))]
+    rest = np.delete(lam, int(np.argmin(lam.real)))
+    slow = float(np.max(np.abs(rest))) if rest.size else 0.0
+    return (f"stiff: stopped at t={Y[0]:.6g} before t_max={t_max:g}: M has the eigenvalue "
+            f"{fast.real:.3g} (a direction of Sigma contracting that fast) while its others "
+            f"are at most {slow:.3g} in modulus; the "
+            f"implicit ({STIFF_METHOD}) steps advance t by {stiff['dt']:.3g} per {stiff['chunk']} "
+            f"steps here and would need about {stiff['projected']:.2g} more (budget left: "
+            f"{stiff['left']}). The states up to t_final are accurate; to go further, "
+            f"shorten t_max or loosen rtol / atol")
+
+
+def _output_continuation(sysm: MomentSystem, att: Attention, Y: np.ndarray, t_last: float,
+                         rtol: float, atol: float, atol_vec: np.ndarray, method: str,
+                         log_thr: float) -> tuple[float, np.ndarray | None, list]:
+    """The path after a convergence at ``Y[0]`` up to the last output time ``t_last``, for
+    the output times only: integrated as the run (size threshold, step budget) without the
+    convergence test, so that a converged run reports every requested time.
+
+    Returns ``(t_end, hold, sols)``: the time up to which states are known, the state held
+    up to ``t_last`` when the path reaches an exactly stationary state (zero covariance
+    and mean rates: the state stays; ``None`` otherwise) and the dense solutions as in
+    :func:`_integrate_segments`.  A path that stops at the threshold, its budget or an
+    overflow reports the times it reached only."""
+    t0 = float(Y[0])
+    stops = [*jump_times(layer_tables(att), t0, t_last).tolist(), t_last]
+    try:
+        Ye, reason, _, sols, _, _ = _integrate_segments(
+            sysm, Y.copy(), t0, stops, log_thr, rtol, atol, atol_vec, "relative", 0.0, method)
+    except RuntimeError:   # pragma: no cover - a failed solve: the converged part only
+        return t0, None, []
+    if reason == 2:        # relative rates exactly 0 (Sigma' = 0, alpha' = 0): held
+        return t_last, Ye, sols
+    return (t_last if reason == 0 else float(Ye[0])), None, sols
 
 
 def _set_window(sysm: MomentSystem, t_lo: float, stop: float) -> None:
@@ -443,7 +511,7 @@ def _segment_end(sol: Any, stop: float, method: str, convergence: str
 
     Returns ``(reason, Y, done, method)``: the reason code (as :func:`classify_members`),
     the state where it ended, whether the segment is done (``False`` after a switch to
-    Radau) and the method to go on with.  Events: ``[size, time, convergence, budget,
+    the stiff method) and the method to go on with.  Events: ``[size, time, convergence, budget,
     algebraic convergence]``."""
     if sol.t_events[0].size:
         return 1, sol.y_events[0][0], True, method
@@ -456,20 +524,73 @@ def _segment_end(sol: Any, stop: float, method: str, convergence: str
         Y = sol.y_events[1][0].copy()
         Y[0] = stop
         return 0, Y, True, method
-    if sol.t_events[3].size and method != "Radau":
-        logger.info("solve: stiff at t=%.6g, switching to Radau", sol.y_events[3][0][0])
-        return 0, sol.y_events[3][0], False, "Radau"
+    if sol.t_events[3].size and method != STIFF_METHOD:
+        logger.info("solve: stiff at t=%.6g, switching to %s", sol.y_events[3][0][0],
+                    STIFF_METHOD)
+        return 0, sol.y_events[3][0], False, STIFF_METHOD
     if sol.t_events[3].size:
         return 3, sol.y_events[3][0], True, method   # the implicit budget spent as well
     return 0, sol.y[:, -1], True, method  # pragma: no cover - span is huge
 
 
+def _fd_jacobian(sysm: MomentSystem):
+    r"""Jacobian of the reparametrised system for the stiff method: central differences, all
+    :math:`2n` shifted states in one vectorised right-hand-side call (scipy's default
+    forward differences cost :math:`n` calls and overflow in their step search on stiff
+    members); steps :math:`h_j = \epsilon^{1/3}\max(|y_j|, 1)`, error
+    :math:`O(h^2)` relative, far below what the Newton iteration needs."""
+    def jac(_s, y):
+        n = y.size
+        h = 6e-6 * np.maximum(np.abs(y), 1.0)
+        Ys = np.repeat(y[None], 2 * n, axis=0)
+        j = np.arange(n)
+        Ys[j, j] += h
+        Ys[n + j, j] -= h
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            f = sysm.rhs(Ys, np.zeros(2 * n, dtype=int))
+            J = ((f[:n] - f[n:]) / (2.0 * h)[:, None]).T
+        return np.where(np.isfinite(J), J, 0.0)
+    return jac
+
+
+def _projected_steps(sysm: MomentSystem, Ya: np.ndarray, Yb: np.ndarray, steps: int,
+                     stop: float, log_thr: float, convergence: str, converge_tol: float,
+                     atol: float) -> float:
+    """Steps still needed from ``Yb`` to the nearest of: the time ``stop``, the size
+    threshold ``exp(log_thr)`` and (relative / auto criteria) convergence, extrapolated
+    linearly from the progress of the last ``steps`` steps (``Ya`` to ``Yb``) in ``t``,
+    log size and log relative rate (``inf`` without progress)."""
+    idx = np.zeros(2, dtype=int)
+    Y2 = np.stack([Ya, Yb])
+    proj = [math.inf]
+    dt = float(Yb[0] - Ya[0])
+    if dt > 0:
+        proj.append(steps * (stop - float(Yb[0])) / dt)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        lsz = sysm.log_size(Y2, idx)
+        if lsz[1] > lsz[0]:
+            proj.append(steps * (log_thr - lsz[1]) / (lsz[1] - lsz[0]))
+        if convergence in ("relative", "auto") and converge_tol > 0:
+            lr = np.log(np.maximum(conv_rates(sysm, Y2, idx, atol)[0], 1e-300))
+            if lr[1] < lr[0]:
+                proj.append(steps * (lr[1] - math.log(converge_tol)) / (lr[0] - lr[1]))
+    return max(min(proj), 0.0)
+
+
 def _integrate_segments(sysm: MomentSystem, Y0: np.ndarray, t0: float, stops: list,
                         log_thr: float, rtol: float, atol: float, atol_vec: np.ndarray,
-                        convergence: str, converge_tol: float, method: str
+                        convergence: str, converge_tol: float, method: str,
+                        stiff: dict | None = None
                         ) -> tuple[np.ndarray, int, list, list, int, str]:
     """The path of :func:`solve_from_factor` from ``Y0`` (time ``t0``), segment by segment
     between ``stops`` (layer breakpoints, then ``t_max``).
+
+    ``STIFF_METHOD`` (after ``STIFF_STEPS`` explicit steps of a segment) runs in chunks of
+    ``IMPLICIT_CHUNK`` steps with the Jacobian of :func:`_fd_jacobian`; from the second chunk
+    on, when the steps projected to the next stop (:func:`_projected_steps`) exceed what
+    is left of ``IMPLICIT_STEPS``, the path stops there (code 3) and ``stiff`` (a dict,
+    when given) receives ``projected``, ``dt`` (the last chunk's advance in ``t``),
+    ``chunk`` and ``left``.
 
     Returns ``(Y, reason, seg_y, sols, nfev, method)``: the final state, its reason code
     (as :func:`classify_members`; 7: overflow, the last finite state kept), the states of
@@ -495,23 +616,28 @@ def _integrate_segments(sysm: MomentSystem, Y0: np.ndarray, t0: float, stops: li
     ev_size.direction = 1
 
     ev_conv, ev_alg, _ = _conv_events(sysm, atol, convergence, converge_tol)
+    jac = _fd_jacobian(sysm)
     for stop in stops:
         _set_window(sysm, t_lo, stop)
         ev_time = _time_event(stop)
         seg_done = False
+        used = 0                     # stiff-method steps spent in this segment
         while not seg_done:
             c0 = int(converged_codes(convergence, conv_rates(sysm, Y[None], idx, atol),
                                      converge_tol, Y[None, 0], alg)[0])
             if c0:
                 reason = c0          # already stationary: events only see sign changes
                 break
-            budget = STIFF_STEPS if method != "Radau" else IMPLICIT_STEPS
+            radau = method == STIFF_METHOD
+            budget = min(IMPLICIT_CHUNK, IMPLICIT_STEPS - used) if radau else STIFF_STEPS
             events = [ev_size, ev_time, ev_conv, _budget_event(budget), ev_alg]
             t_start = float(Y[0])
+            Y_start = Y
             # unbounded s-span: the events (size, t = stop, convergence) end each segment
             try:
                 sol = solve_ivp(fun, (s0, 1e300), Y, method=method, rtol=rtol, atol=atol_vec,
-                                events=events, dense_output=True)
+                                events=events, dense_output=True,
+                                **({"jac": jac} if radau else {}))
             except _NonFinite:   # overflow: stop at the last finite accepted state
                 reason = 7
                 Y = last[0]
@@ -521,6 +647,16 @@ def _integrate_segments(sysm: MomentSystem, Y0: np.ndarray, t0: float, stops: li
             if sol.status == -1:
                 raise RuntimeError(f"solve_ivp failed: {sol.message}")
             reason, Y, seg_done, method = _segment_end(sol, stop, method, convergence)
+            if radau and reason == 3:           # a chunk of stiff-method steps spent
+                used += budget
+                left = IMPLICIT_STEPS - used
+                proj = _projected_steps(sysm, Y_start, Y, budget, stop, log_thr, convergence,
+                                        converge_tol, atol)
+                if left > 0 and (used < 2 * IMPLICIT_CHUNK or proj <= left):
+                    reason, seg_done = 0, False   # on with the next chunk
+                elif stiff is not None and left > 0:
+                    stiff.update(projected=proj, dt=float(Y[0]) - t_start, chunk=budget,
+                                 left=left)
             s_end = float(sol.t_events[next(i for i, e in enumerate(sol.t_events) if e.size)][0]) \
                 if any(e.size for e in sol.t_events) else float(sol.t[-1])
             keep = sol.t < s_end
@@ -534,30 +670,37 @@ def _integrate_segments(sysm: MomentSystem, Y0: np.ndarray, t0: float, stops: li
 
 
 def _reported_states(sysm: MomentSystem, Y: np.ndarray, seg_y: list, sols: list,
-                     t_eval: Any, t0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                     t_eval: Any, t0: float, t_end: float | None = None,
+                     hold: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(times, means, covs)`` of :func:`solve_from_factor`'s output: the accepted steps
     (``seg_y``, or the final state ``Y`` alone) without ``t_eval``, else the states at the
-    times of ``t_eval`` in ``[t0, Y[0]]`` from the dense outputs ``sols``."""
+    times of ``t_eval`` in ``[t0, t_end]`` (default ``Y[0]``) from the dense outputs
+    ``sols``; times that no dense output covers take the stationary state ``hold`` (or
+    ``Y`` at ``t0``: a run stationary from its start)."""
     if not seg_y:
         seg_y = [Y[None]]
     Yall = np.vstack(seg_y)
     if t_eval is None:
         return sysm.moments(Yall, np.zeros(len(Yall), int))
     te = np.sort(np.asarray(t_eval, float).ravel())
-    t_end = float(Y[0])
+    t_end = float(Y[0]) if t_end is None else t_end
     te = te[(te >= t0) & (te <= t_end)]
-    rows = []
+    Ye = np.full((te.size, sysm.n), np.nan)
     done = np.zeros(te.size, bool)
     for sol, lo_t, hi_t in sols:
         sel = ~done & (te >= lo_t) & (te <= hi_t)
         if np.any(sel):
-            rows.append(_invert_time(sol.sol, sel, te))
+            Ye[sel] = _invert_time(sol.sol, sel, te)
             done |= sel
-    if not sols:
-        rows = [np.repeat(Y[None], int(np.sum(te == t0)), axis=0)]
-    Ye = np.vstack(rows) if rows else np.zeros((0, sysm.n))
+    rest = ~done & (te == t0)       # no step taken: the run's only state is its start
+    Ye[rest] = Y
+    if hold is not None:
+        Ye[~done & ~rest] = hold
+    ok = np.isfinite(Ye[:, 0])
+    te, Ye = te[ok], Ye[ok]
     _, means, covs = sysm.moments(Ye, np.zeros(len(Ye), int))
-    return te[:len(Ye)], means, covs
+    return te, means, covs
 
 
 def _invert_time(dense, sel: np.ndarray, te: np.ndarray) -> np.ndarray:
