@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 import numpy as np
 from scipy.integrate import solve_ivp
+from scipy.optimize import brentq
 
 from .. import results_display as display
 from ..errors import ArgumentError, SolverNotConverged
@@ -263,16 +264,22 @@ def _solve(rhs: Callable[..., Any], t0: float, y0: np.ndarray, ts: np.ndarray,
     # invalid: scipy's DOP853 error norm is 0/0 when both embedded errors are exactly 0 (a
     # rate below the rounding of v); it rejects that step and retries a smaller one
     with np.errstate(invalid="ignore"):
-        sol = solve_ivp(rhs, (t0, t_end), y0, method="DOP853", t_eval=grid, rtol=RTOL,
-                        atol=ATOL, events=saturated)
+        # in the local time tau = t - t0: a fast transient right after t0 (pre-LN r under
+        # a large USA kernel after the switch of "mix") needs the fine float spacing near 0
+        sol = solve_ivp(lambda tau, y: rhs(t0 + tau, y), (0.0, t_end - t0), y0,
+                        method="DOP853", t_eval=grid - t0, rtol=RTOL, atol=ATOL,
+                        events=saturated)
+    done = len(sol.t)        # the grid times reached (sol.y is empty when none)
     if sol.status == 1:       # saturated at t_c: the closed form from there on
-        t_c, y_c = float(sol.t_events[0][0]), sol.y_events[0][0]
-        done = len(sol.t)    # the grid times before t_c (sol.y is empty when none)
+        t_c, y_c = t0 + float(sol.t_events[0][0]), sol.y_events[0][0]
         vals = np.concatenate([np.reshape(sol.y, (2, done)), tail(t_c, y_c, grid[done:])],
                               axis=1)
     elif sol.status != 0:
-        raise SolverNotConverged(f"equiangular: the DOP853 solve on [{t0:.6g}, {t_end:.6g}] "
-                                 f"failed: {sol.message}")
+        # steps below the spacing of t: the rise to rho = 1 is shorter than the float
+        # resolution of its (late) time; go on from the last grid time with v as the clock
+        t_a, y_a = (float(grid[done - 1]), sol.y[:, -1]) if done else (t0, y0)
+        vals = np.concatenate([np.reshape(sol.y, (2, done)),
+                               _solve_in_v(rhs, t_a, y_a, grid[done:], tail, v_sat)], axis=1)
     else:
         vals = sol.y
     if np.isnan(vals).any():
@@ -280,6 +287,42 @@ def _solve(rhs: Callable[..., Any], t0: float, y0: np.ndarray, ts: np.ndarray,
                                  "produced NaN")
     vals = vals[:, where.ravel()]
     return vals[:, :-1], vals[:, -1]
+
+
+def _solve_in_v(rhs: Callable[..., Any], t_a: float, y_a: np.ndarray, ts: np.ndarray,
+                tail: Callable[[float, np.ndarray, np.ndarray], np.ndarray],
+                v_sat: float) -> np.ndarray:
+    r"""``(v, log r)`` at the times ``ts > t_a``, integrating with :math:`v` (which only
+    grows) as the independent variable: :math:`dt/dv = 1/\dot v`,
+    :math:`d\log r/dv = (d\log r/dt)/\dot v`, from :math:`v_a` to ``v_sat`` (DOP853 with
+    dense output), each time found by Brent's method on :math:`t(v)`, and the times past
+    saturation from ``tail``.  A time is then as accurate as :math:`t(v)`, to
+    ``RTOL`` relative (the conditioning of the late rise itself)."""
+    def field(v: float, z: np.ndarray) -> list[float]:
+        dv, dlog_r = rhs(float(z[0]), np.array([v, z[1]]))
+        if not dv > 0:
+            return [math.inf, math.inf]     # a rate below the float range: no answer
+        return [1.0 / dv, dlog_r / dv]
+
+    v_a = float(y_a[0])
+    if v_a >= v_sat:
+        return tail(t_a, y_a, ts)
+    with np.errstate(invalid="ignore"):
+        sol = solve_ivp(field, (v_a, v_sat), np.array([t_a, y_a[1]]), method="DOP853",
+                        rtol=RTOL, atol=ATOL, dense_output=True)
+    if sol.status != 0 or not np.all(np.isfinite(sol.y[:, -1])):
+        raise SolverNotConverged(f"equiangular: the DOP853 solve from t={t_a:.6g} with v "
+                                 f"as the clock failed: {sol.message}")
+    t_c = float(sol.y[0, -1])
+    out = np.empty((2, ts.size))
+    late = ts >= t_c
+    if np.any(late):
+        out[:, late] = tail(t_c, np.array([v_sat, sol.y[1, -1]]), ts[late])
+    for i in np.flatnonzero(~late):
+        v_i = brentq(lambda v, target=ts[i]: float(sol.sol(v)[0]) - target, v_a, v_sat,
+                     xtol=1e-14, rtol=4 * np.finfo(float).eps)
+        out[:, i] = [v_i, float(sol.sol(v_i)[1])]
+    return out
 
 
 def equiangular(beta: float, n: int, rho0: float, t: Any, *, model: str = "sa",
@@ -348,10 +391,7 @@ def equiangular(beta: float, n: int, rho0: float, t: Any, *, model: str = "sa",
         ``peri``/``ngpt`` at :math:`\beta = 0`, :math:`\rho_0 = -1/(n-1)`, where
         :math:`A = 0`.
     SolverNotConverged
-        The DOP853 solve failed: in particular an unnormalised kernel with
-        :math:`e^{\beta - \mathrm{shift}} \gtrsim e^{90}`, whose final jump to
-        :math:`\rho = 1` is shorter than the spacing of the floating-point times around it
-        (pass a larger ``shift``: it rescales time by :math:`e^{\mathrm{shift}}`).
+        The DOP853 solve failed (also with :math:`v` as the clock, below).
 
     Notes
     -----
@@ -372,6 +412,13 @@ def equiangular(beta: float, n: int, rho0: float, t: Any, *, model: str = "sa",
     :math:`\sqrt{1+t}`), so any time up to the float maximum costs the time to saturate,
     and :math:`v` never overflows.  ``r`` is ``inf`` only where the true :math:`r` exceeds
     the float range (a USA kernel with a large :math:`e^{\beta - \mathrm{shift}}\,t`).
+    Where the final rise to :math:`\rho = 1` is shorter than the spacing of the float times
+    around it (SA after a plateau of length :math:`\sim e^{\beta(1-\rho_0)} \gtrsim 10^{15}`,
+    USA with :math:`e^{\beta - \mathrm{shift}} \gtrsim e^{35}`), the steps in :math:`t` would
+    fall below that spacing: the solve then goes on from the last requested time with
+    :math:`v` as the independent variable (:math:`dt/dv = 1/\dot v`) and finds each later
+    time on :math:`t(v)`; a time inside the rise is then as accurate as :math:`t(v)`, a
+    relative :math:`10^{-14}`, as on a plateau.
 
     Examples
     --------
