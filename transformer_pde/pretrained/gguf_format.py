@@ -289,7 +289,7 @@ class Metadata:
         if kind is not None and kind not in kinds:
             name = VALUE_TYPES.get(kind, str(kind))
             if kind == 9:
-                name = f"an array of {VALUE_TYPES.get(sub, str(sub))}"  # type: ignore[arg-type]
+                name = f"an array of {VALUE_TYPES.get(-1 if sub is None else sub, str(sub))}"
             raise ModelDirectoryError(f"{self.where}: the metadata key {key!r} is stored as "
                                       f"{name}; GGUF stores it as {what} (a damaged file?)")
 
