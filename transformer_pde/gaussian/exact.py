@@ -76,6 +76,8 @@ def exact_softmax_1d(v: float, a: float, mean0: float, var0: float, t: Any, beta
     a = beta * a
     t = validation.finite_array("t", t)
     den = 1.0 - 2.0 * v * a * var0 * t
+    if mean0 == 0.0:       # 0, also where e^{vt} overflows (0 * inf would be nan)
+        return np.zeros_like(den), var0 / den
     return mean0 * np.exp(v * t) / np.sqrt(den), var0 / den
 
 

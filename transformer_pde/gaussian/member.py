@@ -99,7 +99,8 @@ def _advance(y, K, d, general, prm, con, stops, lthr, budget, traj, h, ctl, atol
     natt = 0
     nacc = 0
     res = -1
-    lsz = np.log(member_rhs(y, K[0], d, prm, seg, con, scr, general))
+    nu0 = member_rhs(y, K[0], d, prm, seg, con, scr, general)
+    lsz = np.log(nu0) if nu0 > 0.0 else -np.inf     # (size 0: no log(0) warning)
     h_ctrl = h
     secant = False
     sz_land = False           # landing on the size threshold (after a first overshoot)
