@@ -94,6 +94,20 @@ def test_gram_exact_equilibria_stay():
             np.testing.assert_array_equal(flow.grams, np.broadcast_to(G0, flow.grams.shape))
 
 
+def test_gram_batch_of_a_rest_point_and_a_merging_start():
+    # one member at a rest point (an antipodal pair twice: the cross), one that merges:
+    # each ends its own way, and t = 1e12 answers at once
+    cross = np.kron(np.eye(2), np.array([[1.0, -1.0], [-1.0, 1.0]]))
+    G0 = np.stack([cross, random_gram(4, 3, 5)])
+    flow, wall = _wall(lambda: gram_flow(G0, 1.5, [1.0, 1e3, 1e12]))
+    assert flow.status == "ok" and wall < 5.0
+    assert "rest point" in flow.message and "consensus tail" in flow.message
+    np.testing.assert_array_equal(flow.grams[:, 0], np.broadcast_to(cross, (3, 4, 4)))
+    np.testing.assert_array_equal(flow.grams[-1, 1], np.ones((4, 4)))
+    alone = gram_flow(G0[1], 1.5, [1.0, 1e3], tail=False)
+    assert np.abs(flow.grams[:2, 1] - alone.grams).max() <= 2 * (1e-10 + 1e-12)
+
+
 def test_gram_step_budget_reports_the_absolute_time():
     G0 = random_gram(6, 8, np.random.default_rng(0))
     with pytest.warns(Warning, match="max_steps"):

@@ -219,7 +219,8 @@ def gram_flow(G0: Any, beta: float, t: Any, *, model: str = "sa", rtol: float = 
     tail :math:`1 - G(t) = (1 - G(t_c))\,e^{-2\kappa(t - t_c)}`, within
     :math:`\mathrm{rtol} + \mathrm{atol}` of the flow from :math:`G(t_c)`; the message
     says so.  A state whose field is exactly zero at the end of a chunk (a rest point,
-    such as an antipodal pair) is kept at all later times.  A run that
+    such as an antipodal pair) is kept at all later times; in a batch each member may end
+    either way.  A run that
     neither merges nor rests spends its ``max_steps`` and stops with status
     ``max_steps``.
 
@@ -313,24 +314,32 @@ def _integrate(G: np.ndarray, beta: float, model: str, shift: float, rtol: float
         y, t0, h = end_state[-1], t1, float(st.h)
         if t0 >= t_max:
             return Status.OK, f"reached t_max={t_max:g} in {steps} steps"
-        if not np.any(field(t0, y)):
+        # each member (one matrix or each of a batch) is done when its field is exactly
+        # zero (a rest point: kept) or it is within the consensus radius (the tail)
+        n = y.shape[-1]
+        members = y.reshape(-1, n, n)
+        gap = 1.0 - members
+        eps = np.abs(gap).reshape(len(members), -1).max(axis=1)
+        merged = eps <= radius if tail else np.zeros(len(members), dtype=bool)
+        rest = ~np.any(field(t0, members).reshape(len(members), -1), axis=1) & ~merged
+        if np.all(rest | merged):
             for tt in times[times > t0]:
+                decay = math.exp(-2.0 * kappa * (float(tt) - t0))
+                later = np.where(rest[:, None, None], members, 1.0 - gap * decay)
                 saved_t.append(float(tt))
-                saved.append(y.copy())
-            return Status.OK, (f"reached t_max={t_max:g}: {steps} steps to t={t0:.6g}, where "
-                               "the field is exactly zero (a rest point), which the flow "
-                               "keeps at all later times")
-        gap = 1.0 - y
-        eps = float(np.abs(gap).max())
-        if tail and eps <= radius:
-            for tt in times[times > t0]:
-                saved_t.append(float(tt))
-                saved.append(1.0 - gap * math.exp(-2.0 * kappa * (float(tt) - t0)))
-            return Status.OK, (
-                f"reached t_max={t_max:g}: {steps} steps to t={t0:.6g}, where max|1 - G| = "
-                f"{eps:.3g} <= {radius:.3g}, then the consensus tail 1 - G(t) = "
-                f"(1 - G({t0:.6g})) exp(-{2.0 * kappa:.6g} (t - {t0:.6g})) (within "
-                f"rtol + atol of the flow)")
+                saved.append(later.reshape(y.shape))
+            parts = []
+            if np.any(rest):
+                parts.append(f"{int(rest.sum())} of {len(members)} at a rest point (zero "
+                             "field: kept)")
+            if np.any(merged):
+                parts.append(f"{int(merged.sum())} of {len(members)} with max|1 - G| = "
+                             f"{float(eps[merged].max()):.3g} <= {radius:.3g}, then the "
+                             f"consensus tail 1 - G(t) = (1 - G({t0:.6g})) "
+                             f"exp(-{2.0 * kappa:.6g} (t - {t0:.6g})) (within rtol + atol "
+                             "of the flow)")
+            return Status.OK, (f"reached t_max={t_max:g}: {steps} steps to t={t0:.6g}; "
+                               + "; ".join(parts))
 
 
 def gram_from_tokens(X: Any) -> np.ndarray:
