@@ -253,3 +253,25 @@ def test_fuzz_gaussian_entry_points_on_edge_covariances(lam, theta, zero_mean, t
             assert np.all(np.linalg.eigvalsh(out.covs)[:, 0] >= -1e-12)
         elif name == "covs0":
             assert np.all(np.isfinite(out.traj_covs))
+
+
+@pytest.mark.slow  # 8 s warm on a loaded 2-core machine (117 s before the stiff hand-off changed)
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_the_stiff_linear_members_of_a_batch_are_answered_or_stopped_early():
+    # the case in small: the 7 stiff members among 40 linear d = 4 draws; each
+    # used to spend its whole budget (4000 explicit + 500 Radau steps) and end "max_steps";
+    # now each is answered (diverging at the threshold, or ok at t_max) or stopped early
+    # as stiff, well inside the budget
+    params, covs = _linear_draws()
+    stiff = [3, 5, 6, 16, 26, 31, 36]
+    atts = [Attention("linear", *params[i]) for i in stiff]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EarlyStopWarning)
+        b = g.solve_batch(atts, np.zeros((len(stiff), 4)), covs[stiff], t_max=30.0)
+    answered = b.success
+    assert answered.sum() >= 6, b.messages
+    for j in np.nonzero(~answered)[0]:
+        assert b.status[j] == "max_steps" and b.messages[j].startswith("stiff:")
+    assert set(b.status[answered]) <= {"diverging", "ok"}
+    reached = b.status == "diverging"
+    np.testing.assert_allclose(np.trace(b.covs[reached], axis1=1, axis2=2), 1e8, rtol=1e-10)

@@ -78,7 +78,17 @@ and ``limit`` are measured, so they do not depend on the threshold used to cut t
     ``t_max`` reached with none of the above (undecided).
 ``"max_steps"``
     The step budget ran out before ``t_max`` (an :class:`~transformer_pde.errors.EarlyStopWarning`
-    says so).
+    says so), or the member is stiff: after the explicit budget it is continued with LSODA,
+    and stopped early when the steps projected to its next stop exceed what is left of the
+    budget; its message then starts with ``stiff:``, gives the eigenvalue spread of
+    :math:`M` and what to do (the states up to ``t_final`` are accurate).
+
+Output times
+------------
+``t_eval`` times after a convergence are still reported: the path is integrated on
+without the convergence test (output only), and an exactly stationary state (zero
+rates) is held; status, message, ``t_final`` and the final state are those of the
+convergence.
 
 A blow-up, a divergence or a convergence is an answer, reported in ``status`` only.  Runs
 that end without an answer (``max_steps``, ``nonfinite``, ``failed``) also issue an

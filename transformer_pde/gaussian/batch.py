@@ -72,7 +72,9 @@ class GaussianBatch:
         :func:`solve`'s DOP853).
     t_eval : ndarray (T,) or None
     traj_means, traj_covs : ndarray (B, T, d), (B, T, d, d) or None
-        States at ``t_eval`` (NaN after a member terminated).
+        States at ``t_eval``: NaN after a member stopped without converging; after a
+        convergence, the states of the path integrated on (without the convergence test)
+        or, for an exactly stationary state, that state.
     messages : list of str (B)
         Per-member explanation of the status.
     """
@@ -235,7 +237,8 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
         As in :func:`solve`.
     t_eval : array_like (T,), optional
         Common output times (finite, strictly increasing, in ``[0, t_max]``);
-        ``traj_means`` / ``traj_covs`` hold NaN after a member terminated.
+        ``traj_means`` / ``traj_covs`` hold NaN after a member stopped without converging
+        (a converged member is integrated on to the last output time, as in :func:`solve`).
     max_steps : int
         Step attempts per member (>= 1) of the explicit method, capped at 4000; a member that needs
         more (typically a stiff one: a collapsing direction of :math:`\Sigma` decaying much

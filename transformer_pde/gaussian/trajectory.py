@@ -40,6 +40,8 @@ class GaussianTrajectory:
     Attributes
     ----------
     times : ndarray (T,)
+        The accepted steps, or the ``t_eval`` times reached (after a convergence: all of
+        them, so ``times`` may extend past ``t_final``).
     means : ndarray (T, d)
     covs : ndarray (T, d, d)
         Symmetric PSD by construction (:math:`\Sigma = FF^\top`).
@@ -203,7 +205,10 @@ def solve(att: Attention, mean0: Any, cov0: Any, *, t_max: float, rtol: float = 
           ``tol_low``).
     t_eval : array_like, optional
         Times at which to report the state (dense output, inverted in ``s``): finite,
-        strictly increasing, in ``[0, t_max]``; by default the accepted steps.
+        strictly increasing, in ``[0, t_max]``; by default the accepted steps.  Times after
+        a convergence are reported too (integrated on without the convergence test, or
+        the state held where it is exactly stationary); times after any other stop are
+        not (``times`` ends there).
     warn : bool, default True
         Issue the warning below; ``False`` leaves the status as the only report.
 
