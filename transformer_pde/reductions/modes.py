@@ -22,13 +22,15 @@ from ..errors import ArgumentError
 from ..validation import integer, real_array
 from .args import check_beta, check_model, check_shift
 
-__all__ = ["DEBYE_RADIUS", "EXHAUSTIVE_BETA", "log_ive", "mode_growth_rate",
+__all__ = ["DEBYE_RADIUS", "EXHAUSTIVE_BETA", "SERIES_BETA", "log_ive", "mode_growth_rate",
            "most_unstable_degree"]
 
 #: :func:`log_ive` uses Debye's expansion where :math:`\sqrt{\mu^2+\beta^2}` is at least
 #: this (ten terms: within :math:`10^{-15}` of the exact half-integer orders there, measured),
 #: ``scipy.special.ive`` below
 DEBYE_RADIUS = 60.0
+#: :func:`log_ive` sums the power series up to this :math:`\beta` (where ``ive`` can underflow)
+SERIES_BETA = 2.0
 #: :func:`most_unstable_degree` compares all degrees up to :math:`2\beta + 10` in floating
 #: point up to this :math:`\beta`, and bisects in exact decimal arithmetic above
 EXHAUSTIVE_BETA = 1e4
@@ -95,10 +97,38 @@ def log_ive(mu: Any, beta: float) -> np.ndarray:
     if np.any(far):
         quad, ash, log_rho, log_s = _debye_parts(mu[far] if mu.ndim else mu, beta)
         out[far] = quad - ash - 0.5 * (math.log(2 * math.pi) + log_rho) + log_s
-    if np.any(~far):
+    small = ~far & (beta <= SERIES_BETA)
+    if np.any(small):
+        out[small] = _log_ive_series(mu[small] if mu.ndim else mu, beta)
+    mid = ~far & ~small
+    if np.any(mid):
         with np.errstate(divide="ignore"):
-            out[~far] = np.log(ive(mu[~far] if mu.ndim else mu, beta))
+            out[mid] = np.log(ive(mu[mid] if mu.ndim else mu, beta))
     return out
+
+
+def _log_ive_series(mu: np.ndarray, beta: float) -> np.ndarray:
+    r""":math:`\log(e^{-\beta}I_\mu(\beta))` from the power series (DLMF 10.25.2) in
+    logarithms, :math:`\mu\log\frac\beta2 - \log\Gamma(\mu+1) - \beta +
+    \log\sum_k \frac{(\beta^2/4)^k}{k!\,(\mu+1)_k}`, for :math:`\beta \le 2`: the terms
+    fall by :math:`1/(k+1)^2` at least, so 40 of them leave below :math:`10^{-90}`
+    (``ive`` itself underflows to 0 once :math:`(\beta/2)^\mu/\Gamma(\mu+1) < 10^{-308}`,
+    e.g. :math:`\beta = 10^{-300}`)."""
+    with np.errstate(divide="ignore"):
+        return (mu * (math.log(beta) - math.log(2.0)) - gammaln(mu + 1.0) - beta
+                + _log_series(mu, beta))
+
+
+def _log_series(mu: Any, beta: float) -> np.ndarray:
+    r""":math:`\log\sum_{k<40} \frac{(\beta^2/4)^k}{k!\,(\mu+1)_k}` (:math:`\beta \le 2`)."""
+    mu = np.asarray(mu, dtype=float)
+    q = beta * beta / 4.0
+    term = np.ones_like(mu)
+    total = np.ones_like(mu)
+    for k in range(40):
+        term = term * q / ((k + 1.0) * (mu + k + 1.0))
+        total = total + term
+    return np.log(total)
 
 
 def _log_ive_ratio(mu: np.ndarray, nu: float, beta: float) -> np.ndarray:
@@ -123,19 +153,37 @@ def _rate_parts(beta: float, d: int, ell: np.ndarray, model: str,
     (no overflow at :math:`\beta \approx 10^{308}`, a few rounding units), and the
     logarithm :math:`R` of the Bessel part (:func:`log_ive`)."""
     nu = d / 2.0 - 1.0
+    if beta <= SERIES_BETA:
+        # the series: lambda = L/2 (beta/2)^(l-1) Gamma(nu+1)/Gamma(l+nu+1) S_{l+nu}/S_nu
+        # (SA) or S_{l+nu} e^{-shift} (USA), no log of a front ~ 1/beta to cancel
+        rest = (gammaln(nu + 1.0) - gammaln(ell + nu + 1.0) + _log_series(ell + nu, beta)
+                - (float(_log_series(nu, beta)) if model == "sa" else shift))
+        with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+            front = 0.5 * ell * (ell + (d - 2.0)) * (0.5 * beta) ** (ell - 1.0)
+            # where the power underflows or the front overflows: all of it in the exponent
+            log_front = (np.log(0.5 * ell) + np.log(ell + (d - 2.0))
+                         + (ell - 1.0) * (math.log(beta) - math.log(2.0)))
+        good = np.isfinite(front) & (front > 0)
+        return np.where(good, front, 1.0), np.where(good, rest, rest + log_front)
     root = math.sqrt(beta)
-    front = (ell / root) * ((ell + (d - 2.0)) / root)
+    with np.errstate(over="ignore"):     # inf for ell ~ 1e154: _rate then uses logs
+        front = (ell / root) * ((ell + (d - 2.0)) / root)
     if model == "sa":
         return front, _log_ive_ratio(ell + nu, nu, beta)
     return front, (log_ive(ell + nu, beta) + gammaln(nu + 1.0)
                    + nu * (math.log(2.0) - math.log(beta)) + (beta - shift))
 
 
+def _log_front(beta: float, d: int, ell: np.ndarray) -> np.ndarray:
+    r""":math:`\log(\ell(\ell+d-2)/\beta)` term by term (where the front overflows)."""
+    return np.log(ell) + np.log(ell + (d - 2.0)) - math.log(beta)
+
+
 def _log_rate(beta: float, d: int, ell: np.ndarray, model: str, shift: float) -> np.ndarray:
     r""":math:`\log\lambda_\ell` for :math:`\beta > 0` (:func:`_rate_parts`)."""
     front, rest = _rate_parts(beta, d, ell, model, shift)
     with np.errstate(divide="ignore"):
-        return np.log(front) + rest
+        return np.where(np.isfinite(front), np.log(front), _log_front(beta, d, ell)) + rest
 
 
 def _rate(beta: float, d: int, ell: np.ndarray, model: str, shift: float) -> np.ndarray:
@@ -143,9 +191,11 @@ def _rate(beta: float, d: int, ell: np.ndarray, model: str, shift: float) -> np.
     range (no logarithm of the front, whose rounding would cost
     :math:`10^{-16}\,|\log F|` relative), :math:`e^{\log F + R}` otherwise."""
     front, rest = _rate_parts(beta, d, ell, model, shift)
-    with np.errstate(over="ignore", divide="ignore"):
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         direct = front * np.exp(rest)
-        return np.where(np.abs(rest) < 700.0, direct, np.exp(np.log(front) + rest))
+        log_front = np.where(np.isfinite(front), np.log(front), _log_front(beta, d, ell))
+        return np.where((np.abs(rest) < 700.0) & np.isfinite(front), direct,
+                        np.exp(log_front + rest))
 
 
 def mode_growth_rate(beta: float, d: int, degree: Any, *, model: str = "sa",
@@ -189,8 +239,9 @@ def mode_growth_rate(beta: float, d: int, degree: Any, *, model: str = "sa",
     -----
     Every float :math:`\beta` gets its finite rate: the Bessel functions are taken in
     logarithms (:func:`log_ive`: Debye's uniform expansion where
-    :math:`\sqrt{\mu^2+\beta^2} \ge 60`, ``scipy.special.ive`` below, which alone is NaN
-    beyond :math:`\beta \approx 10^{9}`), the SA ratio
+    :math:`\sqrt{\mu^2+\beta^2} \ge 60`, the power series for :math:`\beta \le 2`, where
+    ``ive`` underflows at :math:`\beta = 10^{-300}`, and ``scipy.special.ive`` in between,
+    which alone is NaN beyond :math:`\beta \approx 10^{9}`), the SA ratio
     :math:`I_{\ell+\nu}/I_\nu = 1 - \ell(\ell+d-2)/(2\beta) + \dots` piece by piece, and
     the front :math:`\ell(\ell+d-2)/\beta` without overflow.  Relative accuracy about
     :math:`10^{-14}` (a few units of :math:`10^{-16}` times :math:`|\log\lambda|` for USA).
