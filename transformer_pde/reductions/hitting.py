@@ -22,7 +22,7 @@ from ..errors import ArgumentError
 from ..validation import real_array
 from .args import check_beta, check_model, check_n, check_rho, check_shift, lower_rho
 
-__all__ = ["equiangular_time"]
+__all__ = ["PEAK_FORM_MIN", "equiangular_time"]
 
 #: largest :math:`\beta c` for which the closed form is evaluated (``exp(600)`` is finite
 #: with a wide margin, and ``E_1`` of arguments up to 600 is a normal float)
@@ -55,9 +55,58 @@ def _closed(beta: float, n: int, u0: float, u: float, model: str, shift: float) 
     return 0.5 * math.exp(shift - beta) * diff
 
 
+#: from :math:`\beta u_0` = this on, the peak of :math:`e^{\beta u}` at :math:`u_0` is
+#: integrated in :math:`s = \beta(u_0 - u)` (:func:`_peak_time`)
+PEAK_FORM_MIN = 1600.0
+
+
+def _peak_time(beta: float, n: int, u0: float, u: float, model: str, shift: float) -> float:
+    r"""The time for :math:`\beta u_0 \ge` :data:`PEAK_FORM_MIN`, where :math:`e^{\beta w}`
+    is a peak of width :math:`1/\beta` at :math:`w = u_0` that no quadrature over
+    :math:`[u, u_0]` resolves at :math:`\beta = 10^{6}` and beyond.  With
+    :math:`g(w) = 1/(2w(n-(n-1)w))`,
+
+    .. math::
+        t_{SA} = \int_u^{u_0}(e^{\beta w} + n - 1)\,g\,dw = e^{\beta u_0}\,\frac J\beta
+          + \frac{n-1}{2n}\Big[\log\frac{w}{n-(n-1)w}\Big]_u^{u_0}, \qquad
+        t_{USA} = n\,e^{\mathrm{shift}-\beta}\,e^{\beta u_0}\,\frac J\beta,
+
+    :math:`J = \int_0^{\min(S, 800)} e^{-s} g(u_0 - s/\beta)\,ds` (integrated in
+    :math:`x = e^{-s}`, a smooth integrand on :math:`[e^{-S}, 1]`),
+    :math:`S = \beta(u_0 - u)` (the rest is below :math:`e^{-800}` of it: there
+    :math:`w \ge u_0/2`, so :math:`g` is smooth and bounded on the range), in logarithms:
+    ``inf`` only where the time exceeds the float range."""
+    S = min(beta * (u0 - u), 800.0)
+
+    def integrand(x: float) -> float:      # x = e^{-s}: e^{-s} ds = -dx, w = u0 + log(x)/beta
+        w = u0 + math.log(x) / beta if x > 0 else u0 - 800.0 / beta
+        return 1.0 / (2.0 * w * (n - (n - 1) * w))
+
+    J, _ = quad(integrand, math.exp(-S), 1.0, epsabs=0.0, epsrel=1e-13, limit=200)
+    if not J > 0.0:
+        return 0.0 if model == "usa" else _elementary(n, u0, u)
+    if model == "usa":
+        # the large exponents first: shift - beta + beta u0 is often small
+        log_t = ((shift - beta) + beta * u0) + math.log(n) - math.log(beta) + math.log(J)
+        return math.exp(log_t) if log_t < 709.0 else math.inf
+    log_peak = beta * u0 - math.log(beta) + math.log(J)
+    peak = math.exp(log_peak) if log_peak < 709.0 else math.inf
+    return peak + _elementary(n, u0, u)
+
+
+def _elementary(n: int, u0: float, u: float) -> float:
+    r""":math:`\frac{n-1}{2n}\big[\log\frac{w}{n-(n-1)w}\big]_u^{u_0}` (the softmax part
+    of the time that :math:`e^{\beta w}` does not weigh)."""
+    return (n - 1) / (2.0 * n) * (math.log(u0 / u) - math.log((n - (n - 1) * u0)
+                                                              / (n - (n - 1) * u)))
+
+
 def _quadrature(beta: float, n: int, u0: float, u: float, model: str, shift: float) -> float:
     r""":math:`t = \int_{\log u}^{\log u_0} h(v)\,dv`, :math:`h = u\,|dt/du|` at :math:`u = e^v`,
-    scaled by its value's exponential factor at :math:`u_0` (the largest on the path)."""
+    scaled by its value's exponential factor at :math:`u_0` (the largest on the path);
+    :func:`_peak_time` from :math:`\beta u_0 \ge` :data:`PEAK_FORM_MIN` on."""
+    if beta * u0 >= PEAK_FORM_MIN:
+        return _peak_time(beta, n, u0, u, model, shift)
     if model == "sa":
         log_scale = beta * u0
 
@@ -71,7 +120,12 @@ def _quadrature(beta: float, n: int, u0: float, u: float, model: str, shift: flo
         def h(v: float) -> float:
             w = math.exp(v)
             return n * math.exp(beta * (w - u0)) / (2.0 * (n - (n - 1) * w))
-    val, _ = quad(h, math.log(u), math.log(u0), epsabs=0.0, epsrel=1e-13, limit=500)
+    # the peak of e^{beta w} at w = u0 has width ~1/(beta u0) in v = log w: breakpoints
+    # there, so that a long interval (u -> 0) does not hide it from the quadrature
+    lo, hi = math.log(u), math.log(u0)
+    marks = sorted({hi - k / (beta * u0) for k in (1.0, 10.0, 100.0)} - {lo, hi})
+    val, _ = quad(h, lo, hi, epsabs=0.0, epsrel=1e-13, limit=500,
+                  points=[m for m in marks if lo < m < hi] or None)
     if val <= 0.0:
         return 0.0
     log_t = log_scale + math.log(val)
@@ -136,7 +190,11 @@ def equiangular_time(beta: float, n: int, rho0: float, rho: Any, *, model: str =
     cancellation), the time is computed instead by adaptive quadrature
     (``scipy.integrate.quad``, relative tolerance :math:`10^{-13}`) of
     :math:`dt/d\log u` over :math:`\log u`, whose integrand is bounded.  Both give about 12
-    significant digits.
+    significant digits.  From :math:`\beta(1-\rho_0) \ge 1600` on, the peak of
+    :math:`e^{\beta u}` at :math:`u_0` (width :math:`1/\beta`) is integrated in
+    :math:`s = \beta(u_0 - u)` and the result kept in logarithms, so every float
+    :math:`\beta` gets its time, ``inf`` where it exceeds the float range (before, the
+    quadrature missed the peak and returned 0 from :math:`\beta \approx 10^{6}` on).
 
     Examples
     --------
