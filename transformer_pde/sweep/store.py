@@ -565,9 +565,8 @@ def open_results(path: str | Path, *, verify: bool = True) -> Any:
     path : str or Path
         The store (``results.zarr``).
     verify : bool, default True
-        Check every done cell against its digest (whenever the store holds digests).
-        ``False`` skips only that (to inspect a store with damaged cells); the metadata
-        is checked either way.
+        Check every done cell against its digest (whenever the store holds digests);
+        ``False`` skips only that.  The metadata is checked either way.
 
     Returns
     -------
@@ -588,6 +587,7 @@ def open_results(path: str | Path, *, verify: bool = True) -> Any:
         flat index and coordinates), or the store holds digests under a version-1 marker.
         Genuine version-1 stores (no digests) are not verified.
     """
+    require("xarray", "reading a parameter study's results")   # the extra first
     path = Path(path)
     if not path.exists():
         raise StoreError(f"{path} does not exist")
