@@ -282,12 +282,12 @@ def test_limits_are_psd_with_unit_trace_for_random_values():
 
 
 @pytest.mark.slow  # over 10 s on 2 cores
-# (scipy's numerical Jacobian for Radau overflows in its step-factor search on this member)
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
-def test_radau_continuation_with_a_spent_budget_ends_cleanly():
-    # softmax, random V, d = 5, draw 50: stiff, handed to Radau, whose continuation past the
-    # threshold spends its step budget: the run ends with a status, without an error from
-    # scipy's event root finding (the step-counting event is a function of s only)
+def test_stiff_continuation_with_a_spent_budget_ends_cleanly():
+    # softmax, random V, d = 5, draw 50: stiff, handed to the stiff method (LSODA; Radau
+    # before), whose continuation past the threshold may spend its step budget: the run
+    # ends with a status, without an error from scipy's event root finding (the
+    # step-counting event is a function of s only)
     atts, covs = _square_draws(5, 100)
     b = g.solve_batch(atts[50], np.zeros((1, 5)), covs[50:51], t_max=30.0,
                       blowup_threshold=1e3, rtol=1e-6, atol=1e-9, max_steps=2000)

@@ -1,5 +1,7 @@
 r"""The reparametrised moment system shared by :func:`~transformer_pde.gaussian.solve` and
-:func:`~transformer_pde.gaussian.solve_batch`, and the classification of terminal states.
+:func:`~transformer_pde.gaussian.solve_batch`, the classification of terminal states, and
+the pieces of :func:`~transformer_pde.gaussian.solve`'s ``solve_ivp`` integrator on it
+(terminal events, the guarded right-hand side, the states at the output times).
 
 The state of a member is ``[t, rho, G (d*d, row-major), alpha_tilde (d)]``: the covariance
 factor :math:`F = e^{\rho}G` (:math:`\Sigma = FF^\top`, :math:`\|G\|_F = 1`), the mean
@@ -426,3 +428,142 @@ def check_flag(name: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise ArgumentTypeError(f"{name} must be a bool (True or False), got {value!r:.60}")
     return bool(value)
+
+
+# ------------------------------------------------------------ solve's integrator pieces
+def conv_events(sysm: MomentSystem, atol: float, convergence: str, converge_tol: float):
+    """The convergence events of :func:`~.trajectory.solve_from_factor`: ``(ev_conv, ev_alg, alg_hit)``.
+
+    ``ev_conv`` is a smooth terminal event (relative rate, or the absolute / trace
+    criterion); ``ev_alg`` the algebraic test of ``convergence="auto"``, stateful: called
+    once per accepted step (and in root finding only after another event fired), and once
+    the test passes at a step end a function of s only that crosses zero just before that
+    step's end (``alg_hit[0]``)."""
+    idx = np.zeros(1, dtype=int)
+    alg = np.full((1, 4), np.inf)
+    alg_hit = [math.inf]
+    if converge_tol <= 0.0:    # no convergence test (the output continuation)
+        def ev_conv(_s, y):
+            return 1.0
+    elif convergence in ("absolute", "trace"):
+        j = 2 if convergence == "absolute" else 3
+
+        def ev_conv(_s, y):
+            r = conv_rates(sysm, y[None], idx, atol)[j][0]
+            return math.log(max(float(r), 1e-300)) - math.log(converge_tol)
+    else:
+        def ev_conv(_s, y):
+            return math.log(max(float(sysm.conv_measure(y[None], idx, atol)[0]), 1e-300)) \
+                - math.log(converge_tol)
+    ev_conv.terminal = True
+    ev_conv.direction = -1
+
+    def ev_alg(s_, y):
+        if convergence == "auto" and alg_hit[0] == math.inf and int(converged_codes(
+                convergence, conv_rates(sysm, y[None], idx, atol), converge_tol, y[None, 0],
+                alg)[0]) == 5:
+            alg_hit[0] = s_ - 1e-12 * max(1.0, abs(s_))
+        return alg_hit[0] - s_ if alg_hit[0] < math.inf else 1.0
+    ev_alg.terminal = True
+    return ev_conv, ev_alg, alg_hit
+
+
+class NonFinite(Exception):
+    """The moment equations' right-hand side overflowed (internal)."""
+
+
+def checked_rhs(sysm: MomentSystem, idx: np.ndarray):
+    """The right-hand side for ``solve_ivp``, raising :class:`NonFinite` when it is not
+    finite (an overflow would otherwise shrink the step forever or fail obscurely)."""
+    def fun(_s, y):
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            f = sysm.rhs(y[None], idx)[0]
+        if not np.all(np.isfinite(f)):
+            raise NonFinite
+        return f
+    return fun
+
+
+def set_window(sysm: MomentSystem, t_lo: float, stop: float) -> None:
+    """Clamp the parameter evaluation of ``sysm`` to the interior of the segment
+    ``[t_lo, stop]`` (a relative margin of 1e-7, at most a quarter of the segment)."""
+    eta = 1e-7 * max(1.0, abs(stop))
+    sysm.lo[:] = t_lo + min(eta, 0.25 * (stop - t_lo))
+    sysm.hi[:] = stop - min(eta, 0.25 * (stop - t_lo))
+
+
+def time_event(stop: float):
+    """Terminal event of ``solve_ivp``: ``t`` crosses ``stop`` upwards."""
+    def ev_time(_s, y):
+        return y[0] - stop
+    ev_time.terminal = True
+    ev_time.direction = 1
+    return ev_time
+
+
+def budget_event(budget: int):
+    """Terminal event of ``solve_ivp`` that fires once ``budget`` accepted steps are spent.
+
+    A function of s only (root finding re-evaluates it): positive until the step budget is
+    spent, then it crosses zero just before the current step's end."""
+    count = [0, math.inf]
+
+    def ev_budget(s_, y):
+        count[0] += 1
+        if count[0] > budget and count[1] == math.inf:
+            count[1] = s_ - 1e-12 * max(1.0, abs(s_))
+        return count[1] - s_ if count[1] < math.inf else 1.0
+    ev_budget.terminal = True
+    return ev_budget
+
+
+def reported_states(sysm: MomentSystem, Y: np.ndarray, seg_y: list, sols: list,
+                    t_eval: Any, t0: float, t_end: float | None = None,
+                    hold: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(times, means, covs)`` of :func:`~.trajectory.solve_from_factor`'s output: the accepted steps
+    (``seg_y``, or the final state ``Y`` alone) without ``t_eval``, else the states at the
+    times of ``t_eval`` in ``[t0, t_end]`` (default ``Y[0]``) from the dense outputs
+    ``sols``; times that no dense output covers take the stationary state ``hold`` (or
+    ``Y`` at ``t0``: a run stationary from its start)."""
+    if not seg_y:
+        seg_y = [Y[None]]
+    Yall = np.vstack(seg_y)
+    if t_eval is None:
+        return sysm.moments(Yall, np.zeros(len(Yall), int))
+    te = np.sort(np.asarray(t_eval, float).ravel())
+    t_end = float(Y[0]) if t_end is None else t_end
+    te = te[(te >= t0) & (te <= t_end)]
+    Ye = np.full((te.size, sysm.n), np.nan)
+    done = np.zeros(te.size, bool)
+    for sol, lo_t, hi_t in sols:
+        sel = ~done & (te >= lo_t) & (te <= hi_t)
+        if np.any(sel):
+            Ye[sel] = invert_time(sol.sol, sel, te)
+            done |= sel
+    rest = ~done & (te == t0)       # no step taken: the run's only state is its start
+    Ye[rest] = Y
+    if hold is not None:
+        Ye[~done & ~rest] = hold
+    ok = np.isfinite(Ye[:, 0])
+    te, Ye = te[ok], Ye[ok]
+    _, means, covs = sysm.moments(Ye, np.zeros(len(Ye), int))
+    return te, means, covs
+
+
+def invert_time(dense, sel: np.ndarray, te: np.ndarray) -> np.ndarray:
+    """States at times ``te[sel]`` from a dense output in ``s`` (bisection; t(s) increasing)."""
+    targets = te[sel]
+    lo = np.full(targets.shape, dense.t_min)
+    hi = np.full(targets.shape, dense.t_max)
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        tm = dense(mid)[0]
+        below = tm < targets
+        lo = np.where(below, mid, lo)
+        hi = np.where(below, hi, mid)
+        if np.all(hi - lo <= 4e-16 * np.maximum(np.abs(hi), 1.0)):
+            break
+    Ys = np.atleast_2d(dense(0.5 * (lo + hi)).T)
+    Ys[:, 0] = targets
+    return Ys

@@ -21,11 +21,18 @@ from .affine import check_attention, check_mean_cov, psd_factor
 from .system import (
     CLASSIFY_SIZE,
     MomentSystem,
+    NonFinite,
+    budget_event,
     check_solver_args,
     check_t_eval,
+    checked_rhs,
     classify_members,
+    conv_events,
     conv_rates,
     converged_codes,
+    reported_states,
+    set_window,
+    time_event,
 )
 
 __all__ = ["GaussianTrajectory", "solve"]
@@ -261,71 +268,18 @@ IMPLICIT_STEPS = 5000  # stiff-method steps per segment before giving up (status
 IMPLICIT_CHUNK = 500
 
 
-def _conv_events(sysm: MomentSystem, atol: float, convergence: str, converge_tol: float):
-    """The convergence events of :func:`solve_from_factor`: ``(ev_conv, ev_alg, alg_hit)``.
-
-    ``ev_conv`` is a smooth terminal event (relative rate, or the absolute / trace
-    criterion); ``ev_alg`` the algebraic test of ``convergence="auto"``, stateful: called
-    once per accepted step (and in root finding only after another event fired), and once
-    the test passes at a step end a function of s only that crosses zero just before that
-    step's end (``alg_hit[0]``)."""
-    idx = np.zeros(1, dtype=int)
-    alg = np.full((1, 4), np.inf)
-    alg_hit = [math.inf]
-    if converge_tol <= 0.0:    # no convergence test (the output continuation)
-        def ev_conv(_s, y):
-            return 1.0
-    elif convergence in ("absolute", "trace"):
-        j = 2 if convergence == "absolute" else 3
-
-        def ev_conv(_s, y):
-            r = conv_rates(sysm, y[None], idx, atol)[j][0]
-            return math.log(max(float(r), 1e-300)) - math.log(converge_tol)
-    else:
-        def ev_conv(_s, y):
-            return math.log(max(float(sysm.conv_measure(y[None], idx, atol)[0]), 1e-300)) \
-                - math.log(converge_tol)
-    ev_conv.terminal = True
-    ev_conv.direction = -1
-
-    def ev_alg(s_, y):
-        if convergence == "auto" and alg_hit[0] == math.inf and int(converged_codes(
-                convergence, conv_rates(sysm, y[None], idx, atol), converge_tol, y[None, 0],
-                alg)[0]) == 5:
-            alg_hit[0] = s_ - 1e-12 * max(1.0, abs(s_))
-        return alg_hit[0] - s_ if alg_hit[0] < math.inf else 1.0
-    ev_alg.terminal = True
-    return ev_conv, ev_alg, alg_hit
-
-
-class _NonFinite(Exception):
-    """The moment equations' right-hand side overflowed (internal)."""
-
-
-def _checked_rhs(sysm: MomentSystem, idx: np.ndarray):
-    """The right-hand side for ``solve_ivp``, raising :class:`_NonFinite` when it is not
-    finite (an overflow would otherwise shrink the step forever or fail obscurely)."""
-    def fun(_s, y):
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            f = sysm.rhs(y[None], idx)[0]
-        if not np.all(np.isfinite(f)):
-            raise _NonFinite
-        return f
-    return fun
-
-
 def _continue_past(sysm: MomentSystem, att: Attention, Y: np.ndarray, log_thr_c: float,
                    rtol: float, atol_vec: np.ndarray, method: str, atol: float,
                    convergence: str, converge_tol: float) -> tuple[np.ndarray, int]:
     """State continued from ``Y`` (on the drawing threshold) to size ``exp(log_thr_c)`` (code
     1), convergence (2, 5, 6) or the step budget (3), without output (for the blow-up test,
     T* and the limit, or to see a transient crossing converge)."""
-    ev_conv, ev_alg, _ = _conv_events(sysm, atol, convergence, converge_tol)
+    ev_conv, ev_alg, _ = conv_events(sysm, atol, convergence, converge_tol)
     idx = np.zeros(1, dtype=int)
     tables = layer_tables(att)
     t0 = float(Y[0])
     stops = [*jump_times(tables, t0, math.inf).tolist(), math.inf]
-    fun = _checked_rhs(sysm, idx)
+    fun = checked_rhs(sysm, idx)
 
     def ev_size(_s, y):
         return float(sysm.log_size(y[None], idx)[0]) - log_thr_c
@@ -335,29 +289,14 @@ def _continue_past(sysm: MomentSystem, att: Attention, Y: np.ndarray, log_thr_c:
     t_lo = t0
     for stop in stops:
         if math.isfinite(stop):
-            eta = 1e-7 * max(1.0, abs(stop))
-            sysm.lo[:] = t_lo + min(eta, 0.25 * (stop - t_lo))
-            sysm.hi[:] = stop - min(eta, 0.25 * (stop - t_lo))
+            set_window(sysm, t_lo, stop)
         else:
             sysm.lo[:] = t_lo + 1e-7 * max(1.0, abs(t_lo))
             sysm.hi[:] = math.inf
-
-        def ev_time(_s, y, stop=stop):
-            return y[0] - stop
-        ev_time.terminal = True
-        ev_time.direction = 1
-        count = [0, math.inf]
-
-        def ev_budget(s_, y, count=count):
-            # a function of s only, as in solve_from_factor (root finding re-evaluates it: a
-            # counter alone can have the same sign at both ends of the bracket)
-            count[0] += 1
-            if count[0] > STIFF_STEPS and count[1] == math.inf:
-                count[1] = s_ - 1e-12 * max(1.0, abs(s_))
-            return count[1] - s_ if count[1] < math.inf else 1.0
-        ev_budget.terminal = True
         sol = solve_ivp(fun, (s0, 1e300), Y, method=method, rtol=rtol, atol=atol_vec,
-                        events=[ev_size, ev_time, ev_budget, ev_conv, ev_alg])
+                        events=[ev_size, time_event(stop), budget_event(STIFF_STEPS), ev_conv,
+                                ev_alg], **({"jac": _fd_jacobian(sysm)}
+                                            if method == STIFF_METHOD else {}))
         if sol.status == -1:
             break
         if sol.t_events[0].size:
@@ -410,7 +349,7 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
             Yc_, creason[0] = _continue_past(sysm, att, Y.copy(), log_thr_c, rtol, atol_vec,
                                              method, atol, convergence, converge_tol)
             Yc = Yc_[None]
-        except _NonFinite:
+        except NonFinite:
             pass   # overflow while measuring: classified at the threshold itself
     status, Tstar, limit, msgs = classify_members(sysm, Y[None], idx, converge_tol,
                                                   np.array([reason]), Yc, convergence, creason,
@@ -429,7 +368,7 @@ def solve_from_factor(att: Attention, t0: float, m0: np.ndarray, F0: np.ndarray,
         t_end, hold, more = _output_continuation(sysm, att, Y, float(np.max(t_eval)), rtol,
                                                  atol, atol_vec, method, log_thr)
         sols = sols + more
-    t_all, means, covs = _reported_states(sysm, Y, seg_y, sols, t_eval, t0, t_end, hold)
+    t_all, means, covs = reported_states(sysm, Y, seg_y, sols, t_eval, t0, t_end, hold)
     _, fm, fc = sysm.moments(Y[None], idx)
     return GaussianTrajectory(np.asarray(t_all), means, covs, status[0], float(Tstar[0]),
                               limit[0], float(Y[0]), msgs[0], nfev, fm[0], fc[0])
@@ -475,39 +414,6 @@ def _output_continuation(sysm: MomentSystem, att: Attention, Y: np.ndarray, t_la
     if reason == 2:        # relative rates exactly 0 (Sigma' = 0, alpha' = 0): held
         return t_last, Ye, sols
     return (t_last if reason == 0 else float(Ye[0])), None, sols
-
-
-def _set_window(sysm: MomentSystem, t_lo: float, stop: float) -> None:
-    """Clamp the parameter evaluation of ``sysm`` to the interior of the segment
-    ``[t_lo, stop]`` (a relative margin of 1e-7, at most a quarter of the segment)."""
-    eta = 1e-7 * max(1.0, abs(stop))
-    sysm.lo[:] = t_lo + min(eta, 0.25 * (stop - t_lo))
-    sysm.hi[:] = stop - min(eta, 0.25 * (stop - t_lo))
-
-
-def _time_event(stop: float):
-    """Terminal event of ``solve_ivp``: ``t`` crosses ``stop`` upwards."""
-    def ev_time(_s, y):
-        return y[0] - stop
-    ev_time.terminal = True
-    ev_time.direction = 1
-    return ev_time
-
-
-def _budget_event(budget: int):
-    """Terminal event of ``solve_ivp`` that fires once ``budget`` accepted steps are spent.
-
-    A function of s only (root finding re-evaluates it): positive until the step budget is
-    spent, then it crosses zero just before the current step's end."""
-    count = [0, math.inf]
-
-    def ev_budget(s_, y):
-        count[0] += 1
-        if count[0] > budget and count[1] == math.inf:
-            count[1] = s_ - 1e-12 * max(1.0, abs(s_))
-        return count[1] - s_ if count[1] < math.inf else 1.0
-    ev_budget.terminal = True
-    return ev_budget
 
 
 def _segment_end(sol: Any, stop: float, method: str, convergence: str
@@ -592,7 +498,7 @@ def _integrate_segments(sysm: MomentSystem, Y0: np.ndarray, t0: float, stops: li
 
     ``STIFF_METHOD`` (after ``STIFF_STEPS`` explicit steps of a segment) runs in chunks of
     ``IMPLICIT_CHUNK`` steps with the Jacobian of :func:`_fd_jacobian`; from the second chunk
-    on, when the steps projected to the next stop (:func:`_projected_steps`) exceed what
+    on, when the steps projected to the next stop (:func:`projected_steps`) exceed what
     is left of ``IMPLICIT_STEPS``, the path stops there (code 3) and ``stiff`` (a dict,
     when given) receives ``projected``, ``dt`` (the last chunk's advance in ``t``),
     ``chunk`` and ``left``.
@@ -610,7 +516,7 @@ def _integrate_segments(sysm: MomentSystem, Y0: np.ndarray, t0: float, stops: li
     t_lo = t0
     Y = Y0
     alg = np.full((1, 4), np.inf)
-    fun = _checked_rhs(sysm, idx)
+    fun = checked_rhs(sysm, idx)
     last = [Y0]   # the last finite state the events saw (accepted steps)
 
     def ev_size(_s, y):
@@ -620,11 +526,11 @@ def _integrate_segments(sysm: MomentSystem, Y0: np.ndarray, t0: float, stops: li
     ev_size.terminal = True
     ev_size.direction = 1
 
-    ev_conv, ev_alg, _ = _conv_events(sysm, atol, convergence, converge_tol)
+    ev_conv, ev_alg, _ = conv_events(sysm, atol, convergence, converge_tol)
     jac = _fd_jacobian(sysm)
     for stop in stops:
-        _set_window(sysm, t_lo, stop)
-        ev_time = _time_event(stop)
+        set_window(sysm, t_lo, stop)
+        ev_time = time_event(stop)
         seg_done = False
         used = 0                     # stiff-method steps spent in this segment
         while not seg_done:
@@ -633,17 +539,17 @@ def _integrate_segments(sysm: MomentSystem, Y0: np.ndarray, t0: float, stops: li
             if c0:
                 reason = c0          # already stationary: events only see sign changes
                 break
-            radau = method == STIFF_METHOD
-            budget = min(IMPLICIT_CHUNK, IMPLICIT_STEPS - used) if radau else STIFF_STEPS
-            events = [ev_size, ev_time, ev_conv, _budget_event(budget), ev_alg]
+            implicit = method == STIFF_METHOD
+            budget = min(IMPLICIT_CHUNK, IMPLICIT_STEPS - used) if implicit else STIFF_STEPS
+            events = [ev_size, ev_time, ev_conv, budget_event(budget), ev_alg]
             t_start = float(Y[0])
             Y_start = Y
             # unbounded s-span: the events (size, t = stop, convergence) end each segment
             try:
                 sol = solve_ivp(fun, (s0, 1e300), Y, method=method, rtol=rtol, atol=atol_vec,
                                 events=events, dense_output=True,
-                                **({"jac": jac} if radau else {}))
-            except _NonFinite:   # overflow: stop at the last finite accepted state
+                                **({"jac": jac} if implicit else {}))
+            except NonFinite:   # overflow: stop at the last finite accepted state
                 reason = 7
                 Y = last[0]
                 seg_y.append(Y[None])
@@ -652,7 +558,7 @@ def _integrate_segments(sysm: MomentSystem, Y0: np.ndarray, t0: float, stops: li
             if sol.status == -1:
                 raise RuntimeError(f"solve_ivp failed: {sol.message}")
             reason, Y, seg_done, method = _segment_end(sol, stop, method, convergence)
-            if radau and reason == 3:           # a chunk of stiff-method steps spent
+            if implicit and reason == 3:           # a chunk of stiff-method steps spent
                 used += budget
                 left = IMPLICIT_STEPS - used
                 proj = _projected_steps(sysm, Y_start, Y, budget, stop, log_thr, convergence,
@@ -672,56 +578,3 @@ def _integrate_segments(sysm: MomentSystem, Y0: np.ndarray, t0: float, stops: li
         if reason != 0:
             break
     return Y, reason, seg_y, sols, nfev, method
-
-
-def _reported_states(sysm: MomentSystem, Y: np.ndarray, seg_y: list, sols: list,
-                     t_eval: Any, t0: float, t_end: float | None = None,
-                     hold: np.ndarray | None = None
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(times, means, covs)`` of :func:`solve_from_factor`'s output: the accepted steps
-    (``seg_y``, or the final state ``Y`` alone) without ``t_eval``, else the states at the
-    times of ``t_eval`` in ``[t0, t_end]`` (default ``Y[0]``) from the dense outputs
-    ``sols``; times that no dense output covers take the stationary state ``hold`` (or
-    ``Y`` at ``t0``: a run stationary from its start)."""
-    if not seg_y:
-        seg_y = [Y[None]]
-    Yall = np.vstack(seg_y)
-    if t_eval is None:
-        return sysm.moments(Yall, np.zeros(len(Yall), int))
-    te = np.sort(np.asarray(t_eval, float).ravel())
-    t_end = float(Y[0]) if t_end is None else t_end
-    te = te[(te >= t0) & (te <= t_end)]
-    Ye = np.full((te.size, sysm.n), np.nan)
-    done = np.zeros(te.size, bool)
-    for sol, lo_t, hi_t in sols:
-        sel = ~done & (te >= lo_t) & (te <= hi_t)
-        if np.any(sel):
-            Ye[sel] = _invert_time(sol.sol, sel, te)
-            done |= sel
-    rest = ~done & (te == t0)       # no step taken: the run's only state is its start
-    Ye[rest] = Y
-    if hold is not None:
-        Ye[~done & ~rest] = hold
-    ok = np.isfinite(Ye[:, 0])
-    te, Ye = te[ok], Ye[ok]
-    _, means, covs = sysm.moments(Ye, np.zeros(len(Ye), int))
-    return te, means, covs
-
-
-def _invert_time(dense, sel: np.ndarray, te: np.ndarray) -> np.ndarray:
-    """States at times ``te[sel]`` from a dense output in ``s`` (bisection; t(s) increasing)."""
-    targets = te[sel]
-    lo = np.full(targets.shape, dense.t_min)
-    hi = np.full(targets.shape, dense.t_max)
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        tm = dense(mid)[0]
-        below = tm < targets
-        lo = np.where(below, mid, lo)
-        hi = np.where(below, hi, mid)
-        if np.all(hi - lo <= 4e-16 * np.maximum(np.abs(hi), 1.0)):
-            break
-    Ys = np.atleast_2d(dense(0.5 * (lo + hi)).T)
-    Ys[:, 0] = targets
-    return Ys
-
