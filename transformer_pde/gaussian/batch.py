@@ -378,6 +378,8 @@ def _converged_outputs(atts: list, kind: str, run: np.ndarray, reason: np.ndarra
     rates 0, stops it; that state is then held at the later times); the size threshold,
     the step budget or an overflow leave the later rows NaN.  ``Y`` (the final states, on
     the convergence) is not changed."""
+    if not te.size:                 # no output times: nothing to report after convergence
+        return
     cont = run[np.isin(reason[run], (2, 5, 6)) & (Y[run, 0] < te[-1])]
     if not cont.size:
         return

@@ -46,12 +46,14 @@ def solve_run(run: PaperRun, covs0: Any = None, *, n_eval: int = 300, t_max: flo
 
 
 def run_paths(batch: Any) -> list[np.ndarray]:
-    """Per member: its saved covariances (finite rows of ``traj_covs``) followed by its final
+    """Per member: its saved covariances up to the end of its run (finite rows of
+    ``traj_covs`` at times ``<= t_final``; a member that converged early is reported at
+    later output times too, which the paper's run does not reach) followed by its final
     state ``covs`` when that is later than the last saved time."""
     paths = []
     for i in range(len(batch)):
         c = batch.traj_covs[i]
-        ok = np.all(np.isfinite(c), axis=(1, 2))
+        ok = np.all(np.isfinite(c), axis=(1, 2)) & (batch.t_eval <= batch.t_final[i])
         p = c[ok]
         if batch.t_final[i] > batch.t_eval[ok][-1]:
             p = np.concatenate([p, batch.covs[i][None]])
