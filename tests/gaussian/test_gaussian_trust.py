@@ -275,3 +275,17 @@ def test_the_stiff_linear_members_of_a_batch_are_answered_or_stopped_early():
     assert set(b.status[answered]) <= {"diverging", "ok"}
     reached = b.status == "diverging"
     np.testing.assert_allclose(np.trace(b.covs[reached], axis1=1, axis2=2), 1e8, rtol=1e-10)
+
+
+def test_an_atol_below_float64_is_the_solvers_error_not_a_runtime_error():
+    # scipy cannot take a step when atol asks for more than float64 resolves; this was a bare
+    # RuntimeError (an internal error, exit 5, in the CLI), it is the library's solver error
+    # saying which tolerances to loosen
+    from transformer_pde.errors import SolverNotConverged
+
+    I2 = np.eye(2)
+    att = Attention("softmax", I2, I2, I2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)   # scipy's own, on the way to failing
+        with pytest.raises(SolverNotConverged, match="atol = 1e-300"):
+            g.solve(att, np.zeros(2), np.diag([1.0, 0.5]), t_max=5.0, atol=1e-300)

@@ -20,7 +20,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from .. import validation
-from ..errors import ArgumentError
+from ..errors import ArgumentError, SolverNotConverged
 from .affine import psd_factor, sym
 
 __all__ = [
@@ -216,7 +216,7 @@ def exact_rank_one_softmax(V: Any, A: Any, u0: Any, t: Any, beta: float = 1.0,
     sol = solve_ivp(phi, (0.0, float(ts.max())), [0.0], method="DOP853", t_eval=ts,
                     rtol=rtol, atol=1e-14)
     if sol.status != 0:
-        raise RuntimeError(f"rank-one reference failed: {sol.message}")
+        raise SolverNotConverged(f"rank-one reference failed: {sol.message}")
     return np.stack([u_of(tau) for tau in sol.y[0]])
 
 

@@ -13,7 +13,7 @@ from scipy.integrate import solve_ivp
 
 from ..attention import Attention
 from .. import results_display as display
-from ..errors import ArgumentError, IntegrityError
+from ..errors import ArgumentError, IntegrityError, SolverNotConverged
 from ..io.saving import GAUSSIAN_FORMAT, read_gaussian, save_gaussian
 from ..integrate.breakpoints import jump_times, layer_tables
 from ..results import ResultKind, Status, check_warn, warn_stop
@@ -555,8 +555,11 @@ def _integrate_segments(sysm: MomentSystem, Y0: np.ndarray, t0: float, stops: li
                 seg_y.append(Y[None])
                 break
             nfev += sol.nfev
-            if sol.status == -1:
-                raise RuntimeError(f"solve_ivp failed: {sol.message}")
+            if sol.status == -1:    # scipy could not take a step (e.g. an atol below float64)
+                raise SolverNotConverged(
+                    f"the moment ODE's integrator failed at t = {float(sol.y[0, -1]):.6g} "
+                    f"({sol.message}); rtol = {rtol:g} and atol = {atol:g} may ask for more "
+                    f"than float64 resolves: loosen them")
             reason, Y, seg_done, method = _segment_end(sol, stop, method, convergence)
             if implicit and reason == 3:           # a chunk of stiff-method steps spent
                 used += budget
