@@ -133,3 +133,14 @@ def test_unknown_keys_and_tables_suggest_the_closest(tmp_path, capsys):
     assert main(["sweep", str(cfg), "--out", str(tmp_path / "o")]) == 2
     assert "did you mean 'ranks'?" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_simulate_template_uses_the_librarys_default_backend():
+    # the template a user starts from must not pin a slower backend than the library picks
+    # (with "numpy" pinned, 3,000 tokens ran for minutes where "auto" takes seconds)
+    import tomllib
+
+    from transformer_pde.particles.options import FieldOptions
+
+    config = tomllib.loads((ROOT / "examples" / "configs" / "simulate.toml").read_text())
+    assert config["field"]["backend"] == FieldOptions().backend == "auto"
