@@ -161,3 +161,18 @@ def test_import_resolution(source, expected, tmp_path, monkeypatch):
 def test_cycle_detector_finds_a_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_no_package_namespace_lists_the_future_import():
+    # `from __future__ import annotations` leaves a name `annotations` in the module; in a
+    # package's __init__ it shows in dir() and tab completion beside the public names
+    import importlib
+    import pkgutil
+
+    import transformer_pde
+
+    names = ["transformer_pde"] + [f"transformer_pde.{m.name}"
+                                   for m in pkgutil.iter_modules(transformer_pde.__path__)
+                                   if m.ispkg]
+    listed = [n for n in names if "annotations" in dir(importlib.import_module(n))]
+    assert not listed

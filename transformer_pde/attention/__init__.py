@@ -35,8 +35,6 @@ registry), :mod:`~transformer_pde.attention.layers` (per-layer tables),
 :mod:`~transformer_pde.attention.spec` (the :class:`Attention` specification).
 """
 
-from __future__ import annotations
-
 from .heads import AttentionParams, Head, score_head
 from .kinds import BIAS_RULES, KINDS, Kind, register_kind
 from .layers import Layers

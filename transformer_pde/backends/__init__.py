@@ -34,8 +34,6 @@ otherwise use the primitives, so a backend without it stays complete:
     contract); the Sinkhorn solver uses it where present.
 """
 
-from __future__ import annotations
-
 import importlib
 from typing import Any, Protocol
 

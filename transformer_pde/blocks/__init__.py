@@ -51,8 +51,6 @@ nGPT or LN-Scaling; :func:`speed_factors` reports the factor by which each schem
 the angular speed of the tokens along a run.
 """
 
-from __future__ import annotations
-
 from .block import MLP, SPLITTINGS, Block, Constraint, MLPWeights, PostLayerNorm, Sphere
 from .normalization import (NORMALIZATIONS, Normalization, speed_factors, sphere_retract,
                             tangent_project)

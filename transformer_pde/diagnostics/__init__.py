@@ -39,8 +39,6 @@ Modules, by concern: :mod:`.distances`, :mod:`.stability`, :mod:`.ranks`, :mod:`
 every public name is re-exported here.
 """
 
-from __future__ import annotations
-
 from .clustering import Clusters, cluster_counts, clusters
 from .decoder import FirstTokenDistances, distance_to_first
 from .depth import cosine_similarity, depth_statistics

@@ -96,8 +96,6 @@ that end without an answer (``max_steps``, ``nonfinite``, ``failed``) also issue
 ``warn=False`` on :func:`solve` / :func:`solve_batch` turns it off for one call.
 """
 
-from __future__ import annotations
-
 from .affine import affine_field, moment_ode, sinkhorn_cross_covariance
 from .batch import GaussianBatch, load, solve_batch
 from .exact import (

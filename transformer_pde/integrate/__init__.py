@@ -23,8 +23,6 @@ r"""Time integration: Butcher tableaux, Runge–Kutta steppers, step-size contro
   and the identity of a run they are compared by.
 """
 
-from __future__ import annotations
-
 from .breakpoints import is_jump, jump_times, layer_tables, next_jump
 from .controller import (ConstantStepSize, PIController, Step, clip_step, initial_step,
                          n_fixed_steps)

@@ -23,8 +23,6 @@ different data (see the documentation page *Files, checkpoints and their checks*
 file's checksums are verified whenever it carries them, whatever its version field says.
 """
 
-from __future__ import annotations
-
 from ..errors import IntegrityError, TrajectoryFileError
 from .codec import (ATTENTION_PREFIX, attention_data, attention_fields, attention_from_data,
                     attention_from_json, attention_to_json)

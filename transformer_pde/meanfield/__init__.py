@@ -14,8 +14,6 @@ r"""The mean-field PDE of attention dynamics, solved as a PDE.
   :math:`N` (:func:`convergence_study`).
 """
 
-from __future__ import annotations
-
 from .circle import CircleSolution, solve_circle
 from .spectral import circle_growth_rate
 from .line import LineSolution, solve_line

@@ -25,8 +25,6 @@ module                 holds
 =====================  ==================================================================
 """
 
-from __future__ import annotations
-
 from ..fields import velocity
 from ..integrate.loop import Limits, Monitor, SaveAt
 from ..io.trajectory import NPZ_FORMAT_VERSION

@@ -16,8 +16,6 @@ network), :mod:`.decoder` (a causal decoder's depth statistics beside other flow
 attention sink); every public name is re-exported here.
 """
 
-from __future__ import annotations
-
 from .covariance import cone, cone_coordinates, cone_slice
 from .decoder import ModelCurve, attention_sink, decoder_flows, models_side_by_side
 from .pretrained import (STATISTICS_PANELS, DepthCurve, PathPanel, cosine_matrices,

@@ -37,8 +37,6 @@ names the file and what is wrong (the key, the tensor and entry); a prompt that 
 non-empty string UTF-8 can encode (a lone surrogate) is refused naming ``text``.
 """
 
-from __future__ import annotations
-
 from .bpe import PRE_TOKENIZERS, build_tokenizer
 from .decoder import PretrainedDecoder, from_gguf_model, load_gguf
 from .decoder_report import (decoder_flow_report, encoder_statistics, first_token_attention,

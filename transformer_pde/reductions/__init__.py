@@ -23,8 +23,6 @@ Symmetric configurations and linearisations turn the particle flow of tokens on
 The derivations are on the documentation page *Exact reductions on the sphere*.
 """
 
-from __future__ import annotations
-
 from .equiangular_flow import SCHEMES, EquiangularSolution, equiangular, equiangular_rates
 from .gram import GramFlow, gram_field, gram_flow, gram_from_tokens, random_gram
 from .hitting import equiangular_time

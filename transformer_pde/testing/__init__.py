@@ -24,8 +24,6 @@ Examples
 True
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 # the names of transformer_pde.testing.strategies, re-exported lazily (hypothesis is optional)

@@ -18,8 +18,6 @@ Importing this package without Numba raises
 :class:`~transformer_pde.errors.BackendNotAvailable`.
 """
 
-from __future__ import annotations
-
 from .intrinsics import vexp  # first: raises BackendNotAvailable without Numba
 from .backend import NumbaBackend
 
