@@ -43,7 +43,7 @@ import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError
 from ..results import ResultKind, require_kind
-from ..validation import choice, finite_array
+from ..validation import choice, finite_array, normalize_weights
 
 __all__ = ["circle_quantile", "distance_to_pde", "w1_circle", "w1_line", "w2_line"]
 
@@ -64,16 +64,6 @@ class _CDF:
     atoms: bool
 
 
-def _normalised(w: np.ndarray) -> np.ndarray:
-    r"""Non-negative ``w`` (finite, positive maximum) divided by its sum, computed as
-    :math:`(w / \max w) / \sum_i (w_i / \max w)`: the scaled values lie in ``[0, 1]`` and
-    sum to at most ``w.size``, so weights of any scale (each near the largest float,
-    whose plain sum overflows to ``inf``, or tiny ones) give their normalised values to
-    rounding."""
-    w = w / w.max()
-    return w / w.sum()
-
-
 def _samples_cdf(name: str, values: np.ndarray, weights: Any) -> _CDF:
     n = values.shape[0]
     if n == 0:
@@ -86,7 +76,7 @@ def _samples_cdf(name: str, values: np.ndarray, weights: Any) -> _CDF:
             raise ArgumentError(f"weights of {name} must have shape ({n},), got {w.shape}")
         if np.any(w < 0) or not w.max() > 0:
             raise ArgumentError(f"weights of {name} must be >= 0 with a positive sum")
-        w = _normalised(w)
+        w = normalize_weights(w)
     order = np.argsort(values, kind="stable")
     xs, ws = values[order], w[order]
     ux, start = np.unique(xs, return_index=True)
@@ -352,8 +342,9 @@ def w1_line(a: Any, b: Any, *, weights_a: Any = None, weights_b: Any = None) -> 
         mass one.
     weights_a, weights_b : array_like (N,), optional
         Non-negative, finite sample weights with a positive sum, of any scale: only the
-        normalised weights :math:`w_i / \sum_j w_j` matter (computed after dividing by
-        the largest weight, so weights whose sum overflows are handled exactly).
+        normalised weights :math:`w_i / \sum_j w_j` matter (divided by the largest
+        weight first where the sum overflows or is subnormal:
+        :func:`~transformer_pde.validation.normalize_weights`).
 
     Returns
     -------
