@@ -253,11 +253,13 @@ def _check_variable(path: Any, ds: Any, name: str, dims: tuple, shape: tuple,
             raise _damaged(path, f"variable {name!r} has {what} {got}, expected {want}")
 
 
-def _check_store(path: Any, ds: Any) -> tuple[int, Grid, dict[str, str]]:
+def _check_store(path: Any, ds: Any
+                 ) -> tuple[int, Grid, dict[str, str], dict[str, Any], dict[str, Output]]:
     """Check everything a store's reader relies on besides the cells: the format marker,
     the JSON attributes, the variables (dimensions, shapes, dtypes) against the study's
     fingerprint, and the grid's coordinates against the grid it records.  Returns the
-    format version, the grid and the failures; any damage is a :class:`StoreError`
+    format version, the grid, the failures, the parsed fingerprint and the outputs it
+    declares; any damage is a :class:`StoreError`
     naming ``path`` and the damaged item."""
     version = _format_version(path, ds.attrs)
     fingerprint = _json_attr(path, ds.attrs, "fingerprint", dict)
@@ -290,7 +292,7 @@ def _check_store(path: Any, ds: Any) -> tuple[int, Grid, dict[str, str]]:
         if stored != list(np.asarray(values).tolist()):
             raise _damaged(path, f"coordinate {dim!r} holds {stored!r}, not the values of the "
                                  f"grid the study records ({list(values)!r})")
-    return version, grid, failures
+    return version, grid, failures, fingerprint, outputs
 
 
 def _open_store(path: Path, *, consolidated: bool = True) -> Any:
@@ -321,9 +323,7 @@ def read_fingerprint(path: str | Path) -> tuple[dict[str, Any], dict[str, Output
         (the message names the store and the item)."""
     path = Path(path)
     ds = _open_store(path, consolidated=False)
-    _check_store(path, ds)
-    fingerprint = json.loads(ds.attrs["fingerprint"])
-    return fingerprint, stored_outputs(path, fingerprint)
+    return _check_store(path, ds)[3:]
 
 
 def software_versions() -> dict[str, str]:
@@ -454,7 +454,7 @@ class ResultStore:
     def _open_existing(self) -> None:
         # the consolidated metadata is derived data: a damaged .zmetadata is rewritten below
         old = _open_store(self.path, consolidated=False)
-        version, _, failures = _check_store(self.path, old)
+        version, _, failures, _, _ = _check_store(self.path, old)
         check_checksum_version(version, carries=DIGEST_VAR in old.data_vars,
                                first=_FIRST_DIGEST_VERSION, what="results-store ",
                                source=self.path, error=StoreIntegrityError)
@@ -592,7 +592,7 @@ def open_results(path: str | Path, *, verify: bool = True) -> Any:
     if not path.exists():
         raise StoreError(f"{path} does not exist")
     ds = _open_store(path)
-    version, _, _ = _check_store(path, ds)
+    version = _check_store(path, ds)[0]
     if version == 1 and DIGEST_VAR not in ds.data_vars:
         return ds  # a genuine version-1 store: no digests to verify
     if verify:
