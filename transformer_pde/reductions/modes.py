@@ -174,16 +174,18 @@ def _rate_parts(beta: float, d: int, ell: np.ndarray, model: str,
                    + nu * (math.log(2.0) - math.log(beta)) + (beta - shift))
 
 
-def _log_front(beta: float, d: int, ell: np.ndarray) -> np.ndarray:
-    r""":math:`\log(\ell(\ell+d-2)/\beta)` term by term (where the front overflows)."""
-    return np.log(ell) + np.log(ell + (d - 2.0)) - math.log(beta)
+def _log_front(front: np.ndarray, beta: float, d: int, ell: np.ndarray) -> np.ndarray:
+    r""":math:`\log F` of the front of :func:`_rate_parts`: ``log(front)`` where it is
+    finite, :math:`\log(\ell(\ell+d-2)/\beta)` term by term where it overflows."""
+    with np.errstate(divide="ignore"):
+        return np.where(np.isfinite(front), np.log(front),
+                        np.log(ell) + np.log(ell + (d - 2.0)) - math.log(beta))
 
 
 def _log_rate(beta: float, d: int, ell: np.ndarray, model: str, shift: float) -> np.ndarray:
     r""":math:`\log\lambda_\ell` for :math:`\beta > 0` (:func:`_rate_parts`)."""
     front, rest = _rate_parts(beta, d, ell, model, shift)
-    with np.errstate(divide="ignore"):
-        return np.where(np.isfinite(front), np.log(front), _log_front(beta, d, ell)) + rest
+    return _log_front(front, beta, d, ell) + rest
 
 
 def _rate(beta: float, d: int, ell: np.ndarray, model: str, shift: float) -> np.ndarray:
@@ -193,9 +195,8 @@ def _rate(beta: float, d: int, ell: np.ndarray, model: str, shift: float) -> np.
     front, rest = _rate_parts(beta, d, ell, model, shift)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         direct = front * np.exp(rest)
-        log_front = np.where(np.isfinite(front), np.log(front), _log_front(beta, d, ell))
         return np.where((np.abs(rest) < 700.0) & np.isfinite(front), direct,
-                        np.exp(log_front + rest))
+                        np.exp(_log_front(front, beta, d, ell) + rest))
 
 
 def mode_growth_rate(beta: float, d: int, degree: Any, *, model: str = "sa",
