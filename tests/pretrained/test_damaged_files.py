@@ -37,11 +37,6 @@ Q, V = gguf.GGMLQuantizationType, gguf.GGUFValueType
 
 
 @pytest.fixture(scope="module")
-def tiny_file(tmp_path_factory):
-    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
-
-
-@pytest.fixture(scope="module")
 def regions(tiny_file):
     return byte_regions(tiny_file)
 

@@ -57,11 +57,6 @@ Q = gguf.GGMLQuantizationType
 
 # ------------------------------------------------------------------ the tiny decoder
 @pytest.fixture(scope="module")
-def tiny_file(tmp_path_factory):
-    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
-
-
-@pytest.fixture(scope="module")
 def tiny(tiny_file):
     return pretrained.load(tiny_file)
 

