@@ -414,12 +414,20 @@ def run(study: Study, store: str | Path | None = None, *, scheduler: Any = None,
     check_scheduler(scheduler, scheduler_file)
 
     early: list = []
+    stored = None   # the store's fingerprint and outputs, read once (its metadata checked)
     if store is not None and Path(store).exists() and resume:
-        _check_cell_version(study, store)
+        try:
+            stored = read_fingerprint(store)
+        except StoreError:
+            if study.outputs is None:
+                raise   # the outputs must be read back from it
+            # not a readable store of a study: the store's own checks report it
+        if stored is not None:
+            _check_cell_version(study, store, stored[0])
     if study.outputs is None:
-        if store is not None and Path(store).exists() and resume:
+        if stored is not None:
             # the fingerprint includes the outputs: read them back from the store
-            study.outputs = _outputs_from_store(store)
+            study.outputs = stored[1]
         else:
             study.outputs, early = _infer_outputs(study, list(range(study.grid.n_cells)))
     attrs = {"config": dumps(config or {}, sort_keys=True, describe=True),
@@ -465,15 +473,13 @@ def run(study: Study, store: str | Path | None = None, *, scheduler: Any = None,
     return ds
 
 
-def _check_cell_version(study: Study, store: str | Path) -> None:
-    """Refuse to complete ``store`` with another version of its cell function (same
-    ``module:qualname``, different code): the message names the function."""
-    try:
-        # only the metadata is read here: damaged cells are found (and recomputed) by the
-        # store's own check on resume, and must not hide a changed cell function
-        stored = read_fingerprint(store)[0]["cell"]
-    except StoreError:
-        return  # not a readable store of a study: the store's own checks report it
+def _check_cell_version(study: Study, store: str | Path, fingerprint: dict) -> None:
+    """Refuse to complete ``store`` (whose parsed fingerprint is ``fingerprint``) with
+    another version of its cell function (same ``module:qualname``, different code): the
+    message names the function.  Only the metadata is read for it: damaged cells are found
+    (and recomputed) by the store's own check on resume, and must not hide a changed cell
+    function."""
+    stored = fingerprint["cell"]
     now = json.loads(study.fingerprint())["cell"]
     if not isinstance(stored, str) or stored == now or "#" not in now:
         return
@@ -483,11 +489,6 @@ def _check_cell_version(study: Study, store: str | Path) -> None:
             f"{store} was written by another version of the cell function {name} (its code, "
             "defaults or closure values changed since); it cannot complete this store: "
             "restore that version, or write to a new path")
-
-
-def _outputs_from_store(store: str | Path) -> dict[str, Output]:
-    """The outputs a store declares (its metadata checked; cells are checked on resume)."""
-    return read_fingerprint(store)[1]
 
 
 def _bar(progress: bool, total: int, done: int, name: str) -> Any:
