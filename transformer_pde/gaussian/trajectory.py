@@ -380,8 +380,8 @@ def _stiff_message(sysm: MomentSystem, Y: np.ndarray, t_max: float, stiff: dict)
     to do."""
     _, info = sysm.rhs(Y[None], np.zeros(1, dtype=int), full=True)
     lam = np.linalg.eigvals(info["M"][0])
-    fast = lam[int(np.argmin(lam.real))]
-    rest = np.delete(lam, int(np.argmin(lam.real)))
+    k = int(np.argmin(lam.real))
+    fast, rest = lam[k], np.delete(lam, k)
     slow = float(np.max(np.abs(rest))) if rest.size else 0.0
     return (f"stiff: stopped at t={Y[0]:.6g} before t_max={t_max:g}: M has the eigenvalue "
             f"{fast.real:.3g} (a direction of Sigma contracting that fast) while its others "
