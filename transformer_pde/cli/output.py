@@ -208,16 +208,13 @@ def check_out(path: str | Path, option: str = "--out") -> Path:
     if problem is not None:
         raise fail(problem)
     try:
-        if not p.exists():
-            base = _existing_ancestor(p)
-            if not base.is_dir():
-                raise fail(f"{base} is not a directory")
-        elif not p.is_dir():
-            raise fail("exists and is not a directory")
-    except OutputError:
-        raise
+        exists = p.exists()
+        base = p if exists else _existing_ancestor(p)
+        is_dir = base.is_dir()
     except OSError as exc:  # a loop of links, no permission to look, ...
         raise fail(f"cannot be used: {exc.strerror or exc}") from None
+    if not is_dir:
+        raise fail("exists and is not a directory" if exists else f"{base} is not a directory")
     return p
 
 
