@@ -38,6 +38,7 @@ from .attention import Attention, AttentionParams, Head
 from .attention.matrix import attention_matrix
 from .attention.rotary import require_positions
 from .backends import get_backend
+from .backends.ranges import KeyRanges
 from .blocks import token_layer_norm
 from .errors import ArgumentError, ArgumentTypeError, ScoreOverflowError
 from .sinkhorn import SinkhornRecord, SinkhornWarmStart, is_symmetric, sinkhorn_field
@@ -342,7 +343,7 @@ class FieldEvaluator:
             self.sorted_pos = self.positions[self.perm]
             lim = np.searchsorted(self.sorted_pos, self.positions, side="right")
             self._perm_be = be.asarray(self.perm)
-            self._limits = be.asarray(lim.astype(np.int64))
+            self._limits = KeyRanges.prefix(lim, self.n)
             w_sorted = self.weights[self.perm]
         else:
             self.perm = None
@@ -433,8 +434,7 @@ class FieldEvaluator:
 
     def query_limits(self, query_positions: Any, m: int):
         qp = validation.positions("query_positions", query_positions, m, required=True)
-        return self.be.asarray(
-            np.searchsorted(self.sorted_pos, qp, side="right").astype(np.int64))
+        return KeyRanges.prefix(np.searchsorted(self.sorted_pos, qp, side="right"), self.n)
 
     def _rotary(self, P: AttentionParams, queries: Any, query_positions: Any) -> tuple:
         """The rotary tables (queries, keys in kernel order) of ``P``, or ``(None, None)``."""

@@ -1,17 +1,19 @@
 r"""Backends: the three reduction primitives every attention kind is built from.
 
 A backend evaluates, for projected queries ``q`` (M, r), keys ``k`` (N, r), values
-``v`` (N, c), a per-key bias ``bias`` (N,) and per-query visible-prefix lengths
-``limits`` (M,) (``None`` = all keys; keys are then pre-sorted by position):
+``v`` (N, c), a per-key bias ``bias`` (N,) and per-query key ranges ``ranges``
+(a :class:`~transformer_pde.backends.ranges.KeyRanges`: query :math:`i` sees the keys
+:math:`\mathrm{lo}_i \le j < \mathrm{hi}_i` in the order given; ``None`` = all keys):
 
-``softmax(q, k, v, bias, limits) -> (out, lse)``
-    :math:`\ell_{ij} = q_i\cdot k_j + b_j`, :math:`\mathrm{lse}_i = \log\sum_{j<L_i} e^{\ell_{ij}}`,
-    :math:`\mathrm{out}_i = \sum_{j<L_i} e^{\ell_{ij}-\mathrm{lse}_i} v_j`
+``softmax(q, k, v, bias, ranges) -> (out, lse)``
+    :math:`\ell_{ij} = q_i\cdot k_j + b_j`,
+    :math:`\mathrm{lse}_i = \log\sum_{j=\mathrm{lo}_i}^{\mathrm{hi}_i-1} e^{\ell_{ij}}`,
+    :math:`\mathrm{out}_i = \sum_{j=\mathrm{lo}_i}^{\mathrm{hi}_i-1} e^{\ell_{ij}-\mathrm{lse}_i} v_j`
     (a query with no visible mass gets ``out = 0`` and ``lse = -inf``).
-``lse(q, k, bias, limits) -> lse``
+``lse(q, k, bias, ranges) -> lse``
     the log-normaliser alone (Sinkhorn potential updates).
-``pointwise(phi, q, k, v, w, limits) -> out``
-    :math:`\mathrm{out}_i = \sum_{j<L_i} w_j \varphi(q_i\cdot k_j) v_j` for
+``pointwise(phi, q, k, v, w, ranges) -> out``
+    :math:`\mathrm{out}_i = \sum_{j=\mathrm{lo}_i}^{\mathrm{hi}_i-1} w_j \varphi(q_i\cdot k_j) v_j` for
     ``phi`` in ``{"identity", "sigmoid", "relu"}``.
 
 Backends also expose ``asarray(a, dtype)``, ``to_numpy(a)`` and an array namespace ``xp``
@@ -57,11 +59,11 @@ class Backend(Protocol):
 
     def to_numpy(self, a: Any) -> Any: ...
 
-    def softmax(self, q, k, v, bias, limits) -> tuple[Any, Any]: ...
+    def softmax(self, q, k, v, bias, ranges) -> tuple[Any, Any]: ...
 
-    def lse(self, q, k, bias, limits) -> Any: ...
+    def lse(self, q, k, bias, ranges) -> Any: ...
 
-    def pointwise(self, phi: str, q, k, v, w, limits) -> Any: ...
+    def pointwise(self, phi: str, q, k, v, w, ranges) -> Any: ...
 
 
 # name -> "module:factory"; factories are imported lazily so optional libraries are

@@ -53,6 +53,7 @@ import numpy as np
 
 from ..errors import BackendNotAvailable
 from .numpy_backend import NumpyBackend, overflow_scale
+from .ranges import KeyRanges
 
 __all__ = [
     "INSTALL_HINT",
@@ -416,6 +417,10 @@ class CupyBackend:
                 raise ValueError(f"v must have shape ({n}, c), got {o.shape}")
         lim = None
         if limits is not None:
+            if isinstance(limits, KeyRanges):   # TRANSITION: prefix ranges only, until lo is in the kernels
+                if not limits.is_prefix:
+                    raise NotImplementedError("key ranges with lo > 0 on the CuPy backend")
+                limits = limits.hi
             lim = xp.asarray(limits)
             if lim.shape != (m,):
                 raise ValueError(f"limits must have shape ({m},), got {lim.shape}")

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ScoreOverflowError
+from .ranges import KeyRanges, check_ranges
 
 __all__ = ["NumpyBackend", "overflow_scale"]
 
@@ -27,10 +28,12 @@ def _blocks(m: int, n: int):
         yield slice(start, min(m, start + step))
 
 
-def _mask(limits: np.ndarray | None, sl: slice, n: int) -> np.ndarray | None:
-    if limits is None:
+def _mask(ranges: KeyRanges | None, sl: slice, n: int) -> np.ndarray | None:
+    """The hidden entries (M_block, N) of the queries ``sl``, or ``None`` (all visible)."""
+    if ranges is None:
         return None
-    return np.arange(n)[None, :] >= limits[sl][:, None]
+    j = np.arange(n)[None, :]
+    return (j < ranges.lo[sl][:, None]) | (j >= ranges.hi[sl][:, None])
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
@@ -111,40 +114,43 @@ class NumpyBackend:
     def to_numpy(self, a: Any) -> np.ndarray:
         return np.asarray(a)
 
-    def _logits(self, q, k, bias, limits, sl, scale=1.0):
+    def _logits(self, q, k, bias, ranges, sl, scale=1.0):
         inv = 1.0 / scale
         logits = (q[sl] * inv) @ k.T if scale != 1.0 else q[sl] @ k.T
         if bias is not None:
             logits = logits + (bias[None, :] * inv if scale != 1.0 else bias[None, :])
-        mask = _mask(limits, sl, k.shape[0])
+        mask = _mask(ranges, sl, k.shape[0])
         if mask is not None:
             logits = np.where(mask, -np.inf, logits)
         return logits
 
-    def softmax(self, q, k, v, bias, limits):
+    def softmax(self, q, k, v, bias, ranges):
         m, n = q.shape[0], k.shape[0]
+        ranges = check_ranges(ranges, m, n)
         dtype = np.result_type(q, k, v)
         out = np.zeros((m, v.shape[1]), dtype=dtype)
         lse = np.full(m, -np.inf, dtype=dtype)
         scale = overflow_scale(q, k, bias)
         for sl in _blocks(m, n):
-            p, s, lse[sl] = _shifted_exp(self._logits(q, k, bias, limits, sl, scale), scale)
+            p, s, lse[sl] = _shifted_exp(self._logits(q, k, bias, ranges, sl, scale), scale)
             with np.errstate(invalid="ignore"):
                 # lse = +inf (the normaliser itself overflows) still has visible mass
                 out[sl] = np.where((lse[sl] > -np.inf)[:, None], (p @ v) / s[:, None], 0.0)
         return out, lse
 
-    def lse(self, q, k, bias, limits):
+    def lse(self, q, k, bias, ranges):
         m, n = q.shape[0], k.shape[0]
+        ranges = check_ranges(ranges, m, n)
         lse = np.full(m, -np.inf, dtype=np.result_type(q, k))
         scale = overflow_scale(q, k, bias)
         for sl in _blocks(m, n):
-            lse[sl] = _shifted_exp(self._logits(q, k, bias, limits, sl, scale), scale)[2]
+            lse[sl] = _shifted_exp(self._logits(q, k, bias, ranges, sl, scale), scale)[2]
         return lse
 
-    def pointwise(self, phi, q, k, v, w, limits):
+    def pointwise(self, phi, q, k, v, w, ranges):
         f = _PHI[phi]
         m, n = q.shape[0], k.shape[0]
+        ranges = check_ranges(ranges, m, n)
         out = np.zeros((m, v.shape[1]), dtype=np.result_type(q, k, v))
         scale = overflow_scale(q, k, None)
         for sl in _blocks(m, n):
@@ -155,7 +161,7 @@ class NumpyBackend:
                     kern = f(s) * w[None, :]
                 else:
                     kern = f(s * scale if scale != 1.0 else s) * w[None, :]
-                mask = _mask(limits, sl, n)
+                mask = _mask(ranges, sl, n)
                 if mask is not None:
                     kern = np.where(mask, 0.0, kern)
                 out[sl] = kern @ v if scale == 1.0 or phi == "sigmoid" else (kern @ v) * scale

@@ -35,6 +35,7 @@ from typing import Any
 import numba
 import numpy as np
 
+from ..ranges import KeyRanges
 from ...errors import ArgumentError, ArgumentTypeError
 from ..compile_notice import install as _install_compile_notice
 from ..numpy_backend import NumpyBackend, overflow_scale
@@ -222,6 +223,10 @@ class NumbaBackend:
         if limits is None:
             lim = np.full(m, n, dtype=np.int64)
         else:
+            if isinstance(limits, KeyRanges):   # TRANSITION: prefix ranges only, until lo is in the kernels
+                if not limits.is_prefix:
+                    raise NotImplementedError("key ranges with lo > 0 on the Numba backend")
+                limits = limits.hi
             lim = np.asarray(limits).astype(np.int64, copy=False)
             if lim.shape != (m,):
                 raise ArgumentError(f"limits must have shape ({m},), got {lim.shape}")
