@@ -39,10 +39,12 @@ otherwise use the primitives, so a backend without it stays complete:
 import importlib
 from typing import Any, Protocol
 
+import numpy as np
+
 from ..errors import ArgumentError, ArgumentTypeError, BackendNotAvailable
 
-__all__ = ["Backend", "BackendNotAvailable", "available_backends", "get_backend",
-           "register_backend", "BACKENDS"]
+__all__ = ["Backend", "BackendNotAvailable", "array_namespace", "available_backends",
+           "get_backend", "register_backend", "to_host", "BACKENDS"]
 
 
 class Backend(Protocol):
@@ -64,6 +66,27 @@ class Backend(Protocol):
     def lse(self, q, k, bias, ranges) -> Any: ...
 
     def pointwise(self, phi: str, q, k, v, w, ranges) -> Any: ...
+
+
+def array_namespace(a: Any) -> Any:
+    """The array namespace (``numpy`` or ``cupy``) of a backend array ``a``: the one place
+    the package tells a device array from a host one.
+
+    NumPy arrays, NumPy scalars and Python numbers give ``numpy``; CuPy arrays give the
+    ``cupy`` module (imported only when such an array exists).
+    """
+    if type(a).__module__.split(".")[0] == "cupy":
+        # deferred: CuPy is optional and only reached when a CuPy array already exists
+        import cupy  # noqa: PLC0415
+        return cupy
+    return np
+
+
+def to_host(a: Any) -> Any:
+    """``a`` as a NumPy array on the host (a copy from the device for a CuPy array; NumPy
+    input is returned as ``numpy.asarray(a)``, without a copy)."""
+    xp = array_namespace(a)
+    return np.asarray(a) if xp is np else xp.asnumpy(a)
 
 
 # name -> "module:factory"; factories are imported lazily so optional libraries are

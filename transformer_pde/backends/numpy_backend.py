@@ -28,12 +28,13 @@ def _blocks(m: int, n: int):
         yield slice(start, min(m, start + step))
 
 
-def _mask(ranges: KeyRanges | None, sl: slice, n: int) -> np.ndarray | None:
-    """The hidden entries (M_block, N) of the queries ``sl``, or ``None`` (all visible)."""
-    if ranges is None:
+def _mask(rb: KeyRanges | None, n: int) -> np.ndarray | None:
+    """The hidden entries (M_block, N) of a block of queries with ranges ``rb``, or ``None``
+    (all visible)."""
+    if rb is None:
         return None
     j = np.arange(n)[None, :]
-    return (j < ranges.lo[sl][:, None]) | (j >= ranges.hi[sl][:, None])
+    return (j < rb.lo[:, None]) | (j >= rb.hi[:, None])
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
@@ -114,15 +115,34 @@ class NumpyBackend:
     def to_numpy(self, a: Any) -> np.ndarray:
         return np.asarray(a)
 
-    def _logits(self, q, k, bias, ranges, sl, scale=1.0):
+    def _logits(self, qb, k, bias, rb, scale=1.0):
+        """Logits of the query block ``qb`` with the keys ``k``; ``rb``: the block's ranges."""
         inv = 1.0 / scale
-        logits = (q[sl] * inv) @ k.T if scale != 1.0 else q[sl] @ k.T
+        logits = (qb * inv) @ k.T if scale != 1.0 else qb @ k.T
         if bias is not None:
             logits = logits + (bias[None, :] * inv if scale != 1.0 else bias[None, :])
-        mask = _mask(ranges, sl, k.shape[0])
+        mask = _mask(rb, k.shape[0])
         if mask is not None:
             logits = np.where(mask, -np.inf, logits)
         return logits
+
+    @staticmethod
+    def _span(ranges, sl, *arrays):
+        """The ranges of the queries ``sl``, and the keys (per-key ``arrays``) they index.
+
+        General ranges are restricted to the span ``[min lo, max hi)`` of the block and
+        shifted into it (block-diagonal ensembles then cost one block of keys per block of
+        queries); prefix masks and ``None`` keep every key, so their results stay bit for
+        bit those of a full-width product.
+        """
+        if ranges is None:
+            return None, arrays
+        part = ranges.take(sl)
+        if ranges.is_prefix:
+            return part, arrays
+        a, b = part.span()
+        shifted = KeyRanges(part.lo - a, part.hi - a, b - a, ranges.name)
+        return shifted, tuple(None if x is None else x[a:b] for x in arrays)
 
     def softmax(self, q, k, v, bias, ranges):
         m, n = q.shape[0], k.shape[0]
@@ -132,10 +152,11 @@ class NumpyBackend:
         lse = np.full(m, -np.inf, dtype=dtype)
         scale = overflow_scale(q, k, bias)
         for sl in _blocks(m, n):
-            p, s, lse[sl] = _shifted_exp(self._logits(q, k, bias, ranges, sl, scale), scale)
+            rb, (kb, vb, bb) = self._span(ranges, sl, k, v, bias)
+            p, s, lse[sl] = _shifted_exp(self._logits(q[sl], kb, bb, rb, scale), scale)
             with np.errstate(invalid="ignore"):
                 # lse = +inf (the normaliser itself overflows) still has visible mass
-                out[sl] = np.where((lse[sl] > -np.inf)[:, None], (p @ v) / s[:, None], 0.0)
+                out[sl] = np.where((lse[sl] > -np.inf)[:, None], (p @ vb) / s[:, None], 0.0)
         return out, lse
 
     def lse(self, q, k, bias, ranges):
@@ -144,7 +165,8 @@ class NumpyBackend:
         lse = np.full(m, -np.inf, dtype=np.result_type(q, k))
         scale = overflow_scale(q, k, bias)
         for sl in _blocks(m, n):
-            lse[sl] = _shifted_exp(self._logits(q, k, bias, ranges, sl, scale), scale)[2]
+            rb, (kb, bb) = self._span(ranges, sl, k, bias)
+            lse[sl] = _shifted_exp(self._logits(q[sl], kb, bb, rb, scale), scale)[2]
         return lse
 
     def pointwise(self, phi, q, k, v, w, ranges):
@@ -154,15 +176,16 @@ class NumpyBackend:
         out = np.zeros((m, v.shape[1]), dtype=np.result_type(q, k, v))
         scale = overflow_scale(q, k, None)
         for sl in _blocks(m, n):
-            s = self._logits(q, k, None, None, sl, scale)
+            rb, (kb, vb, wb) = self._span(ranges, sl, k, v, w)
+            s = self._logits(q[sl], kb, None, None, scale)
             with np.errstate(over="ignore", invalid="ignore"):
                 if scale != 1.0 and phi != "sigmoid":
                     # identity and relu are positively homogeneous: phi(2^e s) = 2^e phi(s)
-                    kern = f(s) * w[None, :]
+                    kern = f(s) * wb[None, :]
                 else:
-                    kern = f(s * scale if scale != 1.0 else s) * w[None, :]
-                mask = _mask(ranges, sl, n)
+                    kern = f(s * scale if scale != 1.0 else s) * wb[None, :]
+                mask = _mask(rb, kb.shape[0])
                 if mask is not None:
                     kern = np.where(mask, 0.0, kern)
-                out[sl] = kern @ v if scale == 1.0 or phi == "sigmoid" else (kern @ v) * scale
+                out[sl] = kern @ vb if scale == 1.0 or phi == "sigmoid" else (kern @ vb) * scale
         return out

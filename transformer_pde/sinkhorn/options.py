@@ -22,8 +22,13 @@ from .. import validation
 from ..errors import ArgumentError, ArgumentTypeError
 from .anderson import Anderson
 
-__all__ = ["Acceleration", "EpsilonScaling", "Readout", "SoftMin", "SoftMins", "Start",
-           "Stopping", "Sweep"]
+__all__ = ["Acceleration", "DEFAULT_MAX_ITER", "DEFAULT_TOL", "EpsilonScaling", "Readout",
+           "SoftMin", "SoftMins", "Start", "Stopping", "Sweep"]
+
+#: the default stopping rule of every Sinkhorn solve of the package: the log-domain
+#: marginal error below which a solve has converged, and the most iterations it may take
+DEFAULT_TOL = 1e-9
+DEFAULT_MAX_ITER = 2000
 
 #: ``softmin(h, eps) -> potential``: :math:`-\varepsilon\log\sum_j b_j e^{(h_j - C_{ij})/\varepsilon}`
 #: for every row :math:`i` (any array namespace).
