@@ -8,7 +8,10 @@ prints an array: arrays are shown by their shape and dtype, time grids by their 
 and count, and long texts are cut to :data:`MAX_TEXT` characters.
 
 The helpers here build those summaries from a title and a list of ``(name, value)``
-rows; every text that reaches the HTML table is escaped.
+rows; every text that reaches the HTML table is escaped.  A result class inherits
+:class:`Summarised` and writes only ``_summary()`` (its title and rows); as a dataclass it
+is declared with ``repr=False`` so that the dataclass ``__repr__`` does not replace the
+summary.
 
 This module imports nothing from the package.
 
@@ -27,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_TEXT", "array_summary", "counts_text", "number", "path_text", "shorten",
+__all__ = ["MAX_TEXT", "Summarised", "array_summary", "counts_text", "number", "path_text", "shorten",
            "stats_text",
            "summary_html", "summary_text", "time_span"]
 
@@ -119,3 +122,22 @@ def summary_html(title: str, rows: Rows) -> str:
         f"<td style='text-align:left'>{esc(shorten(v))}</td></tr>" for k, v in rows)
     return (f"<div class='transformer-pde-summary'><strong>{esc(str(title))}</strong>"
             f"<table>{body}</table></div>")
+
+
+class Summarised:
+    """Mixin of the result classes: ``__repr__`` is :func:`summary_text` and
+    ``_repr_html_`` is :func:`summary_html` of the title and rows that ``_summary()``
+    returns.  A dataclass using it needs ``@dataclass(repr=False)`` (otherwise the
+    generated ``__repr__`` wins)."""
+
+    __slots__ = ()
+
+    def _summary(self) -> tuple[str, Rows]:
+        """Title and rows of the summaries (never the arrays)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return summary_text(*self._summary())
+
+    def _repr_html_(self) -> str:
+        return summary_html(*self._summary())

@@ -211,3 +211,25 @@ def test_progress_bars_come_from_tqdm_auto(monkeypatch):
     bar.update(2.0)
     bar.close()
     assert made[0]["total"] == 2.0 and made[-1] == "closed" and bar.bar.n == 2.0
+
+
+def test_every_summarised_class_keeps_the_summary_repr():
+    """A dataclass that inherits ``Summarised`` without ``repr=False`` would print its
+    fields (arrays included): every subclass in the package must keep the mixin's
+    ``__repr__`` and ``_repr_html_``."""
+    import importlib
+    import pkgutil
+
+    for mod in pkgutil.walk_packages(tp.__path__, "transformer_pde."):
+        if not mod.name.endswith("__main__"):      # __main__ runs the CLI
+            importlib.import_module(mod.name)
+
+    def subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+    found = list(subclasses(display.Summarised))
+    assert len(found) >= 6
+    for cls in found:
+        assert cls.__repr__ is display.Summarised.__repr__, cls
+        assert cls._repr_html_ is display.Summarised._repr_html_, cls

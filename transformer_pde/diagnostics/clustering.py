@@ -22,8 +22,8 @@ __all__ = ["EXACT_MST_MAX", "ROUND_UNITS", "SEPARATION", "Clusters", "cluster_co
            "clusters"]
 
 
-@dataclass
-class Clusters:
+@dataclass(repr=False)
+class Clusters(display.Summarised):
     """Clusters of a token cloud (see :func:`clusters`).
 
     Attributes
@@ -56,12 +56,6 @@ class Clusters:
         return (f"Clusters(n_clusters={self.n_clusters}, N={np.shape(self.labels)[0]})",
                 [("masses", shown or "—"), ("centres", display.array_summary(self.centres)),
                  ("scale", display.number(self.scale))])
-
-    def __repr__(self) -> str:
-        return display.summary_text(*self._summary())
-
-    def _repr_html_(self) -> str:
-        return display.summary_html(*self._summary())
 
 
 #: :func:`clusters` without ``tol``: a cut of the single-linkage tree is accepted when the

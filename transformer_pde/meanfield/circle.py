@@ -41,8 +41,8 @@ MIN_MODES = 8
 NEGATIVE_SLACK = 10.0
 
 
-@dataclass
-class CircleSolution:
+@dataclass(repr=False)
+class CircleSolution(display.Summarised):
     r"""Result of :func:`solve_circle`.
 
     Attributes
@@ -107,12 +107,6 @@ class CircleSolution:
                 ("steps", str(self.n_steps)), ("message", self.message)]
         return (f"CircleSolution(status='{self.status}', model={self.model!r}, "
                 f"beta={self.beta:g}, saved={len(self.times)})", rows)
-
-    def __repr__(self) -> str:
-        return display.summary_text(*self._summary())
-
-    def _repr_html_(self) -> str:
-        return display.summary_html(*self._summary())
 
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write :meth:`to_xarray` to ``path`` (``.nc`` or ``.zarr``), with a checksum per

@@ -86,8 +86,8 @@ from ..validation import choice, finite_array, integer, positive, scalar
 __all__ = ["LineSolution", "solve_line"]
 
 
-@dataclass
-class LineSolution:
+@dataclass(repr=False)
+class LineSolution(display.Summarised):
     r"""Result of :func:`solve_line`: the solution at the saved times, node by node.
 
     Attributes
@@ -137,12 +137,6 @@ class LineSolution:
                 ("steps", str(self.n_steps)), ("message", self.message)]
         return (f"LineSolution(status='{self.status}', saved={len(self.times)}, "
                 f"nodes={self.weights.size})", rows)
-
-    def __repr__(self) -> str:
-        return display.summary_text(*self._summary())
-
-    def _repr_html_(self) -> str:
-        return display.summary_html(*self._summary())
 
     def moments(self) -> tuple[np.ndarray, np.ndarray]:
         r"""``(means (T, 1), covs (T, 1, 1))``: :math:`\sum_j w_j X_j` and

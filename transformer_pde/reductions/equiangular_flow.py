@@ -51,8 +51,8 @@ SCHEMES = ("post", "pre", "peri", "ngpt", "cod", "mix")
 RTOL, ATOL = 2.5e-14, 1e-16
 
 
-@dataclass(frozen=True, eq=False)
-class EquiangularSolution:
+@dataclass(frozen=True, eq=False, repr=False)
+class EquiangularSolution(display.Summarised):
     r"""The equiangular flow at the requested times.
 
     Attributes
@@ -93,12 +93,6 @@ class EquiangularSolution:
                            f"normalization={self.normalization!r}, r0={display.number(self.r0)}")]
         return (f"EquiangularSolution(model={self.model!r}, beta={display.number(self.beta)}, "
                 f"n={self.n})", rows)
-
-    def __repr__(self) -> str:
-        return display.summary_text(*self._summary())
-
-    def _repr_html_(self) -> str:
-        return display.summary_html(*self._summary())
 
 
 def gap_and_rho(v: float, n: int) -> tuple[float, float]:

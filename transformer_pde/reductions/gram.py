@@ -42,8 +42,8 @@ DIAGONAL_TOL = 1e-10
 MAX_STEPS = 1_000_000
 
 
-@dataclass(frozen=True, eq=False)
-class GramFlow:
+@dataclass(frozen=True, eq=False, repr=False)
+class GramFlow(display.Summarised):
     r"""Gram matrices of the tokens at the saved times.
 
     Attributes
@@ -79,12 +79,6 @@ class GramFlow:
                 ("grams", display.array_summary(self.grams)), ("message", self.message)]
         return (f"GramFlow(status='{self.status}', model={self.model!r}, "
                 f"beta={display.number(self.beta)})", rows)
-
-    def __repr__(self) -> str:
-        return display.summary_text(*self._summary())
-
-    def _repr_html_(self) -> str:
-        return display.summary_html(*self._summary())
 
 
 def gram_field(G: np.ndarray, beta: float, model: str = "sa", shift: float = 0.0) -> np.ndarray:

@@ -30,8 +30,8 @@ __all__ = ["CausalPair", "causal_pair", "pairing_angle"]
 RTOL, ATOL = 2.5e-14, 1e-16
 
 
-@dataclass(frozen=True, eq=False)
-class CausalPair:
+@dataclass(frozen=True, eq=False, repr=False)
+class CausalPair(display.Summarised):
     r"""The causal pair at the requested times.
 
     Attributes
@@ -59,12 +59,6 @@ class CausalPair:
                 ("1 - rho", display.path_text(self.one_minus_rho))]
         return (f"CausalPair(beta={display.number(self.beta)}, "
                 f"rho0={display.number(self.rho0)})", rows)
-
-    def __repr__(self) -> str:
-        return display.summary_text(*self._summary())
-
-    def _repr_html_(self) -> str:
-        return display.summary_html(*self._summary())
 
 
 def causal_pair(beta: float, rho0: float, t: Any) -> CausalPair:
