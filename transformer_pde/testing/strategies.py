@@ -54,20 +54,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without hypothes
         "(pip install 'transformer-pde[test]')") from exc
 
 from ..attention import KINDS, Attention, Layers
+from . import __all__ as _names  # listed once, in the package that re-exports them lazily
 
-__all__ = [
-    "CORE_KINDS",
-    "Measure",
-    "MeanCov",
-    "attention_problems",
-    "attentions",
-    "compact_measures",
-    "gaussians",
-    "matrices",
-    "measures",
-    "rotations",
-    "spd_matrices",
-]
+__all__ = list(_names)
 
 #: The attention kinds of docs/conventions.md drawn by default by :func:`attentions`.  Kinds registered
 #: later (with their own constraints, e.g. a minimum head width) must be asked for by name.
