@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError
-from ..integrate.solvers import restore_solver_state, solver_state
+from ..integrate.solvers import Solver, check_solver, restore_solver_state, solver_state
 from .block import Block
 from .norms import LayerNorm
 from .normalization import sphere_retract, tangent_project, unit_rows
@@ -22,14 +22,14 @@ __all__ = ["BlockStepper"]
 class BlockStepper:
     r"""Solver wrapper that advances a Transformer block flow by operator splitting.
 
-    Follows the fixed-step solver protocol of :mod:`transformer_pde.integrate.solvers`
-    (``step``, ``reset``, ``name``, ``order``) and is built by
+    A :class:`~transformer_pde.integrate.solvers.Solver` itself (``step``, ``reset``,
+    ``name``, ``order``, ``multistep``) and is built by
     :func:`~transformer_pde.simulate` from its ``block=`` (see the module docstring for
     the schemes).  ``f(t, X)`` passed to :meth:`step` is the attention field.
 
     Parameters
     ----------
-    solver : fixed-step solver
+    solver : Solver
         Integrates every sub-flow.  Multistep solvers are refused with a splitting (their
         history would mix states moved by the other sub-flow).
     block : Block
@@ -39,13 +39,13 @@ class BlockStepper:
 
     adaptive = False
 
-    def __init__(self, solver: Any, block: Block, d: int):
+    def __init__(self, solver: Solver, block: Block, d: int):
         if not isinstance(block, Block):
             raise ArgumentTypeError(
                 f"block must be a transformer_pde.Block, got {type(block).__name__}")
-        if getattr(solver, "adaptive", False) or not hasattr(solver, "step"):
+        if check_solver(solver).adaptive:
             raise ArgumentError(
-                f"solver={getattr(solver, 'name', solver)!r}: block options (mlp, layernorm, "
+                f"solver={solver.name!r}: block options (mlp, layernorm, "
                 "constraint) need a fixed-step solver (e.g. 'euler', 'heun', 'rk4', "
                 "'implicit_midpoint')")
         mlp = block.mlp
@@ -53,7 +53,7 @@ class BlockStepper:
         if mlp is not None:
             if mlp.d != d:
                 raise ArgumentError(f"mlp acts on d={mlp.d} features but the tokens have d={d}")
-            if splitting != "none" and getattr(solver, "multistep", False):
+            if splitting != "none" and solver.multistep:
                 raise ArgumentError(
                     f"solver={solver.name!r} is multistep and cannot integrate the sub-flows "
                     "of an operator splitting; use Block(splitting='none') or a one-step "
@@ -64,7 +64,7 @@ class BlockStepper:
                                 "works for any d)")
         self.normalization = block.normalization
         if self.normalization is not None and self.normalization.scheme == "mix" and \
-                getattr(solver, "multistep", False):
+                solver.multistep:
             raise ArgumentError(
                 f"solver={solver.name!r} is multistep and its history would reach across "
                 "the switch of normalization='mix'; use a one-step solver (e.g. 'rk4')")
@@ -78,7 +78,7 @@ class BlockStepper:
         self.name = f"{solver.name}+{self.splitting}" if mlp is not None else solver.name
         cap = {"lie": 1, "strang": 2, "none": solver.order}[self.splitting]
         self.order = min(solver.order, cap)
-        self.multistep = bool(getattr(solver, "multistep", False))
+        self.multistep = bool(solver.multistep)
         # per-layer tables of the MLP / LayerNorms: simulate restarts a multistep history
         # where they (or the attention's tables) jump
         self.tables = block.tables

@@ -464,7 +464,7 @@ def build_simulate(cfg: dict, att: Any) -> dict[str, Any]:
     out["limits"] = library_call("limits", Limits, names=kwargs, **kwargs)
 
     block = build_block(cfg.get("block"), att.d)
-    if block is not None and getattr(out["solver"], "adaptive", False):
+    if block is not None and out["solver"].adaptive:
         raise ConfigError(f"run.solver: the [block] options need a fixed-step solver, got "
                           f"the adaptive {out['solver']!r}")
     out["block"] = block

@@ -319,7 +319,7 @@ def _preflight(att: Any, opts: dict, X0: np.ndarray) -> None:
     except (TypeError, ValueError) as exc:  # the library's checks of the run's arguments
         key = next((k for word, k in _SPEC_KEYS if word in str(exc)), "run")
         raise ConfigError(f"{key}: {exc}") from None
-    adaptive = bool(getattr(opts["solver"], "adaptive", False))
+    adaptive = bool(opts["solver"].adaptive)
     try:
         check_step_budget(spec.t_max, spec.dt, spec.saveat, spec.limits, adaptive=adaptive)
     except ArgumentError as exc:

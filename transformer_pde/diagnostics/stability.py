@@ -14,6 +14,7 @@ import numpy as np
 from .. import validation
 from ..attention import Attention
 from ..errors import ArgumentError
+from ..integrate.solvers import get_solver
 from .distances import bures_wasserstein, token_distance
 
 __all__ = ["StabilityProfile", "gaussian_stability_profile", "stability_bound",
@@ -231,7 +232,7 @@ def stability_profile(att: Attention, X0: Any, Y0: Any, *, t_max: float, dt: flo
                         np.linalg.norm(ty.states[:n], axis=2).max(axis=1))
     bound = radius_bound = None
     info: dict[str, Any] = {"w2_method": "conditional" if positions is not None else w2_method,
-                            "dt": dt, "method": str(getattr(solver, "name", solver))}
+                            "dt": dt, "method": get_solver(solver).name}
     if att.kind == "softmax" and not att.masked:
         bound, radius_bound = stability_bound(att, float(radius[0]), times, n_sub=n_sub)
         info["R0"] = float(radius[0])

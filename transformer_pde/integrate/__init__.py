@@ -4,7 +4,8 @@ r"""Time integration: Butcher tableaux, Runge–Kutta steppers, step-size contro
   (:class:`ButcherTableau`: Euler, Heun, RK4, Dopri5, DOP853).
 * :mod:`~transformer_pde.integrate.rk` — one explicit Runge–Kutta stepper over backend
   arrays, driven by a tableau (fixed steps and embedded trial steps).
-* :mod:`~transformer_pde.integrate.solvers` — solver objects carrying their options
+* :mod:`~transformer_pde.integrate.solvers` — the :class:`Solver` and
+  :class:`AdaptiveSolver` protocols and the solver objects carrying their options
   (``Dopri5(rtol=..., atol=...)``), Adams–Bashforth, implicit midpoint.
 * :mod:`~transformer_pde.integrate.controller` — step-size controllers with one protocol
   (:class:`ConstantStepSize` for fixed steps, :class:`PIController` for embedded pairs),
@@ -30,17 +31,17 @@ from .loop import Limits, Monitor, SaveAt, TimeLoop, owned
 from .plan import (check_step_budget, physical_memory, planned_saves, planned_steps,
                    preflight, segment_stops)
 from .rk import array_namespace, error_norm, rk_attempt, rk_step
-from .solvers import (SOLVERS, AdamsBashforth, Dop853, Dopri5, EmbeddedRungeKutta, Euler,
-                      ExplicitRungeKutta, Heun, ImplicitMidpoint, RK4, adams_bashforth_weights,
-                      get_solver)
+from .solvers import (SOLVERS, AdamsBashforth, AdaptiveSolver, Dop853, Dopri5,
+                      EmbeddedRungeKutta, Euler, ExplicitRungeKutta, Heun, ImplicitMidpoint, RK4,
+                      Solver, adams_bashforth_weights, check_solver, get_solver)
 from .state import LoopState, check_resumed
 from .tableaux import CLASSICAL_RK4, DOP853, DOPRI5, EULER, HEUN, TABLEAUX, ButcherTableau
 
 __all__ = ["CLASSICAL_RK4", "DOP853", "DOPRI5", "EULER", "HEUN", "RK4", "SOLVERS", "TABLEAUX",
-           "AdamsBashforth", "ButcherTableau", "ConstantStepSize", "Dop853", "Dopri5",
+           "AdamsBashforth", "AdaptiveSolver", "ButcherTableau", "ConstantStepSize", "Dop853", "Dopri5",
            "EmbeddedRungeKutta", "Euler", "ExplicitRungeKutta", "Heun", "ImplicitMidpoint",
-           "Limits", "LoopState", "Monitor", "PIController", "SaveAt", "Step", "TimeLoop",
-           "adams_bashforth_weights", "array_namespace", "check_resumed", "check_step_budget",
+           "Limits", "LoopState", "Monitor", "PIController", "SaveAt", "Solver", "Step", "TimeLoop",
+           "adams_bashforth_weights", "array_namespace", "check_resumed", "check_solver", "check_step_budget",
            "clip_step", "error_norm", "get_solver", "initial_step", "is_jump", "jump_times",
            "layer_tables", "n_fixed_steps", "next_jump", "owned", "physical_memory",
            "planned_saves", "planned_steps", "preflight", "rk_attempt", "rk_step",

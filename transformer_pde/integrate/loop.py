@@ -59,6 +59,7 @@ from ..results import Status
 from ..validation import positive
 from .breakpoints import is_jump
 from .controller import ConstantStepSize, Step, n_fixed_steps
+from .solvers import AdaptiveSolver, Solver
 from .plan import (check_step_budget, physical_memory, planned_saves, planned_steps,
                    segment_stops)
 from .state import LoopState
@@ -327,8 +328,9 @@ class TimeLoop:
 
     Parameters
     ----------
-    solver : solver object (see :mod:`~.solvers`)
-        Fixed-step (``step``) or adaptive (``attempt`` and ``controller()``).
+    solver : Solver or AdaptiveSolver
+        Fixed-step (``step``) or adaptive (``attempt`` and ``controller()``), as checked by
+        :func:`~.solvers.get_solver`.
     field : callable ``field(t, y, left, stage) -> dy``
         The right-hand side; ``left`` asks for left limits of piecewise-constant
         parameters, ``stage`` is the index of the evaluation within a fixed step
@@ -360,7 +362,7 @@ class TimeLoop:
         Loop time of the last checkpoint written in this run.
     """
 
-    def __init__(self, solver: Any, field: Callable[..., Any], *, t_max: float, dt: float,
+    def __init__(self, solver: Solver | AdaptiveSolver, field: Callable[..., Any], *, t_max: float, dt: float,
                  saveat: SaveAt, limits: Limits, tables: Sequence[Any], xp: Any,
                  save: Callable[[float, Any], None], progress: Any = None,
                  checkpoint: Callable[[LoopState], None] | None = None,
@@ -380,7 +382,7 @@ class TimeLoop:
         self.checkpointed: float | None = None   # loop time of the last checkpoint written
         self.evaluations: Any = None   # records the times of the field's evaluations
         self._taus: list[float] = []
-        self.adaptive = bool(getattr(solver, "adaptive", False))
+        self.adaptive = bool(solver.adaptive)
         self.controller = solver.controller() if self.adaptive else ConstantStepSize(self.dt)
         self.stops = segment_stops(self.t_max, saveat)
         self._save_at_stop = (None if saveat.ts is None else
@@ -541,7 +543,7 @@ class TimeLoop:
     def _run(self, st: LoopState) -> tuple[Status, str]:
         """The loop body shared by fixed and adaptive steps (see the module docstring)."""
         ctrl, solver = self.controller, self.solver
-        multistep = bool(getattr(solver, "multistep", False))
+        multistep = bool(solver.multistep)
         self._stage, self._step_end = None, math.inf
         if self.adaptive and st.fy is None:
             st.fy = self._f(st.t, st.y)

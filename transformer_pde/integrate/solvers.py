@@ -1,13 +1,18 @@
 r"""Solver objects for :math:`\dot y = F(t, y)`: each carries its own options.
 
-A solver has ``name``, ``order``, ``adaptive`` and ``multistep``, a ``reset()`` (called at
-the start of a run and where the history must not reach across a jump), and either
+Two protocols say what a solver is (a user's own object works wherever it satisfies one):
+both have ``name``, ``order``, ``adaptive`` and ``multistep`` and a ``reset()`` (called at
+the start of a run and where the history must not reach across a jump), and
 
-* ``step(f, t, y, h) -> y_next`` (fixed-step methods), or
-* ``attempt(f, t, y, h, fy) -> (y_next, err, f_next)`` (embedded pairs, ``adaptive``):
-  ``err`` is the scaled error norm (accept when ``<= 1``) and ``f_next`` the field at the
-  new point (first-same-as-last); ``controller()`` returns a fresh
-  :class:`~.controller.PIController` with exponents from the pair's error order.
+* :class:`Solver` (``adaptive = False``, fixed steps): ``step(f, t, y, h) -> y_next``;
+* :class:`AdaptiveSolver` (``adaptive = True``, embedded pairs):
+  ``attempt(f, t, y, h, fy) -> (y_next, err, f_next)``, where ``err`` is the scaled error
+  norm (accept when ``<= 1``) and ``f_next`` the field at the new point
+  (first-same-as-last), and ``controller()``, a fresh :class:`~.controller.PIController`
+  with exponents from the pair's error order.
+
+:func:`get_solver` checks an object against them (:func:`check_solver`); past it, callers
+read ``solver.adaptive`` and ``solver.name`` directly.
 
 The explicit Runge–Kutta methods are all the one stepper of :mod:`~.rk` driven by a
 :class:`~.tableaux.ButcherTableau`.  Plain names select a solver with default options
@@ -20,7 +25,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -29,12 +34,79 @@ from .controller import PIController
 from .rk import array_namespace, rk_attempt, rk_step
 from .tableaux import CLASSICAL_RK4, DOP853, DOPRI5, EULER, HEUN, ButcherTableau
 
-__all__ = ["SOLVERS", "AdamsBashforth", "Dop853", "Dopri5", "EmbeddedRungeKutta", "Euler",
-           "ExplicitRungeKutta", "Heun", "ImplicitMidpoint", "RK4", "SolverNotConverged",
-           "STATE_VERSION", "adams_bashforth_weights", "get_solver", "restore_solver_state",
-           "solver_state"]
+__all__ = ["SOLVERS", "AdamsBashforth", "AdaptiveSolver", "Dop853", "Dopri5",
+           "EmbeddedRungeKutta", "Euler", "ExplicitRungeKutta", "Heun", "ImplicitMidpoint",
+           "RK4", "Solver", "SolverNotConverged", "STATE_VERSION", "adams_bashforth_weights",
+           "check_solver", "get_solver", "restore_solver_state", "solver_state"]
 
 Field = Callable[[float, Any], Any]
+
+
+@runtime_checkable
+class Solver(Protocol):
+    """A fixed-step solver (``adaptive = False``): :meth:`step` advances by a given ``h``."""
+
+    #: the method's name, recorded in a trajectory's ``info["method"]``
+    name: str
+    #: order of accuracy
+    order: int
+    #: ``False``: the time loop chooses the steps
+    adaptive: bool
+    #: ``True`` when the solver keeps a history of past steps (Adams–Bashforth)
+    multistep: bool
+
+    def reset(self) -> None:
+        """Forget any history (start of a run, a jump of the field's parameters)."""
+
+    def step(self, f: Field, t: float, y: Any, h: float) -> Any:
+        """One step of size ``h`` from ``(t, y)``: the state at ``t + h``."""
+
+
+@runtime_checkable
+class AdaptiveSolver(Protocol):
+    """An embedded pair (``adaptive = True``): :meth:`attempt` proposes a step and its error,
+    a :class:`~.controller.PIController` from :meth:`controller` sizes the next one."""
+
+    name: str
+    order: int
+    adaptive: bool
+    multistep: bool
+
+    def reset(self) -> None:
+        """Forget any history (start of a run, a jump of the field's parameters)."""
+
+    def controller(self) -> PIController:
+        """A fresh step-size controller for one run."""
+
+    def attempt(self, f: Field, t: float, y: Any, h: float, fy: Any) -> tuple[Any, float, Any]:
+        """Trial step ``(y_new, err, f_new)`` from ``(t, y)`` with ``fy = f(t, y)``."""
+
+
+def _members(protocol: type) -> list[str]:
+    """The attributes and methods a protocol asks for, in the order it declares them."""
+    return [*protocol.__annotations__,
+            *(k for k, v in vars(protocol).items() if callable(v) and not k.startswith("_"))]
+
+
+def check_solver(solver: Any, name: str = "solver") -> Solver | AdaptiveSolver:
+    """``solver`` itself if it satisfies :class:`Solver` (``adaptive`` false) or
+    :class:`AdaptiveSolver` (``adaptive`` true).
+
+    Raises
+    ------
+    ArgumentTypeError
+        Naming ``name`` and the attributes or methods the object lacks (an object whose
+        ``adaptive`` is true is held to :class:`AdaptiveSolver`, any other to
+        :class:`Solver`)."""
+    adaptive = bool(getattr(solver, "adaptive", False))
+    protocol: type = AdaptiveSolver if adaptive else Solver
+    if isinstance(solver, protocol):
+        return solver
+    missing = [m for m in _members(protocol) if not hasattr(solver, m)]
+    raise ArgumentTypeError(
+        f"{name} must be a solver name ({', '.join(sorted(SOLVERS))}) or an object of the "
+        f"{protocol.__name__} protocol of transformer_pde.integrate.solvers; "
+        f"{type(solver).__name__} lacks {', '.join(missing)}")
 
 #: version of the plain data returned by the solvers' ``get_state()``
 STATE_VERSION = 1
@@ -406,7 +478,7 @@ SOLVERS: dict[str, Callable[[], Any]] = {
 }
 
 
-def get_solver(solver: Any, name: str = "solver") -> Any:
+def get_solver(solver: Any, name: str = "solver") -> Solver | AdaptiveSolver:
     """A solver from its name (:data:`SOLVERS`, default options) or a copy of a solver object.
 
     A solver object carries the history of the run it integrates (Adams–Bashforth field
@@ -418,8 +490,8 @@ def get_solver(solver: Any, name: str = "solver") -> Any:
     ArgumentError
         Unknown name.
     ArgumentTypeError
-        A solver class instead of an instance (``RK4`` for ``RK4()``), or neither a name
-        nor an object with ``step`` or ``attempt``."""
+        A solver class instead of an instance (``RK4`` for ``RK4()``), or an object that
+        is neither a :class:`Solver` nor an :class:`AdaptiveSolver` (:func:`check_solver`)."""
     if isinstance(solver, str):
         if solver not in SOLVERS:
             raise ArgumentError(f"{name} must be one of {sorted(SOLVERS)} or a solver object "
@@ -429,14 +501,10 @@ def get_solver(solver: Any, name: str = "solver") -> Any:
         raise ArgumentTypeError(
             f"{name} must be a solver name or a solver object, got the class "
             f"{solver.__qualname__}; pass an instance such as {solver.__qualname__}()")
-    if (getattr(solver, "adaptive", False) and hasattr(solver, "attempt")) or \
-            (not getattr(solver, "adaptive", True) and hasattr(solver, "step")):
-        try:
-            return copy.deepcopy(solver)
-        except Exception as exc:  # noqa: BLE001 - any failure of a user object's copy
-            raise ArgumentTypeError(
-                f"{name}: the solver object {type(solver).__name__} cannot be copied "
-                f"({type(exc).__name__}: {exc}); every run works on its own copy") from None
-    raise ArgumentTypeError(
-        f"{name} must be a solver name ({', '.join(sorted(SOLVERS))}) or a solver object "
-        f"with step() or attempt(), got {type(solver).__name__}")
+    check_solver(solver, name)
+    try:
+        return copy.deepcopy(solver)
+    except Exception as exc:  # noqa: BLE001 - any failure of a user object's copy
+        raise ArgumentTypeError(
+            f"{name}: the solver object {type(solver).__name__} cannot be copied "
+            f"({type(exc).__name__}: {exc}); every run works on its own copy") from None

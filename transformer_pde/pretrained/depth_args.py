@@ -13,13 +13,13 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import ArgumentError
-from ..integrate.solvers import get_solver
+from ..integrate.solvers import Solver, get_solver
 
 __all__ = ["check_depth_run"]
 
 
 def check_depth_run(depth: int, layer: Callable[[Any], Any], steps_per_layer: Any, solver: Any,
-                    repeat_layer: Any, n_layers: Any) -> Any:
+                    repeat_layer: Any, n_layers: Any) -> Solver:
     """Validate the depth arguments of a model with ``depth`` layers; return the solver.
 
     Parameters
@@ -42,10 +42,10 @@ def check_depth_run(depth: int, layer: Callable[[Any], Any], steps_per_layer: An
             or steps_per_layer < 1:
         raise ArgumentError(f"steps_per_layer must be an integer >= 1, got {steps_per_layer!r}")
     stepper = get_solver(solver, "solver")
-    if getattr(stepper, "adaptive", False) or getattr(stepper, "multistep", False) \
-            or not hasattr(stepper, "step"):
+    if stepper.adaptive or stepper.multistep:
         raise ArgumentError(f"solver={solver!r}: use a one-step fixed-step solver "
                             "('euler', 'heun', 'rk4', 'implicit_midpoint')")
+    assert isinstance(stepper, Solver)  # get_solver's check: not adaptive, so a Solver
     if repeat_layer is not None:
         layer(repeat_layer)  # validates the index
     L = depth if n_layers is None else n_layers

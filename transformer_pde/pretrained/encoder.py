@@ -236,13 +236,13 @@ class PretrainedEncoder:
             X = np.array(text, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.d or X.shape[0] < 1:
             raise ArgumentError(f"initial tokens must have shape (N, {self.d}), got {X.shape}")
-        if int(steps_per_layer) == 1 and getattr(stepper, "name", "") == "euler":
+        if int(steps_per_layer) == 1 and stepper.name == "euler":
             states, status, message = self._network_flow(X, L, repeat_layer, backend)
         else:
             states, status, message = self._continuous_flow(X, L, repeat_layer, stepper,
                                                              int(steps_per_layer), backend)
         info = {"steps_per_layer": int(steps_per_layer),
-                "solver": getattr(stepper, "name", str(solver)),
+                "solver": stepper.name,
                 "repeat_layer": repeat_layer, "n_layers": int(L),
                 "model": self.config.model_type, "model_dir": str(self.model_dir),
                 "flow": "per-layer: LN2 . Phi^MLP_1 . LN1 . Phi^Attention_1"}
