@@ -33,7 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .errors import ArgumentTypeError, EarlyStopWarning
 
-__all__ = ["Result", "ResultKind", "Status", "check_warn", "kind_of", "require_kind",
+__all__ = ["HasStatus", "Result", "ResultKind", "Status", "check_warn", "kind_of", "require_kind",
            "warn_stop"]
 
 
@@ -108,6 +108,17 @@ class Status(str, enum.Enum):
 _SUCCESS = frozenset({Status.OK, Status.CONVERGED, Status.BLOWUP, Status.DIVERGING})
 _EARLY = frozenset({Status.BLOWUP, Status.NONFINITE, Status.FAILED, Status.MAX_STEPS,
                     Status.INTERRUPTED})
+
+
+class HasStatus:
+    """Mixin of the result classes with one ``status``: their ``success`` property."""
+
+    __slots__ = ()
+
+    @property
+    def success(self) -> bool:
+        """:attr:`Status.success` of ``status`` (a :class:`Status` or its string)."""
+        return Status.parse(self.status).success  # type: ignore[attr-defined]
 
 
 class ResultKind(str, enum.Enum):

@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components, minimum_spanning_tree
+from scipy.spatial import cKDTree
+from scipy.spatial.distance import pdist, squareform
 
 from .. import results_display as display
 from .. import validation
@@ -156,8 +160,6 @@ if _nb is not None:
 def _dense_tree(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The tree of :func:`_prim_tree` without numba: scipy's minimum spanning tree of the
     dense distance matrix (:math:`O(n^2)` memory, slower)."""
-    from scipy.sparse.csgraph import minimum_spanning_tree  # noqa: PLC0415
-    from scipy.spatial.distance import pdist, squareform  # noqa: PLC0415
 
     D = squareform(pdist(X))
     # minimum_spanning_tree drops zero entries: offset every distance (the tree of D + c
@@ -171,9 +173,6 @@ def _dense_tree(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def _mst_edges(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Euclidean minimum spanning tree of the rows of ``X``: ``(i, j, length)`` of its
     ``N - 1`` edges (zero-length edges of coincident points included)."""
-    from scipy.sparse import coo_matrix  # noqa: PLC0415
-    from scipy.sparse.csgraph import connected_components, minimum_spanning_tree  # noqa: PLC0415
-    from scipy.spatial import cKDTree  # noqa: PLC0415
 
     n = X.shape[0]
     if n <= EXACT_MST_MAX:
@@ -211,7 +210,6 @@ def _diameters(Z: np.ndarray, labels: np.ndarray, k: int, need: float) -> float:
     """Largest diameter of the ``k`` groups ``labels`` of the rows of ``Z`` (exact, or twice
     the radius about the group's centre for groups above :data:`EXACT_MST_MAX` tokens);
     groups whose bound ``2 * radius`` is at most ``need`` are not measured."""
-    from scipy.spatial.distance import pdist  # noqa: PLC0415 (scipy is heavy to import)
 
     cnt = np.bincount(labels, minlength=k)
     cen = np.stack([np.bincount(labels, weights=z, minlength=k) for z in Z.T], axis=1)
@@ -241,8 +239,6 @@ def _separated_cut(Z: np.ndarray, i: np.ndarray, j: np.ndarray, lengths: np.ndar
     edge, so ``e[k+1] / max(e[k], median, floor)`` bounds the index: cuts are measured in
     decreasing order of that bound until it falls below the best index found.
     """
-    from scipy.sparse import coo_matrix  # noqa: PLC0415 (scipy is heavy to import)
-    from scipy.sparse.csgraph import connected_components  # noqa: PLC0415 (as above)
 
     n = Z.shape[0]
     L = np.where(lengths > floor, lengths, 0.0)
@@ -331,9 +327,6 @@ def clusters(X: Any, *, tol: float | None = None, weights: Any = None) -> Cluste
         ``scale`` is the cut height in the units of ``X`` (0 for one cluster found
         without ``tol``).
     """
-    from scipy.sparse import coo_matrix  # noqa: PLC0415
-    from scipy.sparse.csgraph import connected_components  # noqa: PLC0415
-    from scipy.spatial import cKDTree  # noqa: PLC0415
 
     Xa = validation.points("X", X, column=True, keep_float32=False)
     w = validation.weights("weights", weights, Xa.shape[0])

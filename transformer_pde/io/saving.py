@@ -42,8 +42,8 @@ from .digests import check_version
 from .jsonfmt import dumps
 
 __all__ = ["GAUSSIAN_BATCH_FORMAT", "GAUSSIAN_FORMAT", "GAUSSIAN_FORMAT_VERSION",
-           "check_gaussian", "check_target", "read_gaussian", "save_gaussian",
-           "save_labelled"]
+           "LabelledSave", "check_gaussian", "check_target", "read_gaussian",
+           "save_gaussian", "save_labelled"]
 
 #: ``meta["format"]`` of a saved :class:`~transformer_pde.gaussian.GaussianTrajectory`
 GAUSSIAN_FORMAT = "transformer-pde-gaussian"
@@ -125,6 +125,20 @@ def save_labelled(ds: Any, path: str | os.PathLike, *, overwrite: bool = False) 
     else:
         old.unlink(missing_ok=True)
     return path
+
+
+class LabelledSave:
+    """Mixin of the results saved as labelled files (the mean-field solutions): ``save``
+    from their ``to_xarray()``."""
+
+    __slots__ = ()
+
+    def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
+        """Write :meth:`to_xarray` to ``path`` (``.nc`` or ``.zarr``), with a checksum per
+        variable that :func:`transformer_pde.io.labelled.open_dataset` verifies; an existing
+        ``path`` is an error unless ``overwrite=True`` (then replaced once the new file is
+        complete: :func:`save_labelled`).  Needs the ``io`` extra."""
+        return save_labelled(self.to_xarray(), path, overwrite=overwrite)  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------ Gaussian files

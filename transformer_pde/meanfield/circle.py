@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -28,7 +27,8 @@ from .. import results_display as display
 from ..errors import ArgumentError
 from ..extras import require
 from ..integrate import Dop853, Limits, LoopState, SaveAt, TimeLoop, initial_step
-from ..results import Status, check_warn, warn_stop
+from ..io.saving import LabelledSave
+from ..results import HasStatus, Status, check_warn, warn_stop
 from ..validation import choice, finite_array, integer, nonnegative, positive, scalar
 from .spectral import (MODELS, CircleField, as_complex, as_real, evaluate, pad,
                        tail_share)
@@ -42,7 +42,7 @@ NEGATIVE_SLACK = 10.0
 
 
 @dataclass(repr=False)
-class CircleSolution(display.Summarised):
+class CircleSolution(display.Summarised, HasStatus, LabelledSave):
     r"""Result of :func:`solve_circle`.
 
     Attributes
@@ -92,11 +92,6 @@ class CircleSolution(display.Summarised):
     tol: float
     n_steps: int = 0
 
-    @property
-    def success(self) -> bool:
-        """:attr:`Status.success <transformer_pde.results.Status.success>` of ``status``."""
-        return Status(self.status).success
-
     def _summary(self) -> tuple[str, list[tuple[str, str]]]:
         """Title and rows of the text and HTML summaries (never the arrays)."""
         rows = [("times", display.time_span(self.times)),
@@ -107,14 +102,6 @@ class CircleSolution(display.Summarised):
                 ("steps", str(self.n_steps)), ("message", self.message)]
         return (f"CircleSolution(status='{self.status}', model={self.model!r}, "
                 f"beta={self.beta:g}, saved={len(self.times)})", rows)
-
-    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
-        """Write :meth:`to_xarray` to ``path`` (``.nc`` or ``.zarr``), with a checksum per
-        variable that :func:`transformer_pde.io.labelled.open_dataset` verifies; an existing
-        ``path`` is an error unless ``overwrite=True`` (then replaced once the new file is
-        complete).  Needs the ``io`` extra."""
-        from ..io.saving import save_labelled  # noqa: PLC0415
-        return save_labelled(self.to_xarray(), path, overwrite=overwrite)
 
     def to_xarray(self) -> Any:
         """The solution as a labelled :class:`xarray.Dataset`: ``density (time, theta)``,

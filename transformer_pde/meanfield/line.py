@@ -71,7 +71,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -80,14 +79,15 @@ from .. import results_display as display
 from ..errors import ArgumentError, ArgumentTypeError
 from ..extras import require
 from ..integrate import Dop853, Limits, SaveAt, TimeLoop
-from ..results import Status, check_warn, warn_stop
+from ..io.saving import LabelledSave
+from ..results import HasStatus, Status, check_warn, warn_stop
 from ..validation import choice, finite_array, integer, positive, scalar
 
 __all__ = ["LineSolution", "solve_line"]
 
 
 @dataclass(repr=False)
-class LineSolution(display.Summarised):
+class LineSolution(display.Summarised, HasStatus, LabelledSave):
     r"""Result of :func:`solve_line`: the solution at the saved times, node by node.
 
     Attributes
@@ -123,11 +123,6 @@ class LineSolution(display.Summarised):
     params: dict = field(default_factory=dict)
     n_steps: int = 0
 
-    @property
-    def success(self) -> bool:
-        """:attr:`Status.success <transformer_pde.results.Status.success>` of ``status``."""
-        return Status(self.status).success
-
     def _summary(self) -> tuple[str, list[tuple[str, str]]]:
         """Title and rows of the text and HTML summaries (never the arrays)."""
         rows = [("times", display.time_span(self.times)),
@@ -151,14 +146,6 @@ class LineSolution(display.Summarised):
         interpolant between the nodes)."""
         i = integer("index", index, minimum=-len(self.times), maximum=len(self.times) - 1)
         return self.x[i].copy(), self.density[i].copy()
-
-    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
-        """Write :meth:`to_xarray` to ``path`` (``.nc`` or ``.zarr``), with a checksum per
-        variable that :func:`transformer_pde.io.labelled.open_dataset` verifies; an existing
-        ``path`` is an error unless ``overwrite=True`` (then replaced once the new file is
-        complete).  Needs the ``io`` extra."""
-        from ..io.saving import save_labelled  # noqa: PLC0415
-        return save_labelled(self.to_xarray(), path, overwrite=overwrite)
 
     def to_xarray(self) -> Any:
         """The solution as an :class:`xarray.Dataset`: ``x`` and ``density`` over

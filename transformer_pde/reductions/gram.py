@@ -29,7 +29,7 @@ from ..errors import ArgumentError, ArgumentTypeError
 from ..integrate.controller import initial_step
 from ..integrate.loop import Limits, SaveAt, TimeLoop
 from ..integrate.solvers import Dop853
-from ..results import Status, check_warn, warn_stop
+from ..results import HasStatus, Status, check_warn, warn_stop
 from ..validation import covariance, integer, positive, real_array
 from .args import OVERFLOW_EXPONENT, check_beta, check_model, check_shift, check_times
 
@@ -43,7 +43,7 @@ MAX_STEPS = 1_000_000
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class GramFlow(display.Summarised):
+class GramFlow(display.Summarised, HasStatus):
     r"""Gram matrices of the tokens at the saved times.
 
     Attributes
@@ -67,11 +67,6 @@ class GramFlow(display.Summarised):
     beta: float
     model: str
     shift: float
-
-    @property
-    def success(self) -> bool:
-        """``status.success``."""
-        return self.status.success
 
     def _summary(self) -> tuple[str, list[tuple[str, str]]]:
         """Title and rows of the text and HTML summaries (never the arrays)."""
