@@ -8,7 +8,7 @@ from typing import Any, Callable, Union
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError
-from ..validation import matrix, positive, real_array, scalar
+from ..validation import integer, matrix, positive, real_array, scalar
 from ..validation import type_name as _what
 from .heads import AttentionParams, Head
 from .kinds import KINDS
@@ -89,6 +89,12 @@ class Attention:
         Number of heads :math:`H`; must divide :math:`d`.
     masked : bool, default False
         Causal attention over token positions (not available for ``sinkhorn``).
+    window : int or None, default None
+        Sliding-window causal attention (requires ``masked=True``): a token sees only the
+        ``window`` keys ending at its causal end, the last ``window`` tokens at or before
+        its position, in position order inside its segment (itself included; tokens at
+        one position see the same keys).  ``None``: every earlier token
+        (:mod:`~transformer_pde.attention.visibility`).
     beta : float, default 1.0
         Temperature multiplying the score.
     eps : float, default 1.0
@@ -175,6 +181,7 @@ class Attention:
     shift: float = 0.0
     rotary: Rotary | None = None
     kv_heads: int | None = None
+    window: int | None = None
     d: int = field(init=False)
     time_dependent: bool = field(init=False)
 
@@ -195,6 +202,11 @@ class Attention:
         set_ = object.__setattr__
         set_(self, "heads", int(self.heads))
         set_(self, "masked", bool(self.masked))
+        if self.window is not None:
+            set_(self, "window", integer("window", self.window, minimum=1))
+            if not self.masked:
+                raise ArgumentError(f"window={self.window} is a sliding causal window and "
+                                    "needs masked=True")
         set_(self, "beta", scalar("beta", self.beta))
         set_(self, "eps", positive("eps", self.eps))
         set_(self, "l2_beta", positive("l2_beta", self.l2_beta))
@@ -382,7 +394,7 @@ class Attention:
         """A copy with some constructor arguments changed (validated again)."""
         args = {n: getattr(self, n) for n in
                 ("kind", "Q", "K", "V", "heads", "masked", "beta", "eps", "l2_beta", "W_O")
-                + _BIASES + ("shift", "rotary", "kv_heads")}
+                + _BIASES + ("shift", "rotary", "kv_heads", "window")}
         args.update(changes)
         return Attention(**args)
 
@@ -391,7 +403,7 @@ class Attention:
         """Plain description (scalars and arrays) for saving; callables become ``None``
         with ``"serialisable": False``; :class:`Layers` are stored with their table.
         ``shift`` is stored only when it is not zero, ``rotary`` (as
-        ``{"base", "span", "dim", "pairing"}``) and ``kv_heads`` only when set: the
+        ``{"base", "span", "dim", "pairing"}``), ``kv_heads`` and ``window`` only when set: the
         descriptions of attentions without them, and the run fingerprints built from them,
         stay as they were."""
         out: dict[str, Any] = {"kind": self.kind, "heads": self.heads, "masked": self.masked,
@@ -402,8 +414,9 @@ class Attention:
         if self.rotary is not None:
             r = self.rotary
             out["rotary"] = {"base": r.base, "span": r.span, "dim": r.dim, "pairing": r.pairing}
-        if self.kv_heads is not None:
-            out["kv_heads"] = self.kv_heads
+        for name in ("kv_heads", "window"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         for name in ("Q", "K", "V", "W_O") + _BIASES:
             v = getattr(self, name)
             if v is None and name in _BIASES:
@@ -420,8 +433,8 @@ class Attention:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Attention":
         """Inverse of :meth:`to_dict` (raises if the spec held callables); a description
-        without ``shift`` has ``shift=0``, one without ``rotary`` / ``kv_heads`` has
-        ``None``."""
+        without ``shift`` has ``shift=0``, one without ``rotary`` / ``kv_heads`` /
+        ``window`` has ``None``."""
         if not data.get("serialisable", True):
             raise ArgumentError("this attention held callables of time and cannot be rebuilt")
         kw = {}
@@ -437,12 +450,13 @@ class Attention:
                                     f"and pairing, got {rot!r:.80}")
             rot = Rotary(float(rot["base"]), float(rot["span"]),
                          None if rot["dim"] is None else int(rot["dim"]), rot["pairing"])
-        kv = data.get("kv_heads")
+        kv, window = data.get("kv_heads"), data.get("window")
         return cls(data["kind"], kw["Q"], kw["K"], kw["V"], heads=int(data["heads"]),
                    masked=bool(data["masked"]), beta=float(data["beta"]),
                    eps=float(data["eps"]), l2_beta=float(data["l2_beta"]), W_O=kw["W_O"],
                    shift=data.get("shift", 0.0), rotary=rot,
-                   kv_heads=None if kv is None else int(kv), **{n: kw[n] for n in _BIASES})
+                   kv_heads=None if kv is None else int(kv),
+                   window=None if window is None else int(window), **{n: kw[n] for n in _BIASES})
 
     def __repr__(self) -> str:
         extra = "" if not self.time_dependent else ", time-dependent"
@@ -452,6 +466,8 @@ class Attention:
             extra += f", shift={self.shift}"
         if self.kv_heads is not None:
             extra += f", kv_heads={self.kv_heads}"
+        if self.window is not None:
+            extra += f", window={self.window}"
         if self.rotary is not None:
             extra += f", rotary={self.rotary!r}"
         return (f"Attention(kind={self.kind!r}, d={self.d}, heads={self.heads}, "
