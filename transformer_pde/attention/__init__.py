@@ -19,7 +19,8 @@ that may depend on depth :math:`t`.  Conventions (see ``docs/conventions.md``):
 * ``rotary``: queries and keys are rotated by their tokens' positions
   (:class:`~transformer_pde.attention.Rotary`).
 * ``masked=True``: tokens carry positions :math:`s\in[0,1]`; a query at position
-  :math:`s` only attends to tokens with :math:`s_j \le s`.
+  :math:`s` only attends to tokens with :math:`s_j \le s`; ``window = w`` keeps the last
+  :math:`w` of them (sliding-window attention).
 
 Parameters ``Q``, ``K``, ``V`` and ``W_O`` are arrays, callables ``t -> array``, or
 :class:`Layers` tables (piecewise constant in ``t``, one matrix per layer); the biases
@@ -31,7 +32,9 @@ The package holds one concern per module: :mod:`~transformer_pde.attention.kinds
 registry), :mod:`~transformer_pde.attention.layers` (per-layer tables),
 :mod:`~transformer_pde.attention.heads` (parameters frozen at one time),
 :mod:`~transformer_pde.attention.rotary` (rotary positions),
-:mod:`~transformer_pde.attention.matrix` (attention matrices) and
+:mod:`~transformer_pde.attention.matrix` (attention matrices),
+:mod:`~transformer_pde.attention.visibility` (which keys each token sees: causal order,
+segments, windows) and
 :mod:`~transformer_pde.attention.spec` (the :class:`Attention` specification).
 """
 

@@ -154,7 +154,8 @@ class Attention:
         sinkhorn, finite ``Q``, ``K`` whose product overflows, a non-finite ``shift`` or a
         non-zero one for a kind without an exponential kernel, ``kv_heads`` not dividing
         ``heads`` or ``K`` / ``V`` without its :math:`G m` rows, ``rotary`` with a kind
-        that normalises its projections or a head width it cannot rotate.
+        that normalises its projections or a head width it cannot rotate, ``window`` below
+        1, not an integer or without ``masked=True``.
 
     Examples
     --------
