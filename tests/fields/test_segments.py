@@ -84,6 +84,19 @@ def test_velocity_with_segments_equals_separate_calls(kind, backend, rng):
     np.testing.assert_allclose(got, want, rtol=0, atol=TOL)
 
 
+@pytest.mark.parametrize("masked", [False, True], ids=["unmasked", "masked"])
+def test_l2_segments_far_apart_are_as_accurate_as_alone(masked, backend, rng):
+    # each segment is centred on its own keys' midrange: a shared one (here ~5e3 away from
+    # both) would cancel |k - c|^2 ~ 2.5e7 and lose ~1e-9 of the logits
+    att = tp.Attention("l2", *rng.normal(size=(3, 2, 2)), masked=masked)
+    X = np.concatenate([rng.normal(size=(4, 2)), 1e4 + rng.normal(size=(5, 2))])
+    pos = rng.uniform(size=9)
+    got = tp.velocity(att, X, positions=pos, segments=[4, 5], backend=backend)
+    want = np.concatenate([tp.velocity(att, X[:4], positions=pos[:4], backend=backend),
+                           tp.velocity(att, X[4:], positions=pos[4:], backend=backend)])
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=0)
+
+
 @pytest.mark.parametrize("kind", MASKABLE)
 def test_one_segment_and_a_window_past_the_end_change_nothing(kind, rng):
     # bit for bit: one segment is no segment, a window of all tokens is the causal mask

@@ -121,10 +121,17 @@ def _l2(ctx, P, h, head, Xq, Xk):
     # expansion then cancels |k - c|^2-sized terms instead of |k|^2-sized ones, which keeps
     # tokens far from the origin accurate and |k - c|^2 finite unless the keys themselves
     # are spread beyond ~1e154 (then ScoreOverflowError, never a silently dropped key).
+    # In segments each segment takes its own midrange (its tokens see only its keys), so a
+    # segment is as accurate as alone however far from the others it lies.
     be = ctx.backend
     xp = be.xp
     k = _k(ctx, Xk, head)
-    c = k.max(axis=0) * 0.5 + k.min(axis=0) * 0.5
+
+    def midrange(part):
+        return part.max(axis=0) * 0.5 + part.min(axis=0) * 0.5
+
+    c = midrange(k) if ctx.segments is None else xp.concatenate(
+        [xp.broadcast_to(midrange(k[s:e]), (e - s, k.shape[1])) for s, e in ctx.segments])
     k = k - c
     with np.errstate(over="ignore", invalid="ignore"):
         bias = ctx.logw - P.l2_beta * (k * k).sum(axis=1)
