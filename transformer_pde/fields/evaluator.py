@@ -71,6 +71,18 @@ class FieldEvaluator:
         leaves it off: its time loop checks every step and stops with status
         ``nonfinite`` (or shrinks an adaptive step), an explicit outcome of its own.
 
+    Attributes
+    ----------
+    be : backend object
+        The backend, resolved once (pass it on rather than resolving ``backend`` again).
+    weights : ndarray (N,)
+        The token weights as used: normalised in each segment.
+    positions : ndarray (N,) or None
+    sizes : ndarray of int64 or None
+        The checked ``segments`` (``None`` without).
+    perm : ndarray or None
+        Kernel order of the keys: key :math:`j` is token ``perm[j]`` (``None``: as given).
+
     Every head field receives the heads of :attr:`AttentionParams.score_heads
     <transformer_pde.attention.AttentionParams.score_heads>`: query and key biases that
     cancel for the kind are removed exactly before any score is formed.
@@ -196,6 +208,9 @@ class FieldEvaluator:
     def query_limits(self, query_positions: Any, m: int) -> KeyRanges:
         """The key ranges of ``m`` queries at ``query_positions`` (masked attention): the
         keys at or before each query's position (the last ``window`` of them)."""
+        if self.ctx.segments is not None:
+            raise ArgumentError("query_positions: queries are not defined for a token set in "
+                                "segments (see __call__)")
         qp = validation.positions("query_positions", query_positions, m, required=True)
         lo, hi = query_ranges(self.sorted_pos, qp, self.att.window)
         return KeyRanges(lo, hi, self.n, "query_limits")

@@ -52,6 +52,11 @@ BUILTIN_FIELDS: set[str] = set()
 def register_head_field(name: str, *, replace: bool = False) -> Callable[[HeadField], HeadField]:
     """Decorator registering the head field of attention kind ``name``.
 
+    A head field must reduce each query over its key range only, ``ctx.ranges``
+    (:class:`~transformer_pde.backends.ranges.KeyRanges`, ``None``: every key), as the
+    backend primitives do when given it: causal masks, windows and segments are all
+    expressed there, and a field that sums over every key would mix segments.
+
     The head fields shipped with the package are never replaced
     (:class:`~transformer_pde.errors.ArgumentError`); a field registered earlier by the
     user is replaced only with ``replace=True``.  ``name`` must be a string and the
