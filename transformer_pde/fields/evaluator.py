@@ -313,7 +313,7 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
     X : array (N, d)
         Token positions in feature space.
     weights : array (N,), optional
-        Non-negative masses (normalised to sum 1; uniform by default).
+        Non-negative masses (normalised to sum 1, in each segment; uniform by default).
     positions : array (N,), optional
         Token positions :math:`s_j \in [0,1]`; required for masked attention, where a
         query at position :math:`s` sees tokens with :math:`s_j \le s`, and for rotary
@@ -344,7 +344,8 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
         An argument of the wrong type (not an :class:`Attention`, complex or non-numeric
         arrays, a bool or a string where a number is expected).
     ArgumentError
-        Wrong shapes, NaN/inf, negative weights, masked attention without positions.
+        Wrong shapes, NaN/inf, negative weights, masked attention without positions,
+        ``segments`` not summing to N, with ``queries`` or with a segment of zero weight.
     SinkhornNotConverged
         The Sinkhorn inner solve missed its tolerance.
     ScoreOverflowError
