@@ -19,7 +19,7 @@ from rotary_reference import expand_groups, reference_field
 import transformer_pde as tp
 from transformer_pde.attention import KINDS, Layers, Rotary
 from transformer_pde.errors import ArgumentError, ArgumentTypeError, CheckpointError
-from transformer_pde.integrate.checkpoint import RunIdentity
+from transformer_pde.particles.identity import run_identity
 from transformer_pde.io.codec import (attention_data, attention_fields, attention_from_data,
                                       attention_from_json, attention_to_json)
 from transformer_pde.particles.ensemble import simulate_ensemble
@@ -180,10 +180,9 @@ def test_descriptions_without_the_options_keep_their_fields():
 
 def _identity(att):
     X0 = np.eye(4)[:3]
-    return RunIdentity.of_run(att=att, X0=X0, weights=np.full(3, 1 / 3),
-                              positions=np.zeros(3), dtype=np.float64, backend="numpy",
-                              field_options={}, solver="rk4", t_max=1.0, dt=0.1,
-                              saveat=tp.SaveAt(), block=None).static
+    return run_identity(att=att, X0=X0, weights=np.full(3, 1 / 3), positions=np.zeros(3),
+                        dtype=np.float64, backend="numpy", field_options={}, solver="rk4",
+                        t_max=1.0, dt=0.1, saveat=tp.SaveAt(), block=None).static
 
 
 def test_fingerprints_differ_between_settings_and_old_ones_are_unchanged():

@@ -35,6 +35,7 @@ from transformer_pde.errors import (ArgumentError, CheckpointError, CheckpointWa
 from transformer_pde.integrate import checkpoint as ckmod
 from transformer_pde.integrate.loop import owned
 from transformer_pde.integrate.state import EvaluationTimes
+from transformer_pde.particles.identity import run_identity
 
 RNG = np.random.default_rng(40)
 X0 = RNG.normal(size=(5, 2))
@@ -513,8 +514,8 @@ def test_limits_and_stage_times_leave_the_fingerprint_and_plain_records_as_they_
               weights=np.full(5, 0.2), positions=np.zeros(5), dtype=np.float64,
               backend="numpy", field_options={}, solver=tp.RK4(), t_max=0.6, dt=0.05,
               saveat=tp.SaveAt(), block=None)
-    plain = ckmod.RunIdentity.of_run(**kw)
-    limited = ckmod.RunIdentity.of_run(**kw, limits=tp.Limits(max_norm=10.0, max_steps=99))
+    plain = run_identity(**kw)
+    limited = run_identity(**kw, limits=tp.Limits(max_norm=10.0, max_steps=99))
     assert limited.static == plain.static and not any("limit" in k for k in plain.static)
     saved = [0.0, 0.05, 0.1]
     assert plain.record(saved, 0.1) == {"static": plain.static, "probe_times": saved,

@@ -1,7 +1,8 @@
-"""Batched ensembles: simulate_ensemble against separate simulate runs and brute force."""
+"""Ensembles: simulate_ensemble (the engine over B segments) against separate simulate runs."""
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import numpy as np
@@ -9,8 +10,8 @@ import pytest
 
 import transformer_pde as tp
 from transformer_pde.errors import ArgumentError, ArgumentTypeError, EarlyStopWarning
-from transformer_pde.particles.ensemble import (BatchedField, EnsembleTrajectory,
-                                                ensemble_moments, simulate_ensemble)
+from transformer_pde.particles.ensemble import (EnsembleTrajectory, ensemble_moments,
+                                                simulate_ensemble)
 
 
 def on_sphere(rng, *shape):
@@ -22,61 +23,35 @@ def near_identity(rng, d, scale=1.0):
     return scale * (np.eye(d) + 0.3 * rng.normal(size=(d, d)))
 
 
-def separate(att, X0, **kw):
+def separate(att, X0, backend="numpy", **kw):
     """The reference: one simulate run per system, stacked as (T, B, n, d)."""
-    return np.stack([tp.simulate(att, X, **kw).states for X in X0], axis=1)
+    field = tp.FieldOptions(backend=backend)
+    return np.stack([tp.simulate(att, X, field=field, **kw).states for X in X0], axis=1)
 
 
 def rel(a, b):
     return float(np.abs(a - b).max() / np.abs(b).max())
 
 
-# ------------------------------------------------------------------ the batched field
-@pytest.mark.parametrize("kind", ["softmax", "exp"])
-def test_batched_field_matches_brute_force(rng, kind):
-    # independent formula: SA = softmax average, USA = (1/n) sum_j e^{b<Qx,Ky>} V y_j
-    B, n, d, beta = 3, 6, 4, 1.7
-    X = rng.normal(size=(B, n, d))
-    Q, K, V = (near_identity(rng, d) for _ in range(3))
-    att = tp.Attention(kind, Q, K, V, beta=beta)
-    out = BatchedField(att, (B, n, d), np.full(n, 1.0 / n), None, np.float64)(
-        0.0, X.reshape(B * n, d), False).reshape(B, n, d)
-    for b in range(B):
-        S = beta * (X[b] @ Q.T) @ (X[b] @ K.T).T
-        E = np.exp(S)
-        W = E / E.sum(axis=1, keepdims=True) if kind == "softmax" else E / n
-        # 1e-13: a few roundings of O(1) sums of 6 terms
-        np.testing.assert_allclose(out[b], W @ (X[b] @ V.T), rtol=1e-13, atol=1e-13)
-
-
-def test_batched_field_large_exp_scores_stay_finite(rng):
-    # lse beyond 709: e^lse alone overflows, the field (small values) does not
-    d = 2
-    X = np.array([[[1.0, 0.0], [1.0, 1e-3]]])
-    att = tp.Attention("exp", np.eye(d), np.eye(d), 1e-300 * np.eye(d), beta=720.0)
-    out = BatchedField(att, (1, 2, d), np.full(2, 0.5), None, np.float64)(0.0, X[0], False)
-    ref = tp.velocity(att, X[0])
-    assert np.all(np.isfinite(out))
-    np.testing.assert_allclose(out, ref, rtol=1e-12)
-
-
 # ------------------------------------------------------------------ against simulate
-@pytest.mark.parametrize("kind", ["softmax", "exp"])
+@pytest.mark.parametrize("kind", ["softmax", "exp", "l2", "sinkhorn"])
 @pytest.mark.parametrize("sphere", [False, True])
-def test_ensemble_equals_separate_simulate_runs(rng, kind, sphere):
-    # Same solver, same dt: member b is simulate(X0[b]) up to the summation order of the
-    # batched matmul (NumPy's blocked softmax sums in another order), so not bit for bit;
+def test_ensemble_equals_separate_simulate_runs(rng, backend, kind, sphere):
+    # Same solver, same dt, same backend: member b is simulate(X0[b]) up to the order of
+    # the sums over a system's keys (the backends may tile B n keys differently from n);
     # 1e-12 relative leaves three orders of magnitude above the observed ~1e-15.
     B, n, d = 4, 7, 3
     X0 = on_sphere(rng, B, n, d)
     scale = 1.0 if sphere else 0.3
     att = tp.Attention(kind, near_identity(rng, d), near_identity(rng, d),
-                       near_identity(rng, d, scale), beta=1.3 if sphere else 0.5)
+                       near_identity(rng, d, scale),
+                       beta=1.0 if kind == "l2" else 1.3 if sphere else 0.5)
     block = tp.Block(constraint="sphere") if sphere else None
     kw = dict(t_max=1.0, dt=0.05, solver="rk4")
-    ens = simulate_ensemble(att, X0, block="sphere" if sphere else None, **kw)
-    ref = separate(att, X0, block=block, **kw)
+    ens = simulate_ensemble(att, X0, block="sphere" if sphere else None, backend=backend, **kw)
+    ref = separate(att, X0, backend, block=block, **kw)
     assert ens.status == "ok" and ens.states.shape == (21, B, n, d)
+    assert ens.info["backend"] == backend and ens.info["n_systems"] == B
     assert ens.states.dtype == np.float64
     assert rel(ens.states, ref) < 1e-12
     # the flow moved: the comparison is not between initial states
@@ -85,7 +60,7 @@ def test_ensemble_equals_separate_simulate_runs(rng, kind, sphere):
         np.testing.assert_allclose(np.linalg.norm(ens.states, axis=-1), 1.0, atol=1e-13)
 
 
-def test_ensemble_masked_heads_biases_output_map(rng):
+def test_ensemble_masked_heads_biases_output_map(rng, backend):
     B, n, d = 3, 6, 4
     X0 = on_sphere(rng, B, n, d)
     pos = rng.uniform(size=n)
@@ -94,8 +69,8 @@ def test_ensemble_masked_heads_biases_output_map(rng):
                        W_O=near_identity(rng, d), b_Q=rng.normal(size=d),
                        b_K=rng.normal(size=d), b_V=rng.normal(size=d), b_O=rng.normal(size=d))
     kw = dict(t_max=0.5, dt=0.05, positions=pos)
-    ens = simulate_ensemble(att, X0, block="sphere", **kw)
-    ref = separate(att, X0, block=tp.Block(constraint="sphere"), **kw)
+    ens = simulate_ensemble(att, X0, block="sphere", backend=backend, **kw)
+    ref = separate(att, X0, backend, block=tp.Block(constraint="sphere"), **kw)
     assert rel(ens.states, ref) < 1e-12
     np.testing.assert_array_equal(ens.positions, pos)
 
@@ -198,10 +173,8 @@ def test_ensemble_refusals(rng):
     X0 = on_sphere(rng, 2, 3, 3)
     soft = tp.Attention("softmax", np.eye(3), np.eye(3), np.eye(3))
     kw = dict(t_max=0.1, dt=0.1)
-    with pytest.raises(ArgumentError, match="kind='sinkhorn'"):
-        simulate_ensemble(tp.Attention("sinkhorn", np.eye(3), np.eye(3), np.eye(3)), X0, **kw)
     with pytest.raises(ArgumentError, match="backend"):
-        simulate_ensemble(soft, X0, backend="numba", **kw)
+        simulate_ensemble(soft, X0, backend="fortran", **kw)
     with pytest.raises(ArgumentError, match="X0 must have shape"):
         simulate_ensemble(soft, X0[0], **kw)
     with pytest.raises(ArgumentError, match="X0 must have shape"):
@@ -265,3 +238,71 @@ def test_ensemble_gram_matches_gram_flow(rng):
     assert flow.grams.shape == (3, B, n, n)
     np.testing.assert_allclose(flow.grams, G_ens, rtol=0, atol=1e-9)
     assert np.abs(G_ens[-1] - G_ens[0]).max() > 0.05      # the Gram matrices moved
+
+
+# ------------------------------------------------------------------ the engine's features
+@pytest.mark.parametrize("solver", ["euler", "heun", "ab2", "ab3", "implicit_midpoint"])
+def test_ensemble_every_fixed_step_solver_equals_separate_runs(rng, solver):
+    # multistep histories and implicit iterations cover the whole state: one ensemble
+    # step is B separate steps (the implicit iteration stops on a norm over all systems,
+    # so its tolerance is tightened to leave rounding only)
+    B, n, d = 3, 5, 3
+    X0 = on_sphere(rng, B, n, d)
+    att = tp.Attention("softmax", near_identity(rng, d), near_identity(rng, d),
+                       near_identity(rng, d, 0.5), beta=1.5)
+    if solver == "implicit_midpoint":
+        solver = tp.integrate.ImplicitMidpoint(tol=1e-15)
+    kw = dict(t_max=0.4, dt=0.05, solver=solver)
+    ens = simulate_ensemble(att, X0, **kw)
+    assert rel(ens.states, separate(att, X0, **kw)) < 1e-12
+
+
+class StopOnce:
+    """A constant query matrix that raises KeyboardInterrupt once, after ``t_stop``."""
+
+    def __init__(self, M, t_stop=None):
+        self.M, self.t_stop = M, t_stop
+
+    def __call__(self, t):
+        if self.t_stop is not None and t > self.t_stop:
+            self.t_stop = None
+            raise KeyboardInterrupt
+        return self.M
+
+
+def test_ensemble_checkpoint_resumes_to_the_uninterrupted_run(rng, tmp_path):
+    B, n, d = 3, 4, 2
+    X0 = on_sphere(rng, B, n, d)
+    M = near_identity(rng, d)
+    path = tmp_path / "ens.ckpt"
+    kw = dict(t_max=0.6, dt=0.05, block="sphere")
+    ref = simulate_ensemble(tp.Attention("softmax", StopOnce(M), np.eye(d), np.eye(d)), X0,
+                            **kw)
+    stop = StopOnce(M, t_stop=0.3)
+    att = tp.Attention("softmax", stop, np.eye(d), np.eye(d))
+    mon = tp.Monitor(checkpoint=path, checkpoint_every=1e-9)
+    with pytest.warns(EarlyStopWarning, match="interrupted"):
+        cut = simulate_ensemble(att, X0, monitor=mon, **kw)
+    assert cut.status == "interrupted" and path.exists()
+    again = simulate_ensemble(att, X0, monitor=tp.Monitor(checkpoint=path, resume=True), **kw)
+    np.testing.assert_array_equal(again.states, ref.states)   # bit for bit
+    np.testing.assert_array_equal(again.times, ref.times)
+    # the checkpoint belongs to this ensemble: other systems' sizes are another run
+    with pytest.raises(tp.errors.CheckpointError, match="segments"):
+        simulate_ensemble(att, X0.reshape(2 * B, n // 2, d),
+                          monitor=tp.Monitor(checkpoint=path, resume=True), **kw)
+
+
+def test_ensemble_statistic_is_named_in_the_checkpoint(rng, tmp_path):
+    X0 = on_sphere(rng, 2, 3, 2)
+    att = tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2))
+    path = tmp_path / "stat.ckpt"
+
+    def spread(t, X, w):
+        return np.einsum("n,bnd->bd", w, X)
+
+    out = simulate_ensemble(att, X0, t_max=0.2, dt=0.1, saveat=tp.SaveAt(fn=spread),
+                            monitor=tp.Monitor(checkpoint=path))
+    assert out.values.shape == (3, 2, 2)
+    static = json.loads(str(np.load(path)["meta"]))["body"]["run"]["static"]
+    assert static["saveat.fn"].endswith("spread")

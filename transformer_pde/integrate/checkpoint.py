@@ -12,24 +12,19 @@ A checkpoint is an NPZ archive (a zip of ``.npy`` members) written by
   :func:`~transformer_pde.io.digests.json_digest` of the body.
 * ``a0``, ``a1``, ...: the arrays of the state.
 
-**Identity of a run.**  :class:`RunIdentity` records everything that determines the
-run: the attention (its scalars, its constant matrices and :class:`~transformer_pde.Layers`
-tables by hash), the tokens, weights and positions (by hash), dtype, backend and field
-options (Sinkhorn tolerance and iteration budget), the solver's class and options,
-``t_max``, ``dt``, what is saved (``every``, ``ts``, and for ``SaveAt(fn)`` the function's
-qualified name, a hash of its bytecode and constants and of its value on the initial
-state) and every parameter of the :class:`~transformer_pde.Block` (MLP weights,
-LayerNorm options, scale and shift, constraint).  Parameters that are callables of time
-are recorded by their qualified name and by a hash of their values at *probe times*: 0,
-the loop time of the checkpoint, up to :data:`MAX_PROBES` of the times saved so far, the
-stage times of the first, the last and of evenly spread attempted steps
-(:class:`~.state.EvaluationTimes`: the times the field was evaluated at, :math:`t_n + c_i h`)
-and, for a resumed run, the probe times of the checkpoint it resumed from.  The part of
-the run a checkpoint holds was computed with those values, so a resumed run whose
-callables agree there continues the same computation; a callable that differs only
-between all these times cannot be told apart (no finite set of samples can).  The run's
-:class:`~transformer_pde.Limits` are recorded apart from the fields compared for
-equality (:meth:`RunIdentity.differences` says which differences are safe).
+**Identity of a run.**  :class:`RunIdentity` holds what determines a run as plain
+fields: ``static`` descriptions compared for equality (scalars by ``repr``, arrays by
+SHA-256; what a particle run records is listed by
+:func:`transformer_pde.particles.identity.run_identity`), callables of time compared by
+their values at *probe times* (0, the loop time of the checkpoint, up to ``MAX_PROBES``
+of the times saved so far, the stage times of the first, the last and of evenly spread
+attempted steps (:class:`~.state.EvaluationTimes`: the times the field was evaluated at,
+:math:`t_n + c_i h`) and, for a resumed run, the probe times of the checkpoint it resumed
+from), and the run's :class:`~transformer_pde.Limits` apart.  The part of the run a
+checkpoint holds was computed with those values, so a resumed run whose callables agree
+there continues the same computation; a callable that differs only between all these
+times cannot be told apart (no finite set of samples can).
+(:meth:`RunIdentity.differences` says which differences are safe.)
 
 **Reading.**  :func:`read_checkpoint` first checks the file (an NPZ archive of this
 format and a known version, the body's digest, every array's digest: any edit,
@@ -47,8 +42,6 @@ target and renames over it; a write that fails during or at the end of a run iss
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import json
 import os
 import tempfile
@@ -61,16 +54,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import CheckpointError, CheckpointWarning, IntegrityError
-from ..io.codec import attention_fields
 from ..io.container import write_npz
 from ..io.digests import DIGEST_ALGORITHM, array_digest, json_digest, verify_array
 from ..io.jsonfmt import dumps
 from .loop import owned
 from .state import EvaluationTimes
 
-__all__ = ["FORMAT", "MAX_CARRIED", "MAX_PROBES", "VERSION", "CheckpointWriter", "RunIdentity",
-           "check_path", "decode", "encode", "is_checkpoint", "read_checkpoint",
-           "write_checkpoint"]
+__all__ = ["FORMAT", "VERSION", "CheckpointWriter", "RunIdentity", "check_path", "decode",
+           "encode", "is_checkpoint", "read_checkpoint", "value_digest", "write_checkpoint"]
 
 #: format marker in the metadata of every checkpoint
 FORMAT = "transformer-pde-checkpoint"
@@ -143,60 +134,12 @@ def decode(desc: Any, arrays: Any, asarray: Callable[[np.ndarray], Any]) -> Any:
 
 
 # ------------------------------------------------------------------ identity of a run
-def _qualname(obj: Any) -> str:
-    cls = obj if isinstance(obj, type) else type(obj)
-    name = getattr(obj, "__qualname__", None) or cls.__qualname__
-    module = getattr(obj, "__module__", None) or cls.__module__
-    return f"{module}.{name}"
-
-
-def _code_digest(code: Any) -> str:
-    """SHA-256 of a code object's bytecode, names and constants (nested code included)."""
-    h = hashlib.sha256()
-    h.update(code.co_code)
-    h.update(repr((code.co_names, code.co_varnames, code.co_freevars)).encode())
-    for c in code.co_consts:
-        h.update(_code_digest(c).encode() if hasattr(c, "co_code") else repr(c).encode())
-    return h.hexdigest()
-
-
-def _function_code(fn: Any) -> Any:
-    code = getattr(fn, "__code__", None)
-    if code is None:   # a callable object: the code of its class's __call__
-        call = next((vars(k)["__call__"] for k in type(fn).__mro__ if "__call__" in vars(k)),
-                    None)
-        code = getattr(call, "__code__", None)
-    return code
-
-
-def _value_digest(value: Any) -> str:
+def value_digest(value: Any) -> str:
+    """SHA-256 of a callable's value (an array, or numbers as a float array)."""
     a = np.asarray(value)
     if a.dtype.hasobject:
         a = np.asarray(value, dtype=float)
     return array_digest(a)
-
-
-def _is_layers(value: Any) -> bool:
-    return type(value).__name__ == "Layers" and hasattr(value, "values") \
-        and hasattr(value, "layer_time")
-
-
-def _solver_key(solver: Any) -> str:
-    """What identifies a solver's numerics: its class and its public options."""
-    inner = getattr(solver, "inner", None)
-    if type(solver).__name__ == "BlockStepper" and inner is not None:
-        return f"BlockStepper[{_solver_key(inner)}]"
-    opts = []
-    for k, v in sorted(getattr(solver, "__dict__", {}).items()):
-        if k.startswith("_"):
-            continue
-        if isinstance(v, (bool, int, float, str)):
-            opts.append((k, v))
-        elif dataclasses.is_dataclass(v):   # a Butcher tableau
-            fields = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
-            opts.append((k, json_digest({n: array_digest(x) if isinstance(x, np.ndarray)
-                                         else repr(x) for n, x in fields.items()})))
-    return f"{_qualname(solver)}{opts}"
 
 
 def _spread(times: Sequence[float], n: int) -> list[float]:
@@ -242,79 +185,8 @@ class RunIdentity:
         self.carried: list[float] = []
         self.unchecked: list[str] = []
 
-    @classmethod
-    def of_run(cls, *, att: Any, X0: np.ndarray, weights: np.ndarray, positions: Any,
-               dtype: Any, backend: str, field_options: dict[str, Any], solver: Any,
-               t_max: float, dt: float, saveat: Any, block: Any,
-               limits: Any = None) -> "RunIdentity":
-        """The identity of a :func:`~transformer_pde.simulate` run.
-
-        ``X0`` is the initial state as the run starts from it (after a constraint's
-        renormalisation); ``field_options`` the evaluator's Sinkhorn controls;
-        ``saveat.fn``, if any, is evaluated once on the initial state; ``limits`` the
-        run's :class:`~transformer_pde.Limits` (kept apart from the fields compared for
-        equality, so a run's fingerprint :attr:`static` does not depend on them)."""
-        static: dict[str, str] = {}
-        calls: dict[str, Callable[[float], Any]] = {}
-
-        def put(name: str, value: Any) -> None:
-            if value is None or isinstance(value, (bool, int, float, str, np.generic)):
-                static[name] = repr(value.item() if isinstance(value, np.generic) else value)
-            elif isinstance(value, np.ndarray):
-                static[name] = "sha256:" + array_digest(value)
-            elif _is_layers(value):
-                static[name] = "Layers sha256:" + json_digest(
-                    [array_digest(np.asarray(value.values)), repr(value.layer_time),
-                     repr(getattr(value, "t0", 0.0))])
-            elif callable(value):
-                static[name] = "callable " + _qualname(value)
-                calls[name + "(t)"] = value
-            else:
-                static[name] = f"{_qualname(value)}: {value!r}"
-
-        for key, value in sorted(attention_fields(att).items()):
-            put(f"attention.{key}", value)
-        static["tokens"] = json_digest([array_digest(X0), array_digest(weights),
-                                        array_digest(positions)])
-        static["dtype"] = str(np.dtype(dtype))
-        static["backend"] = str(backend)
-        for key in sorted(field_options):
-            if key != "backend":
-                put(f"field.{key}", field_options[key])
-        static["solver"] = _solver_key(solver)
-        static["t_max"], static["dt"] = repr(float(t_max)), repr(float(dt))
-        static["saveat.every"] = repr(saveat.every)
-        static["saveat.ts"] = "None" if saveat.ts is None else "sha256:" + array_digest(
-            np.asarray(saveat.ts, dtype=float))
-        fn = saveat.fn
-        if fn is None:
-            static["saveat.fn"] = "None"
-        else:
-            static["saveat.fn"] = _qualname(fn)
-            code = _function_code(fn)
-            static["saveat.fn.code"] = "unknown" if code is None else _code_digest(code)
-            try:
-                x0 = np.array(X0, dtype=dtype)
-                x0.flags.writeable = False
-                value = fn(0.0, x0, weights)
-                static["saveat.fn(X0)"] = _value_digest(value)
-            except Exception as exc:   # any failure the run owns is part of the identity
-                if not owned(exc):   # a caller's timeout, out of memory: not the run's
-                    raise
-                static["saveat.fn(X0)"] = f"raised {type(exc).__name__}"
-        if block is None:
-            static["block"] = "None"
-        else:
-            static["block"] = "Block"
-            for key, value in sorted(block.parameters().items()):
-                put(f"block.{key}", value)
-        lim = None if limits is None else {
-            "max_norm": float(limits.max_norm), "max_steps": int(limits.max_steps),
-            "max_memory": None if limits.max_memory is None else float(limits.max_memory)}
-        return cls(static, calls, lim)
-
     def probe_times(self, saved_times: Sequence[float], t: float) -> list[float]:
-        """0, ``t``, up to :data:`MAX_PROBES` of ``saved_times`` up to ``t`` (evenly
+        """0, ``t``, up to ``MAX_PROBES`` of ``saved_times`` up to ``t`` (evenly
         spread), the stage times of :attr:`evaluations` and the :attr:`carried` times."""
         saved = _spread([s for s in saved_times if s <= t], MAX_PROBES)
         return sorted({0.0, float(t), *saved, *self.evaluations.times(), *self.carried})
@@ -324,7 +196,7 @@ class RunIdentity:
         out = {}
         for name, fn in sorted(self.callables.items()):
             try:
-                out[name] = json_digest([_value_digest(fn(float(s))) for s in times])
+                out[name] = json_digest([value_digest(fn(float(s))) for s in times])
             except Exception as exc:   # a failing callable differs from a working one
                 if not owned(exc):   # a caller's timeout, out of memory: not the callable's
                     raise

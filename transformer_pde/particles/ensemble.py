@@ -7,42 +7,35 @@ the same attention (and block), started from :math:`B` initial configurations
 .. math:: \dot x^{(b)}_i = \Gamma_{\mu^{(b)}_t}\big(x^{(b)}_i\big), \qquad
           \mu^{(b)}_t = \sum_{j=1}^n w_j\,\delta_{x^{(b)}_j(t)},
 
-and never sees the tokens of another system.  The :math:`B` systems are integrated
-together, as one state of shape :math:`(Bn, d)`, by the package's
-:class:`~transformer_pde.integrate.TimeLoop` and solvers; the attention field of all
-systems is one batched computation (``numpy.matmul`` on :math:`(B, n, k)` arrays, a
-log-sum-exp per row), so one call replaces :math:`B` calls of
-:func:`~transformer_pde.simulate` and uses the BLAS threads for all of them.
+and never sees the tokens of another system.  The ensemble is one run of the particle
+engine, :func:`~transformer_pde.simulate`, over :math:`Bn` tokens in :math:`B` segments
+(block-diagonal key ranges): every backend, kind, solver, block and checkpoint of the
+engine applies, and one call replaces :math:`B` calls of :func:`~transformer_pde.simulate`.
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ..attention import Attention
-from ..attention.rotary import require_positions
-from ..blocks import Block, BlockStepper, PostLayerNorm, Sphere
+from ..backends import to_host
+from ..blocks import Block
 from ..errors import ArgumentError, ArgumentTypeError
-from ..integrate.breakpoints import layer_tables
-from ..integrate.loop import Limits, SaveAt, TimeLoop, owned
-from ..integrate.plan import preflight
-from ..integrate.solvers import get_solver
+from ..integrate.loop import Limits, Monitor, SaveAt
 from ..results import ResultKind, Status, check_warn, warn_stop
 from .. import results_display as display
 from .. import validation
-from ..validation import positive, real_array
-from .trajectory import ParticleTrajectory
+from ..validation import real_array
+from .identity import SystemStatistic
+from .options import FieldOptions
+from .simulation import simulate
+from .trajectory import ParticleTrajectory, weighted_moments
 
-__all__ = ["ENSEMBLE_KINDS", "EnsembleTrajectory", "ensemble_moments", "simulate_ensemble"]
-
-#: attention kinds whose field :func:`simulate_ensemble` evaluates for all systems at once
-ENSEMBLE_KINDS = ("softmax", "exp")
-#: above this log-normaliser (float64, float32) the ``exp`` kind scales by a power of two
-_EXP_SPLIT = {8: 700.0, 4: 80.0}
+__all__ = ["EnsembleTrajectory", "ensemble_moments", "simulate_ensemble"]
 
 
 def ensemble_moments(states: np.ndarray, weights: np.ndarray
@@ -61,12 +54,10 @@ def ensemble_moments(states: np.ndarray, weights: np.ndarray
     covs : ndarray (T, B, d, d)
         :math:`\Sigma^{(b)} = \sum_i w_i (x^{(b)}_i - m^{(b)})(x^{(b)}_i - m^{(b)})^\top`.
     """
-    X = np.asarray(states, dtype=np.float64)
-    w = np.asarray(weights, dtype=np.float64)
-    m = np.einsum("n,tbnd->tbd", w, X)
-    C = X - m[:, :, None, :]
-    S = np.einsum("n,tbnd,tbne->tbde", w, C, C)
-    return m, 0.5 * (S + np.swapaxes(S, -1, -2))
+    X = np.asarray(states)
+    T, B, n, d = X.shape
+    m, c = weighted_moments(X.reshape(T * B, n, d), weights)
+    return m.reshape(T, B, d), c.reshape(T, B, d, d)
 
 
 @dataclass
@@ -178,207 +169,38 @@ class EnsembleTrajectory:
         return display.summary_html(*self._summary())
 
 
-# ------------------------------------------------------------------ the batched field
-def _times_exp(out: np.ndarray, lse: np.ndarray) -> np.ndarray:
-    r"""``out * exp(lse)`` (``lse`` of shape ``out.shape[:-1] + (1,)``), finite whenever the
-    product is: rows with a large ``lse`` are scaled as :math:`2^e (\text{out}\,e^r)`,
-    :math:`\mathrm{lse} = e\ln 2 + r` (``ldexp`` is exact)."""
-    split = _EXP_SPLIT[out.dtype.itemsize]
-    big = np.isfinite(lse) & (lse > split)
-    if not big.any():
-        return out * np.exp(lse)
-    e = np.minimum(np.where(big, np.floor(np.where(big, lse, 0.0) / math.log(2.0)), 0.0),
-                   2100.0)
-    r = (lse - e * math.log(2.0)).astype(out.dtype)
-    return np.ldexp(out * np.exp(r), e.astype(np.int32))
-
-
-class BatchedField:
-    r"""The attention field of :math:`B` systems of :math:`n` tokens, evaluated at once.
-
-    For each head (score heads of :attr:`AttentionParams.score_heads
-    <transformer_pde.attention.AttentionParams.score_heads>`: biases that cancel are
-    removed), with :math:`q = \beta(XQ^\top + b_Q)`, :math:`k = XK^\top + b_K`,
-    :math:`v = XV^\top + b_V` of shape :math:`(B, n, \cdot)`,
-
-    .. math:: \ell_{bij} = \langle q_{bi}, k_{bj}\rangle + \log w_j, \qquad
-              \mathrm{lse}_{bi} = \log\textstyle\sum_j e^{\ell_{bij}}, \qquad
-              \bar v_{bi} = \sum_j e^{\ell_{bij} - \mathrm{lse}_{bi}} v_{bj},
-
-    (keys after a query's position masked with :math:`-\infty` for masked attention;
-    with rotary positions :math:`q` and :math:`k` are rotated by their tokens' positions);
-    ``softmax`` returns :math:`\bar v`, ``exp`` returns :math:`e^{\mathrm{lse}}\,\bar v
-    = \sum_j w_j e^{\langle q, k_j\rangle} v_j`.  Then ``W_O`` and ``b_O``.
-
-    Parameters
-    ----------
-    att : Attention
-        Of a kind in :data:`ENSEMBLE_KINDS`.
-    shape : tuple (B, n, d)
-    weights : ndarray (n,)
-    positions : ndarray (n,) or None
-    dtype : numpy dtype
-    """
-
-    def __init__(self, att: Attention, shape: tuple[int, int, int], weights: np.ndarray,
-                 positions: np.ndarray | None, dtype: Any):
-        self.att, self.shape, self.dtype = att, shape, np.dtype(dtype)
-        with np.errstate(divide="ignore"):
-            self.logw = np.log(weights).astype(self.dtype)
-        self.hidden = None
-        if att.masked:
-            # query i sees key j when s_j <= s_i
-            self.hidden = positions[None, :] > positions[:, None]
-        self.positions = positions
-        self._rot: dict[int, Any] = {}   # rotary tables by head width
-
-    def _head(self, P: Any, head: Any, X: np.ndarray) -> np.ndarray:
-        dt = self.dtype
-
-        B, n, d = X.shape
-        flat = X.reshape(B * n, d)
-
-        def proj(M: np.ndarray, b: np.ndarray | None) -> np.ndarray:
-            if M.shape == (d, d) and np.array_equal(M, np.eye(d)):
-                out = X          # the identity map (Q = K = V = I) is exact: skip it
-            else:   # one (B n, d) x (d, k) product: a BLAS call (a stacked 3-D @ 2-D is not)
-                out = (flat @ M.T.astype(dt)).reshape(B, n, M.shape[0])
-            return out if b is None else out + b.astype(dt)
-
-        q, k = proj(head.Q, head.bQ), proj(head.K, head.bK)
-        if P.rotary is not None:   # the same positions in every system
-            m = q.shape[2]
-            if m not in self._rot:
-                self._rot[m] = P.rotary.table(self.positions, m, np, dt)
-            q, k = self._rot[m].apply(q), self._rot[m].apply(k)
-        logits = (q * P.beta) @ np.swapaxes(k, 1, 2) + self.logw
-        if self.hidden is not None:
-            logits = np.where(self.hidden, -np.inf, logits)
-        mx = logits.max(axis=2, keepdims=True)
-        p = np.exp(logits - mx)
-        s = p.sum(axis=2, keepdims=True)
-        out = (p @ proj(head.V, head.bV)) / s
-        if P.kind == "exp":
-            out = _times_exp(out, mx + np.log(s))
-        return out
-
-    def __call__(self, t: float, z: np.ndarray, left: bool) -> np.ndarray:
-        """The field at the flat state ``z`` of shape (B n, d), as (B n, d)."""
-        B, n, d = self.shape
-        P = self.att.at(t, left=left)
-        X = z.reshape(B, n, d)
-        heads = P.score_heads
-        if len(heads) == 1:
-            out = self._head(P, heads[0], X)
-        else:
-            out = np.empty_like(X)
-            for head in heads:
-                out[..., head.rows] = self._head(P, head, X)
-        if P.W_O is not None:
-            out = out @ P.W_O.T.astype(self.dtype)
-        if P.b_O is not None:
-            out = out + P.b_O.astype(self.dtype)
-        return out.reshape(B * n, d)
-
-
-# ------------------------------------------------------------------ arguments
+# ------------------------------------------------------------------ simulate_ensemble
 def _initial(att: Any, X0: Any) -> np.ndarray:
     if not isinstance(att, Attention):
         raise ArgumentTypeError(f"att must be a transformer_pde.Attention, got "
                                 f"{type(att).__name__}")
-    if att.kind not in ENSEMBLE_KINDS:
-        raise ArgumentError(f"simulate_ensemble evaluates the kinds {list(ENSEMBLE_KINDS)} "
-                            f"for all systems at once; att.kind={att.kind!r} is not one of "
-                            "them (run its systems with simulate)")
-    X = real_array("X0", X0, keep_float32=True)
+    X = real_array("X0", to_host(X0), keep_float32=True)
     if X.ndim != 3 or X.shape[2] != att.d or X.shape[0] < 1 or X.shape[1] < 1:
         raise ArgumentError(f"X0 must have shape (B, n, d) with B, n >= 1 and d={att.d} (the "
                             f"dimension of att), got {X.shape}")
-    if not np.all(np.isfinite(X)):
-        raise ArgumentError("X0 contains NaN or inf")
     return X
 
 
-def _block(block: Any) -> Block | None:
-    if block is None:
-        return None
-    if isinstance(block, str):
-        if block != "sphere":
-            raise ArgumentError(f"block must be None, 'sphere' or a transformer_pde.Block, "
-                                f"got {block!r}")
-        return Block(constraint="sphere")
-    if not isinstance(block, Block):
-        raise ArgumentTypeError(f"block must be None, 'sphere' or a transformer_pde.Block, "
-                                f"got {type(block).__name__}")
-    c = block.constraint
-    if c is not None and not isinstance(c, (Sphere, PostLayerNorm)):
-        raise ArgumentError(
-            f"block: simulate_ensemble applies a constraint to the tokens of all systems as "
-            f"one array, which is right only for token-wise constraints (Sphere, "
-            f"PostLayerNorm); {type(c).__name__} is not known to be one (use simulate)")
-    return block
-
-
-def _saveat(saveat: Any, t_max: float) -> SaveAt:
-    if saveat is None:
-        return SaveAt()
-    if not isinstance(saveat, SaveAt):
-        raise ArgumentTypeError(f"saveat must be a transformer_pde.SaveAt or None, got "
-                                f"{type(saveat).__name__}")
-    if saveat.ts is not None and saveat.ts[-1] > t_max:
-        raise ArgumentError(f"SaveAt(ts=...) asks for t={saveat.ts[-1]:g} > t_max={t_max:g}")
-    return saveat
-
-
-class _Saver:
-    """Keeps host copies of the saved states (B, n, d), or ``SaveAt.fn``'s value."""
-
-    def __init__(self, shape: tuple[int, int, int], fn: Any, weights: np.ndarray):
-        self.shape, self.fn, self.weights = shape, fn, weights
-        self.times: list[float] = []
-        self.states: list[np.ndarray] = []
-        self.values: list[np.ndarray] = []
-        self.last: np.ndarray | None = None
-
-    def __call__(self, t: float, y: np.ndarray) -> None:
-        x = np.array(y).reshape(self.shape)
-        if self.fn is not None:
-            xv = x.view()
-            xv.flags.writeable = False
-            v = np.array(self.fn(t, xv, self.weights))
-            if v.dtype.kind not in "biuf":
-                raise ArgumentError(f"SaveAt(fn=...) must return a real numeric array, got "
-                                    f"dtype {v.dtype} at t={t:.6g}")
-            if self.values and v.shape != self.values[0].shape:
-                raise ArgumentError(f"SaveAt(fn=...) returned shape {v.shape} at t={t:.6g}, "
-                                    f"but {self.values[0].shape} before")
-            self.values.append(v)
-        else:
-            self.states.append(x)
-        self.times.append(float(t))
-        self.last = x
-
-
-# ------------------------------------------------------------------ simulate_ensemble
 def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
                       solver: Any = "rk4", saveat: SaveAt | None = None,
                       weights: Any = None, positions: Any = None, block: Any = None,
-                      backend: str = "numpy", limits: Limits | None = None,
-                      warn: bool = True) -> EnsembleTrajectory:
+                      backend: Any = "auto", limits: Limits | None = None,
+                      monitor: Monitor | None = None, warn: bool = True) -> EnsembleTrajectory:
     r"""Integrate :math:`B` independent token systems of the same attention together.
 
     System :math:`b` starts from ``X0[b]`` and follows the flow that
     :func:`~transformer_pde.simulate` integrates for ``X0[b]`` alone (same attention,
-    weights, positions and block); the field of all systems is computed at once by
-    :class:`BatchedField` and the flat state :math:`(Bn, d)` is advanced by the package's
-    :class:`~transformer_pde.integrate.TimeLoop`.
+    weights, positions and block).  The ensemble *is* one :func:`~transformer_pde.simulate`
+    run of the :math:`Bn` tokens ``X0.reshape(B * n, d)`` in :math:`B` segments of
+    :math:`n` tokens (``segments=[n] * B``: block-diagonal key ranges, each system its
+    own measure), so every attention kind, backend, solver, block and checkpoint of
+    :func:`~transformer_pde.simulate` serves ensembles too.
 
     Parameters
     ----------
     att : Attention
-        ``kind`` in :data:`ENSEMBLE_KINDS` (``"softmax"``: SA, ``"exp"``: USA, weights
-        :math:`w_j` inside the sum), any heads (grouped key/value heads too), masking,
-        rotary positions, ``W_O`` and biases; parameters may depend on time.
+        Any kind the field evaluates in segments, any heads, masking, rotary positions,
+        ``W_O`` and biases; parameters may depend on time.
     X0 : array (B, n, d)
         Initial tokens of the :math:`B` systems.  float32 input runs in float32.
     t_max, dt : float
@@ -389,7 +211,7 @@ def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
         its systems differ from separate adaptive runs within the tolerance.
     saveat : SaveAt, optional
         ``every`` or ``ts`` as for :func:`~transformer_pde.simulate`; ``fn(t, X,
-        weights)`` receives the read-only (B, n, d) states.
+        weights)`` receives the read-only (B, n, d) states and one system's weights (n,).
     weights, positions : array (n,), optional
         Token masses (normalised; uniform by default) and positions in [0, 1] (required
         for masked or rotary attention), the same for every system.
@@ -400,10 +222,14 @@ def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
         retraction :math:`x \mapsto x/|x|` (the initial tokens must have norm 1).  A
         :class:`~transformer_pde.Block` may also carry an MLP and LayerNorms (all
         token-wise); its constraint must be a ``Sphere`` or ``PostLayerNorm``.
-    backend : {"numpy"}
-        The batched field is computed with NumPy (``matmul`` over the systems).
+    backend : str or backend object, default "auto"
+        As ``FieldOptions(backend=...)`` of :func:`~transformer_pde.simulate`
+        (``"auto"`` counts the :math:`Bn` tokens).
     limits : Limits, optional
         ``max_norm``, ``max_steps``, ``max_memory`` for the whole ensemble.
+    monitor : Monitor, optional
+        Progress, checkpoints and resuming, as for :func:`~transformer_pde.simulate`
+        (the checkpoint's run identity records the segments).
     warn : bool, default True
         Issue an :class:`~transformer_pde.errors.EarlyStopWarning` when the run ends
         without an answer (``nonfinite``, ``failed``, ``max_steps``, ``interrupted``);
@@ -418,19 +244,15 @@ def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
 
     Raises
     ------
-    ArgumentError, ArgumentTypeError
-        Invalid arguments, a kind outside :data:`ENSEMBLE_KINDS`, another backend, a
-        constraint that is not token-wise, block options with an adaptive solver, runs
-        refused up front by ``limits``.
+    ArgumentError, ArgumentTypeError, CheckpointError, IntegrityError
+        As :func:`~transformer_pde.simulate`; also ``X0`` not of shape (B, n, d) and a
+        constraint that is not token-wise.
 
     Notes
     -----
     Member :math:`b` equals ``simulate(att, X0[b], ...)`` with the same fixed-step solver
-    and ``dt`` up to rounding (about :math:`10^{-15}` relative per step): the batched
-    products sum in another order than the reference backend's, so the two are not bit
-    for bit identical.  Scores are formed directly: tokens so large that
-    :math:`\beta\langle Qx, Ky\rangle` overflows end the run with status ``nonfinite``
-    (:func:`~transformer_pde.simulate` rescales such scores).
+    and ``dt`` to rounding (the NumPy reference reduces each system's keys alone, so the
+    two agree to about :math:`10^{-15}`).
 
     Examples
     --------
@@ -439,65 +261,32 @@ def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
     >>> X0 = np.random.default_rng(0).normal(size=(4, 10, 3))
     >>> X0 /= np.linalg.norm(X0, axis=-1, keepdims=True)
     >>> att = tp.Attention("softmax", np.eye(3), np.eye(3), np.eye(3), beta=1.0)
-    >>> ens = simulate_ensemble(att, X0, t_max=1.0, dt=0.1, block="sphere")
+    >>> ens = simulate_ensemble(att, X0, t_max=1.0, dt=0.1, block="sphere", backend="numpy")
     >>> ens.states.shape, str(ens.status)
     ((11, 4, 10, 3), 'ok')
     """
     X = _initial(att, X0)
-    if backend != "numpy":
-        raise ArgumentError(f"backend must be 'numpy' (the batched field is computed with "
-                            f"NumPy matmul), got {backend!r}")
-    t_max, dt = positive("t_max", t_max), positive("dt", dt)
-    warn = check_warn(warn)
-    saveat = _saveat(saveat, t_max)
-    if limits is None:
-        limits = Limits()
-    elif not isinstance(limits, Limits):
-        raise ArgumentTypeError(f"limits must be a transformer_pde.Limits or None, got "
-                                f"{type(limits).__name__}")
     B, n, d = X.shape
     w = validation.weights("weights", weights, n)
-    require_positions(att.rotary, positions)
     pos = validation.positions("positions", positions, n, required=att.masked)
-    blk = _block(block)
-    dtype = X.dtype
-    y0 = X.reshape(B * n, d)
-    run_solver = get_solver(solver)
-    stepper = None
-    if blk is not None:
-        stepper = BlockStepper(run_solver, blk, d)
-        run_solver = stepper
-        y0 = stepper.initial(y0)
-    y0 = np.ascontiguousarray(y0, dtype=dtype)
-    ev = BatchedField(att, (B, n, d), w, pos, dtype)
-    saver = _Saver((B, n, d), saveat.fn, w)
-    tables = layer_tables(att, stepper.tables if stepper is not None else None)
-    loop = TimeLoop(run_solver, lambda tau, z, left, stage: ev(tau, z, left), t_max=t_max,
-                    dt=dt, saveat=saveat, limits=limits, tables=tables, xp=np, save=saver)
-    preflight(t_max, dt, saveat=saveat, limits=limits, adaptive=loop.adaptive,
-              state_shape=y0.shape, dtype=dtype)
-    run_solver.reset()
-    state = loop.initial_state(y0)
-    if saveat.ts is None or saveat.ts[0] == 0.0:
-        try:
-            saver(0.0, y0)
-        except Exception as exc:
-            if not owned(exc):          # a caller's timeout, MemoryError: not a bad SaveAt
-                raise
-            raise ArgumentError(f"SaveAt(fn=...) failed on the initial state: "
-                                f"{type(exc).__name__}: {exc}") from exc
-    status, message, state = loop.run(state)
-    warn_stop(status, message, warn=warn)
-    if not saver.times:
-        saver(float(state.t), state.y)
-    info: dict[str, Any] = {"method": getattr(run_solver, "name", str(run_solver)),
-                            "backend": "numpy", "dt": dt, "t_max": t_max,
-                            "n_steps": state.n_steps, "n_rejected": state.n_rejected,
-                            "dtype": str(dtype), "n_systems": B, "n_tokens": n}
-    if stepper is not None:
-        info.update(stepper.describe())
+    if isinstance(block, str):
+        if block != "sphere":
+            raise ArgumentError(f"block must be None, 'sphere' or a transformer_pde.Block, "
+                                f"got {block!r}")
+        block = Block(constraint="sphere")
+    if saveat is not None and isinstance(saveat, SaveAt) and saveat.fn is not None:
+        saveat = dataclasses.replace(saveat, fn=SystemStatistic(saveat.fn, (B, n, d)))
+    warn = check_warn(warn)
+    traj = simulate(att, X.reshape(B * n, d), t_max=t_max, dt=dt, solver=solver,
+                    saveat=saveat, weights=np.tile(w, B),
+                    positions=None if pos is None else np.tile(pos, B), block=block,
+                    field=FieldOptions(backend=backend), limits=limits, monitor=monitor,
+                    warn=False, segments=[n] * B)
+    warn_stop(traj.status, traj.message, warn=warn)
+    info = {k: v for k, v in traj.info.items() if k != "segments"}
+    info.update(n_systems=B, n_tokens=n)
     return EnsembleTrajectory(
-        times=np.asarray(saver.times, dtype=float),
-        states=np.stack(saver.states) if saver.states else None, weights=w, positions=pos,
-        status=status, message=message, attention=att, info=info,
-        values=np.stack(saver.values) if saver.values else None, last=saver.last)
+        times=traj.times,
+        states=None if traj.states is None else traj.states.reshape(-1, B, n, d),
+        weights=traj.weights[:n], positions=pos, status=traj.status, message=traj.message,
+        attention=att, info=info, values=traj.values, last=traj.last.reshape(B, n, d))

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..attention import Attention
 from ..errors import ArgumentError, ArgumentTypeError
+from ..sinkhorn.options import DEFAULT_MAX_ITER, DEFAULT_TOL
 
 __all__ = ["FieldOptions"]
 
@@ -28,7 +29,9 @@ class FieldOptions:
         Working precision; default that of ``X0`` (float32 stays float32, anything else
         runs in float64).
     sinkhorn_tol, sinkhorn_max_iter : float, int, optional
-        Inner Sinkhorn solve controls (defaults 1e-9 and 2000; warm-started from the
+        Inner Sinkhorn solve controls (defaults
+        :data:`~transformer_pde.sinkhorn.options.DEFAULT_TOL` and
+        :data:`~transformer_pde.sinkhorn.options.DEFAULT_MAX_ITER`; warm-started from the
         previous evaluation).  Only for ``kind="sinkhorn"``: an error otherwise.
     """
 
@@ -69,11 +72,13 @@ class FieldOptions:
                     raise ArgumentError(f"FieldOptions({name}=...) applies only to "
                                         f"kind='sinkhorn', not to kind={att.kind!r}")
 
-    def evaluator_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of :class:`~transformer_pde.fields.FieldEvaluator` (``backend``,
-        ``sinkhorn_tol``, ``sinkhorn_max_iter``, with their defaults 1e-9 and 2000)."""
-        return {"backend": self.backend,
-                "sinkhorn_tol": 1e-9 if self.sinkhorn_tol is None else float(self.sinkhorn_tol),
-                "sinkhorn_max_iter": 2000 if self.sinkhorn_max_iter is None
+    def sinkhorn_kwargs(self) -> dict[str, Any]:
+        """``sinkhorn_tol`` and ``sinkhorn_max_iter`` of
+        :class:`~transformer_pde.fields.FieldEvaluator`, the defaults filled in (the
+        backend is resolved once per run by
+        :class:`~transformer_pde.particles.simulation.RunSpec`)."""
+        return {"sinkhorn_tol": DEFAULT_TOL if self.sinkhorn_tol is None
+                else float(self.sinkhorn_tol),
+                "sinkhorn_max_iter": DEFAULT_MAX_ITER if self.sinkhorn_max_iter is None
                 else int(self.sinkhorn_max_iter)}
 

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from ..attention import Attention
-from ..blocks import Block, BlockStepper
+from ..backends import get_backend, to_host
+from ..blocks import Block, BlockStepper, PostLayerNorm, Sphere
 from ..errors import ArgumentError, ArgumentTypeError, CheckpointError, IntegrityError
 from ..fields import FieldEvaluator
 from ..integrate.breakpoints import layer_tables
@@ -31,6 +32,7 @@ from ..integrate.solvers import get_solver, restore_solver_state, solver_state
 from ..integrate.state import check_resumed
 from ..results import Status, check_warn, warn_stop
 from ..validation import points, positive
+from .identity import run_identity
 from .options import FieldOptions
 from .trajectory import ParticleTrajectory, weighted_moments
 
@@ -68,11 +70,13 @@ class Saver:
     fn : callable ``fn(t, X, weights) -> array`` or None
         ``SaveAt.fn``: keep its value and the weighted moments instead of the states.
     weights : ndarray (N,)
-        Normalised token weights.
+        Normalised token weights (in each segment).
+    segments : ndarray of int, optional
+        Segment sizes: the moments kept with ``fn`` are those of each segment's measure.
     """
 
-    def __init__(self, be: Any, fn: Any, weights: np.ndarray):
-        self.be, self.fn, self.weights = be, fn, weights
+    def __init__(self, be: Any, fn: Any, weights: np.ndarray, segments: Any = None):
+        self.be, self.fn, self.weights, self.segments = be, fn, weights, segments
         self.times: list[float] = []
         self.states: list[np.ndarray] = []
         self.values: list[np.ndarray] = []
@@ -107,7 +111,7 @@ class Saver:
             elif v.shape != self.shape:
                 raise ArgumentError(f"SaveAt(fn=...) returned shape {v.shape} at t={t:.6g}, "
                                     f"but {self.shape} before")
-            m, c = weighted_moments(x[None], self.weights)
+            m, c = weighted_moments(x[None], self.weights, self.segments)
             self.values.append(v)
             self.means.append(m[0])
             self.covs.append(c[0])
@@ -165,6 +169,12 @@ class RunSpec:
         The option objects (defaults filled in).
     dtype : numpy dtype
         Working precision: ``field.dtype``, else float32 for float32 tokens, else float64.
+    backend : backend object
+        ``field.backend`` resolved once for the run (``"auto"`` by the number of tokens):
+        the field, the state, the saver, the loop's array namespace and the checkpoint
+        all use this object.
+    segments : sequence of int or None
+        Sizes of the independent token groups (checked by the field evaluator).
     """
 
     att: Attention
@@ -177,16 +187,18 @@ class RunSpec:
     limits: Limits
     monitor: Monitor
     dtype: np.dtype
+    backend: Any
+    segments: Any = None
 
     @classmethod
     def of(cls, att: Any, X0: Any, t_max: Any, dt: Any, saveat: Any, block: Any, field: Any,
-           limits: Any, monitor: Any) -> "RunSpec":
+           limits: Any, monitor: Any, segments: Any = None) -> "RunSpec":
         """Check :func:`simulate`'s arguments (``ArgumentError`` / ``ArgumentTypeError``
-        naming the argument) and fill in the defaults."""
+        naming the argument), fill in the defaults and resolve the backend."""
         if not isinstance(att, Attention):
             raise ArgumentTypeError(
                 f"att must be a transformer_pde.Attention, got {type(att).__name__}")
-        X0n = points("X0", np.asarray(X0) if not hasattr(X0, "get") else X0.get(), att.d)
+        X0n = points("X0", to_host(X0), att.d)
         t_max = positive("t_max", t_max)
         dt = positive("dt", dt)
         saveat = _option("saveat", saveat, SaveAt, SaveAt())
@@ -200,16 +212,28 @@ class RunSpec:
         dtype = fopts.dtype
         if dtype is None:
             dtype = X0n.dtype if X0n.dtype in (np.float32, np.float64) else np.dtype(np.float64)
-        return cls(att, X0n, t_max, dt, saveat, block, fopts, limits, monitor, np.dtype(dtype))
+        be = get_backend(fopts.backend, n_tokens=X0n.shape[0])
+        return cls(att, X0n, t_max, dt, saveat, block, fopts, limits, monitor, np.dtype(dtype),
+                   be, segments)
 
 
 # ------------------------------------------------------------------ parts
-def _solver(solver: Any, spec: RunSpec) -> tuple[Any, BlockStepper | None, np.ndarray]:
+def _solver(solver: Any, spec: RunSpec, sizes: Any) -> tuple[Any, BlockStepper | None,
+                                                              np.ndarray]:
     """The run's own solver (a :class:`BlockStepper` around it for a block), the stepper
-    (or ``None``) and the initial tokens (renormalised by a constraint)."""
+    (or ``None``) and the initial tokens (renormalised by a constraint).  With several
+    ``sizes`` (segments) the block's constraint must act token by token."""
     solver = get_solver(solver)
     if spec.block is None:
         return solver, None, spec.X0
+    c = spec.block.constraint
+    if sizes is not None and sizes.size > 1 and c is not None \
+            and not isinstance(c, (Sphere, PostLayerNorm)):
+        raise ArgumentError(
+            f"block: with segments the constraint applies to the tokens of all segments as "
+            f"one array, which is right only for token-wise constraints (Sphere, "
+            f"PostLayerNorm); {type(c).__name__} is not known to be one (run each segment "
+            "alone)")
     stepper = BlockStepper(solver, spec.block, spec.att.d)
     return stepper, stepper, stepper.initial(spec.X0)
 
@@ -266,13 +290,14 @@ def _checkpoint(spec: RunSpec, X0: np.ndarray, ev: FieldEvaluator, solver: Any
     if path is None:
         return None, None
     check_path(path, resume=spec.monitor.resume)
-    identity = RunIdentity.of_run(
+    identity = run_identity(
         att=spec.att, X0=X0, weights=ev.weights, positions=ev.positions, dtype=spec.dtype,
-        backend=ev.be.name, field_options=spec.field.evaluator_kwargs(), solver=solver,
-        t_max=spec.t_max, dt=spec.dt, saveat=spec.saveat, block=spec.block, limits=spec.limits)
+        backend=spec.backend.name, field_options=spec.field.sinkhorn_kwargs(), solver=solver,
+        t_max=spec.t_max, dt=spec.dt, saveat=spec.saveat, block=spec.block, limits=spec.limits,
+        segments=ev.sizes)
     if not (spec.monitor.resume and path.exists()):
         return identity, None
-    return identity, read_checkpoint(path, identity, lambda a: ev.be.asarray(a, a.dtype))
+    return identity, read_checkpoint(path, identity, lambda a: spec.backend.asarray(a, a.dtype))
 
 
 def _start(spec: RunSpec, loop: TimeLoop, parts: RunParts, X0: np.ndarray,
@@ -288,7 +313,7 @@ def _start(spec: RunSpec, loop: TimeLoop, parts: RunParts, X0: np.ndarray,
         loop.last_saved, loop.checkpointed = saver.times[-1], state.t
         logger.info("simulate: resuming from %s at t=%.6g", spec.monitor.checkpoint, state.t)
         return state
-    y0 = parts.ev.be.asarray(X0, spec.dtype)
+    y0 = spec.backend.asarray(X0, spec.dtype)
     state = loop.initial_state(y0)
     if spec.saveat.ts is None or spec.saveat.ts[0] == 0.0:
         try:
@@ -327,10 +352,12 @@ def _result(spec: RunSpec, solver: Any, stepper: BlockStepper | None, parts: Run
             state: LoopState, status: Status, message: str) -> ParticleTrajectory:
     """The trajectory: the saves, the status and the run information."""
     ev, saver, saveat, dtype = parts.ev, parts.saver, spec.saveat, spec.dtype
-    info: dict[str, Any] = {"method": getattr(solver, "name", str(solver)),
-                            "backend": ev.be.name, "dt": spec.dt, "t_max": spec.t_max,
-                            "n_steps": state.n_steps, "n_rejected": state.n_rejected,
-                            "dtype": str(np.dtype(dtype)), "save_every": saveat.every}
+    info: dict[str, Any] = {"method": solver.name, "backend": spec.backend.name,
+                            "dt": spec.dt, "t_max": spec.t_max, "n_steps": state.n_steps,
+                            "n_rejected": state.n_rejected, "dtype": str(np.dtype(dtype)),
+                            "save_every": saveat.every}
+    if ev.sizes is not None:
+        info["segments"] = [int(s) for s in ev.sizes]
     info.update(ev.info)
     if stepper is not None:
         info.update(stepper.describe())
@@ -364,7 +391,7 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
              saveat: SaveAt | None = None, weights: Any = None, positions: Any = None,
              block: Block | None = None, field: FieldOptions | None = None,
              limits: Limits | None = None, monitor: Monitor | None = None,
-             warn: bool = True) -> ParticleTrajectory:
+             warn: bool = True, segments: Any = None) -> ParticleTrajectory:
     r"""Integrate the particle attention flow :math:`\dot X_i = \Gamma_{\mu_t}(X_i)` on :math:`[0, t_{max}]`.
 
     Parameters
@@ -389,10 +416,12 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
         What to keep: ``SaveAt(every=k)`` (default every step), ``SaveAt(ts=times)`` or
         ``SaveAt(fn=statistic)`` (keep a statistic instead of the (T, N, d) states).
     weights, positions : array (N,), optional
-        Token masses (normalised) and positions in [0, 1] (required for masked attention).
+        Token masses (normalised, in each segment) and positions in [0, 1] (required for
+        masked attention).
     block : Block, optional
         Full Transformer block: MLP, LayerNorm, constraint (sphere, post-norm), splitting;
-        needs a fixed-step solver.
+        needs a fixed-step solver.  With segments its constraint must be token-wise
+        (``Sphere``, ``PostLayerNorm``).
     field : FieldOptions, optional
         Backend (default ``"auto"``), dtype, Sinkhorn tolerances.
     limits : Limits, optional
@@ -405,6 +434,15 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
         Issue an :class:`~transformer_pde.errors.EarlyStopWarning` when the run ends
         without an answer (``nonfinite``, ``failed``, ``max_steps``, ``interrupted``);
         ``False`` leaves the status as the only report.
+    segments : sequence of int, optional
+        Packed sequences: sizes :math:`n_1, \dots, n_S` (each >= 1, summing to N) of
+        consecutive groups of tokens that never see each other.  Segment :math:`s` is its
+        own measure :math:`\mu^{(s)} = \sum_{j \in s} w_j \delta_{X_j}` (weights normalised
+        within it) and moves exactly as if run alone with the same tokens, weights and
+        positions (masks apply inside each segment); the segments share the time steps
+        (an adaptive solver's error norm is taken over all of them) and one status.
+        ``info["segments"]`` records the sizes, the moments are per segment and
+        :meth:`~transformer_pde.ParticleTrajectory.segment` gives one of them.
 
     Returns
     -------
@@ -449,15 +487,16 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
     >>> traj.states.shape, str(traj.status)
     ((11, 50, 2), 'ok')
     """
-    spec = RunSpec.of(att, X0, t_max, dt, saveat, block, field, limits, monitor)
+    spec = RunSpec.of(att, X0, t_max, dt, saveat, block, field, limits, monitor, segments)
     warn = check_warn(warn)
-    solver, stepper, X0 = _solver(solver, spec)
-    ev = FieldEvaluator(att, X0.shape[0], weights=weights, positions=positions,
-                        dtype=spec.dtype, **spec.field.evaluator_kwargs())
-    parts = RunParts(solver, ev, Saver(ev.be, spec.saveat.fn, ev.weights))
+    ev = FieldEvaluator(att, spec.X0.shape[0], weights=weights, positions=positions,
+                        segments=spec.segments, dtype=spec.dtype, backend=spec.backend,
+                        **spec.field.sinkhorn_kwargs())
+    solver, stepper, X0 = _solver(solver, spec, ev.sizes)
+    parts = RunParts(solver, ev, Saver(spec.backend, spec.saveat.fn, ev.weights, ev.sizes))
     tables = layer_tables(att, stepper.tables if stepper is not None else None)
     loop = TimeLoop(solver, _rhs(ev), t_max=spec.t_max, dt=spec.dt, saveat=spec.saveat,
-                    limits=spec.limits, tables=tables, xp=ev.be.xp, save=parts.saver)
+                    limits=spec.limits, tables=tables, xp=spec.backend.xp, save=parts.saver)
     preflight(spec.t_max, spec.dt, saveat=spec.saveat, limits=spec.limits,
               adaptive=loop.adaptive, state_shape=X0.shape, dtype=spec.dtype)
     identity, resumed = _checkpoint(spec, X0, ev, solver)

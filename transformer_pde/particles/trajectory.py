@@ -12,16 +12,27 @@ from ..attention import Attention
 from ..io import labelled
 from ..io.trajectory import dataset_fields, read_trajectory, save_trajectory
 from .. import results_display as display
+from ..errors import ArgumentError
 from ..results import ResultKind, Status
 
 __all__ = ["ParticleTrajectory", "load", "weighted_moments"]
 
 
-def weighted_moments(states: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def weighted_moments(states: np.ndarray, weights: np.ndarray, segments: Any = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
     r"""Means :math:`m = \sum_i w_i x_i` (T, d) and covariances
-    :math:`\Sigma = \sum_i w_i (x_i - m)(x_i - m)^\top` (T, d, d) of ``states`` (T, N, d)."""
+    :math:`\Sigma = \sum_i w_i (x_i - m)(x_i - m)^\top` (T, d, d) of ``states`` (T, N, d).
+
+    With ``segments`` (sizes of consecutive token groups, each its own measure with
+    weights summing to 1 in it), the moments of each: (T, S, d) and (T, S, d, d)."""
     X = np.asarray(states, dtype=np.float64)
     w = np.asarray(weights, dtype=np.float64)
+    if segments is not None and len(segments) > 1:
+        ends = np.cumsum(segments)
+        parts = [weighted_moments(X[:, e - s:e], w[e - s:e])
+                 for s, e in zip(segments, ends, strict=True)]
+        return (np.stack([m for m, _ in parts], axis=1),
+                np.stack([c for _, c in parts], axis=1))
     m = np.einsum("n,tnd->td", w, X)
     C = X - m[:, None, :]
     S = np.einsum("n,tnd,tne->tde", w, C, C)
@@ -40,7 +51,7 @@ class ParticleTrajectory:
         Token positions at the saved times (host memory, the simulation's dtype);
         ``None`` when a statistic was saved instead (``SaveAt(fn=...)``).
     weights : ndarray (N,)
-        Normalised token weights.
+        Normalised token weights (summing to 1 in each segment of ``info["segments"]``).
     positions : ndarray (N,) or None
         Token positions in [0, 1] (masked attention); they never move.
     status : Status
@@ -56,7 +67,8 @@ class ParticleTrajectory:
         The specification that was simulated (``None`` after loading one made of
         callables, which cannot be stored).
     info : dict
-        Method, backend, step counts, Sinkhorn iterations per evaluation, ...
+        Method, backend, step counts, Sinkhorn iterations per evaluation, the
+        ``segments`` of packed sequences, ...
     values : ndarray (T, ...) or None
         ``SaveAt(fn=...)``'s value at each saved time.
     last : ndarray (N, d)
@@ -101,12 +113,48 @@ class ParticleTrajectory:
     def t_final(self) -> float:
         return float(self.times[-1])
 
+    @property
+    def segments(self) -> list[int] | None:
+        """Sizes of the packed sequences (``simulate(..., segments=...)``), or ``None``."""
+        seg = (self.info or {}).get("segments")
+        return None if seg is None else [int(s) for s in seg]
+
     def moments(self) -> tuple[np.ndarray, np.ndarray]:
         r"""``(means (T, d), covs (T, d, d))`` of the token measure at the saved times,
-        weighted by the token weights (population covariance, weights summing to 1)."""
+        weighted by the token weights (population covariance, weights summing to 1).
+
+        Of packed sequences (several :attr:`segments`): the moments of each segment's
+        measure, ``(T, S, d)`` and ``(T, S, d, d)``."""
         if self.states is not None:
-            return weighted_moments(self.states, self.weights)
+            return weighted_moments(self.states, self.weights, self.segments)
         return self.saved_means, self.saved_covs
+
+    def segment(self, s: int) -> "ParticleTrajectory":
+        """Segment ``s`` of packed sequences as a trajectory of its own (views of the
+        states; the run's status, message and information without ``segments``).
+
+        Raises
+        ------
+        ArgumentError
+            ``s`` is not an integer in ``[-S, S)``."""
+        sizes = self.segments or [int(np.shape(self.last)[0])]
+        S = len(sizes)
+        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not -S <= s < S:
+            raise ArgumentError(f"s must be an integer in [{-S}, {S}), got {s!r}")
+        s = int(s) % S
+        end = int(np.sum(sizes[:s + 1]))
+        part = slice(end - sizes[s], end)
+        info = {k: v for k, v in (self.info or {}).items() if k != "segments"}
+        return ParticleTrajectory(
+            times=self.times, states=None if self.states is None else self.states[:, part],
+            weights=self.weights[part],
+            positions=None if self.positions is None else self.positions[part],
+            status=self.status, message=self.message, attention=self.attention,
+            info=dict(info, segment=s), values=self.values, last=self.last[part],
+            saved_means=self.saved_means if self.saved_means is None or S == 1
+            else self.saved_means[:, s],
+            saved_covs=self.saved_covs if self.saved_covs is None or S == 1
+            else self.saved_covs[:, s])
 
     def __len__(self) -> int:
         return len(self.times)
