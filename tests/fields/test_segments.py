@@ -73,6 +73,21 @@ def test_a_packed_run_equals_its_segments_run_alone(kind, masked, backend, rng):
                                rtol=0, atol=TOL)
 
 
+@given(sizes=st.lists(st.integers(1, 5), min_size=1, max_size=5),
+       window=st.none() | st.integers(1, 6), seed=st.integers(0, 2**16))
+def test_any_packing_equals_its_segments_alone(sizes, window, seed, backend):
+    # random layouts: single-token segments, windows wider than a segment, tied positions
+    rng = np.random.default_rng(seed)
+    att = tp.Attention("softmax", *rng.normal(size=(3, 2, 2)), masked=True, window=window)
+    N = sum(sizes)
+    X, w = rng.normal(size=(N, 2)), rng.uniform(0.1, 1.0, size=N)
+    pos = rng.choice([0.0, 0.5, 1.0], size=N)
+    ev = FieldEvaluator(att, N, weights=w, positions=pos, segments=sizes, backend=backend)
+    got = ev.be.to_numpy(ev(0.0, ev.be.asarray(X)))
+    np.testing.assert_allclose(got, _separately(att, X, w, pos, sizes, backend),
+                               rtol=0, atol=TOL)
+
+
 @pytest.mark.parametrize("kind", ["softmax", "linear", "sinkhorn"])
 def test_velocity_with_segments_equals_separate_calls(kind, backend, rng):
     att = tp.Attention(kind, *rng.normal(size=(3, 3, 3)))
