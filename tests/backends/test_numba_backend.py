@@ -34,6 +34,7 @@ from transformer_pde import backends
 from transformer_pde.backends import BackendNotAvailable, get_backend
 from transformer_pde.backends.numba import NumbaBackend, vexp
 from transformer_pde.backends.numpy_backend import NumpyBackend
+from transformer_pde.backends.ranges import KeyRanges
 from transformer_pde.errors import ArgumentError, ArgumentTypeError
 from transformer_pde.testing import attentions
 
@@ -67,7 +68,8 @@ def test_vexp_float32_accuracy():
 # --------------------------------------------------------------------------- primitives
 @st.composite
 def problems(draw, dtype=np.float64, max_scale=1e3):
-    """Queries, keys (with duplicates), values, a bias with -inf (zero weights), limits."""
+    """Queries, keys (with duplicates), values, a bias with -inf (zero weights), prefix
+    ranges or None (general ranges: tests/backends/test_ranges.py)."""
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
     m = draw(st.integers(1, 40))
@@ -85,8 +87,9 @@ def problems(draw, dtype=np.float64, max_scale=1e3):
         bias[rng.random(n) < draw(st.sampled_from([0.1, 0.5, 0.95]))] = -np.inf
     limits = None
     if draw(st.booleans()):
-        limits = rng.integers(0, n + 1, m)
-        limits[0] = draw(st.sampled_from([0, n]))
+        hi = rng.integers(0, n + 1, m)
+        hi[0] = draw(st.sampled_from([0, n]))
+        limits = KeyRanges.prefix(hi, n)
 
     def cast(a):
         return a.astype(dtype)
@@ -145,7 +148,7 @@ def test_pointwise(phi, dtype, rtol, data):
     mag = {"identity": np.abs(s), "sigmoid": 1 / (1 + np.exp(-np.clip(s, -700, 700))),
            "relu": np.maximum(s, 0)}[phi] + np.abs(f64[0]) @ np.abs(f64[1]).T
     if limits is not None:
-        mag = np.where(np.arange(k.shape[0])[None, :] < limits[:, None], mag, 0.0)
+        mag = np.where(limits.mask(), mag, 0.0)
     scale = (mag * f64[3][None, :]) @ np.abs(f64[2])
     # plus the smallest normal number: results below it carry no relative accuracy (the
     # float32 sigmoid of -100 is subnormal; vexp flushes it to zero)
@@ -175,8 +178,9 @@ def tiled_problems(draw, dtype=np.float64):
         bias[rng.random(n) < draw(st.sampled_from([0.1, 0.5, 0.95]))] = -np.inf
     limits = None
     if draw(st.booleans()):
-        limits = rng.integers(0, n + 1, m)
-        limits[0] = draw(st.sampled_from([0, n]))
+        hi = rng.integers(0, n + 1, m)
+        hi[0] = draw(st.sampled_from([0, n]))
+        limits = KeyRanges.prefix(hi, n)
     return tuple(a.astype(dtype) for a in (q, k, v, bias)) + (limits,)
 
 
@@ -222,7 +226,7 @@ def test_tiled_pointwise_matches_reference(phi, p):
     assert out.shape == ref.shape
     s = np.abs(q) @ np.abs(k).T
     if limits is not None:
-        s = np.where(np.arange(k.shape[0])[None, :] < limits[:, None], s, 0.0)
+        s = np.where(limits.mask(), s, 0.0)
     scale = (s * w[None, :]) @ np.abs(v) + w @ np.abs(v)
     assert np.all(np.abs(out - ref) <= 1e-12 * scale + 1e-300)
 
@@ -300,7 +304,7 @@ def test_tiled_is_the_auto_choice_for_wide_heads():
 
 def test_tiled_results_do_not_depend_on_thread_count(rng):
     q, k, v = rng.normal(size=(97, 20)), rng.normal(size=(700, 20)), rng.normal(size=(700, 18))
-    limits = rng.integers(0, 701, 97)
+    limits = KeyRanges.prefix(rng.integers(0, 701, 97), 700)
     one = NumbaBackend(n_threads=1, kernel="tiled").softmax(q, k, v, None, limits)
     many = TILED.softmax(q, k, v, None, limits)
     np.testing.assert_array_equal(one[0], many[0])
@@ -309,7 +313,7 @@ def test_tiled_results_do_not_depend_on_thread_count(rng):
 
 def test_tiled_masked_query_never_reads_past_its_prefix(rng):
     q, k, v = rng.normal(size=(30, 20)), rng.normal(size=(600, 20)), rng.normal(size=(600, 5))
-    limits = rng.integers(0, 300, 30)
+    limits = KeyRanges.prefix(rng.integers(0, 300, 30), 600)
     k_bad, v_bad = k.copy(), v.copy()
     k_bad[300:], v_bad[300:] = np.nan, np.nan
     out, _ = TILED.softmax(q, k_bad, v_bad, None, limits)
@@ -334,7 +338,7 @@ def test_velocity_wide_heads_match_numpy(kind, masked, rng):
 def test_masked_query_never_reads_past_its_prefix(rng):
     # keys beyond every query's prefix are NaN: a kernel that touched them would say so
     q, k, v = rng.normal(size=(30, 3)), rng.normal(size=(600, 3)), rng.normal(size=(600, 2))
-    limits = rng.integers(0, 300, 30)
+    limits = KeyRanges.prefix(rng.integers(0, 300, 30), 600)
     k_bad, v_bad = k.copy(), v.copy()
     k_bad[300:], v_bad[300:] = np.nan, np.nan
     bias = np.zeros(600)
@@ -374,7 +378,7 @@ def test_non_finite_bias_matches_reference(rng):
 def test_results_do_not_depend_on_thread_count(rng):
     # each query is reduced by exactly one thread in a fixed order: bitwise identical
     q, k, v = rng.normal(size=(97, 4)), rng.normal(size=(900, 4)), rng.normal(size=(900, 3))
-    limits = np.sort(rng.integers(0, 901, 97))
+    limits = KeyRanges.prefix(np.sort(rng.integers(0, 901, 97)), 900)
     one = NumbaBackend(n_threads=1).softmax(q, k, v, None, limits)
     many = NumbaBackend().softmax(q, k, v, None, limits)
     np.testing.assert_array_equal(one[0], many[0])
@@ -402,8 +406,10 @@ def test_bad_arguments():
         NB.lse(q, np.zeros((3, 4)), None, None)
     with pytest.raises(ArgumentError, match="bias"):
         NB.lse(q, q, np.zeros(4), None)
-    with pytest.raises(ArgumentError, match="limits"):
-        NB.lse(q, q, None, np.zeros(2, int))
+    with pytest.raises(ArgumentError, match="ranges"):
+        NB.lse(q, q, None, KeyRanges.prefix(np.zeros(2, int), 3))
+    with pytest.raises(ArgumentTypeError, match="ranges"):    # raw prefix lengths
+        NB.lse(q, q, None, np.zeros(3, int))
     with pytest.raises(ArgumentError, match="w must"):
         NB.pointwise("relu", q, q, q, np.ones(4), None)
 

@@ -73,19 +73,21 @@ def test_the_compiled_layout_is_one_of_the_tested_ones():
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_results_do_not_depend_on_the_query_tile(dtype):
     """Any tile size (a multiple of MR up to QTILE) gives the same bits: each query's
-    row of a tile product is summed in the same order whatever its tile; masked, with
-    value widths that leave a panel partly used."""
+    row of a tile product is summed in the same order whatever its tile; general key
+    ranges (a tile's key blocks start at its smallest lo, rounded down to a key panel),
+    with value widths that leave a panel partly used."""
     rng = np.random.default_rng(5)
     m, n, r, c = 3 * MR + 5, 300, 24, 20
     q, k = rng.normal(size=(m, r)).astype(dtype), rng.normal(size=(n, r)).astype(dtype)
     v, b = rng.normal(size=(n, c)).astype(dtype), rng.normal(size=n).astype(dtype)
-    lim = rng.integers(0, n + 1, m)
-    _, qpk, kpk, vpk, bp, limp, nr = tiled_layout(dtype, q, k, v, b, lim)
+    hi = rng.integers(0, n + 1, m)
+    lo = rng.integers(0, hi + 1)
+    _, qpk, kpk, vpk, bp, lop, hip, nr = tiled_layout(dtype, q, k, v, b, lo, hi)
     outs = []
     for qtile in sorted({MR, 2 * MR, 3 * MR, QTILE}):
-        out = np.zeros((limp.shape[0], vpk.shape[0] * nr))
-        lse = np.full(limp.shape[0], -np.inf)
-        softmax_tiled_kernel(qpk, kpk, vpk, bp, limp, nr, c, qtile, 2, 2, out, lse)
+        out = np.zeros((lop.shape[0], vpk.shape[0] * nr))
+        lse = np.full(lop.shape[0], -np.inf)
+        softmax_tiled_kernel(qpk, kpk, vpk, bp, lop, hip, nr, c, qtile, 2, 2, out, lse)
         outs.append((out, lse))
     for out, lse in outs[1:]:
         assert np.array_equal(out, outs[0][0]) and np.array_equal(lse, outs[0][1])

@@ -120,8 +120,8 @@ def test_choice_follows_numba_cpu_features(tmp_path):
 def test_avx2_path_matches_reference(tmp_path):
     """256-bit kernels (AVX-512 features off) against the NumPy reference: float64 to
     1e-12 relative (the kernels' rounding is ~1e-15), float32 to 2e-5 (float32 logits
-    and weights, float64 totals), masked and unmasked, ragged N and widths that are not
-    multiples of the vector width."""
+    and weights, float64 totals), with general key ranges and without, ragged N and
+    widths that are not multiples of the vector width."""
     feats = _features_without_avx512()
     if feats is None:
         pytest.skip("not an x86-64 CPU with AVX2 and FMA")
@@ -130,6 +130,7 @@ def test_avx2_path_matches_reference(tmp_path):
         import numpy as np
         from transformer_pde.backends.numba import NumbaBackend, tiled
         from transformer_pde.backends.numpy_backend import NumpyBackend
+        from transformer_pde.backends.ranges import KeyRanges
         ref, be = NumpyBackend(), NumbaBackend(kernel="tiled")
         rng = np.random.default_rng(3)
         worst = {}
@@ -139,7 +140,8 @@ def test_avx2_path_matches_reference(tmp_path):
                     q, k = rng.normal(size=(m, r)), rng.normal(size=(n, r))
                     v, b = rng.normal(size=(n, c)), rng.normal(size=n)
                     q, k, v, b = (a.astype(dt) for a in (q, k, v, b))
-                    lim = rng.integers(0, n + 1, m) if masked else None
+                    hi = rng.integers(0, n + 1, m)
+                    lim = KeyRanges(rng.integers(0, hi + 1), hi, n) if masked else None
                     o1, l1 = be.softmax(q, k, v, b, lim)
                     o2, l2 = ref.softmax(q, k, v, b, lim)
                     fin = np.isfinite(l2)

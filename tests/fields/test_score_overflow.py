@@ -14,6 +14,7 @@ import pytest
 import transformer_pde as tp
 from transformer_pde.backends.numba import NumbaBackend
 from transformer_pde.backends.numpy_backend import NumpyBackend, overflow_scale
+from transformer_pde.backends.ranges import KeyRanges
 from transformer_pde.errors import ArgumentError, ScoreOverflowError
 
 ONE = [[1.0]]
@@ -91,7 +92,8 @@ def test_primitives_with_overflowing_logits_agree(dtype, rng):
     assert overflow_scale(q, k, None) > 1.0
     raw = (q.astype(np.float64) / big) @ (k.astype(np.float64) / big).T
     want_idx = raw.argmax(axis=1)          # the softmax concentrates on the largest logit
-    limits = rng.integers(1, 31, 20)
+    hi = rng.integers(1, 31, 20)
+    limits = KeyRanges(rng.integers(0, hi), hi, 30)      # general non-empty key ranges
     ref = NumpyBackend()
     # different kernels, the same rescaled logits: the weights concentrate on one key, so
     # the outputs agree to the dtype's rounding (and in their infinities and NaNs)

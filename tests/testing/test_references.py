@@ -22,6 +22,7 @@ import pytest
 import subprocess_runs
 import transformer_pde as tp
 from transformer_pde.attention import KINDS, Layers
+from transformer_pde.backends.ranges import KeyRanges
 from transformer_pde.blocks import SOFTMAX_FREE_LN_EPS
 from transformer_pde.testing import references as R
 
@@ -158,19 +159,22 @@ def test_primitives_agree_with_the_head_references():
     q, k, v = rng.normal(size=(6, 3)), rng.normal(size=(9, 3)), rng.normal(size=(9, 2))
     w = rng.uniform(0.1, 1.0, 9)
     w /= w.sum()
-    limits = np.array([0, 1, 4, 9, 9, 3])
-    visible = np.arange(9)[None, :] < limits[:, None]
+    ranges = KeyRanges(np.array([0, 0, 2, 0, 5, 1]), np.array([0, 1, 4, 9, 9, 3]), 9)
+    visible = ranges.mask()          # every query a different range, one of them empty
     p = R.HeadProblem(q=q, k=k, v=v, q_tokens=k, w=w, visible=visible, beta=1.0)
-    out, lse = R.softmax(q, k, v, np.log(w), limits)
+    out, lse = R.softmax(q, k, v, np.log(w), ranges)
     np.testing.assert_allclose(out, R.softmax_head(p), rtol=1e-13, atol=1e-15)
     assert lse[0] == -np.inf and np.all(np.isfinite(lse[1:]))
-    np.testing.assert_allclose(lse[1:], [np.log(np.sum(w[:L] * np.exp(k[:L] @ q[i])))
-                                         for i, L in enumerate(limits) if L], rtol=1e-13)
-    np.testing.assert_array_equal(R.lse(q, k, np.log(w), limits), lse)   # the same computation
+    np.testing.assert_allclose(lse[1:], [np.log(np.sum(w[a:b] * np.exp(k[a:b] @ q[i])))
+                                         for i, (a, b) in enumerate(zip(ranges.lo, ranges.hi, strict=True))
+                                         if b > a], rtol=1e-13)
+    np.testing.assert_array_equal(R.lse(q, k, np.log(w), ranges), lse)   # the same computation
     for phi, head in (("identity", R.linear_head), ("sigmoid", R.sigmoid_head),
                       ("relu", R.relu_head)):
-        np.testing.assert_allclose(R.pointwise(phi, q, k, v, w, limits), head(p), rtol=1e-13,
+        np.testing.assert_allclose(R.pointwise(phi, q, k, v, w, ranges), head(p), rtol=1e-13,
                                    atol=1e-15)
+    with pytest.raises(ValueError, match="one range per query"):
+        R.lse(q, k, None, ranges.take(slice(0, 5)))
 
 
 def test_primitive_conventions_for_non_finite_rows():
@@ -180,10 +184,12 @@ def test_primitive_conventions_for_non_finite_rows():
     bias[4] = np.nan
     k_bad, v_bad = k.copy(), v.copy()
     k_bad[5], v_bad[5] = np.nan, np.nan                   # never visible: never read
-    out, lse = R.softmax(q, k_bad, v_bad, bias, np.array([4, 5, 0]))
+    out, lse = R.softmax(q, k_bad, v_bad, bias, KeyRanges(np.array([0, 1, 0]),
+                                                          np.array([4, 5, 0]), 6))
     assert np.all(np.isfinite(out[0])) and np.isfinite(lse[0])
     assert out[1:].tolist() == [[0.0, 0.0], [0.0, 0.0]] and np.all(np.isneginf(lse[1:]))
-    assert np.all(np.isfinite(R.pointwise("relu", q, k_bad, v_bad, np.ones(6), [5, 5, 5])))
+    assert np.all(np.isfinite(R.pointwise("relu", q, k_bad, v_bad, np.ones(6),
+                                              KeyRanges.prefix([5, 5, 5], 6))))
     out, lse = R.softmax(q, k, v, np.full(6, -np.inf), None)    # every weight zero
     assert np.all(out == 0.0) and np.all(np.isneginf(lse))
 

@@ -428,24 +428,33 @@ def velocity(att: Any, X: ArrayLike, *, t: float = 0.0, weights: ArrayLike | Non
 
 
 # --------------------------------------------------------------------------- backend primitives
-def _prefixes(m: int, n: int, limits: ArrayLike | None) -> list[int]:
-    """The number of visible keys of each query: ``limits`` (clipped to ``[0, n]``) or all."""
-    if limits is None:
-        return [n] * m
-    return [min(max(int(L), 0), n) for L in np.asarray(limits).reshape(-1)]
+def _ranges(m: int, n: int, ranges: Any) -> list[tuple[int, int]]:
+    """The visible keys ``[lo_i, hi_i)`` of each query: ``ranges`` (an object with ``lo`` and
+    ``hi``, e.g. a :class:`~transformer_pde.backends.ranges.KeyRanges`; read by attribute,
+    so that this module stays free of the package) or all ``n`` keys for ``None``."""
+    if ranges is None:
+        return [(0, n)] * m
+    lo, hi = np.asarray(ranges.lo).reshape(-1), np.asarray(ranges.hi).reshape(-1)
+    if lo.shape != (m,) or hi.shape != (m,):
+        raise ValueError(f"ranges must give one range per query: {lo.shape} and {hi.shape} "
+                         f"for {m} queries")
+    if np.any(lo < 0) or np.any(lo > hi) or np.any(hi > n):
+        raise ValueError(f"ranges must satisfy 0 <= lo <= hi <= {n}")
+    return [(int(a), int(b)) for a, b in zip(lo, hi, strict=True)]
 
 
 def softmax(q: ArrayLike, k: ArrayLike, v: ArrayLike, bias: ArrayLike | None,
-            limits: ArrayLike | None) -> tuple[np.ndarray, np.ndarray]:
-    r"""Dense reference of the backend primitive ``softmax(q, k, v, bias, limits)``.
+            ranges: Any) -> tuple[np.ndarray, np.ndarray]:
+    r"""Dense reference of the backend primitive ``softmax(q, k, v, bias, ranges)``.
 
     For queries ``q`` (M, r), keys ``k`` (N, r), values ``v`` (N, c), a per-key bias
-    :math:`b` (N,) or None and visible-prefix lengths :math:`L` (M,) or None (all keys):
-    :math:`\ell_{ij} = q_i\cdot k_j + b_j`,
-    :math:`\mathrm{lse}_i = \log\sum_{j<L_i} e^{\ell_{ij}}`,
-    :math:`\mathrm{out}_i = \sum_{j<L_i} e^{\ell_{ij} - \mathrm{lse}_i} v_j`, the largest
-    visible logit :math:`m_i` subtracted before exponentiating; keys :math:`j \ge L_i` are
-    never read.  A row whose largest visible logit is not finite (no visible key, every
+    :math:`b` (N,) or None and key ranges :math:`J_i = [\mathrm{lo}_i, \mathrm{hi}_i)`
+    (``ranges``: a :class:`~transformer_pde.backends.ranges.KeyRanges`, or None for all
+    keys): :math:`\ell_{ij} = q_i\cdot k_j + b_j`,
+    :math:`\mathrm{lse}_i = \log\sum_{j\in J_i} e^{\ell_{ij}}`,
+    :math:`\mathrm{out}_i = \sum_{j\in J_i} e^{\ell_{ij} - \mathrm{lse}_i} v_j`, the largest
+    visible logit :math:`m_i` subtracted before exponentiating; keys outside :math:`J_i`
+    are never read.  A row whose largest visible logit is not finite (no visible key, every
     visible bias :math:`-\infty`, or a visible :math:`+\infty` or NaN logit) gets
     ``out = 0`` and ``lse = -inf``, the backends' convention.  Computed in float64 whatever
     the input dtypes.
@@ -458,41 +467,42 @@ def softmax(q: ArrayLike, k: ArrayLike, v: ArrayLike, bias: ArrayLike | None,
     b = np.zeros(k.shape[0]) if bias is None else np.asarray(bias, dtype=np.float64)
     out = np.zeros((q.shape[0], v.shape[1]))
     lse_ = np.full(q.shape[0], -np.inf)
-    for i, L in enumerate(_prefixes(q.shape[0], k.shape[0], limits)):
-        logits = k[:L] @ q[i] + b[:L]
+    for i, (lo, hi) in enumerate(_ranges(q.shape[0], k.shape[0], ranges)):
+        logits = k[lo:hi] @ q[i] + b[lo:hi]
         m = logits.max(initial=-np.inf)
         if not np.isfinite(m):
             continue
         e = np.exp(logits - m)
         lse_[i] = m + np.log(e.sum())
-        out[i] = (e @ v[:L]) / e.sum()
+        out[i] = (e @ v[lo:hi]) / e.sum()
     return out, lse_
 
 
-def lse(q: ArrayLike, k: ArrayLike, bias: ArrayLike | None, limits: ArrayLike | None) -> np.ndarray:
-    r"""Dense reference of the backend primitive ``lse``: :math:`\log\sum_{j<L_i} e^{q_i\cdot k_j + b_j}`.
+def lse(q: ArrayLike, k: ArrayLike, bias: ArrayLike | None, ranges: Any) -> np.ndarray:
+    r"""Dense reference of the backend primitive ``lse``:
+    :math:`\log\sum_{j\in J_i} e^{q_i\cdot k_j + b_j}`.
 
-    The ``lse`` output of :func:`softmax` (same convention for rows without a finite
-    largest logit: ``-inf``).
+    The ``lse`` output of :func:`softmax` (same ranges; same convention for rows without a
+    finite largest logit: ``-inf``).
     """
-    return softmax(q, k, np.zeros((np.shape(k)[0], 0)), bias, limits)[1]
+    return softmax(q, k, np.zeros((np.shape(k)[0], 0)), bias, ranges)[1]
 
 
 def pointwise(phi: str, q: ArrayLike, k: ArrayLike, v: ArrayLike, w: ArrayLike,
-              limits: ArrayLike | None) -> np.ndarray:
+              ranges: Any) -> np.ndarray:
     r"""Dense reference of the backend primitive ``pointwise``.
 
-    :math:`\mathrm{out}_i = \sum_{j<L_i} w_j\, \varphi(q_i\cdot k_j)\, v_j` with
+    :math:`\mathrm{out}_i = \sum_{j\in J_i} w_j\, \varphi(q_i\cdot k_j)\, v_j` with
     :math:`\varphi` = identity, :math:`\mathrm{sigmoid}(z) = 1/(1 + e^{-z})` or
     :math:`\mathrm{relu}(z) = \max(z, 0)` for ``phi`` = ``"identity"``, ``"sigmoid"``,
-    ``"relu"``; keys :math:`j \ge L_i` are never read.  Computed in float64 whatever the
-    input dtypes.
+    ``"relu"``, and the key ranges :math:`J_i` of :func:`softmax`; keys outside
+    :math:`J_i` are never read.  Computed in float64 whatever the input dtypes.
     """
     fn = {"identity": lambda z: z, "sigmoid": lambda z: 1.0 / (1.0 + np.exp(-z)),
           "relu": lambda z: np.maximum(z, 0.0)}[phi]
     q, k, v, w = (np.asarray(a, dtype=np.float64) for a in (q, k, v, w))
     out = np.zeros((q.shape[0], v.shape[1]))
-    for i, L in enumerate(_prefixes(q.shape[0], k.shape[0], limits)):
+    for i, (lo, hi) in enumerate(_ranges(q.shape[0], k.shape[0], ranges)):
         with np.errstate(over="ignore"):      # e^{-z} = inf for z << 0: sigmoid 0, exact
-            out[i] = (w[:L] * fn(k[:L] @ q[i])) @ v[:L]
+            out[i] = (w[lo:hi] * fn(k[lo:hi] @ q[i])) @ v[lo:hi]
     return out

@@ -10,8 +10,10 @@ projection width :data:`~transformer_pde.backends.numba.tiled.TILED_MIN_WIDTH`
 :meth:`NumbaBackend.sinkhorn_sweep`, a whole Sinkhorn iteration in one pass
 (:mod:`~transformer_pde.backends.numba.sweep`).
 
-Keys of zero weight (bias :math:`-\infty`) are removed before the kernels run (masked
-prefix lengths are recounted), so the kernels only see finite numbers and can be
+Each query reduces over its key range :math:`[\mathrm{lo}_i, \mathrm{hi}_i)`
+(:class:`~transformer_pde.backends.ranges.KeyRanges`; ``None``: all keys).  Keys of zero
+weight (bias :math:`-\infty`) are removed before the kernels run (both ends of every
+range are recounted), so the kernels only see finite numbers and can be
 compiled with fast-math reductions; a bias containing NaN or :math:`+\infty` (or
 ``pointwise`` weights that are not all finite) is handed to the NumPy reference
 unchanged, so every backend returns the same non-finite answer.  So are calls whose
@@ -35,10 +37,10 @@ from typing import Any
 import numba
 import numpy as np
 
-from ..ranges import KeyRanges
 from ...errors import ArgumentError, ArgumentTypeError
 from ..compile_notice import install as _install_compile_notice
 from ..numpy_backend import NumpyBackend, overflow_scale
+from ..ranges import KeyRanges, check_ranges
 from .streaming import TILE, pointwise_kernel, softmax_kernel
 from .sweep import fused_sweep
 from .tiled import (
@@ -78,6 +80,14 @@ def _needs_reference(q, k, bias) -> bool:
     if not (np.isfinite(np.abs(q).max()) and np.isfinite(np.abs(k).max())):
         return True
     return overflow_scale(q, k, bias) != 1.0
+
+
+def _range_ends(ranges: KeyRanges | None, m: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(lo, hi)`` of checked ``ranges`` as writeable int64 arrays (``None``: all ``n``
+    keys; read-only arrays would compile second kernel specialisations)."""
+    if ranges is None:
+        return np.zeros(m, dtype=np.int64), np.full(m, n, dtype=np.int64)
+    return np.array(ranges.lo), np.array(ranges.hi)
 
 
 def _launch_is_threadsafe() -> bool:
@@ -196,12 +206,13 @@ class NumbaBackend:
         return n * per, n
 
     @staticmethod
-    def _prepare(q, k, others, bias, limits):
-        """Common dtype, int64 limits, -inf keys removed, keys past every prefix dropped.
+    def _prepare(q, k, others, bias, ranges):
+        """Common dtype, int64 range ends, -inf keys removed, keys past every range dropped.
 
-        ``bias = None`` gives a zero bias.  Returns ``None`` when ``bias`` holds NaN or
-        +inf (caller falls back to NumPy); otherwise ``(dtype, q, k, others, bias,
-        limits)`` with ``k`` (N', r) and ``others`` (N', c) not yet laid out for a kernel.
+        ``bias = None`` gives a zero bias, ``ranges = None`` all keys.  Returns ``None``
+        when ``bias`` holds NaN or +inf (caller falls back to NumPy); otherwise ``(dtype,
+        q, k, others, bias, lo, hi)`` with ``k`` (N', r) and ``others`` (N', c) not yet
+        laid out for a kernel.
         """
         q = np.asarray(q)
         k = np.asarray(k)
@@ -220,31 +231,21 @@ class NumbaBackend:
             b = np.asarray(bias, dtype=dtype)
             if b.shape != (n,):
                 raise ArgumentError(f"bias must have shape ({n},), got {b.shape}")
-        if limits is None:
-            lim = np.full(m, n, dtype=np.int64)
-        else:
-            if isinstance(limits, KeyRanges):   # TRANSITION: prefix ranges only, until lo is in the kernels
-                if not limits.is_prefix:
-                    raise NotImplementedError("key ranges with lo > 0 on the Numba backend")
-                limits = limits.hi
-            lim = np.asarray(limits).astype(np.int64, copy=False)
-            if lim.shape != (m,):
-                raise ArgumentError(f"limits must have shape ({m},), got {lim.shape}")
-            lim = np.clip(lim, 0, n)
+        lo, hi = _range_ends(check_ranges(ranges, m, n), m, n)
         finite = np.isfinite(b)
         if not finite.all():
             if np.isnan(b).any() or (b == np.inf).any():
                 return None
-            # -inf: zero-weight keys contribute nothing
+            # -inf: zero-weight keys contribute nothing; csum[j] = finite keys before j
             csum = np.concatenate(([0], np.cumsum(finite, dtype=np.int64)))
-            lim = csum[lim]
+            lo, hi = csum[lo], csum[hi]
             b = b[finite]
             k = k[finite]
             others = [o[finite] for o in others]
-        top = int(lim.max(initial=0))
+        top = int(hi.max(initial=0))
         if top < k.shape[0]:                   # keys no query can see are never read
             k, b, others = k[:top], b[:top], [o[:top] for o in others]
-        return dtype, np.ascontiguousarray(q, dtype=dtype), k, others, b, lim
+        return dtype, np.ascontiguousarray(q, dtype=dtype), k, others, b, lo, hi
 
     def kernel_for(self, r: int, dtype: Any = np.float64) -> str:
         """``"tiled"`` or ``"streaming"``: the kernel used for projection width ``r``.
@@ -276,23 +277,23 @@ class NumbaBackend:
         return res
 
     # ------------------------------------------------------------------ primitives
-    def _reduce(self, q, k, v, bias, limits):
+    def _reduce(self, q, k, v, bias, ranges):
         """Run a softmax kernel; ``v = None`` computes the lse alone."""
-        prep = self._prepare(q, k, [] if v is None else [v], bias, limits)
+        prep = self._prepare(q, k, [] if v is None else [v], bias, ranges)
         if prep is None or _needs_reference(prep[1], prep[2], prep[4]):
             return None
-        dtype, qc, kk, oo, b, lim = prep
+        dtype, qc, kk, oo, b, lo, hi = prep
         m, r = qc.shape
         c = 0 if v is None else oo[0].shape[1]
-        work = int(lim.sum())
+        work = int((hi - lo).sum())
         if self.kernel_for(r, dtype) == "tiled":
-            order, qp, kpk, vpk, bp, limp, nr = tiled_layout(
-                dtype, qc, kk, oo[0] if oo else None, b, lim)
-            out = np.zeros((limp.shape[0], vpk.shape[0] * nr), dtype=dtype)
-            lse = np.full(limp.shape[0], -np.inf, dtype=dtype)
-            qt = query_tile(limp.shape[0], self._threads_for(work))
-            self._run(softmax_tiled_kernel, work, qp, kpk, vpk, bp, limp, nr, c, qt,
-                      *self._groups(limp.shape[0], qt, work), out, lse)
+            order, qp, kpk, vpk, bp, lop, hip, nr = tiled_layout(
+                dtype, qc, kk, oo[0] if oo else None, b, lo, hi)
+            out = np.zeros((lop.shape[0], vpk.shape[0] * nr), dtype=dtype)
+            lse = np.full(lop.shape[0], -np.inf, dtype=dtype)
+            qt = query_tile(lop.shape[0], self._threads_for(work))
+            self._run(softmax_tiled_kernel, work, qp, kpk, vpk, bp, lop, hip, nr, c, qt,
+                      *self._groups(lop.shape[0], qt, work), out, lse)
             return (self._unpermute(out[:, :c], order, m),
                     self._unpermute(lse, order, m))
         kT = np.ascontiguousarray(kk.T, dtype=dtype)
@@ -300,65 +301,70 @@ class NumbaBackend:
               else np.empty((0, kT.shape[1]), dtype=dtype))
         out = np.zeros((m, c), dtype=dtype)              # no visible mass: out = 0,
         lse = np.full(m, -np.inf, dtype=dtype)           # lse = -inf
-        self._run(softmax_kernel, work, qc, kT, vT, np.ascontiguousarray(b), lim,
+        self._run(softmax_kernel, work, qc, kT, vT, np.ascontiguousarray(b), lo, hi,
                   *self._groups(m, TILE, work), out, lse)
         return out, lse
 
-    def softmax(self, q: Any, k: Any, v: Any, bias: Any, limits: Any
+    def softmax(self, q: Any, k: Any, v: Any, bias: Any, ranges: KeyRanges | None
                 ) -> tuple[np.ndarray, np.ndarray]:
         """Softmax: ``(out (M, c), lse (M,))``; see :mod:`transformer_pde.backends`."""
-        res = self._reduce(q, k, v, bias, limits)
+        res = self._reduce(q, k, v, bias, ranges)
         if res is None:       # NaN / +inf bias or logits that may overflow: the reference
             # defines the answer (it rescales overflowing logits exactly)
-            return _REFERENCE.softmax(q, k, v, bias, limits)
+            return _REFERENCE.softmax(q, k, v, bias, ranges)
         return res
 
-    def lse(self, q: Any, k: Any, bias: Any, limits: Any) -> np.ndarray:
-        r""":math:`\mathrm{lse}_i = \log\sum_{j<L_i} e^{q_i\cdot k_j + b_j}` (M,).
+    def lse(self, q: Any, k: Any, bias: Any, ranges: KeyRanges | None) -> np.ndarray:
+        r""":math:`\mathrm{lse}_i = \log\sum_{\mathrm{lo}_i \le j<\mathrm{hi}_i}
+        e^{q_i\cdot k_j + b_j}` (M,).
 
         The primitive of log-domain Sinkhorn: one pass over the keys per query, O(N)
         memory, ``-inf`` for a query whose visible keys all have weight zero.
         """
-        res = self._reduce(q, k, None, bias, limits)
+        res = self._reduce(q, k, None, bias, ranges)
         if res is None:
-            return _REFERENCE.lse(q, k, bias, limits)
+            return _REFERENCE.lse(q, k, bias, ranges)
         return res[1]
 
-    def pointwise(self, phi: str, q: Any, k: Any, v: Any, w: Any, limits: Any) -> np.ndarray:
-        r"""``out_i = sum_{j<L_i} w_j phi(q_i . k_j) v_j`` for ``phi`` in identity/sigmoid/relu."""
+    def pointwise(self, phi: str, q: Any, k: Any, v: Any, w: Any, ranges: KeyRanges | None
+                  ) -> np.ndarray:
+        r"""``out_i = sum_{lo_i <= j < hi_i} w_j phi(q_i . k_j) v_j`` for ``phi`` in
+        identity/sigmoid/relu."""
         if phi not in _PHI_CODES:
             raise ArgumentError(f"phi must be one of {sorted(_PHI_CODES)}, got {phi!r}")
         wa = np.asarray(w)
         if not np.all(np.isfinite(wa)):
-            return _REFERENCE.pointwise(phi, q, k, v, w, limits)
+            return _REFERENCE.pointwise(phi, q, k, v, w, ranges)
         if wa.shape != (np.shape(k)[0],):
             raise ArgumentError(f"w must have shape ({np.shape(k)[0]},), got {wa.shape}")
-        dtype, qc, kk, (vv,), _, lim = self._prepare(q, k, [v], None, limits)
-        if _needs_reference(qc, kk, None):      # keys past every prefix already dropped
-            return _REFERENCE.pointwise(phi, q, k, v, w, limits)
+        dtype, qc, kk, (vv,), _, lo, hi = self._prepare(q, k, [v], None, ranges)
+        if _needs_reference(qc, kk, None):      # keys past every range already dropped
+            return _REFERENCE.pointwise(phi, q, k, v, w, ranges)
         ww = wa[:kk.shape[0], None].astype(dtype)     # no bias: keys are only truncated
         m, r = qc.shape
         c = vv.shape[1]
         code = np.int64(_PHI_CODES[phi])
-        work = int(lim.sum())
+        work = int((hi - lo).sum())
         if self.kernel_for(r, dtype) == "tiled":
-            order, qp, kpk, vpk, wp, limp, nr = tiled_layout(dtype, qc, kk, vv, ww[:, 0], lim)
-            out = np.zeros((limp.shape[0], vpk.shape[0] * nr), dtype=dtype)
-            qt = query_tile(limp.shape[0], self._threads_for(work))
-            self._run(pointwise_tiled_kernel, work, code, qp, kpk, vpk, wp, limp, nr, c, qt,
-                      *self._groups(limp.shape[0], qt, work), out)
+            order, qp, kpk, vpk, wp, lop, hip, nr = tiled_layout(dtype, qc, kk, vv, ww[:, 0],
+                                                                 lo, hi)
+            out = np.zeros((lop.shape[0], vpk.shape[0] * nr), dtype=dtype)
+            qt = query_tile(lop.shape[0], self._threads_for(work))
+            self._run(pointwise_tiled_kernel, work, code, qp, kpk, vpk, wp, lop, hip, nr, c,
+                      qt, *self._groups(lop.shape[0], qt, work), out)
             return self._unpermute(out[:, :c], order, m)
         kT = np.ascontiguousarray(kk.T, dtype=dtype)
         vT = np.ascontiguousarray(vv.T, dtype=dtype)
         wc = np.ascontiguousarray(ww[:, 0], dtype=dtype)
         zb = np.zeros(kT.shape[1], dtype=dtype)
         out = np.zeros((m, c), dtype=dtype)
-        self._run(pointwise_kernel, work, code, qc, kT, vT, wc, zb, lim,
+        self._run(pointwise_kernel, work, code, qc, kT, vT, wc, zb, lo, hi,
                   *self._groups(m, TILE, work), out)
         return out
 
     # ------------------------------------------------------------------ optional methods
-    def sinkhorn_sweep(self, q: Any, k: Any, v: Any, bias: Any, w: Any
+    def sinkhorn_sweep(self, q: Any, k: Any, v: Any, bias: Any, w: Any, *,
+                       ranges: KeyRanges | None = None
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         r"""One alternating Sinkhorn iteration in one pass: ``(out, lse, col)``.
 
@@ -370,7 +376,12 @@ class NumbaBackend:
                   \mathrm{col}_j = \sum_i w_i\, P_{ij},
 
         computed with one exponential per pair (the kernel of
-        :mod:`~transformer_pde.backends.numba.sweep`).  In log-domain Sinkhorn for the
+        :mod:`~transformer_pde.backends.numba.sweep`).  With ``ranges`` row :math:`i`
+        sees only the keys :math:`\mathrm{lo}_i \le j < \mathrm{hi}_i` and
+        :math:`\mathrm{col}_j` sums over the rows whose range contains :math:`j`:
+        block-diagonal ranges (:meth:`KeyRanges.segments
+        <transformer_pde.backends.ranges.KeyRanges.segments>`) sweep independent
+        systems at once.  In log-domain Sinkhorn for the
         self-coupling of :math:`\mu = \sum_j w_j\delta_{x_j}` with scores
         :math:`s_{ij}` at temperature :math:`\varepsilon`, with ``q``, ``k`` giving
         :math:`q_i\cdot k_j = s_{ij}/\varepsilon` and :math:`b_j = \log w_j +
@@ -398,6 +409,9 @@ class NumbaBackend:
         bias : array (N,)
         w : array (M,)
             Row weights of the column sums.
+        ranges : KeyRanges or None, keyword-only
+            Per-row key ranges (``None``: all keys); a row with an empty range gets
+            ``out = 0``, ``lse = -inf`` and adds nothing to the column sums.
 
         Returns
         -------
@@ -408,7 +422,9 @@ class NumbaBackend:
         Raises
         ------
         ArgumentError
-            Shapes that do not match.
+            Shapes that do not match, or ``ranges`` not one range per row over the keys.
+        ArgumentTypeError
+            ``ranges`` not ``None`` or a :class:`~transformer_pde.backends.ranges.KeyRanges`.
 
         Notes
         -----
@@ -434,4 +450,4 @@ class NumbaBackend:
             raise ArgumentError(f"bias must have shape ({n[0]},), got {np.shape(bias)}")
         if np.shape(w) != (m[0],):
             raise ArgumentError(f"w must have shape ({m[0]},), got {np.shape(w)}")
-        return fused_sweep(self._run, q, k, v, bias, w)
+        return fused_sweep(self._run, q, k, v, bias, w, check_ranges(ranges, m[0], n[0]))

@@ -2,38 +2,44 @@ r"""Streaming Numba kernels: one query at a time, SIMD across keys, O(N·d) memo
 
 Every primitive (see :mod:`transformer_pde.backends`) is one compiled kernel (``lse`` is
 the softmax kernel with no values) that runs ``prange`` over queries and, for each
-query, makes a single pass over its visible keys (the prefix ``j < limits[i]``; unmasked
-calls pass ``limits = N``), so no N×N matrix is ever formed and a masked query never
-touches the keys it cannot see.
+query, makes a single pass over its visible keys, the range ``lo[i] <= j < hi[i]``
+(:mod:`~transformer_pde.backends.ranges`; unmasked calls pass ``lo = 0``, ``hi = N``), so
+no N×N matrix is ever formed and a query never touches the keys it cannot see.
 
 Keys are streamed in blocks of :data:`BLOCK` keys.  For one query and one block the
 kernel
 
 1. writes the block's logits :math:`\ell_j = q\cdot k_j + b_j` into a small per-thread
    buffer (vectorised loops, four coordinates of :math:`q` per pass),
-2. takes the block maximum :math:`m_B`; if it exceeds the running maximum :math:`m`,
-   the running sum :math:`s` and the running weighted values are rescaled once by
-   :math:`e^{m - m_B}` (online log-sum-exp),
-3. exponentiates :math:`\ell_j - m \le 0` in a tight loop with the branch-free,
-   vectorisable exponential :func:`~transformer_pde.backends.numba.intrinsics.vexp`
-   and accumulates :math:`s \mathrel{+}= \sum_j e^{\ell_j-m}` and
-   :math:`a_c \mathrel{+}= \sum_j e^{\ell_j-m} v_{jc}`.
+2. takes the block maximum :math:`m_B` and folds the block into the query's running
+   maximum :math:`m`, sum :math:`s` and weighted values :math:`a` (:func:`lse_step`, the
+   online log-sum-exp step every Numba kernel family calls): if :math:`m_B > m` the
+   running totals are rescaled once by :math:`e^{m - m_B}`; then :math:`\ell_j - m \le 0`
+   is exponentiated in a tight loop with the branch-free, vectorisable exponential
+   :func:`~transformer_pde.backends.numba.intrinsics.vexp` and
+   :math:`s \mathrel{+}= \sum_j e^{\ell_j-m}`,
+3. accumulates :math:`a_c \mathrel{+}= \sum_j e^{\ell_j-m} v_{jc}`.
 
 Both kernels take the queries in tiles of :data:`TILE` consecutive queries and
 loop over key blocks outside the queries of a tile, so that a block of keys and values
 is fetched from memory once per tile (about 2× at N = 1e5, d = 8, where the keys no
-longer fit in L2).
+longer fit in L2).  A tile visits the keys ``[min lo, max hi)`` of its queries in the
+blocks ``[j BLOCK, (j + 1) BLOCK)`` that meet them, and each query takes the part of a
+block inside its own range: a query's blocks, and so its result, do not depend on the
+other queries of its tile.
 
-At the end :math:`\mathrm{lse} = m + \log s` and :math:`\mathrm{out} = a / s`.  Running
+At the end :math:`\mathrm{lse} = m + \log s` and :math:`\mathrm{out} = a / s`
+(:func:`lse_finish`).  Running
 totals are kept in float64 whatever the input precision; the per-block sums use the
 input precision (float32 runs twice as many SIMD lanes).
 
 The kernels expect finite inputs (they are compiled with fast-math flags,
 :data:`~transformer_pde.backends.numba.intrinsics.FM_KERNEL`) laid out by
 :class:`~transformer_pde.backends.numba.NumbaBackend`: queries ``q`` (M, r), keys
-transposed ``kT`` (r, N), values transposed ``vT`` (c, N), int64 ``limits`` (M,).
-:func:`start_tile` and :func:`first_tile` (the tile schedule) are shared with the tiled
-kernels.
+transposed ``kT`` (r, N), values transposed ``vT`` (c, N), int64 range ends ``lo``,
+``hi`` (M,).  :func:`start_tile` and :func:`first_tile` (the tile schedule) and
+:func:`lse_step`, :func:`lse_finish` (the online log-sum-exp) are shared with the tiled
+and sweep kernels.
 """
 
 from __future__ import annotations
@@ -45,7 +51,8 @@ from numba import njit, prange
 
 from .intrinsics import FM_KERNEL, fmax, vexp
 
-__all__ = ["BLOCK", "TILE", "first_tile", "pointwise_kernel", "softmax_kernel", "start_tile"]
+__all__ = ["BLOCK", "TILE", "first_tile", "lse_finish", "lse_step", "pointwise_kernel",
+           "softmax_kernel", "start_tile"]
 
 #: keys per streamed block (the per-thread logit buffer holds this many numbers)
 BLOCK = 256
@@ -125,13 +132,59 @@ def _accumulate(acc, buf, vT, j0, nb):
 
 
 @njit(fastmath=FM_KERNEL, cache=True)
-def start_tile(acc, limits, i0, nt):
-    """Zero the tile's accumulators; return its longest visible prefix."""
+def start_tile(acc, lo, hi, i0, nt):
+    """Zero the tile's accumulators; return the keys ``[first, stop)`` its queries see:
+    the smallest ``lo`` and the largest ``hi`` over its queries with a non-empty range
+    (``(0, 0)`` when there is none)."""
     acc[:] = 0.0
-    most = 0
+    first = stop = 0
     for t in range(nt):
-        most = max(most, limits[i0 + t])
-    return most
+        i = i0 + t
+        if hi[i] > lo[i]:
+            first = lo[i] if stop == 0 else min(first, lo[i])
+            stop = max(stop, hi[i])
+    return first, stop
+
+
+@njit(fastmath=FM_KERNEL, inline="always")
+def lse_step(x, nb, mb, m_run, s_run, acc, t, first, zero):
+    r"""Fold one block of logits ``x[:nb]`` (largest :math:`m_B` = ``mb``) into the online
+    log-sum-exp of row ``t``: running maximum ``m_run[t]``, sum ``s_run[t]`` (float64) and
+    weighted values ``acc[t]``.
+
+    ``first`` (the row's first block): :math:`m \leftarrow m_B`.  Otherwise, when
+    :math:`m_B > m`, the running sum and values are rescaled by :math:`e^{m - m_B}` and
+    :math:`m \leftarrow m_B`.  Then ``x[:nb]`` is replaced by :math:`e^{x_j - m}` (at most
+    1) and their sum, formed from ``zero`` (its type sets the block sum's precision), is
+    added to ``s_run[t]``; the caller adds the block's weighted values to ``acc[t]``.
+    The one online log-sum-exp step of the streaming, tiled and sweep kernels.
+    """
+    if first:
+        m_run[t] = mb
+    elif mb > m_run[t]:
+        scale = float(vexp(m_run[t] - mb))
+        s_run[t] *= scale
+        at = acc[t]
+        for cc in range(at.shape[0]):
+            at[cc] *= scale
+        m_run[t] = mb
+    mt = m_run[t]
+    sb = zero
+    for j in range(nb):
+        p = vexp(x[j] - mt)
+        x[j] = p
+        sb += p
+    s_run[t] += sb
+
+
+@njit(fastmath=FM_KERNEL, inline="always")
+def lse_finish(t, i, m_run, s_run, acc, out, lse):
+    r"""Row ``t``'s result into query ``i``: :math:`\mathrm{lse}_i = m + \log s`,
+    :math:`\mathrm{out}_i = a / s` (the first ``out.shape[1]`` values of ``acc[t]``)."""
+    lse[i] = m_run[t] + math.log(s_run[t])
+    inv = 1.0 / s_run[t]
+    for cc in range(out.shape[1]):
+        out[i, cc] = acc[t, cc] * inv
 
 
 @njit(cache=True)
@@ -151,7 +204,7 @@ def first_tile(g, n_groups, n_threads):
 
 
 @njit(parallel=True, fastmath=FM_KERNEL, cache=True)
-def softmax_kernel(q, kT, vT, bias, limits, n_groups, n_threads, out, lse):
+def softmax_kernel(q, kT, vT, bias, lo, hi, n_groups, n_threads, out, lse):
     """Streaming softmax / lse over tiles of :data:`TILE` consecutive queries.
 
     Within a tile the key blocks are the outer loop, so one block of keys and values is
@@ -159,8 +212,8 @@ def softmax_kernel(q, kT, vT, bias, limits, n_groups, n_threads, out, lse):
     keeps its own running maximum, sum and values and still sees its keys in order, so
     the result of a query does not depend on the tiling or the threads.  Group ``g``
     takes every ``n_groups``-th tile from :func:`first_tile` (strided groups balance
-    the threads when masked prefix lengths are sorted).  A query with no visible key (``limits[i] == 0``)
-    is left untouched in ``out`` and ``lse``.
+    the threads when masked prefix lengths are sorted).  A query with no visible key
+    (``lo[i] == hi[i]``) is left untouched in ``out`` and ``lse``.
     """
     m_q = q.shape[0]
     c = vT.shape[0]
@@ -174,48 +227,29 @@ def softmax_kernel(q, kT, vT, bias, limits, n_groups, n_threads, out, lse):
         for tile in range(first_tile(g, n_groups, n_threads), n_tiles, n_groups):
             i0 = tile * TILE
             nt = min(TILE, m_q - i0)
-            most = start_tile(acc, limits, i0, nt)
+            start, stop = start_tile(acc, lo, hi, i0, nt)
             s_run[:] = 0.0
-            for j0 in range(0, most, BLOCK):
+            for j0 in range(start // BLOCK * BLOCK, stop, BLOCK):
                 for t in range(nt):
                     i = i0 + t
-                    nb = min(BLOCK, limits[i] - j0)
+                    a = max(lo[i], j0)           # this query's keys [a, a + nb) of the block
+                    nb = min(hi[i], j0 + BLOCK) - a
                     if nb <= 0:
                         continue
-                    _block_logits(buf, q, i, kT, bias, j0, nb)
+                    _block_logits(buf, q, i, kT, bias, a, nb)
                     mb = buf[0]
                     for j in range(1, nb):
                         mb = fmax(mb, buf[j])
-                    at = acc[t]
-                    if j0 == 0:
-                        m_run[t] = mb
-                    elif mb > m_run[t]:
-                        scale = float(vexp(m_run[t] - mb))
-                        s_run[t] *= scale
-                        for cc in range(c):
-                            at[cc] *= scale
-                        m_run[t] = mb
-                    mt = m_run[t]
-                    sb = zero
-                    for j in range(nb):
-                        p = vexp(buf[j] - mt)
-                        buf[j] = p
-                        sb += p
-                    s_run[t] += sb
-                    _accumulate(at, buf, vT, j0, nb)
+                    lse_step(buf, nb, mb, m_run, s_run, acc, t, lo[i] >= j0, zero)
+                    _accumulate(acc[t], buf, vT, a, nb)
             for t in range(nt):
-                i = i0 + t
-                if limits[i] <= 0:
-                    continue
-                lse[i] = m_run[t] + math.log(s_run[t])
-                inv = 1.0 / s_run[t]
-                for cc in range(c):
-                    out[i, cc] = acc[t, cc] * inv
+                if hi[i0 + t] > lo[i0 + t]:
+                    lse_finish(t, i0 + t, m_run, s_run, acc, out, lse)
 
 
 @njit(parallel=True, fastmath=FM_KERNEL, cache=True)
-def pointwise_kernel(phi, q, kT, vT, w, zb, limits, n_groups, n_threads, out):
-    """out[i] = sum_{j < limits[i]} w_j phi(q_i . k_j) v_j; phi: 0 id, 1 sigmoid, 2 relu.
+def pointwise_kernel(phi, q, kT, vT, w, zb, lo, hi, n_groups, n_threads, out):
+    """out[i] = sum_{lo[i] <= j < hi[i]} w_j phi(q_i . k_j) v_j; phi: 0 id, 1 sigmoid, 2 relu.
 
     Same tiling of queries as :func:`softmax_kernel` (no running maximum is needed).
     """
@@ -230,15 +264,16 @@ def pointwise_kernel(phi, q, kT, vT, w, zb, limits, n_groups, n_threads, out):
         for tile in range(first_tile(g, n_groups, n_threads), n_tiles, n_groups):
             i0 = tile * TILE
             nt = min(TILE, m_q - i0)
-            most = start_tile(acc, limits, i0, nt)
-            for j0 in range(0, most, BLOCK):
-                wb = w[j0:min(j0 + BLOCK, w.shape[0])]
+            start, stop = start_tile(acc, lo, hi, i0, nt)
+            for j0 in range(start // BLOCK * BLOCK, stop, BLOCK):
                 for t in range(nt):
                     i = i0 + t
-                    nb = min(BLOCK, limits[i] - j0)
+                    a = max(lo[i], j0)
+                    nb = min(hi[i], j0 + BLOCK) - a
                     if nb <= 0:
                         continue
-                    _block_logits(buf, q, i, kT, zb, j0, nb)
+                    wb = w[a:a + nb]
+                    _block_logits(buf, q, i, kT, zb, a, nb)
                     if phi == 1:
                         for j in range(nb):
                             z = buf[j]
@@ -250,8 +285,7 @@ def pointwise_kernel(phi, q, kT, vT, w, zb, limits, n_groups, n_threads, out):
                     else:
                         for j in range(nb):
                             buf[j] = wb[j] * buf[j]
-                    _accumulate(acc[t], buf, vT, j0, nb)
+                    _accumulate(acc[t], buf, vT, a, nb)
             for t in range(nt):
                 for cc in range(c):
                     out[i0 + t, cc] = acc[t, cc]
-

@@ -54,7 +54,10 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
+from ..ranges import KeyRanges
+
 from .intrinsics import FM_KERNEL, vexp
+from .streaming import lse_finish, lse_step
 
 __all__ = ["CHUNKS", "ONE_PASS_MIN_PAIRS", "ROWS", "fused_sweep"]
 
@@ -73,89 +76,95 @@ _TINY_SUM = {np.dtype(np.float64): 1e-200, np.dtype(np.float32): 1e-12}
 
 
 @njit(fastmath=FM_KERNEL, cache=True)
-def _row(q, i, kT, vT, bias, b, out, lse):
-    """Logits of row ``i`` into ``b``, then ``b = exp(logits - max)``; writes ``out[i]``
-    and ``lse[i]`` and returns the row sum of ``b``."""
-    n = kT.shape[1]
+def _row(q, i, kT, vT, bias, lo, hi, b, t, m_run, s_run, acc, out, lse):
+    """Logits of row ``i`` over its keys ``[lo, hi)`` into ``b[lo:hi]``, then
+    ``b[lo:hi] = exp(logits - max)`` (one block of
+    :func:`~transformer_pde.backends.numba.streaming.lse_step`, as row ``t`` of the
+    group's running totals); writes ``out[i]`` and ``lse[i]`` and returns the row sum of
+    ``b``."""
     r = q.shape[1]
     c = vT.shape[0]
-    for j in range(n):
-        b[j] = bias[j]
+    x = b[lo:hi]
+    bb = bias[lo:hi]
+    for j in range(hi - lo):
+        x[j] = bb[j]
     for a in range(r):
         qa = q[i, a]
-        ka = kT[a]
-        for j in range(n):
-            b[j] += qa * ka[j]
-    mx = b[0]
-    for j in range(1, n):
-        mx = max(mx, b[j])
-    s = 0.0
-    for j in range(n):
-        p = vexp(b[j] - mx)
-        b[j] = p
-        s += p
-    inv = 1.0 / s
+        ka = kT[a, lo:hi]
+        for j in range(hi - lo):
+            x[j] += qa * ka[j]
+    mx = x[0]
+    for j in range(1, hi - lo):
+        mx = max(mx, x[j])
+    s_run[t] = 0.0
+    lse_step(x, hi - lo, mx, m_run, s_run, acc, t, True, 0.0)
+    at = acc[t]
     for cc in range(c):
-        vc = vT[cc]
-        t = 0.0
-        for j in range(n):
-            t += b[j] * vc[j]
-        out[i, cc] = t * inv
-    lse[i] = mx + math.log(s)
-    return s
+        vc = vT[cc, lo:hi]
+        tc = 0.0
+        for j in range(hi - lo):
+            tc += x[j] * vc[j]
+        at[cc] = tc
+    lse_finish(t, i, m_run, s_run, acc, out, lse)
+    return s_run[t]
 
 
 @njit(fastmath=FM_KERNEL, cache=True)
-def _add_columns(col, buf, coef, nt):
-    """``col += sum_t coef[t] * buf[t]`` over the ``nt`` rows of a group (four at a time:
-    one load and store of the column sums per group)."""
-    n = col.shape[0]
+def _add_columns(col, buf, coef, nt, a, e):
+    """``col[a:e] += sum_t coef[t] * buf[t, a:e]`` over the ``nt`` rows of a group (four
+    at a time: one load and store of the column sums per group)."""
+    cs = col[a:e]
     if nt == ROWS:
-        b0, b1, b2, b3 = buf[0], buf[1], buf[2], buf[3]
+        b0, b1, b2, b3 = buf[0, a:e], buf[1, a:e], buf[2, a:e], buf[3, a:e]
         c0, c1, c2, c3 = coef[0], coef[1], coef[2], coef[3]
-        for j in range(n):
-            col[j] += (c0 * b0[j] + c1 * b1[j]) + (c2 * b2[j] + c3 * b3[j])
+        for j in range(e - a):
+            cs[j] += (c0 * b0[j] + c1 * b1[j]) + (c2 * b2[j] + c3 * b3[j])
     else:
         for t in range(nt):
-            bt = buf[t]
+            bt = buf[t, a:e]
             ct = coef[t]
-            for j in range(n):
-                col[j] += ct * bt[j]
+            for j in range(e - a):
+                cs[j] += ct * bt[j]
 
 
 @njit(fastmath=FM_KERNEL, cache=True)
-def _row_shifted(q, i, kT, vT, nv, bias, shift, b):
-    """One pass over row ``i`` for at most four score and four value coordinates
-    (``kT``, ``vT`` zero-padded to four rows): ``b = exp(logits - shift)`` and its sum
-    and value sums ``(s, t0, t1, t2, t3)`` (values only when ``nv``)."""
-    n = kT.shape[1]
+def _row_shifted(q, i, kT, vT, nv, bias, shift, lo, hi, b):
+    """One pass over row ``i``'s keys ``[lo, hi)`` for at most four score and four value
+    coordinates (``kT``, ``vT`` zero-padded to four rows): ``b[lo:hi] = exp(logits -
+    shift)`` and its sum and value sums ``(s, t0, t1, t2, t3)`` (values only when
+    ``nv``)."""
     q0, q1, q2, q3 = q[i, 0], q[i, 1], q[i, 2], q[i, 3]
-    k0, k1, k2, k3 = kT[0], kT[1], kT[2], kT[3]
+    k0, k1, k2, k3 = kT[0, lo:hi], kT[1, lo:hi], kT[2, lo:hi], kT[3, lo:hi]
+    x = b[lo:hi]
+    bb = bias[lo:hi]
     s = 0.0
     t0 = t1 = t2 = t3 = 0.0
     if nv:
-        v0, v1, v2, v3 = vT[0], vT[1], vT[2], vT[3]
-        for j in range(n):
-            p = vexp((bias[j] + (q0 * k0[j] + q1 * k1[j]) + (q2 * k2[j] + q3 * k3[j])) - shift)
-            b[j] = p
+        v0, v1, v2, v3 = vT[0, lo:hi], vT[1, lo:hi], vT[2, lo:hi], vT[3, lo:hi]
+        for j in range(hi - lo):
+            p = vexp((bb[j] + (q0 * k0[j] + q1 * k1[j]) + (q2 * k2[j] + q3 * k3[j])) - shift)
+            x[j] = p
             s += p
             t0 += p * v0[j]
             t1 += p * v1[j]
             t2 += p * v2[j]
             t3 += p * v3[j]
     else:
-        for j in range(n):
-            p = vexp((bias[j] + (q0 * k0[j] + q1 * k1[j]) + (q2 * k2[j] + q3 * k3[j])) - shift)
-            b[j] = p
+        for j in range(hi - lo):
+            p = vexp((bb[j] + (q0 * k0[j] + q1 * k1[j]) + (q2 * k2[j] + q3 * k3[j])) - shift)
+            x[j] = p
             s += p
     return s, t0, t1, t2, t3
 
 
 @njit(parallel=True, fastmath=FM_KERNEL, cache=True)
-def _sweep_kernel(q, kT, vT, bias, w, n_chunks, out, lse, colacc, one_pass, q4, k4, v4,
-                  shift, tiny):
+def _sweep_kernel(q, kT, vT, bias, w, lo, hi, n_chunks, out, lse, colacc, one_pass, q4, k4,
+                  v4, shift, tiny):
     """Rows in :data:`CHUNKS` fixed chunks, each with its own column sums.
 
+    Row ``i`` sees the keys ``[lo[i], hi[i])``; a group of :data:`ROWS` rows adds to the
+    columns of the span of its ranges, each row's exponentials zero outside its own range
+    (a row with an empty range adds nothing and is left untouched in ``out`` and ``lse``).
     With ``one_pass`` (at most four score and value coordinates, zero-padded to four in
     ``q4``, ``k4``, ``v4``), each row's exponentials are taken against ``shift[i]``, an
     upper bound of its logits, instead of their maximum (no pass to find it, and the
@@ -171,16 +180,30 @@ def _sweep_kernel(q, kT, vT, bias, w, n_chunks, out, lse, colacc, one_pass, q4, 
         i1 = (ch + 1) * m // n_chunks
         buf = np.empty((ROWS, n), dtype=q.dtype)
         coef = np.zeros(ROWS)
+        m_run = np.empty(ROWS, dtype=q.dtype)
+        s_run = np.empty(ROWS)
+        acc = np.empty((ROWS, c))
         col = colacc[ch]
         col[:] = 0.0
         for it in range(i0, i1, ROWS):
             nt = min(ROWS, i1 - it)
+            a, e = n, 0                  # the span of the group's non-empty ranges
+            for t in range(nt):
+                if hi[it + t] > lo[it + t]:
+                    a = min(a, lo[it + t])
+                    e = max(e, hi[it + t])
             for t in range(nt):
                 i = it + t
+                li, hi_ = lo[i], hi[i]
+                bt = buf[t]
+                if hi_ <= li:
+                    coef[t] = 0.0
+                    bt[a:e] = 0.0
+                    continue
                 s = 0.0
                 if one_pass:
                     s, t0, t1, t2, t3 = _row_shifted(q4, i, k4, v4, c > 0, bias, shift[i],
-                                                     buf[t])
+                                                     li, hi_, bt)
                     if s >= tiny:
                         inv = 1.0 / s
                         if c > 0:
@@ -193,20 +216,28 @@ def _sweep_kernel(q, kT, vT, bias, w, n_chunks, out, lse, colacc, one_pass, q4, 
                             out[i, 3] = t3 * inv
                         lse[i] = shift[i] + math.log(s)
                 if not s >= tiny:
-                    s = _row(q, i, kT, vT, bias, buf[t], out, lse)
+                    s = _row(q, i, kT, vT, bias, li, hi_, bt, t, m_run, s_run, acc, out, lse)
                 coef[t] = w[i] / s
-            _add_columns(col, buf, coef, nt)
+                bt[a:li] = 0.0
+                bt[hi_:e] = 0.0
+            if e > a:
+                _add_columns(col, buf, coef, nt, a, e)
 
 
 def fused_sweep(launch: Callable[..., Any], q: np.ndarray, k: np.ndarray, v: np.ndarray | None,
-                bias: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                bias: np.ndarray, w: np.ndarray, ranges: KeyRanges | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     r"""Row softmax pass with column sums: ``(out, lse, col)``.
 
-    With logits :math:`\ell_{ij} = q_i\cdot k_j + b_j` (all finite),
+    With logits :math:`\ell_{ij} = q_i\cdot k_j + b_j` (all finite) and row :math:`i`
+    seeing the keys :math:`J_i = [\mathrm{lo}_i, \mathrm{hi}_i)` of ``ranges`` (all keys
+    for ``None``),
 
-    .. math:: \mathrm{lse}_i = \log\sum_j e^{\ell_{ij}},\quad
-              \mathrm{out}_i = \sum_j e^{\ell_{ij} - \mathrm{lse}_i} v_j,\quad
-              \mathrm{col}_j = \sum_i w_i\, e^{\ell_{ij} - \mathrm{lse}_i}.
+    .. math:: \mathrm{lse}_i = \log\sum_{j\in J_i} e^{\ell_{ij}},\quad
+              \mathrm{out}_i = \sum_{j\in J_i} e^{\ell_{ij} - \mathrm{lse}_i} v_j,\quad
+              \mathrm{col}_j = \sum_{i:\, j\in J_i} w_i\, e^{\ell_{ij} - \mathrm{lse}_i}
+
+    (a row with an empty range: ``out = 0``, ``lse = -inf``, no column mass).
 
     Parameters
     ----------
@@ -219,6 +250,8 @@ def fused_sweep(launch: Callable[..., Any], q: np.ndarray, k: np.ndarray, v: np.
     bias : array (N,), finite
     w : array (M,)
         Row weights of the column sums.
+    ranges : KeyRanges or None
+        Checked by the caller (:func:`~transformer_pde.backends.ranges.check_ranges`).
 
     Returns
     -------
@@ -236,7 +269,10 @@ def fused_sweep(launch: Callable[..., Any], q: np.ndarray, k: np.ndarray, v: np.
     vT = (np.empty((0, n), dtype=dtype) if v is None
           else np.ascontiguousarray(np.asarray(v).T, dtype=dtype))
     out = np.zeros((m, vT.shape[0]), dtype=dtype)
-    lse = np.empty(m, dtype=dtype)
+    lse = np.full(m, -np.inf, dtype=dtype)             # rows with an empty range
+    # writeable copies: read-only arrays would compile a second specialisation
+    lo = np.zeros(m, dtype=np.int64) if ranges is None else np.array(ranges.lo)
+    hi = np.full(m, n, dtype=np.int64) if ranges is None else np.array(ranges.hi)
     n_chunks = max(1, min(m, CHUNKS))
     colacc = np.empty((n_chunks, n))
     bias = np.ascontiguousarray(bias, dtype=dtype)
@@ -246,9 +282,9 @@ def fused_sweep(launch: Callable[..., Any], q: np.ndarray, k: np.ndarray, v: np.
     # Python and copies per call): below ONE_PASS_MIN_PAIRS pairs they cost more than the
     # passes they save (measured: N = 50 slower, N = 1000 faster)
     if r > 4 or c > 4 or m * n < ONE_PASS_MIN_PAIRS:
-        launch(_sweep_kernel, m * n, q, kT, vT, bias, w, n_chunks, out, lse, colacc,
-                  False, np.zeros((0, 4), dtype=dtype), np.zeros((4, 0), dtype=dtype),
-                  np.zeros((4, 0), dtype=dtype), np.zeros(0, dtype=dtype), np.inf)
+        launch(_sweep_kernel, m * n, q, kT, vT, bias, w, lo, hi, n_chunks, out, lse, colacc,
+               False, np.zeros((0, 4), dtype=dtype), np.zeros((4, 0), dtype=dtype),
+               np.zeros((4, 0), dtype=dtype), np.zeros(0, dtype=dtype), np.inf)
         return out, lse, colacc.sum(axis=0)
     # one pass per row (measured 0.8x the time of the general rows at d = 2, N = 1e4):
     # the exponentials are taken against an upper bound of each row's logits,
@@ -262,6 +298,6 @@ def fused_sweep(launch: Callable[..., Any], q: np.ndarray, k: np.ndarray, v: np.
     kmax = float(np.sqrt((kT.astype(np.float64) ** 2).sum(axis=0)).max())
     shift = (float(bias.max()) + np.sqrt((q.astype(np.float64) ** 2).sum(axis=1)) * kmax
              ).astype(dtype)
-    launch(_sweep_kernel, m * n, q, kT, vT, bias, w, n_chunks, out, lse, colacc, True,
-              q4, k4, v4, shift, _TINY_SUM[dtype])
+    launch(_sweep_kernel, m * n, q, kT, vT, bias, w, lo, hi, n_chunks, out, lse, colacc, True,
+           q4, k4, v4, shift, _TINY_SUM[dtype])
     return out, lse, colacc.sum(axis=0)

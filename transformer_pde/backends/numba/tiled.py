@@ -45,8 +45,8 @@ Tiles of 48 queries left the products 20–30 % below the machine's GEMM rate at
 16384; the logit product also waited on the packed queries coming from L2, which it now
 prefetches :data:`PREFETCH` reduction steps ahead.
 
-Queries are sorted by masked prefix
-length (so a tile's queries see similar prefixes) and padded to a multiple of MR; keys
+Queries are sorted by their key ranges
+(so a tile's queries see similar keys) and padded to a multiple of MR; keys
 and value coordinates are padded with zeros to multiples of NR.  Value sums over one
 key block are formed in the input precision and added to float64 accumulators.
 
@@ -60,7 +60,6 @@ loop were measured slower (OpenBLAS starts its own threads on each small product
 
 from __future__ import annotations
 
-import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -72,7 +71,7 @@ from numba.extending import intrinsic
 from ...errors import ArgumentError
 from ...validation import integer
 from .intrinsics import FM_KERNEL, VECTOR_BITS, fmax, vexp, wide_vectors
-from .streaming import first_tile, start_tile
+from .streaming import first_tile, lse_finish, lse_step, start_tile
 
 __all__ = [
     "KBLOCK",
@@ -311,7 +310,8 @@ def _tile_values(acc, nt, S, vpk, j0, nbp, nr, cv):
 
 
 @njit(parallel=True, fastmath=FM_KERNEL, cache=True)
-def softmax_tiled_kernel(qpk, kpk, vpk, bias, limits, nr, cv, qtile, n_groups, n_threads, out, lse):
+def softmax_tiled_kernel(qpk, kpk, vpk, bias, lo, hi, nr, cv, qtile, n_groups, n_threads, out,
+                         lse):
     """Softmax / lse with logits and value sums as register-blocked tile products.
 
     Shapes: queries packed by :func:`tiled_layout` into ``qpk`` (M/MR, r, MR), M a
@@ -319,10 +319,12 @@ def softmax_tiled_kernel(qpk, kpk, vpk, bias, limits, nr, cv, qtile, n_groups, n
     ``nr`` = NR or NR_F32), ``bias`` (N,), values packed into ``vpk`` (c/nr, N, nr), c
     a multiple of nr (c = 0: lse only) of which the first ``cv`` are used, ``out``
     (M, c).  Queries are taken in tiles of ``qtile`` (a multiple of MR, at most
-    :data:`QTILE`: :func:`query_tile`); for each block
-    of :data:`KBLOCK` keys: the qtile×KBLOCK logits (:data:`_mk_store`), the online
-    log-sum-exp of each row over its visible keys ``j < limits[i]`` (invisible entries
-    are set to 0 after the exponential), then the qtile×c value sums
+    :data:`QTILE`: :func:`query_tile`); a tile visits the keys ``[min lo, max hi)`` of
+    its queries in the blocks ``[j KBLOCK, (j + 1) KBLOCK)`` of :data:`KBLOCK` keys that
+    meet them (the same blocks for a query whatever its tile): the qtile×KBLOCK logits (:data:`_mk_store`), the online
+    log-sum-exp of each row over its visible keys ``lo[i] <= j < hi[i]``
+    (:func:`~transformer_pde.backends.numba.streaming.lse_step`; the entries outside
+    the row's range are set to 0 after it), then the qtile×c value sums
     (:data:`_mk_add`, into float64 accumulators).  Every query sees its keys in the same
     order and blocks whatever the threads, so results do not depend on the thread count.
     """
@@ -340,59 +342,45 @@ def softmax_tiled_kernel(qpk, kpk, vpk, bias, limits, nr, cv, qtile, n_groups, n
         for tile in range(first_tile(g, n_groups, n_threads), n_tiles, n_groups):
             i0 = tile * qtile
             nt = min(qtile, m_q - i0)
-            most = start_tile(acc, limits, i0, nt)
+            start, stop = start_tile(acc, lo, hi, i0, nt)
             s_run[:] = 0.0
-            for j0 in range(0, most, KBLOCK):
-                nbt = min(KBLOCK, most - j0)
+            for j0 in range(start // KBLOCK * KBLOCK, stop, KBLOCK):
+                nbt = min(KBLOCK, stop - j0)
                 nbp = (nbt + nr - 1) // nr * nr
                 _tile_logits(S, qpk, i0, nt, kpk, j0, nbp, nr)
                 for t in range(nt):
                     row = S[t]
-                    nb = min(KBLOCK, limits[i0 + t] - j0)
-                    if nb <= 0:
+                    a = max(lo[i0 + t] - j0, 0)  # the row's keys: [a, e) of the block
+                    e = min(hi[i0 + t] - j0, nbt)
+                    if e <= a:
                         for j in range(nbp):
                             row[j] = zero
                         continue
-                    bb = bias[j0:j0 + nb]
-                    mb = row[0] + bb[0]
-                    for j in range(nb):
-                        x = row[j] + bb[j]
-                        row[j] = x
-                        mb = fmax(mb, x)
-                    if j0 == 0:
-                        m_run[t] = mb
-                    elif mb > m_run[t]:
-                        scale = float(vexp(m_run[t] - mb))
-                        s_run[t] *= scale
-                        at = acc[t]
-                        for cc in range(cp):
-                            at[cc] *= scale
-                        m_run[t] = mb
-                    mt = m_run[t]
-                    sb = zero
-                    for j in range(nb):
-                        p = vexp(row[j] - mt)
-                        row[j] = p
-                        sb += p
-                    for j in range(nb, nbp):
+                    x = row[a:e]
+                    bb = bias[j0 + a:j0 + e]
+                    mb = x[0] + bb[0]
+                    for j in range(e - a):
+                        y = x[j] + bb[j]
+                        x[j] = y
+                        mb = fmax(mb, y)
+                    lse_step(x, e - a, mb, m_run, s_run, acc, t, lo[i0 + t] >= j0, zero)
+                    for j in range(a):
                         row[j] = zero
-                    s_run[t] += sb
+                    for j in range(e, nbp):
+                        row[j] = zero
                 if cp > 0:
                     _tile_values(acc, nt, S, vpk, j0, nbp, nr, cv)
             for t in range(nt):
-                i = i0 + t
-                if limits[i] <= 0:
-                    continue
-                lse[i] = m_run[t] + math.log(s_run[t])
-                inv = 1.0 / s_run[t]
-                for cc in range(cp):
-                    out[i, cc] = acc[t, cc] * inv
+                if hi[i0 + t] > lo[i0 + t]:
+                    lse_finish(t, i0 + t, m_run, s_run, acc, out, lse)
 
 
 @njit(parallel=True, fastmath=FM_KERNEL, cache=True)
-def pointwise_tiled_kernel(phi, qpk, kpk, vpk, w, limits, nr, cv, qtile, n_groups, n_threads, out):
-    """Tiled ``out[i] = sum_{j < limits[i]} w_j phi(q_i . k_j) v_j`` (shapes and ``cv``
-    and ``qtile`` as in :func:`softmax_tiled_kernel`; ``w`` (N,) padded with zeros)."""
+def pointwise_tiled_kernel(phi, qpk, kpk, vpk, w, lo, hi, nr, cv, qtile, n_groups, n_threads,
+                           out):
+    """Tiled ``out[i] = sum_{lo[i] <= j < hi[i]} w_j phi(q_i . k_j) v_j`` (shapes, key
+    blocks, ``cv`` and ``qtile`` as in :func:`softmax_tiled_kernel`; ``w`` (N,) padded
+    with zeros)."""
     m_q = qpk.shape[0] * MR
     cp = vpk.shape[0] * nr
     zero = qpk.dtype.type(0.0)
@@ -405,27 +393,31 @@ def pointwise_tiled_kernel(phi, qpk, kpk, vpk, w, limits, nr, cv, qtile, n_group
         for tile in range(first_tile(g, n_groups, n_threads), n_tiles, n_groups):
             i0 = tile * qtile
             nt = min(qtile, m_q - i0)
-            most = start_tile(acc, limits, i0, nt)
-            for j0 in range(0, most, KBLOCK):
-                nbt = min(KBLOCK, most - j0)
+            start, stop = start_tile(acc, lo, hi, i0, nt)
+            for j0 in range(start // KBLOCK * KBLOCK, stop, KBLOCK):
+                nbt = min(KBLOCK, stop - j0)
                 nbp = (nbt + nr - 1) // nr * nr
                 _tile_logits(S, qpk, i0, nt, kpk, j0, nbp, nr)
-                wb = w[j0:j0 + nbp]
                 for t in range(nt):
                     row = S[t]
-                    nb = max(0, min(KBLOCK, limits[i0 + t] - j0))
+                    a = min(max(lo[i0 + t] - j0, 0), nbp)
+                    e = max(a, min(hi[i0 + t] - j0, nbt))
+                    x = row[a:e]
+                    wb = w[j0 + a:j0 + e]
                     if phi == 1:
-                        for j in range(nb):
-                            z = row[j]
-                            e = vexp(-abs(z))
-                            row[j] = wb[j] * ((one if z >= zero else e) / (one + e))
+                        for j in range(e - a):
+                            z = x[j]
+                            ez = vexp(-abs(z))
+                            x[j] = wb[j] * ((one if z >= zero else ez) / (one + ez))
                     elif phi == 2:
-                        for j in range(nb):
-                            row[j] = wb[j] * max(row[j], zero)
+                        for j in range(e - a):
+                            x[j] = wb[j] * max(x[j], zero)
                     else:
-                        for j in range(nb):
-                            row[j] = wb[j] * row[j]
-                    for j in range(nb, nbp):
+                        for j in range(e - a):
+                            x[j] = wb[j] * x[j]
+                    for j in range(a):
+                        row[j] = zero
+                    for j in range(e, nbp):
                         row[j] = zero
                 _tile_values(acc, nt, S, vpk, j0, nbp, nr, cv)
             for t in range(nt):
@@ -454,37 +446,39 @@ def query_tile(m: int, n_threads: int, layout: TileLayout = LAYOUT) -> int:
 
 
 def tiled_layout(dtype: Any, q: np.ndarray, k: np.ndarray, vals: np.ndarray | None,
-                 b: np.ndarray, lim: np.ndarray) -> tuple:
+                 b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple:
     """Pad and pack for the tiled kernels.
 
-    Queries sorted by prefix length (masked calls) and padded to a multiple of MR
-    (limit 0); keys, bias and value coordinates padded with zeros to multiples of
-    ``nr`` (:data:`NR` float64, :data:`NR_F32` float32), then packed in the
+    Queries sorted by their ranges (by ``lo``, then ``hi``; masked calls) and padded to a
+    multiple of MR (empty ranges); keys, bias and value coordinates padded with zeros to
+    multiples of ``nr`` (:data:`NR` float64, :data:`NR_F32` float32), then packed in the
     operand layouts of the micro-kernels: key panel ``p`` holds
     ``k[p*nr:(p+1)*nr].T`` (r×nr, contiguous), value panel ``p`` holds
     ``v[:, p*nr:(p+1)*nr]`` (N×nr, contiguous), so that the micro-kernels read
     contiguous memory (a strided N×c array would alias in the L1 sets).
     Queries are packed in groups of :data:`MR`: group ``g`` holds
     ``q[g*MR:(g+1)*MR].T`` (r×MR, contiguous).
-    Returns ``(order, qpk, kpk, vpk, bp, limp, nr)``: ``order`` the permutation of the
-    queries (``None`` when they are not reordered), ``qpk`` (M'/MR, r, MR), ``kpk`` (N'/nr, r,
-    nr), ``vpk`` (c'/nr, N', nr), ``bp`` (N',), ``limp`` (M',) with M' the padded
-    query count, N' and c' the padded key count and value width.
+    Returns ``(order, qpk, kpk, vpk, bp, lop, hip, nr)``: ``order`` the permutation of the
+    queries (``None`` when they are not reordered), ``qpk`` (M'/MR, r, MR), ``kpk`` (N'/nr,
+    r, nr), ``vpk`` (c'/nr, N', nr), ``bp`` (N',), ``lop``, ``hip`` (M',) with M' the
+    padded query count, N' and c' the padded key count and value width.
     """
     m, r = q.shape
     n = k.shape[0]
     nr = NR_F32 if dtype == np.float32 else NR
     order = None
-    if lim.min(initial=0) < n:             # masked: similar prefixes share a tile
-        order = np.argsort(lim, kind="stable")
-        q, lim = q[order], lim[order]
+    if lo.max(initial=0) > 0 or hi.min(initial=0) < n:   # masked: similar ranges share a tile
+        order = np.lexsort((hi, lo))       # stable: a prefix mask sorts by hi as before
+        q, lo, hi = q[order], lo[order], hi[order]
     mp = -(-m // MR) * MR
     npad = -(-n // nr) * nr
     qp = np.zeros((mp, r), dtype=dtype)
     qp[:m] = q
     qpk = np.ascontiguousarray(qp.reshape(mp // MR, MR, r).transpose(0, 2, 1))
-    limp = np.zeros(mp, dtype=np.int64)
-    limp[:m] = lim
+    lop = np.zeros(mp, dtype=np.int64)
+    lop[:m] = lo
+    hip = np.zeros(mp, dtype=np.int64)
+    hip[:m] = hi
     full = n // nr * nr                    # keys of the complete panels
     kpk = np.zeros((npad // nr, r, nr), dtype=dtype)
     kpk[:n // nr] = k[:full].reshape(n // nr, nr, r).transpose(0, 2, 1)
@@ -498,4 +492,4 @@ def tiled_layout(dtype: Any, q: np.ndarray, k: np.ndarray, vals: np.ndarray | No
         vpk[p, :n] = vals[:, p * nr:(p + 1) * nr]
     if c % nr:
         vpk[c // nr, :n, :c % nr] = vals[:, c // nr * nr:]
-    return order, qpk, kpk, vpk, bp, limp, nr
+    return order, qpk, kpk, vpk, bp, lop, hip, nr
