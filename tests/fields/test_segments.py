@@ -196,16 +196,6 @@ def test_sinkhorn_warm_starts_per_segment_round_trip(rng):
     np.testing.assert_array_equal(other(0.1, X + 0.01), ev(0.1, X + 0.01))
 
 
-def test_window_is_part_of_the_attention_description():
-    att = tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2), masked=True, window=3)
-    assert "window=3" in repr(att)
-    assert att.to_dict()["window"] == 3
-    assert tp.Attention.from_dict(att.to_dict()).window == 3
-    assert att.replace(beta=2.0).window == 3
-    plain = att.replace(window=None)
-    assert "window" not in plain.to_dict() and "window" not in repr(plain)
-
-
 def test_the_default_backend_is_auto():
     att = tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2))
     ev = FieldEvaluator(att, 5)
@@ -239,15 +229,3 @@ def test_segments_refuse_queries_and_a_weightless_segment():
         ev(0.0, X, X)
     with pytest.raises(ArgumentError, match="weights of segment 1 .tokens 2 to 3. are all zero"):
         FieldEvaluator(att, 4, weights=[1.0, 1.0, 0.0, 0.0], segments=[2, 2], backend="numpy")
-
-
-@pytest.mark.parametrize("kw, error, match", [
-    ({"window": 2}, ArgumentError, "window=2 is a sliding causal window and needs masked=True"),
-    ({"window": 0, "masked": True}, ArgumentError, "window must be an integer >= 1"),
-    ({"window": 2.5, "masked": True}, ArgumentError, "window must be an integer"),
-    ({"window": True, "masked": True}, ArgumentTypeError, "window must be an integer"),
-    ({"window": "3", "masked": True}, ArgumentTypeError, "window must be an integer"),
-])
-def test_bad_windows_are_refused_naming_them(kw, error, match):
-    with pytest.raises(error, match=match):
-        tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2), **kw)
