@@ -23,6 +23,7 @@ from scipy.optimize import brentq
 from transformer_pde import gaussian as g
 from transformer_pde.attention import Attention
 from transformer_pde.errors import ArgumentError, EarlyStopWarning
+from transformer_pde.gaussian import lockstep
 from transformer_pde.gaussian import member as gaussian_member
 from transformer_pde.integrate.controller import PIController, initial_step, pi_factor
 
@@ -133,7 +134,7 @@ def test_both_paths_use_the_package_controller(monkeypatch):
     kw = {"t_max": 10.0, "blowup_threshold": 1e3}
     m0 = np.zeros((len(covs), 2))
     ctl = gaussian_member.controls(1e-10, 1e-12, 0.0, 0.0, 1e-10, 1, 10)
-    assert ctl[gaussian_member.CTL_PI] == 0.7 / 8                     # DOP853: error order 7
+    assert ctl[lockstep.CTL_PI] == 0.7 / 8                     # DOP853: error order 7
     with _answer():
         base_np = g.solve_batch(att, m0, covs, use_numba=False, **kw)
     with _answer():

@@ -1,5 +1,6 @@
-"""The per-member DOP853 integrator of solve_batch (transformer_pde.gaussian.member): one
-code, compiled by numba or run by the interpreter (``use_numba=False``).
+"""The DOP853 integrator of solve_batch (transformer_pde.gaussian.lockstep): one code,
+compiled by numba (members in lanes) or run by the interpreter member by member
+(``use_numba=False``).
 
 Rules: on one step sequence the two runs of one member differ by rounding only (the
 interpreter's and the compiled exp / log / sqrt may differ in the last bit): at most 1e-13
@@ -21,7 +22,7 @@ import pytest
 from transformer_pde import gaussian as g
 from transformer_pde.attention import Attention, Layers
 from transformer_pde.errors import EarlyStopWarning
-from transformer_pde.gaussian import member
+from transformer_pde.gaussian import lockstep, member
 from transformer_pde.gaussian.affine import psd_factor
 from transformer_pde.gaussian.system import CONVERGENCE_MODES, MomentSystem, layer_breakpoints
 from transformer_pde.integrate.tableaux import DOP853
@@ -64,7 +65,7 @@ MEMBERS = {
 
 
 def _setup(att, mean, cov, *, t_max, budget, rtol, atol, h0, blowup_threshold=1e8):
-    """The arguments of member.advance_member for one member, as solve_batch builds them."""
+    """The arguments of lockstep.run for one member, as solve_batch builds them."""
     sysm = MomentSystem([att], 1)
     idx = np.zeros(1, dtype=int)
     Y = sysm.pack(np.zeros(1), mean[None], psd_factor(cov[None]), idx)
@@ -80,9 +81,9 @@ def _setup(att, mean, cov, *, t_max, budget, rtol, atol, h0, blowup_threshold=1e
     ctl = member.controls(rtol, atol, math.log(blowup_threshold), math.log(1e10), 1e-10,
                           CONVERGENCE_MODES["auto"], budget)
     tab = (DOP853.A, DOP853.b, DOP853.e, DOP853.e_aux)
-    return (Y[0], np.empty_like(Y[0]), np.empty((1, sysm.n)), h0, att.d,
-            att.kind in ("l2", "sinkhorn"), prm[0], con[0],
-            stop_tab, cont_tab, ctl, atol_vec, tab)
+    return (Y, np.empty_like(Y), np.empty((1, 1, sysm.n)), np.array([h0]), prm, con,
+            stop_tab, cont_tab, ctl, atol_vec, tab, np.zeros((1, 3), dtype=np.int64),
+            att.kind in ("l2", "sinkhorn"))
 
 
 @pytest.mark.parametrize("name", list(MEMBERS))
@@ -96,10 +97,11 @@ def test_compiled_and_interpreted_steps_agree_to_rounding(name):
     kw = {"t_max": 50.0, "budget": n_steps, "rtol": 1e3, "atol": 1e3, "h0": 1e-4}
     a_nb = _setup(att, mean, cov, **kw)
     a_py = _setup(att, mean, cov, **kw)
-    r_nb = member.advance_member(*a_nb)
-    r_py = member.advance_member.py_func(*a_py)
-    assert tuple(int(v) for v in r_nb) == tuple(int(v) for v in r_py)
-    y_nb, y_py = a_nb[0], a_py[0]
+    lockstep.run(*a_nb, compiled=True)
+    lockstep.run(*a_py, compiled=False)
+    codes_nb, codes_py = a_nb[11], a_py[11]
+    np.testing.assert_array_equal(codes_nb, codes_py)
+    y_nb, y_py = a_nb[0][0], a_py[0][0]
     assert np.all(np.isfinite(y_nb))
     assert np.max(np.abs(y_nb - y_py)) <= 1e-13 * np.max(np.abs(y_nb))
     assert y_nb[0] > 0.0                              # it moved

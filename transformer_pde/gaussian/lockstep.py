@@ -1,68 +1,77 @@
-r"""Members of :func:`~transformer_pde.gaussian.solve_batch` in SIMD lockstep (softmax, linear).
+r"""The integrator of :func:`~transformer_pde.gaussian.solve_batch`: DOP853 on the
+reparametrised moment system of each member, ``L`` members at a time in *lanes*.
 
-The compiled kernel :func:`run_lanes` integrates the members of a batch ``L`` at a time in
-*lanes*: the states of the ``L`` members in flight are stored structure-of-arrays (the lane
-index innermost, ``y[component, lane]``), so that every Runge–Kutta stage, every
-evaluation of the moment field and every error norm is one loop over lanes that the
-compiler turns into vector instructions.  Each lane keeps **its own** step size, error
-control, stops and size threshold: the decisions of
-:func:`transformer_pde.gaussian.member.advance_member` (DOP853, the PI rule, landing on
-stops and on the size threshold by secant steps, the convergence tests, the continuation
-to the classification size) are taken lane by lane in scalar code after each step; a lane
-whose member has finished takes the next member of the batch at once, so the vector
-width stays busy until the batch runs out.
+:func:`run` integrates the members of a batch ``L`` at a time: the states of the ``L``
+members in flight are stored structure-of-arrays (the lane index innermost,
+``y[component, lane]``), so that every Runge–Kutta stage, every evaluation of the moment
+field and every error norm is one loop over lanes that the compiler turns into vector
+instructions.  Each lane keeps **its own** step size, error control, stops and size
+threshold; the decisions (below) are taken lane by lane in scalar code after each step
+(:func:`_decide`, written once); a lane whose member has finished takes the next member
+of the batch at once, so the vector width stays busy until the batch runs out.  The lane
+count is a parameter: one lane is the member-by-member integrator, which the interpreter
+runs (``solve_batch(..., use_numba=False)``, or without numba) as the very same code
+(every function here is plain Python that numba compiles where the kernel calls it).
+
+Method
+------
+DOP853 (Hairer, Nørsett, Wanner: 12 stages, FSAL, the 5th- and 3rd-order error estimates
+combined as in ``scipy.integrate.DOP853``), the package's PI controller
+(:func:`transformer_pde.integrate.controller.pi_factor`), error norm with the scale
+:math:`\mathrm{atol}_j + \mathrm{rtol}\max(|y_j|, |y^{new}_j|)` per component.  Stops
+(``t_eval`` points, layer breakpoints, ``t_max``) are landed on to :math:`10^{-12}`
+relative by steps aimed with the slope :math:`dt/ds`; the size threshold
+:math:`\nu = e^{\ell}` is landed on to :math:`10^{-12}` relative in :math:`\log\nu` by
+secant steps in :math:`s`.  Convergence is tested after every accepted step
+(:func:`~.member_field.member_converged`: relative, algebraic, absolute or trace
+criterion, the rule of :func:`transformer_pde.gaussian.system.converged_codes`).
+
+Codes per member (``codes[m] = (code, continuation code, accepted steps)``): 0 the last
+stop reached, 1 the size threshold reached, 2 / 5 / 6 converged (relative, algebraic,
+absolute or trace criterion), 3 the step budget spent; a member on the threshold is
+continued without output to the classification size
+(:data:`~transformer_pde.gaussian.system.CLASSIFY_SIZE`), its code is the second one.
 
 A member's arithmetic is the same on every lane and in every chunk (no sum runs across
 lanes, and the compiler contracts no products into fused multiply-adds), so its result
-does not depend on the lane, the lane count, the chunking or the thread count.  The
-operations and their order are those of the per-member integrator, so the results agree
-with it up to rounding (where exp, log and sqrt round differently, e.g. compiled against
-interpreted).  The field of the affine kinds is (per head :math:`h`, value map
-:math:`V_h^f = W_O E_h V_h`, score matrix :math:`A_h = \beta K_h^\top Q_h`)
-
-.. math::
-
-    M = \sum_h V_h^f\, \Sigma_2 A_h, \qquad b = \sum_h V_h^f \alpha \;(\text{softmax}),
-    \quad b = 0 \;(\text{linear}),
-
-with :math:`\Sigma_2 = \Sigma` (softmax) or :math:`\Sigma + \alpha\alpha^\top` (linear);
-the flow of the state :math:`[t, \rho, G, \tilde\alpha]` is that of :mod:`.member_field`.
-
-The field is evaluated over all lanes by :mod:`.lockstep_field` (for :math:`d = 2` in a
-few vectorised loops with every per-lane quantity in registers); a lane that needs the
-field at its current state (a new member, the continuation past the threshold, a layer
-breakpoint) waits for the next pass, which evaluates it first.  The per-lane decisions
-after a step run in one loop over lanes (:func:`_decide`) that passes no array to a
-function on the common path.  The kernel releases the GIL (``nogil``):
-:func:`run_chunks` runs chunks of a large batch on a pool of threads (numba's thread
-count) instead of a ``prange`` loop, which is costly to compile.  Not public API.
+does not depend on the lane, the lane count, the chunking or the thread count; the
+compiled and the interpreted runs differ by rounding only (where their ``exp`` / ``log``
+round differently: a few ulps per step).  The field is evaluated over all lanes by
+:mod:`.lockstep_field` (affine kinds: every lane, for :math:`d = 2` in a few vectorised
+loops; l2 / Sinkhorn: the lanes that need it, one by one); a lane that needs the field at
+its current state (a new member, the continuation past the threshold, a layer breakpoint)
+waits for the next pass, which evaluates it first.  The kernel releases the GIL
+(``nogil``): :func:`run` runs chunks of a large batch on a pool of threads.  Not public
+API.
 """
 
 from __future__ import annotations
 
-import math
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .lockstep_field import errors, field_any, field_d2, stage
-from .member_field import member_converged, pi_rule
+from .lockstep_field import conv, errors, field_any, field_d2, field_general, stage
+from .member_field import jitable, member_converged, pi_rule
 
-__all__ = ["AVAILABLE", "LANES", "run_chunks", "run_lanes"]
+__all__ = ["AVAILABLE", "CTL_ATOL", "CTL_BUDGET", "CTL_CONV_MODE", "CTL_CONV_TOL", "CTL_LTHR",
+           "CTL_LTHR_C", "CTL_PI", "CTL_RTOL", "LANES", "run"]
 
-try:  # numba is optional: without it solve_batch runs the interpreted per-member path
+try:  # numba is optional: without it the interpreter runs the same code
     import numba as _nb
+    from numba.extending import overload as _overload
 except ImportError:  # pragma: no cover
-    _nb = None
+    _nb = _overload = None
 
-#: True when numba is installed (the lockstep kernel can run).
+#: True when numba is installed (the compiled kernel can run).
 AVAILABLE = _nb is not None
 #: Lanes (members in flight) per kernel call: a few vector widths.
 LANES = 64
 
-# indices of the settings array ``ctl`` (as in member.py)
-_RTOL, _ATOL, _LTHR, _LTHR_C, _CONV_TOL, _CONV_MODE, _BUDGET, _PI = 0, 1, 2, 3, 4, 5, 6, 7
-_LAND = 1e-12            # landing tolerance on log(size) at the threshold
+# indices of the settings array ``ctl`` (:func:`~transformer_pde.gaussian.member.controls`)
+CTL_RTOL, CTL_ATOL, CTL_LTHR, CTL_LTHR_C, CTL_CONV_TOL, CTL_CONV_MODE, CTL_BUDGET = range(7)
+CTL_PI = 7          # ctl[7:12] = PI controller [alpha, beta, safety, fmin, fmax]
+LAND_LOG = 1e-12    # landing tolerance on log(size) at the threshold (relative size error)
 # a lane waiting for K[0] at its state: a new member, the continuation, a layer breakpoint
 PEND_LOAD, PEND_CONT, PEND_SEG = 1, 2, 3
 # float lane state ``lf[index, lane]``
@@ -72,34 +81,25 @@ F_H, F_HH, F_HCTRL, F_PREV, F_LSZ, F_KAP, F_LTHR, F_GAP = range(8)
  I_AIM, I_PEND) = range(12)
 
 
-def njit(fn):
-    """``fn`` compiled by numba (cached on disk, releasing the GIL, IEEE division) when
-    numba is installed, else ``fn`` itself."""
-    if _nb is None:  # pragma: no cover
-        return fn
-    return _nb.njit(cache=True, nogil=True, error_model="numpy")(fn)
-
-
-@njit
-def run_lanes(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, cA, cB, cE5, cE3,
-              codes, lo, hi, lanes):
+@jitable()
+def _lanes(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, cA, cB, cE5, cE3, codes,
+           lo, hi, lanes, general):
     """Integrate the members ``lo:hi`` of a batch in ``lanes`` lanes.
 
-    Arguments as :func:`transformer_pde.gaussian.member.run_members` gives them to the
-    per-member integrator (affine kinds only): ``Y`` (B, n) the packed states at
-    ``t = 0``, replaced by the final states; ``Yc`` (B, n) receives the states continued
-    past the threshold; ``traj`` (B, T, n) the states at the output stops; ``h0`` (B,) the
-    first trial steps; ``prm`` (P, segments, H, 3, d, d) and ``con`` (P, 4) the parameters
-    (P = 1: shared); ``stops`` / ``stops_c`` the stop tables of the run and of the
-    continuation; ``ctl`` the settings; ``atol_vec`` (n,); the DOP853 coefficients
-    ``cA, cB, cE5, cE3``; ``codes`` (B, 3) receives ``(code, continuation code, accepted
-    steps)`` per member.
+    ``Y`` (B, n) the packed states at ``t = 0``, replaced by the final states; ``Yc``
+    (B, n) receives the states continued past the threshold (the final state where there
+    is no continuation, continuation code -1); ``traj`` (B, T, n) the states at the output
+    stops; ``h0`` (B,) the first trial steps; ``prm`` (P, segments, H, 3, d, d) and
+    ``con`` (P, 4) the parameters (P = 1: shared; ``con[:, 1]`` = kappa); ``stops`` /
+    ``stops_c`` the ``(3, k)`` stop tables ``[time, output row or -1, parameter segment]``
+    of the run and of the continuation (last ``inf``); ``ctl`` the settings (``CTL_*``);
+    ``atol_vec`` (n,); the DOP853 coefficients ``cA, cB, cE5, cE3``; ``codes`` (B, 3)
+    receives ``(code, continuation code, accepted steps)`` per member; ``general``: l2 /
+    Sinkhorn (a literal in the compiled kernels: only that field is compiled).
 
-    Each pass evaluates the field ``ns + 1`` times over all lanes: pass 0 (only when some
-    lane (re)started: a new member, the continuation, a layer breakpoint) at the states
-    ``y``, into ``K[0]``; passes ``1 .. ns`` at the stages, the last at the new state.
-    The field is :func:`~.lockstep_field.field_d2` (d = 2) or
-    :func:`~.lockstep_field.field_any`."""
+    Each pass evaluates the field ``ns + 1`` times: pass 0 (only when some lane
+    (re)started: a new member, the continuation, a layer breakpoint) at the states ``y``,
+    into ``K[0]``; passes ``1 .. ns`` at the stages, the last at the new state."""
     n = Y.shape[1]
     d = prm.shape[-1]
     L = max(1, min(lanes, hi - lo))
@@ -112,6 +112,10 @@ def run_lanes(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, cA, cB, 
     al, dm = np.zeros((d, L)), np.zeros((d, L))
     v = np.zeros((8, L))
     accf, v5, v3 = np.zeros((n, L)), np.zeros((n, L)), np.zeros((n, L))
+    yl = np.zeros(n)
+    scr = (np.zeros((d, d)), np.zeros((d, d)), np.zeros((d, d)), np.zeros((d, d)),
+           np.zeros((d, d)), np.zeros(d), np.zeros(d), np.zeros(d), np.zeros((d, d)),
+           np.zeros((d, d)), np.zeros((d, d)))
     lf = np.zeros((8, L))
     kap, hh = lf[F_KAP], lf[F_HH]
     li = np.zeros((12, L), dtype=np.int64)
@@ -137,23 +141,61 @@ def run_lanes(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, cA, cB, 
                 if i == 1:
                     _aim(y, K, lf, li, tabs)
                 stage(y, K, cA[i] if i < ns else cB, i, hh, accf, ytmp)
-            if d == 2:
-                field_d2(ytmp, K[i], kap, P, lin, S, M, al, dm, nu, v)
-            else:
-                field_any(ytmp, K[i], kap, P, lin, S, S2, T, M, MG, al, dm, nu, v)
+            _field(general, ytmp, K[i], kap, P, lin, S, S2, T, M, MG, al, dm, nu, v,
+                   li[I_PEND] if i == 0 else li[I_ACT], li[I_MEM], li[I_SEG], prm, con, yl,
+                   scr)
             if i == 0:
-                _conv_lanes(S, M, al, dm, ctl[_ATOL], cv, rel)
+                conv(S, M, al, dm, ctl[CTL_ATOL], cv, rel)
                 for m in range(L):
                     if li[I_PEND, m] != 0:
                         nxt = _started(m, nu[m], nxt, hi, y, lf, li, io, prm, con, tabs, ctl,
                                        P, rel, cv, alg)
-        errors(y, ytmp, K, cE5, cE3, atol_vec, ctl[_RTOL], ev, v5, v3)
-        _conv_lanes(S, M, al, dm, ctl[_ATOL], cv, rel)
+        errors(y, ytmp, K, cE5, cE3, atol_vec, ctl[CTL_RTOL], ev, v5, v3)
+        conv(S, M, al, dm, ctl[CTL_ATOL], cv, rel)
         nxt = _decide(nxt, hi, y, ytmp, K, nu, ev, lf, li, io, prm, con, tabs, ctl, P, rel, cv,
                       alg)
 
 
-@njit
+def _field(general, y, out, kap, P, lin, S, S2, T, M, MG, al, dm, nu, w, need, mem, seg,
+           prm, con, yl, scr):
+    """The field at the states ``y`` into ``out`` (:mod:`.lockstep_field`): of the lanes
+    with ``need`` set (l2 / Sinkhorn, ``general``) or of every lane (affine kinds)."""
+    if general:
+        _field_l2s(general, y, out, kap, P, lin, S, S2, T, M, MG, al, dm, nu, w, need, mem,
+                   seg, prm, con, yl, scr)
+    else:
+        _field_affine(general, y, out, kap, P, lin, S, S2, T, M, MG, al, dm, nu, w, need, mem,
+                      seg, prm, con, yl, scr)
+
+
+def _field_l2s(general, y, out, kap, P, lin, S, S2, T, M, MG, al, dm, nu, w, need, mem, seg,
+               prm, con, yl, scr):
+    field_general(y, out, kap, need, mem, seg, prm, con, S, S2, M, MG, al, dm, nu, yl, scr)
+
+
+def _field_affine(general, y, out, kap, P, lin, S, S2, T, M, MG, al, dm, nu, w, need, mem,
+                  seg, prm, con, yl, scr):
+    if S.shape[0] == 2:
+        field_d2(y, out, kap, P, lin, S, M, al, dm, nu, w)
+    else:
+        field_any(y, out, kap, P, lin, S, S2, T, M, MG, al, dm, nu)
+
+
+if _overload is not None:
+    @_overload(_field, strict=False, prefer_literal=True, jit_options={"error_model": "numpy"})
+    def _field_typed(general, y, out, kap, P, lin, S, S2, T, M, MG, al, dm, nu, w, need, mem,
+                     seg, prm, con, yl, scr):
+        # ``general`` is a literal in the compiled kernels: only its field is compiled
+        value = getattr(general, "literal_value", None)
+        if value is None:
+            return _field
+        return _field_l2s if value else _field_affine
+
+    jitable()(_field_l2s)       # (for a non-literal ``general``)
+    jitable()(_field_affine)
+
+
+@jitable()
 def _begin(m, phase, y, lf, li, prm, tabs, P):
     """Start phase ``phase`` (0: the run, 1: the continuation past the threshold) of the
     member in lane ``m``: its first stop after its time and the parameters of that
@@ -178,7 +220,7 @@ def _begin(m, phase, y, lf, li, prm, tabs, P):
     lf[F_HCTRL, m] = lf[F_H, m]
 
 
-@njit
+@jitable()
 def _load(m, nxt, hi, y, lf, li, io, prm, con, tabs, ctl, P, alg):
     """Put member ``nxt`` into lane ``m`` (idle when the batch has run out); returns the
     next member to load."""
@@ -193,15 +235,15 @@ def _load(m, nxt, hi, y, lf, li, io, prm, con, tabs, ctl, P, alg):
     lf[F_KAP, m] = con[nxt if con.shape[0] > 1 else 0, 1]
     lf[F_H, m] = h0[nxt]
     lf[F_PREV, m] = 1.0
-    lf[F_LTHR, m] = ctl[_LTHR]
-    li[I_BUDGET, m] = int(ctl[_BUDGET])
+    lf[F_LTHR, m] = ctl[CTL_LTHR]
+    li[I_BUDGET, m] = int(ctl[CTL_BUDGET])
     for j in range(4):
         alg[m, j] = np.inf
     _begin(m, 0, y, lf, li, prm, tabs, P)
     return nxt + 1
 
 
-@njit
+@jitable()
 def _started(m, num, nxt, hi, y, lf, li, io, prm, con, tabs, ctl, P, rel, cv, alg):
     """Lane ``m`` got ``K[0]`` (size ``num``) at its state after waiting for it: a new
     member is tested for convergence at ``t = 0`` (finished at once if so), a layer
@@ -210,7 +252,7 @@ def _started(m, num, nxt, hi, y, lf, li, io, prm, con, tabs, ctl, P, rel, cv, al
     kind = li[I_PEND, m]
     li[I_PEND, m] = 0
     if kind == PEND_SEG:
-        res = member_converged(int(ctl[_CONV_MODE]), rel[m], cv[m], ctl[_CONV_TOL], y[0, m],
+        res = member_converged(int(ctl[CTL_CONV_MODE]), rel[m], cv[m], ctl[CTL_CONV_TOL], y[0, m],
                                alg[m])
         if res <= 0:
             res = 3 if li[I_NATT, m] >= li[I_BUDGET, m] else -1
@@ -218,9 +260,9 @@ def _started(m, num, nxt, hi, y, lf, li, io, prm, con, tabs, ctl, P, rel, cv, al
             return _finish(m, res, nxt, hi, y, lf, li, io, prm, con, tabs, ctl, P, alg)
         li[I_ACT, m] = 1
         return nxt
-    lf[F_LSZ, m] = math.log(num)
+    lf[F_LSZ, m] = np.log(num) if num > 0.0 else -np.inf
     if kind == PEND_LOAD:
-        c0 = member_converged(int(ctl[_CONV_MODE]), rel[m], cv[m], ctl[_CONV_TOL], 0.0, alg[m])
+        c0 = member_converged(int(ctl[CTL_CONV_MODE]), rel[m], cv[m], ctl[CTL_CONV_TOL], 0.0, alg[m])
         if c0 > 0:
             Y, Yc, codes = io[0], io[1], io[3]
             mem = li[I_MEM, m]
@@ -234,7 +276,7 @@ def _started(m, num, nxt, hi, y, lf, li, io, prm, con, tabs, ctl, P, rel, cv, al
     return nxt
 
 
-@njit
+@jitable()
 def _finish(m, res, nxt, hi, y, lf, li, io, prm, con, tabs, ctl, P, alg):
     """The phase of lane ``m`` ended with code ``res``: store the member's results, begin
     its continuation past the threshold or load the next member; returns the next member
@@ -247,10 +289,10 @@ def _finish(m, res, nxt, hi, y, lf, li, io, prm, con, tabs, ctl, P, alg):
             Y[mem, j] = y[j, m]
         codes[mem, 0] = res
         codes[mem, 2] = li[I_NACC, m]
-        if res == 1 and ctl[_LTHR_C] > ctl[_LTHR]:
+        if res == 1 and ctl[CTL_LTHR_C] > ctl[CTL_LTHR]:
             li[I_BUDGET, m] = max(li[I_BUDGET, m] - li[I_NATT, m], 1)
             lf[F_H, m] = max(lf[F_HCTRL, m], lf[F_H, m])
-            lf[F_LTHR, m] = ctl[_LTHR_C]
+            lf[F_LTHR, m] = ctl[CTL_LTHR_C]
             for j in range(4):
                 alg[m, j] = np.inf
             _begin(m, 1, y, lf, li, prm, tabs, P)
@@ -263,13 +305,13 @@ def _finish(m, res, nxt, hi, y, lf, li, io, prm, con, tabs, ctl, P, alg):
     return _load(m, nxt, hi, y, lf, li, io, prm, con, tabs, ctl, P, alg)
 
 
-@njit
+@jitable()
 def _decide(nxt, hi, y, ynew, K, nu, ev, lf, li, io, prm, con, tabs, ctl, P, rel, cv, alg):
-    """The decisions of every active lane after its step (those of the per-member
-    integrator): accept or retry, the next step, landing on stops and on the size
-    threshold, the convergence test; a lane whose phase ended is finished
-    (:func:`_finish`).  Returns the next member to load.  One loop over lanes that passes
-    no array to a function on the common path (no reference counting per lane)."""
+    """The decisions of every active lane after its step: accept or retry, the next
+    step, landing on stops and on the size threshold, the convergence test; a lane whose
+    phase ended is finished (:func:`_finish`).  Returns the next member to load.  One
+    loop over lanes that passes no array to a function on the common path (no reference
+    counting per lane)."""
     n, L = y.shape
     ns = K.shape[0] - 1
     stops, stops_c = tabs
@@ -286,17 +328,17 @@ def _decide(nxt, hi, y, ynew, K, nu, ev, lf, li, io, prm, con, tabs, ctl, P, rel
         elif e5 == 0.0 and e3 == 0.0:
             en = 0.0
         else:
-            en = abs(hh) * e5 / math.sqrt((e5 + 0.01 * e3) * n)
+            en = abs(hh) * e5 / np.sqrt((e5 + 0.01 * e3) * n)
         ok = en <= 1.0
         tn = ynew[0, m]
         tol_l = 1e-12 * max(1.0, abs(st))
         over = ok and (tn > st + tol_l)
-        lnew = math.log(nu[m]) if nu[m] > 0.0 else -np.inf
-        over_sz = ok and (lnew > lthr + _LAND)
+        lnew = np.log(nu[m]) if nu[m] > 0.0 else -np.inf
+        over_sz = ok and (lnew > lthr + LAND_LOG)
         landed = ok and (not over) and aiming and abs(tn - st) <= tol_l
         accept = ok and not over and not over_sz
-        fac, prev = pi_rule(en, lf[F_PREV, m], accept, ctl[_PI], ctl[_PI + 1], ctl[_PI + 2],
-                            ctl[_PI + 3], ctl[_PI + 4])
+        fac, prev = pi_rule(en, lf[F_PREV, m], accept, ctl[CTL_PI], ctl[CTL_PI + 1], ctl[CTL_PI + 2],
+                            ctl[CTL_PI + 3], ctl[CTL_PI + 4])
         lf[F_PREV, m] = prev
         h_new = hh * fac
         if over:
@@ -309,7 +351,7 @@ def _decide(nxt, hi, y, ynew, K, nu, ev, lf, li, io, prm, con, tabs, ctl, P, rel
         sz_land = li[I_SZLAND, m] == 1 or over_sz
         li[I_SZLAND, m] = 1 if sz_land else 0
         aim_sz = False
-        if accept and sz_land and lsz < lnew < lthr - _LAND:
+        if accept and sz_land and lsz < lnew < lthr - LAND_LOG:
             h_sz = hh * (lthr - lnew) / (lnew - lsz)
             if h_sz < h_new:
                 h_new = h_sz
@@ -329,14 +371,14 @@ def _decide(nxt, hi, y, ynew, K, nu, ev, lf, li, io, prm, con, tabs, ctl, P, rel
             lf[F_LSZ, m] = lnew
             if landed:
                 res = _landed(m, st, k, tabs[li[I_PHASE, m]], y, li, io, prm, P)
-            if res < 0 and lnew >= lthr - _LAND:
+            if res < 0 and lnew >= lthr - LAND_LOG:
                 res = 1
             if res == -2:     # the convergence and budget tests wait for the new K[0]
                 li[I_ACT, m] = 0
                 li[I_PEND, m] = PEND_SEG
                 continue
             if res < 0:       # rel, cv of lane m are those of y (its last field evaluation)
-                c = member_converged(int(ctl[_CONV_MODE]), rel[m], cv[m], ctl[_CONV_TOL],
+                c = member_converged(int(ctl[CTL_CONV_MODE]), rel[m], cv[m], ctl[CTL_CONV_TOL],
                                      y[0, m], alg[m])
                 if c > 0:
                     res = c
@@ -347,7 +389,7 @@ def _decide(nxt, hi, y, ynew, K, nu, ev, lf, li, io, prm, con, tabs, ctl, P, rel
     return nxt
 
 
-@njit
+@jitable()
 def _landed(m, st, k, tab, y, li, io, prm, P):
     """Lane ``m`` landed on stop ``k`` of ``tab``: the output row and the next stop;
     returns 0 after the last stop, -2 at a layer breakpoint (new parameters: the lane
@@ -369,77 +411,7 @@ def _landed(m, st, k, tab, y, li, io, prm, P):
     return -1
 
 
-@njit
-def _conv_lanes(S, M, al, dm, atol, cv, rel):
-    """:func:`~transformer_pde.gaussian.member_field.member_conv` of every lane at its last
-    field evaluation: ``rel`` (L,) the relative rate, ``cv`` (L, 3) ``[R, |Sigma'|_F,
-    tr Sigma]``."""
-    d, L = al.shape
-    if d == 2:
-        _conv_d2(S, M, al, dm, atol, cv, rel)
-        return
-    for m in range(L):
-        nS = 0.0
-        ndS = 0.0
-        trS = 0.0
-        for i in range(d):
-            trS += S[i, i, m]
-            for j in range(d):
-                nS += S[i, j, m] * S[i, j, m]
-                acc = 0.0
-                for k in range(d):
-                    acc += M[i, k, m] * S[k, j, m] + S[i, k, m] * M[j, k, m]
-                ndS += acc * acc
-        nS = math.sqrt(nS)
-        rS = math.sqrt(ndS) / (nS + atol)
-        dmv = 0.0
-        a2 = 0.0
-        dmm = 0.0
-        for i in range(d):
-            dmv += dm[i, m] * dm[i, m]
-            a2 += al[i, m] * al[i, m]
-            for j in range(d):
-                x = dm[i, m] * al[j, m] + al[i, m] * dm[j, m]
-                dmm += x * x
-        rm = math.sqrt(dmv) / (math.sqrt(a2) + math.sqrt(nS) + atol)
-        cv[m, 0] = math.sqrt(ndS) + math.sqrt(dmm)
-        cv[m, 1] = math.sqrt(ndS)
-        cv[m, 2] = trS
-        rel[m] = max(rm, rS)
-
-
-@njit
-def _conv_d2(S, M, al, dm, atol, cv, rel):
-    """:func:`_conv_lanes` for ``d = 2`` written out (the same operations in the same
-    order)."""
-    for m in range(al.shape[1]):
-        s00, s01, s10, s11 = S[0, 0, m], S[0, 1, m], S[1, 0, m], S[1, 1, m]
-        m00, m01, m10, m11 = M[0, 0, m], M[0, 1, m], M[1, 0, m], M[1, 1, m]
-        trS = s00 + s11
-        nS = s00 * s00 + s01 * s01 + s10 * s10 + s11 * s11
-        x00 = (m00 * s00 + s00 * m00) + (m01 * s10 + s01 * m01)
-        x01 = (m00 * s01 + s00 * m10) + (m01 * s11 + s01 * m11)
-        x10 = (m10 * s00 + s10 * m00) + (m11 * s10 + s11 * m01)
-        x11 = (m10 * s01 + s10 * m10) + (m11 * s11 + s11 * m11)
-        ndS = x00 * x00 + x01 * x01 + x10 * x10 + x11 * x11
-        nS = math.sqrt(nS)
-        rS = math.sqrt(ndS) / (nS + atol)
-        a0, a1, d0, d1 = al[0, m], al[1, m], dm[0, m], dm[1, m]
-        dmv = d0 * d0 + d1 * d1
-        a2 = a0 * a0 + a1 * a1
-        y00 = d0 * a0 + a0 * d0
-        y01 = d0 * a1 + a0 * d1
-        y10 = d1 * a0 + a1 * d0
-        y11 = d1 * a1 + a1 * d1
-        dmm = y00 * y00 + y01 * y01 + y10 * y10 + y11 * y11
-        rm = math.sqrt(dmv) / (math.sqrt(a2) + math.sqrt(nS) + atol)
-        cv[m, 0] = math.sqrt(ndS) + math.sqrt(dmm)
-        cv[m, 1] = math.sqrt(ndS)
-        cv[m, 2] = trS
-        rel[m] = max(rm, rS)
-
-
-@njit
+@jitable()
 def _gather(m, p, seg, prm, P):
     """Parameters ``[V^f, A]`` of segment ``seg`` of parameter row ``p`` into lane ``m``."""
     d = prm.shape[-1]
@@ -450,7 +422,7 @@ def _gather(m, p, seg, prm, P):
                     P[h, w, i, j, m] = prm[p, seg, h, w, i, j]
 
 
-@njit
+@jitable()
 def _aim(y, K, lf, li, tabs):
     """Per lane the step ``lf[F_HH]`` of this attempt: the controller's step, or the step
     aimed at the next stop with the slope dt/ds when that is shorter (idle lanes: 0)."""
@@ -466,28 +438,50 @@ def _aim(y, K, lf, li, tabs):
         lf[F_HH, m] = h_aim if aiming else lf[F_H, m]
 
 
+def lanes_affine(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, cA, cB, cE5, cE3,
+                codes, lo, hi, lanes):
+    _lanes(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, cA, cB, cE5, cE3, codes,
+           lo, hi, lanes, False)
 
-def run_chunks(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, tab, codes,
-               threads: int, lanes: int = LANES) -> None:
-    """:func:`run_lanes` over the whole batch: one call, or chunks of members on a pool
-    of ``threads`` threads (the kernel releases the GIL; each member writes only its own
-    rows, so the results do not depend on ``threads``)."""
-    B = Y.shape[0]
-    cA, cB, cE5, cE3 = (np.ascontiguousarray(c, dtype=float) for c in tab)
-    args = (Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, cA, cB, cE5, cE3, codes)
-    if threads <= 1 or B < 2 * lanes:
-        run_lanes(*args, 0, B, lanes)
-        return
-    n_chunks = min(max(4 * threads, B // 4096), max(1, B // lanes))
-    edges = np.linspace(0, B, n_chunks + 1).round().astype(int)
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        jobs = [pool.submit(run_lanes, *args, int(a), int(b), lanes)
-                for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
-        for job in jobs:
-            job.result()
+
+def lanes_general(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, cA, cB, cE5, cE3,
+                 codes, lo, hi, lanes):
+    _lanes(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, cA, cB, cE5, cE3, codes,
+           lo, hi, lanes, True)
 
 
 if _nb is not None:
     from ..backends.compile_notice import install as _install_compile_notice
 
     _install_compile_notice()  # a cold kernel compilation is said (compile_notice)
+    # the compiled kernels: cached on disk, releasing the GIL, IEEE division
+    lanes_affine = _nb.njit(cache=True, nogil=True, error_model="numpy")(lanes_affine)
+    lanes_general = _nb.njit(cache=True, nogil=True, error_model="numpy")(lanes_general)
+
+
+def run(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, tab, codes, general: bool,
+        threads: int = 1, lanes: int = LANES, compiled: bool = True) -> None:
+    """Integrate every member of ``Y`` (arguments as :func:`_lanes`; ``tab = (A, b, e5,
+    e3)`` the DOP853 coefficients): compiled, in one call or in chunks of members on a
+    pool of ``threads`` threads (the kernel releases the GIL; each member writes only its
+    own rows, so the results do not depend on ``threads``), or without ``compiled`` (or
+    numba) by the interpreter in one lane, member by member."""
+    B = Y.shape[0]
+    cA, cB, cE5, cE3 = (np.ascontiguousarray(c, dtype=float) for c in tab)
+    args = (Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, cA, cB, cE5, cE3, codes)
+    if not (compiled and AVAILABLE):
+        # NumPy scalars: an overflow is a status ("nonfinite"), as in the compiled kernel
+        with np.errstate(all="ignore"):
+            _lanes(*args, 0, B, 1, general)
+        return
+    kernel = lanes_general if general else lanes_affine
+    if threads <= 1 or B < 2 * lanes:
+        kernel(*args, 0, B, lanes)
+        return
+    n_chunks = min(max(4 * threads, B // 4096), max(1, B // lanes))
+    edges = np.linspace(0, B, n_chunks + 1).round().astype(int)
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        jobs = [pool.submit(kernel, *args, int(a), int(b), lanes)
+                for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
+        for job in jobs:
+            job.result()

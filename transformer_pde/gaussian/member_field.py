@@ -1,21 +1,17 @@
-r"""The right-hand side of the per-member integrator (:mod:`transformer_pde.gaussian.member`):
-the reparametrised moment system of one Gaussian and its convergence measures, as plain
-scalar code that numba compiles where a kernel calls it and the interpreter runs as is.
-
-The state is ``[t, rho, G (d*d), alpha_tilde (d)]`` (:class:`~.system.MomentSystem`);
-with :math:`\Sigma = e^{2\rho}GG^\top`, :math:`\alpha = \varphi\tilde\alpha` and the affine
-field :math:`M, b` of the kind (per head as
-:func:`transformer_pde.gaussian.affine.head_affine`), :func:`member_rhs` returns
-:math:`dY/ds` (:mod:`transformer_pde.gaussian`).  Parameters of one member: ``prm``
+r"""Scalar pieces of the integrator of :func:`~transformer_pde.gaussian.solve_batch`
+(:mod:`~transformer_pde.gaussian.lockstep`), as plain code that numba compiles where the
+kernel calls it and the interpreter runs as is: :func:`jitable`, the PI rule, the
+convergence decision of one member (:func:`member_converged`) and the affine field of the
+l2 and Sinkhorn kinds at one member's state (:func:`general_affine`; per head as
+:func:`transformer_pde.gaussian.affine.head_affine`).  Parameters of one member: ``prm``
 (segment, head, [value map :math:`W_O E_h V_h`, score matrix :math:`\beta K_h^\top Q_h`,
 key Gram matrix :math:`K_h^\top K_h`], d, d) and ``con = [kind code, kappa, 2 l2_beta,
 eps]``.
 
-Not part of the package's public API: the names are shared with
-:mod:`~transformer_pde.gaussian.member` only.  numba's on-disk cache of the kernels of
-:mod:`~transformer_pde.gaussian.member` is keyed on that module's source: after editing this
-module, delete the ``member*`` and ``lockstep*`` ``.nbi`` / ``.nbc`` files of
-``gaussian/__pycache__``.
+Not part of the package's public API.  numba's on-disk cache of the kernel of
+:mod:`~transformer_pde.gaussian.lockstep` is keyed on that module's source: after editing
+this module or :mod:`.lockstep_field`, delete the ``lockstep*`` ``.nbi`` / ``.nbc`` files
+of ``gaussian/__pycache__``.
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ import numpy as np
 from ..integrate.controller import pi_factor
 from .system import ALG_K_MIN, ALG_STEADY
 
-__all__: list[str] = []
+__all__: list[str] = []  # not public API
 
 try:  # numba is optional: without it the functions stay plain Python
     from numba.extending import overload as _overload
@@ -38,10 +34,12 @@ KIND_CODES = {"softmax": 0, "linear": 1, "l2": 2, "sinkhorn": 3}
 
 def jitable(inline: str = "never"):
     """Keep a function plain for the interpreter and let numba compile it where a compiled
-    kernel calls it (literal arguments such as ``d = 2`` stay literal: unrolled loops)."""
+    kernel calls it (literal arguments stay literal; IEEE division: ``x / 0`` is inf or
+    NaN as in the interpreter's NumPy scalars, and loops with divisions vectorise)."""
     def wrap(fn):
         if _overload is not None:
-            @_overload(fn, inline=inline, strict=False, prefer_literal=True)
+            @_overload(fn, inline=inline, strict=False, prefer_literal=True,
+                       jit_options={"error_model": "numpy"})
             def _ov(*args):
                 return fn
         return fn
@@ -53,104 +51,13 @@ def jitable(inline: str = "never"):
 pi_rule = jitable("always")(pi_factor)
 
 
-def member_rhs(y, out, d, prm, seg, con, scr, general):
-    """dY/ds of one member into ``out`` with the parameters ``prm[seg]`` (head, [Vf, A, G],
-    d, d); leaves S, M, alpha, alpha' in the scratch (read by :func:`member_conv`) and returns
-    the size nu.  Per head the affine field is ``M0, b0`` (kind by kind as
-    :func:`transformer_pde.gaussian.affine.head_affine`) and ``M += Vf M0``, ``b += Vf b0``
-    with ``Vf = W_O E_h V_h``.  ``general``: l2 / sinkhorn (else softmax / linear)."""
-    g2, e2r, trS, phi = _state(y, d, con, scr)
-    if general:
-        _field_general(y, d, prm, seg, con, scr)
-    else:
-        _field_affine(d, prm, seg, con, scr)
-    return _flow(y, out, d, con, scr, g2, e2r, trS, phi)
-
-
-if _overload is not None:
-    @_overload(member_rhs, strict=False, prefer_literal=True)
-    def _rhs_typed(y, out, d, prm, seg, con, scr, general):
-        # ``general`` is a literal in the batch kernels: only its field is compiled
-        value = getattr(general, "literal_value", None)
-        if value is None:
-            return member_rhs
-        if value:
-            def rhs(y, out, d, prm, seg, con, scr, general):
-                g2, e2r, trS, phi = _state(y, d, con, scr)
-                _field_general(y, d, prm, seg, con, scr)
-                return _flow(y, out, d, con, scr, g2, e2r, trS, phi)
-        else:
-            def rhs(y, out, d, prm, seg, con, scr, general):
-                g2, e2r, trS, phi = _state(y, d, con, scr)
-                _field_affine(d, prm, seg, con, scr)
-                return _flow(y, out, d, con, scr, g2, e2r, trS, phi)
-        return rhs
-
-
-@jitable("always")
-def _state(y, d, con, scr):
-    """Sigma (and S2 = Sigma + alpha alpha^T for linear) and alpha into the scratch;
-    returns ``(|G|^2, e^(2 rho), tr Sigma, phi)``."""
-    S, S2, al = scr[0], scr[1], scr[5]
-    linear = int(con[0]) == 1
-    kap = con[1]
-    n_g = d * d
-    rho = y[1]
-    g2 = 0.0
-    for i in range(n_g):
-        g2 += y[2 + i] * y[2 + i]
-    e2r = np.exp(2.0 * rho)
-    trS = e2r * g2
-    phi = np.sqrt(1.0 + kap * trS)
-    for i in range(d):
-        al[i] = phi * y[2 + n_g + i]
-    for i in range(d):
-        for j in range(i + 1):
-            acc = 0.0
-            for k in range(d):
-                acc += y[2 + i * d + k] * y[2 + j * d + k]
-            S[i, j] = e2r * acc
-            S[j, i] = S[i, j]
-            S2[i, j] = S[i, j] + (al[i] * al[j] if linear else 0.0)
-            S2[j, i] = S2[i, j]
-    return g2, e2r, trS, phi
-
-
-@jitable("always")
-def _field_affine(d, prm, seg, con, scr):
-    """softmax / linear: ``M = sum_h Vf_h S2 A_h``, ``b = sum_h Vf_h alpha`` (softmax) or 0."""
-    S2, M, T, al, bvec = scr[1], scr[2], scr[3], scr[5], scr[6]
-    linear = int(con[0]) == 1
-    for i in range(d):
-        bvec[i] = 0.0
-        for j in range(d):
-            M[i, j] = 0.0
-    for h in range(prm.shape[1]):
-        # T = S2 @ A_h ; M += Vf_h @ T
-        for i in range(d):
-            for j in range(d):
-                acc = 0.0
-                for k in range(d):
-                    acc += S2[i, k] * prm[seg, h, 1, k, j]
-                T[i, j] = acc
-        for i in range(d):
-            for j in range(d):
-                acc = 0.0
-                for k in range(d):
-                    acc += prm[seg, h, 0, i, k] * T[k, j]
-                M[i, j] += acc
-        if not linear:
-            for i in range(d):
-                acc = 0.0
-                for k in range(d):
-                    acc += prm[seg, h, 0, i, k] * al[k]
-                bvec[i] += acc
-
-
 @jitable()
-def _field_general(y, d, prm, seg, con, scr):
-    """l2 / sinkhorn: ``M = sum_h Vf_h M0_h``, ``b = sum_h Vf_h b0_h`` (per head
-    :func:`_head_l2` / :func:`_head_sinkhorn`; ``dmean`` holds ``b0_h`` meanwhile)."""
+def general_affine(y, d, prm, seg, con, scr):
+    """The affine field ``M, b`` of an l2 / Sinkhorn member at the state ``y`` (n,) into
+    ``scr[2]``, ``scr[6]``: ``M = sum_h Vf_h M0_h``, ``b = sum_h Vf_h b0_h`` (per head
+    :func:`_head_l2` / :func:`_head_sinkhorn`) with the parameters ``prm[seg]`` (head, [Vf,
+    A, G], d, d) and ``con``; reads Sigma, alpha from ``scr[0]``, ``scr[5]``; the scratch
+    ``scr = (S, S2, M, T, MG, alpha, b, b0, W1, W2, F)`` of (d, d) and (d,) arrays."""
     S, M, T, al, bvec, dmean, W1, W2, F = (scr[0], scr[2], scr[3], scr[5], scr[6], scr[7],
                                            scr[8], scr[9], scr[10])
     sinkhorn = int(con[0]) == 3
@@ -177,46 +84,6 @@ def _field_general(y, d, prm, seg, con, scr):
                 M[i, j] += acc2
                 acc += prm[seg, h, 0, i, j] * dmean[j]
             bvec[i] += acc
-
-
-@jitable("always")
-def _flow(y, out, d, con, scr, g2, e2r, trS, phi):
-    """dY/ds from the field ``M, b`` in the scratch (``dmean`` receives alpha'); returns
-    the size nu."""
-    M, MG, al, bvec, dmean = scr[2], scr[4], scr[5], scr[6], scr[7]
-    linear = int(con[0]) == 1
-    kap = con[1]
-    n_g = d * d
-    gmg = 0.0
-    for i in range(d):
-        for j in range(d):
-            acc = 0.0
-            for k in range(d):
-                acc += M[i, k] * y[2 + k * d + j]
-            MG[i, j] = acc
-            gmg += y[2 + i * d + j] * acc
-    mu = gmg / g2 if g2 > 0 else 0.0
-    a2 = 0.0
-    for i in range(d):
-        acc = bvec[i]
-        for k in range(d):
-            acc += M[i, k] * al[k]
-        dmean[i] = acc
-        a2 += al[i] * al[i]
-    nu = trS + (a2 if linear else 0.0)
-    w = 1.0 + kap * nu
-    iw = 1.0 / w
-    dtrS = 2.0 * e2r * gmg
-    dlogphi = 0.5 * kap * dtrS / (phi * phi)
-    out[0] = iw
-    out[1] = mu * iw
-    for i in range(d):
-        for j in range(d):
-            out[2 + i * d + j] = (MG[i, j] - mu * y[2 + i * d + j]) * iw
-    ipw = iw / phi
-    for i in range(d):
-        out[2 + n_g + i] = (dmean[i] - al[i] * dlogphi) * ipw
-    return nu
 
 
 @jitable()
@@ -282,41 +149,6 @@ def _head_sinkhorn(T, b0, F, al, A, eps, W1, W2, d):
             T[i, j] = 2.0 * W1[i, j]
             acc += T[i, j] * al[j]
         b0[i] = al[i] - acc
-
-
-@jitable()
-def member_conv(d, S, M, al, dmean, atol, cv):
-    """Convergence measures from the scratch of the last :func:`member_rhs` call (evaluated once
-    per accepted step, not per stage): returns the relative rate of
-    :meth:`MomentSystem.conv_measure`; ``cv`` receives ``[R, |Sigma'|_F, tr Sigma]`` with
-    ``R = |Sigma'|_F + |(alpha alpha^T)'|_F`` (the rate tested for algebraic convergence)."""
-    nS = 0.0
-    ndS = 0.0
-    trS = 0.0
-    for i in range(d):
-        trS += S[i, i]
-        for j in range(d):
-            nS += S[i, j] * S[i, j]
-            acc = 0.0
-            for k in range(d):
-                acc += M[i, k] * S[k, j] + S[i, k] * M[j, k]
-            ndS += acc * acc
-    nS = np.sqrt(nS)
-    rS = np.sqrt(ndS) / (nS + atol)
-    dm = 0.0
-    a2 = 0.0
-    dmm = 0.0
-    for i in range(d):
-        dm += dmean[i] * dmean[i]
-        a2 += al[i] * al[i]
-        for j in range(d):
-            x = dmean[i] * al[j] + al[i] * dmean[j]
-            dmm += x * x
-    rm = np.sqrt(dm) / (np.sqrt(a2) + np.sqrt(nS) + atol)
-    cv[0] = np.sqrt(ndS) + np.sqrt(dmm)
-    cv[1] = np.sqrt(ndS)
-    cv[2] = trS
-    return max(rm, rS)
 
 
 @jitable()
