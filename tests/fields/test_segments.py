@@ -211,6 +211,7 @@ def test_the_default_backend_is_auto():
     ([True, 6], ArgumentTypeError, r"segments\[0\]"),
     ("7", ArgumentTypeError, "segments must be a sequence"),
     ([[3, 4]], ArgumentTypeError, "segments must be a sequence"),
+    ([[3], [2, 2]], ArgumentTypeError, "segments must be a sequence"),
     (7, ArgumentTypeError, "segments must be a sequence"),
 ])
 def test_bad_segments_are_refused_naming_them(segments, error, match):

@@ -37,7 +37,11 @@ def segment_sizes(segments: Any, n: int) -> np.ndarray | None:
     sequence of integers >= 1 summing to the number of tokens ``n`` (int64 array)."""
     if segments is None:
         return None
-    if isinstance(segments, (str, bytes, dict)) or np.ndim(segments) != 1:
+    try:
+        flat = not isinstance(segments, (str, bytes, dict)) and np.ndim(segments) == 1
+    except ValueError:      # a ragged nesting
+        flat = False
+    if not flat:
         raise ArgumentTypeError("segments must be a sequence of integers >= 1 (the sizes of "
                                 f"consecutive token groups), got {segments!r:.60}")
     sizes = np.array([validation.integer(f"segments[{i}]", s, minimum=1)
