@@ -16,7 +16,8 @@ from transformer_pde.backends import Backend, get_backend
 from transformer_pde.backends.cupy_backend import CupyBackend
 from transformer_pde.backends.numba import NumbaBackend
 from transformer_pde.backends.numba import sweep as kernels
-from transformer_pde.errors import ArgumentError
+from transformer_pde.backends.ranges import KeyRanges
+from transformer_pde.errors import ArgumentError, ArgumentTypeError
 
 NP = get_backend("numpy")
 NB = NumbaBackend()
@@ -129,3 +130,48 @@ def test_sweep_column_sums_give_the_next_column_potential(rng):
 def test_sweep_refuses_shapes_that_do_not_match(args, name):
     with pytest.raises(ArgumentError, match=name):
         NB.sinkhorn_sweep(*args)
+
+
+@pytest.mark.parametrize("one_pass", [True, False])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_sweep_over_key_ranges(monkeypatch, dtype, one_pass):
+    # block-diagonal systems (independent Sinkhorn problems in one sweep) and general
+    # ranges with an empty row: each row over its own keys, column j summed over the rows
+    # that see it; against the dense logits restricted by the mask (float64 1e-13,
+    # float32 2e-5, as above), and the block-diagonal sweep against the separate sweeps
+    monkeypatch.setattr(kernels, "ONE_PASS_MIN_PAIRS", 0 if one_pass else 2**62)
+    rng = np.random.default_rng(11)
+    sizes = [70, 1, 129, 100]
+    n = sum(sizes)
+    X = rng.normal(size=(n, 2)).astype(dtype)
+    q, bias = (X @ A_GEN.T).astype(dtype), (rng.normal(size=n) - 3.0).astype(dtype)
+    w = rng.uniform(0.5, 1.5, size=n) / n
+    seg = KeyRanges.segments(sizes)
+    hi = rng.integers(0, n + 1, n)
+    general = KeyRanges(rng.integers(0, hi + 1), hi, n)
+    tol = 1e-13 if dtype == np.float64 else 2e-5
+    for ranges in (seg, general):
+        out, lse, col = NB.sinkhorn_sweep(q, X, X, bias, w, ranges=ranges)
+        L = np.where(ranges.mask(), q.astype(float) @ X.astype(float).T + bias, -np.inf)
+        with np.errstate(invalid="ignore"):
+            ref_lse = logsumexp(L, axis=1)
+        P = np.exp(L - np.where(np.isfinite(ref_lse), ref_lse, 0.0)[:, None])
+        assert np.array_equal(np.isneginf(lse), np.isneginf(ref_lse))
+        fin = np.isfinite(ref_lse)
+        np.testing.assert_allclose(lse[fin], ref_lse[fin], rtol=tol, atol=tol)
+        np.testing.assert_allclose(out, P @ X.astype(float), rtol=0, atol=tol * 10)
+        np.testing.assert_allclose(col, w @ P, rtol=tol * 10, atol=1e-300)
+    out, lse, col = NB.sinkhorn_sweep(q, X, X, bias, w, ranges=seg)
+    for a, b in zip(np.cumsum(sizes) - sizes, np.cumsum(sizes), strict=True):
+        o1, l1, c1 = NB.sinkhorn_sweep(q[a:b], X[a:b], X[a:b], bias[a:b], w[a:b])
+        np.testing.assert_allclose(out[a:b], o1, rtol=0, atol=tol)
+        np.testing.assert_allclose(lse[a:b], l1, rtol=tol)
+        np.testing.assert_allclose(col[a:b], c1, rtol=tol)
+
+
+def test_sweep_refuses_bad_ranges():
+    q = np.zeros((3, 2))
+    with pytest.raises(ArgumentTypeError, match="ranges"):
+        NB.sinkhorn_sweep(q, q, None, np.zeros(3), np.ones(3), ranges=np.array([1, 2, 3]))
+    with pytest.raises(ArgumentError, match="ranges"):
+        NB.sinkhorn_sweep(q, q, None, np.zeros(3), np.ones(3), ranges=KeyRanges.prefix([1], 3))
