@@ -135,12 +135,20 @@ def test_unknown_keys_and_tables_suggest_the_closest(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
-def test_the_simulate_template_uses_the_librarys_default_backend():
+def test_the_simulate_template_uses_the_librarys_defaults():
     # the template a user starts from must not pin a slower backend than the library picks
     # (with "numpy" pinned, 3,000 tokens ran for minutes where "auto" takes seconds)
     import tomllib
 
     from transformer_pde.particles.options import FieldOptions
 
-    config = tomllib.loads((ROOT / "examples" / "configs" / "simulate.toml").read_text())
-    assert config["field"]["backend"] == FieldOptions().backend == "auto"
+    from transformer_pde.backends import DEFAULT_BACKEND
+    from transformer_pde.sinkhorn.options import DEFAULT_MAX_ITER, DEFAULT_TOL
+
+    text = (ROOT / "examples" / "configs" / "simulate.toml").read_text()
+    config = tomllib.loads(text)
+    assert config["field"]["backend"] == FieldOptions().backend == DEFAULT_BACKEND == "auto"
+    # the commented Sinkhorn defaults are the library's (a user uncommenting them changes
+    # nothing)
+    tol, max_iter = re.search(r"sinkhorn_tol = (\S+), sinkhorn_max_iter = (\d+)", text).groups()
+    assert (float(tol), int(max_iter)) == (DEFAULT_TOL, DEFAULT_MAX_ITER)

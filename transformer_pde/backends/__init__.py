@@ -18,7 +18,15 @@ A backend evaluates, for projected queries ``q`` (M, r), keys ``k`` (N, r), valu
 
 Backends also expose ``asarray(a, dtype)``, ``to_numpy(a)`` and an array namespace ``xp``
 so that the state can live on the backend's device.  :func:`get_backend` is the single
-dispatch point; ``"auto"`` picks the fastest installed backend for a problem size.
+dispatch point; ``"auto"`` (:data:`DEFAULT_BACKEND`, the default of every entry point)
+picks the fastest installed backend for a problem size.
+
+The array namespace.  Code outside a backend works on backend arrays with operators,
+array methods and the functions of :data:`XP_FUNCTIONS` of the namespace, which it gets
+from the backend (``be.xp``) or from an array (:func:`array_namespace`; :func:`to_host`
+brings an array to NumPy); nothing else tells a device array from a host one.  NumPy and
+CuPy both provide every name of :data:`XP_FUNCTIONS` with NumPy's meaning (a project test
+scans the package for the names it calls).
 
 Optional methods.  A backend *may* also provide faster fused forms of what callers can
 build from the primitives; callers detect one with ``getattr(be, name, None)`` and
@@ -44,7 +52,22 @@ import numpy as np
 from ..errors import ArgumentError, ArgumentTypeError, BackendNotAvailable
 
 __all__ = ["Backend", "BackendNotAvailable", "array_namespace", "available_backends",
-           "get_backend", "register_backend", "to_host", "BACKENDS"]
+           "get_backend", "register_backend", "to_host", "BACKENDS", "DEFAULT_BACKEND",
+           "XP_FUNCTIONS"]
+
+#: the backend of every entry point that takes ``backend=`` (library and command line):
+#: the fastest installed backend for the run's number of tokens
+DEFAULT_BACKEND = "auto"
+
+#: the names of an array namespace (``numpy``, ``cupy``) the package calls on backend
+#: arrays outside the backends: constructors, element-wise functions, reductions, dtypes
+XP_FUNCTIONS: frozenset[str] = frozenset({
+    "asarray", "zeros", "ones", "full", "empty", "stack", "concatenate",   # constructors
+    "abs", "sqrt", "exp", "log", "floor", "ldexp", "maximum", "minimum", "where",
+    "isfinite", "isnan", "isneginf",                                      # element-wise
+    "max", "sum", "mean", "all", "einsum",                                # reductions
+    "float32", "float64", "int32", "int64", "nan", "inf",                 # dtypes, values
+})
 
 
 class Backend(Protocol):
@@ -73,7 +96,9 @@ def array_namespace(a: Any) -> Any:
     the package tells a device array from a host one.
 
     NumPy arrays, NumPy scalars and Python numbers give ``numpy``; CuPy arrays give the
-    ``cupy`` module (imported only when such an array exists).
+    ``cupy`` module (imported only when such an array exists).  Callers use its
+    :data:`XP_FUNCTIONS` (``xp.asarray``, ``xp.where``, ``xp.max``, ...), operators and
+    array methods, so one code path serves host and device arrays.
     """
     if type(a).__module__.split(".")[0] == "cupy":
         # deferred: CuPy is optional and only reached when a CuPy array already exists
@@ -137,15 +162,16 @@ def available_backends() -> list[str]:
     return out
 
 
-def get_backend(name: Any = "numpy", *, n_tokens: int | None = None) -> Any:
+def get_backend(name: Any = DEFAULT_BACKEND, *, n_tokens: int | None = None) -> Any:
     """Return the backend called ``name`` (or pass through a backend object).
 
     Parameters
     ----------
-    name : str or backend object
-        ``"numpy"`` (reference), ``"numba"`` (parallel CPU), ``"cupy"`` (GPU) or ``"auto"``.
+    name : str or backend object, default :data:`DEFAULT_BACKEND` (``"auto"``)
+        ``"numpy"`` (reference), ``"numba"`` (parallel CPU), ``"cupy"`` (GPU) or ``"auto"``
+        (the first of CuPy, Numba that loads and pays off at ``n_tokens``, else NumPy).
     n_tokens : int, optional
-        Problem size used by ``"auto"``.
+        Problem size used by ``"auto"`` (none: NumPy).
 
     Raises
     ------

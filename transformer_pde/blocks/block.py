@@ -19,8 +19,8 @@ from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
 import numpy as np
 
 from ..attention import Layers
+from ..backends import array_namespace as _xp
 from ..errors import ArgumentError, ArgumentTypeError
-from ..integrate.rk import array_namespace as _xp
 from ..validation import choice
 from .normalization import as_normalization, sphere_retract, tangent_project
 from .norms import LayerNorm, RMSNorm

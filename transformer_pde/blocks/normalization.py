@@ -39,8 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from ..backends import array_namespace as _xp
 from ..errors import ArgumentError, ArgumentTypeError
-from ..integrate.rk import array_namespace as _xp
 from ..validation import choice, positive
 
 __all__ = ["NORMALIZATIONS", "Normalization", "as_normalization", "speed_factors",

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from ..backends import array_namespace as _xp
 from ..errors import ArgumentError
-from ..integrate.rk import array_namespace as _xp
 from ..validation import choice, nonnegative, positive
 from .params import stored_parameter, vector_at
 

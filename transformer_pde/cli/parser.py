@@ -14,6 +14,7 @@ import math
 import sys
 from typing import Any, Callable
 
+from ..backends import BACKENDS, DEFAULT_BACKEND
 from .bench import cmd_bench
 from .exits import EXIT_HELP, ExitCode
 from .output import path_problem
@@ -89,8 +90,6 @@ def _path(text: str) -> str:
 
 def _backends() -> list[str]:
     """The ``--backend`` choices: the names of the backends and ``"auto"``."""
-    from ..backends import BACKENDS  # noqa: PLC0415
-
     return [*BACKENDS, "auto"]
 
 
@@ -182,8 +181,9 @@ def _add_demo(sub: Any) -> None:
                    help="random seed of the tokens (default 0)")
     d.add_argument("--t-max", type=_positive_float, default=6.0,
                    help="final depth (default 6)")
-    d.add_argument("--backend", choices=_backends(), default="numpy",
-                   help="particle backend (default numpy)")
+    d.add_argument("--backend", choices=_backends(), default=DEFAULT_BACKEND,
+                   help=f"particle backend (default {DEFAULT_BACKEND}: the fastest installed "
+                        "one for the number of tokens)")
     d.add_argument("--gif", action="store_true", help="also write an animation demo.gif")
     _common(d, top=False)
     d.set_defaults(func=cmd_demo)

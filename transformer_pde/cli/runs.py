@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backends import DEFAULT_BACKEND
 from ..errors import CheckpointError, ConfigError
 from .builders import build_attention, build_simulate, build_tokens, covariance
 from .config import (Table, check_memory, library_call, load_config, read_options, sections,
@@ -99,7 +100,7 @@ def _depth_figure(times: np.ndarray, Z: np.ndarray, labels: np.ndarray, title: s
 
 # =========================================================================== demo
 def run_demo(out: str | Path = "transformer-pde-demo", *, n: int = 256, seed: int = 0,
-             t_max: float = 6.0, dt: float = 0.05, backend: str = "numpy",
+             t_max: float = 6.0, dt: float = 0.05, backend: str = DEFAULT_BACKEND,
              gif: bool = False, cluster_tol: float = CLUSTER_TOL, force: bool = False) -> dict:
     r"""Run the demo and write its files; returns the summary dictionary.
 

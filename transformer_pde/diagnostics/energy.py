@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import validation
 from ..attention import Attention
+from ..backends import DEFAULT_BACKEND
 from ..errors import ArgumentError
 from ..fields import velocity
 from ..results import ResultKind, require_kind
@@ -45,7 +46,7 @@ class KineticEnergy:
 
 
 def kinetic_energy(traj: Any, att: Attention | None = None, *, w2_method: str = "exact",
-                   backend: Any = "numpy") -> KineticEnergy:
+                   backend: Any = DEFAULT_BACKEND) -> KineticEnergy:
     r"""Kinetic energy :math:`\int_0^T\!\int|\Gamma_{\mu_t}(x)|^2\,d\mu_t(x)\,dt` of a particle
     trajectory, compared with :math:`W_2^2(\mu_0,\mu_T)/T`.
 

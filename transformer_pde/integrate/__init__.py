@@ -30,7 +30,7 @@ from .controller import (ConstantStepSize, PIController, Step, clip_step, initia
 from .loop import Limits, Monitor, SaveAt, TimeLoop, owned
 from .plan import (check_step_budget, physical_memory, planned_saves, planned_steps,
                    preflight, segment_stops)
-from .rk import array_namespace, error_norm, rk_attempt, rk_step
+from .rk import error_norm, rk_attempt, rk_step
 from .solvers import (SOLVERS, AdamsBashforth, AdaptiveSolver, Dop853, Dopri5,
                       EmbeddedRungeKutta, Euler, ExplicitRungeKutta, Heun, ImplicitMidpoint, RK4,
                       Solver, adams_bashforth_weights, check_solver, get_solver)
@@ -41,7 +41,7 @@ __all__ = ["CLASSICAL_RK4", "DOP853", "DOPRI5", "EULER", "HEUN", "RK4", "SOLVERS
            "AdamsBashforth", "AdaptiveSolver", "ButcherTableau", "ConstantStepSize", "Dop853", "Dopri5",
            "EmbeddedRungeKutta", "Euler", "ExplicitRungeKutta", "Heun", "ImplicitMidpoint",
            "Limits", "LoopState", "Monitor", "PIController", "SaveAt", "Solver", "Step", "TimeLoop",
-           "adams_bashforth_weights", "array_namespace", "check_resumed", "check_solver", "check_step_budget",
+           "adams_bashforth_weights", "check_resumed", "check_solver", "check_step_budget",
            "clip_step", "error_norm", "get_solver", "initial_step", "is_jump", "jump_times",
            "layer_tables", "n_fixed_steps", "next_jump", "owned", "physical_memory",
            "planned_saves", "planned_steps", "preflight", "rk_attempt", "rk_step",

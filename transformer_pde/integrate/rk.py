@@ -1,7 +1,8 @@
 r"""One explicit Runge–Kutta stepper, driven by a :class:`~.tableaux.ButcherTableau`.
 
 The state ``y`` is any backend array (NumPy, CuPy: the arithmetic is written with
-operators only, the namespace is taken from the array), ``f(t, y)`` the field.
+operators only, the namespace is :func:`~transformer_pde.backends.array_namespace` of the
+array), ``f(t, y)`` the field.
 
 :func:`rk_step` takes a step of a fixed-step method; :func:`rk_attempt` a trial step of
 an embedded pair, returning the new state, the scaled error norm (accept when
@@ -16,19 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from ..backends import array_namespace
 from .tableaux import ButcherTableau
 
-__all__ = ["array_namespace", "error_norm", "rk_attempt", "rk_step"]
+__all__ = ["error_norm", "rk_attempt", "rk_step"]
 
 Field = Callable[[float, Any], Any]
-
-
-def array_namespace(a: Any) -> Any:
-    """The array module of ``a``: ``cupy`` for CuPy arrays, else ``numpy``."""
-    if type(a).__module__.split(".")[0] == "cupy":
-        import cupy  # noqa: PLC0415 - only when a CuPy array is given
-        return cupy
-    return np
 
 
 @functools.lru_cache(maxsize=None)

@@ -31,7 +31,8 @@ import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError, SolverNotConverged
 from .controller import PIController
-from .rk import array_namespace, rk_attempt, rk_step
+from ..backends import array_namespace
+from .rk import rk_attempt, rk_step
 from .tableaux import CLASSICAL_RK4, DOP853, DOPRI5, EULER, HEUN, ButcherTableau
 
 __all__ = ["SOLVERS", "AdamsBashforth", "AdaptiveSolver", "Dop853", "Dopri5",

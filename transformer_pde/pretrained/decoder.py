@@ -61,6 +61,7 @@ from threadpoolctl import threadpool_limits
 
 from ..attention import Attention, Layers, Rotary
 from ..attention.matrix import attention_matrix
+from ..backends import DEFAULT_BACKEND
 from ..blocks import MLP, Block, RMSNorm
 from ..errors import ArgumentError, ArgumentTypeError
 from ..integrate.loop import Limits, SaveAt
@@ -262,7 +263,7 @@ class PretrainedDecoder:
                 block=Block(mlp=mlp, layernorm=norms, splitting=splitting),
                 field=FieldOptions(backend=backend), limits=Limits(max_norm=_MAX_NORM))
 
-    def hidden_states(self, text: Any, *, backend: Any = "numpy") -> np.ndarray:
+    def hidden_states(self, text: Any, *, backend: Any = DEFAULT_BACKEND) -> np.ndarray:
         r"""The residual stream after the embedding and after every block, by the flow.
 
         Runs :func:`~transformer_pde.simulate` once on the per-layer tables with
@@ -273,8 +274,8 @@ class PretrainedDecoder:
         ----------
         text : str or array of int
             Text or token ids.
-        backend : str
-            Backend of the attention fields.
+        backend : str or backend object, default "auto"
+            Backend of the attention fields (:data:`~transformer_pde.backends.DEFAULT_BACKEND`).
 
         Returns
         -------
@@ -295,12 +296,12 @@ class PretrainedDecoder:
         X = np.asarray(states, dtype=np.float64)
         return np.asarray(self.output_norm(X)) @ self.output.T
 
-    def logits(self, text: Any, *, backend: Any = "numpy") -> np.ndarray:
+    def logits(self, text: Any, *, backend: Any = DEFAULT_BACKEND) -> np.ndarray:
         """Every position's next-token logits, shape (n, vocab), float64."""
         return self.logits_of(self.hidden_states(text, backend=backend)[-1])
 
     def generate(self, text: Any, n: int, *, stop_at_eos: bool = True,
-                 backend: Any = "numpy") -> str:
+                 backend: Any = DEFAULT_BACKEND) -> str:
         """Greedy continuation of ``text`` by ``n`` tokens (fewer when the model emits its
         end-of-sequence token and ``stop_at_eos``); returns the continuation's text only.
 
@@ -319,7 +320,7 @@ class PretrainedDecoder:
             ids.append(nxt)
         return self.detokenize(np.asarray(ids[start:], dtype=np.int64))
 
-    def attention_weights(self, text: Any, *, backend: Any = "numpy") -> np.ndarray:
+    def attention_weights(self, text: Any, *, backend: Any = DEFAULT_BACKEND) -> np.ndarray:
         r"""Every layer's attention matrices, shape (L, H, n, n).
 
         Entry :math:`[\ell, h, i, j]` is the weight query token :math:`i` of head :math:`h`
@@ -344,7 +345,7 @@ class PretrainedDecoder:
 
     def simulate(self, text: Any, *, steps_per_layer: int = 1, solver: Any = "euler",
                  repeat_layer: int | None = None, n_layers: int | None = None,
-                 splitting: str = "lie", backend: Any = "numpy") -> ParticleTrajectory:
+                 splitting: str = "lie", backend: Any = DEFAULT_BACKEND) -> ParticleTrajectory:
         r"""Continuous-depth flow of the network (see the module docstring).
 
         Integrates the pre-norm flow :math:`\dot x = \Gamma_\ell(\mathrm{RMS}^{(1)}_\ell x) +
@@ -369,8 +370,8 @@ class PretrainedDecoder:
         splitting : {"lie", "strang", "none"}, default "lie"
             How each step combines the attention and MLP fields (``"none"``: the solver on
             their sum, of the solver's order).
-        backend : str
-            Backend of the attention fields.
+        backend : str or backend object, default "auto"
+            Backend of the attention fields (:data:`~transformer_pde.backends.DEFAULT_BACKEND`).
 
         Returns
         -------

@@ -55,6 +55,7 @@ import numpy as np
 
 from ..attention import Attention, Layers
 from ..blocks import MLP, Block, LayerNorm
+from ..backends import DEFAULT_BACKEND
 from ..errors import ArgumentError, ModelDirectoryNotFound
 from ..integrate.loop import Limits
 from ..particles import FieldOptions, ParticleTrajectory
@@ -169,7 +170,7 @@ class PretrainedEncoder:
             raise ArgumentError(f"layer must be an integer in [0, {self.n_layers}), got {ell!r}")
         return self.attentions[ell], self.mlps[ell], self.layernorms[ell]
 
-    def hidden_states(self, text: str, *, backend: Any = "numpy") -> np.ndarray:
+    def hidden_states(self, text: str, *, backend: Any = DEFAULT_BACKEND) -> np.ndarray:
         r"""Every layer's output for ``text``, computed by the library's flow.
 
         Runs :func:`~transformer_pde.simulate` on the per-layer tables with ``solver="euler"``,
@@ -194,7 +195,7 @@ class PretrainedEncoder:
 
     def simulate(self, text: str | np.ndarray, *, steps_per_layer: int = 1,
                  solver: Any = "euler", repeat_layer: int | None = None,
-                 n_layers: int | None = None, backend: Any = "numpy") -> ParticleTrajectory:
+                 n_layers: int | None = None, backend: Any = DEFAULT_BACKEND) -> ParticleTrajectory:
         r"""Continuous-depth flow of the network (see the module docstring).
 
         Each layer :math:`\ell` is :math:`x \mapsto \mathrm{LN}^{(2)}_\ell\circ\Phi^{m_\ell}_1\circ
@@ -218,8 +219,8 @@ class PretrainedEncoder:
         n_layers : int, optional
             Number of layers to run (default: the model's depth; it may exceed the depth only
             with ``repeat_layer``).
-        backend : str
-            Backend of the attention fields.
+        backend : str or backend object, default "auto"
+            Backend of the attention fields (:data:`~transformer_pde.backends.DEFAULT_BACKEND`).
 
         Returns
         -------

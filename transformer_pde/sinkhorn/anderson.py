@@ -35,11 +35,6 @@ import numpy as np
 __all__ = ["Anderson"]
 
 
-def _host(a: Any) -> Any:
-    """A NumPy view of a device array (CuPy's ``.get()``), else ``a`` itself."""
-    return a.get() if hasattr(a, "get") else a
-
-
 class Anderson:
     r"""Anderson mixing of :math:`x \mapsto x + r(x)` with a reusable memory of ``m`` pairs.
 
@@ -117,8 +112,10 @@ class Anderson:
         if not dX:
             return x + r
         dR = xp.stack(dR_list, axis=1)
-        M = np.asarray(_host(dR.T @ dR), dtype=float)
-        b = np.asarray(_host(dR.T @ r), dtype=float)
+        # the m x m system on the host: tolist() copies from any backend (a leaf module,
+        # no backend import), exactly for float64
+        M = np.asarray((dR.T @ dR).tolist(), dtype=float)
+        b = np.asarray((dR.T @ r).tolist(), dtype=float)
         reg = 1e-12 * max(float(np.trace(M)), 1e-300)
         try:
             gamma = np.linalg.solve(M + reg * np.eye(M.shape[0]), b)

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError, SinkhornNotConverged
 from ..validation import finite_array, integer, type_name
+from .options import DEFAULT_MAX_ITER, DEFAULT_TOL
 from .potentials import SinkhornResult, sinkhorn_potentials
 from .warmstart import SinkhornWarmStart
 
@@ -42,8 +43,8 @@ def out_of_sample_potential(be: Any, q: Any, kx: Any, logw: Any, g: Any, eps: fl
 
 def sinkhorn_field(be: Any, qx: Any, kx: Any, vx: Any, logw: Any, eps: float, *,
                    q_query: Any = None, symmetric: bool = False,
-                   state: SinkhornWarmStart | None = None, t: float = 0.0, tol: float = 1e-9,
-                   max_iter: int = 2000, anderson: int = 10, label: str = "",
+                   state: SinkhornWarmStart | None = None, t: float = 0.0,
+                   tol: float = DEFAULT_TOL, max_iter: int = DEFAULT_MAX_ITER, anderson: int = 10, label: str = "",
                    stage: int | None = None) -> tuple[Any, SinkhornResult]:
     r"""One head of Sinkhorn attention: :math:`\sum_j w_j k(x, x_j)\, v_j` at the tokens or at queries.
 

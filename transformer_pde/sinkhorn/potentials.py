@@ -59,11 +59,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .. import validation
-from ..backends import get_backend
+from ..backends import DEFAULT_BACKEND, get_backend
 from ..backends.numpy_backend import overflow_scale
 from ..errors import ArgumentError, SinkhornNotConverged
 from .loop import sinkhorn_loop
-from .options import Acceleration, EpsilonScaling, SoftMins, Start, Stopping
+from .options import (DEFAULT_MAX_ITER, DEFAULT_TOL, Acceleration, EpsilonScaling, SoftMins,
+                      Start, Stopping)
 
 __all__ = [
     "FusedSweep",
@@ -174,7 +175,8 @@ def _tolerance_and_ladder(xp: Any, qx: Any, kx: Any, logw: Any, eps: float, tol:
 
 
 def sinkhorn_potentials(be: Any, qx: Any, kx: Any, logw: Any, eps: float, *,
-                        tol: float = 1e-9, max_iter: int = 2000, f0: Any = None, g0: Any = None,
+                        tol: float = DEFAULT_TOL, max_iter: int = DEFAULT_MAX_ITER, f0: Any = None,
+                        g0: Any = None,
                         symmetric: bool = False, values: Any = None, anderson: int = 10,
                         eps_scaling: bool | None = None, memory: Any = None,
                         expect: float | None = None) -> SinkhornResult:
@@ -383,26 +385,29 @@ class FusedSweep:
 
 # ------------------------------------------------------------------ dense coupling
 def sinkhorn_coupling(X: Any, A: Any, *, weights: Any = None, eps: float = 1.0,
-                      beta: float = 1.0, tol: float = 1e-9, max_iter: int = 2000,
-                      backend: Any = "numpy") -> tuple[np.ndarray, SinkhornResult]:
+                      beta: float = 1.0, tol: float = DEFAULT_TOL,
+                      max_iter: int = DEFAULT_MAX_ITER, backend: Any = DEFAULT_BACKEND
+                      ) -> tuple[np.ndarray, SinkhornResult]:
     r"""Dense entropic self-coupling :math:`\pi_{ij} = w_i w_j e^{(f_i + g_j + \beta x_j^\top A x_i)/\varepsilon}`.
 
     For small ``N`` (it returns an :math:`N\times N` matrix): checks, plots, comparisons
     with other OT codes.  The score is :math:`s(x_i, x_j) = \beta\, x_j^\top A x_i`, the cost
-    :math:`-s`.  The symmetric path is used when ``A`` is symmetric.
+    :math:`-s`.  The symmetric path is used when ``A`` is symmetric.  The iterations run on
+    ``backend`` (default ``"auto"``, :data:`~transformer_pde.backends.DEFAULT_BACKEND`: the
+    fastest installed backend for ``N`` tokens); the coupling is formed on the host.
 
     Raises
     ------
     SinkhornNotConverged
         The tolerance was not reached within ``max_iter`` sweeps.
     """
-    be = get_backend(backend)
     Xn = validation.points("X", X, keep_float32=False)
     An = validation.matrix("A", A)
     beta = validation.scalar("beta", beta)
     if Xn.ndim != 2 or An.shape != (Xn.shape[1], Xn.shape[1]):
         raise ValueError(f"X must be (N, d) and A (d, d); got X {Xn.shape}, A {An.shape}")
     n = Xn.shape[0]
+    be = get_backend(backend, n_tokens=n)
     w = validation.weights("weights", weights, n)
     with np.errstate(divide="ignore"):
         logw = np.log(w)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..integrate.rk import array_namespace
+from ..backends import array_namespace, to_host
 from .anderson import Anderson
 
 __all__ = ["PARTNER_MIN_PAIRS", "SinkhornWarmStart"]
@@ -240,7 +240,7 @@ class SinkhornWarmStart:
         # then take CPU from the Numba passes
         err = xp.abs(xp.einsum("pk,kn->pn", xp.asarray(W, dtype=G.dtype), G[:-1])
                      - G[-1]).max(axis=1)
-        err = np.asarray(err.get() if hasattr(err, "get") else err, dtype=float)
+        err = np.asarray(to_host(err), dtype=float)
         best = int(np.argmin(err))
         return best, float(err[best])
 

@@ -28,12 +28,17 @@ def sphere_run(beta: float, X0: np.ndarray, *, t_max: float, dt: float, backend:
 def softmax_pair_run(Q: np.ndarray, K: np.ndarray, V: np.ndarray, X0: np.ndarray,
                      Y0: np.ndarray, *, t_max: float, dt: float
                      ) -> tuple[Attention, np.ndarray, np.ndarray]:
-    """Evolve two token clouds with the same softmax attention (RK4, NumPy backend:
-    the clouds are small); returns the attention and both final states."""
+    """Evolve two token clouds with the same softmax attention (RK4); returns the attention
+    and both final states.
+
+    The runs use the NumPy backend, not the library's ``"auto"``: a study's stored outputs
+    must not depend on which backends the machine running a cell has installed (a study
+    resumed elsewhere would mix the last bits of two backends)."""
     att = Attention("softmax", Q, K, V)
     out = []
     for X in (X0, Y0):
         traj = simulate(att, X, t_max=t_max, dt=dt, solver="rk4",
+                        # NumPy, not "auto": the cell's outputs are the same on every machine
                         field=FieldOptions(backend="numpy"),
                         saveat=SaveAt(every=max(1, int(round(t_max / dt)))))
         out.append(traj.states[-1])
