@@ -34,7 +34,7 @@ def solve_run(run: PaperRun, covs0: Any = None, *, n_eval: int = 300, t_max: flo
     -------
     transformer_pde.gaussian.GaussianBatch
     """
-    from .. import gaussian  # noqa: PLC0415
+    from .. import gaussian  # noqa: PLC0415 (numba, scipy: ~1 s, paid when solving)
 
     covs0 = run.covariances() if covs0 is None else np.asarray(covs0, dtype=float)
     t_max = run.rule.t_max if t_max is None else min(float(t_max), run.rule.t_max)
@@ -75,7 +75,7 @@ def draw_run(run: PaperRun, ax: Any, *, view: str = "cone", batch: Any = None,
     converged, red blow-up, orange diverging, grey still moving at the end); ``"start"`` by
     the angle of its initial covariance.  ``t_max`` (default the paper's last time) and
     ``stride`` (every ``stride``-th grid point) go to :func:`solve_run`."""
-    from .. import plot  # noqa: PLC0415
+    from .. import plot  # noqa: PLC0415 (numba, scipy: ~1 s, paid when drawing)
 
     if batch is None:
         batch = solve_run(run, run.covariances()[::int(stride)], t_max=t_max)
@@ -108,7 +108,7 @@ def paper_figure_plot(name: str, *, view: str = "cone", runs: Sequence[PaperRun]
     ``rank_one_line``) into ``fig`` (default: a new figure made through
     :mod:`matplotlib.pyplot`, so it shows in notebooks); returns the
     :class:`matplotlib.figure.Figure` and the list of batches drawn."""
-    from ..plot.axes import new_figure  # noqa: PLC0415
+    from ..plot.axes import new_figure  # noqa: PLC0415 (as plot: paid when drawing)
 
     runs = list(paper_figure(name).runs if runs is None else runs)
     fig = new_figure(fig, (panel_size * len(runs), panel_size + 0.6))

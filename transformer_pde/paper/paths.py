@@ -52,7 +52,7 @@ def solve_paths(att: Any, covs0: Any, *, t_max: float, n_eval: int = 400, means0
     -------
     list of GaussianTrajectory
     """
-    from .. import gaussian  # noqa: PLC0415
+    from .. import gaussian  # noqa: PLC0415 (numba, scipy: ~1 s, paid when solving)
 
     covs0 = np.asarray(covs0, dtype=float)
     d = covs0.shape[-1]

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .paths import STATUS_COLOURS
+from .rankstudy import paper_rank_study
 from .scalings import paper_attention
 from .threads import single_blas_thread
 
@@ -127,9 +128,8 @@ def _rank_sweep_trials(kind: str, d: int, trials: Sequence[int], *, value: str, 
                        solver_rtol: float, solver_atol: float, max_steps: int,
                        distribution: str, threshold: float, converge_tol: float,
                        max_redraws: int) -> tuple[np.ndarray, np.ndarray]:
-    from .. import gaussian  # noqa: PLC0415
-    from ..diagnostics import numerical_rank  # noqa: PLC0415
-    from .rankstudy import paper_rank_study  # noqa: PLC0415
+    from .. import gaussian  # noqa: PLC0415 (numba, scipy: ~1 s, paid when solving)
+    from ..diagnostics import numerical_rank  # noqa: PLC0415 (as gaussian)
 
     if distribution == "paper":
         st = paper_rank_study(kind, d, value, trials=draws, seed=seed, threshold=threshold,
@@ -171,8 +171,8 @@ def rank_figure(sweeps: Sequence[RankSweep], title: str,
     dimension; returns the :class:`matplotlib.figure.Figure` (``fig`` when given, resized to
     ``figsize`` if that is given too, else a new figure made through
     :mod:`matplotlib.pyplot`, so it shows in a notebook)."""
-    from .. import plot  # noqa: PLC0415
-    from ..plot.axes import new_figure  # noqa: PLC0415
+    from .. import plot  # noqa: PLC0415 (numba, scipy: ~1 s, paid when drawing)
+    from ..plot.axes import new_figure  # noqa: PLC0415 (as plot: paid when drawing)
 
     kinds = list(dict.fromkeys(s.kind for s in sweeps))
     values = list(dict.fromkeys(s.value for s in sweeps))

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from ..attention import Attention
+
 __all__ = ["pad_rows", "paper_attention"]
 
 
@@ -45,8 +47,6 @@ def paper_attention(kind: str, Q: Any, K: Any, V: Any, *, heads: int = 1, eps: f
     eps : float
         Sinkhorn regularisation.
     """
-    from ..attention import Attention  # noqa: PLC0415
-
     Q = np.asarray(Q, dtype=float)
     d = Q.shape[1]
     if kind == "softmax":

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import ArgumentError, ArgumentTypeError
+
 __all__ = ["new_axes", "new_figure"]
 
 
@@ -21,8 +23,6 @@ def new_figure(fig: Any, figsize: tuple[float, float], layout: str | None = "con
         from matplotlib.figure import Figure  # noqa: PLC0415 (matplotlib only when drawing)
 
         if not isinstance(fig, Figure):
-            from ..errors import ArgumentTypeError  # noqa: PLC0415
-
             raise ArgumentTypeError(f"fig must be a matplotlib Figure, got {type(fig).__name__}")
         return fig
     import matplotlib.pyplot as plt  # noqa: PLC0415 (as above)
@@ -38,12 +38,8 @@ def new_axes(ax: Any, projection: str | None = None,
         from matplotlib.axes import Axes  # noqa: PLC0415 (matplotlib only when drawing)
 
         if not isinstance(ax, Axes):
-            from ..errors import ArgumentTypeError  # noqa: PLC0415
-
             raise ArgumentTypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
         if projection == "3d" and getattr(ax, "name", None) != "3d":
-            from ..errors import ArgumentError  # noqa: PLC0415
-
             raise ArgumentError("ax must be a 3-D axes (projection='3d') for this figure")
         return ax
     return new_figure(None, figsize).add_subplot(projection=projection)

@@ -115,7 +115,7 @@ def _covariance_paths(trajectories: Any) -> list[np.ndarray]:
 
 def _colours(n: int, color_by: Any, ends: Sequence[np.ndarray], cmap: Any) -> list:
     """One RGBA colour per trajectory."""
-    import matplotlib as mpl  # noqa: PLC0415
+    import matplotlib as mpl  # noqa: PLC0415 (matplotlib only when drawing)
 
     cm = mpl.colormaps[cmap] if isinstance(cmap, str) else cmap
     if color_by is None:

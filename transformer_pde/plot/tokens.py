@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.linalg import expm
 
 from ..errors import ArgumentError, ArgumentTypeError
 from ..results import ResultKind, kind_of, require_kind
@@ -47,8 +48,6 @@ def rescaled_states(traj: Any, rescale: Any) -> np.ndarray:
     softmax tokens grow like :math:`e^{t}`; in the frame :math:`z` they converge to
     clusters (Geshkovski et al. 2023).
     """
-    from scipy.linalg import expm  # noqa: PLC0415
-
     times, states = _particle_states(traj, min_d=1)
     if rescale is None:
         return states
@@ -115,7 +114,7 @@ def particles(traj: Any, *, labels: Any = None, rescale: Any = None, dims: tuple
         if lab.shape != (states.shape[1],):
             raise ValueError(f"labels must have shape ({states.shape[1]},), got {lab.shape}")
         _, codes = np.unique(lab, return_inverse=True)
-        import matplotlib as mpl  # noqa: PLC0415
+        import matplotlib as mpl  # noqa: PLC0415 (matplotlib only when drawing)
 
         cm = mpl.colormaps[cmap] if isinstance(cmap, str) else cmap
         col = cm(codes % cm.N if hasattr(cm, "N") else codes)
@@ -156,8 +155,8 @@ def animate_particles(traj: Any, path: str | Path, *, rescale: Any = None,
     Path
         The file written.
     """
-    from matplotlib.animation import FuncAnimation, PillowWriter  # noqa: PLC0415
-    from matplotlib.figure import Figure  # noqa: PLC0415
+    from matplotlib.animation import FuncAnimation, PillowWriter  # noqa: PLC0415 (matplotlib only when drawing)
+    from matplotlib.figure import Figure  # noqa: PLC0415 (as above)
 
     times, _ = _particle_states(traj)
     states = rescaled_states(traj, rescale)

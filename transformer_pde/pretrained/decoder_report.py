@@ -45,6 +45,7 @@ from ..errors import ArgumentError
 from ..integrate.loop import SaveAt
 from ..io import dumps, save_npz
 from ..particles import simulate
+from ..plot.decoder import ModelCurve, attention_sink, decoder_flows, models_side_by_side
 from ..reductions.pairs import causal_pair
 from ..validation import real_array
 from .report import sample_depths
@@ -382,9 +383,6 @@ def _draw(model: Any, text: str, flows: dict[str, dict[str, Any]],
           ideal: dict[str, dict[str, Any]], enc: dict[str, Any] | None,
           enc_label: str) -> list[Any]:
     """The figures of :func:`decoder_flow_report`: statistics, attention sink, long time."""
-    from ..plot.decoder import (ModelCurve, attention_sink,  # noqa: PLC0415 (matplotlib)
-                                decoder_flows, models_side_by_side)
-
     name = model.config.name or model.config.architecture
     label = f"decoder ({model.n_layers} layers, causal, pre-norm)"
     net = flows["network"]
@@ -453,7 +451,7 @@ def decoder_flow_report(model: Any, text: str, out_dir: str | Path, *, encoder: 
         encoder_label = "encoder" if encoder is None else f"{encoder.config.model_type} encoder"
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (the figures are pyplot's; close them)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib only when a report is drawn)
 
     names = [f"{prefix}_{kind}.png" for kind in ("statistics", "attention_sink", "long_time")]
     for fig, name in zip(_draw(model, text, flows, ideal, enc, encoder_label), names, strict=True):

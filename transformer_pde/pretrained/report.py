@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import plot
 from ..diagnostics.depth import depth_statistics
 from ..errors import ArgumentError
 from ..io import dumps, save_npz
@@ -112,8 +113,6 @@ def run_flows(model: PretrainedEncoder, text: str, *, steps_per_layer: int = 8,
 def _figures(model: PretrainedEncoder, text: str, toks: list[str],
              flows: dict[str, dict[str, Any]], settings: dict[str, Any]) -> list[Any]:
     """The three figures of :func:`flow_report`, in the order paths, statistics, cosine."""
-    from .. import plot  # noqa: PLC0415 (matplotlib only when drawing)
-
     L = model.n_layers
     layers, c_layer = settings["repeat_layers"], settings["continuous_layer"]
     rep, crep = f"repeated_layer_{layers[-1]}", f"continuous_repeated_layer_{c_layer}"
@@ -195,7 +194,7 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
                 "rank_rtol": _RANK_RTOL}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (the figures are pyplot's; close them)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib only when a report is drawn)
 
     names = [f"{prefix}_{kind}.png" for kind in ("paths", "statistics", "cosine")]
     for fig, name, dpi in zip(_figures(model, text, toks, flows, settings), names,

@@ -15,9 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from ..attention import Attention
 from ..errors import ArgumentError
+from ..paper import rank_sweep_trials, rank_trial, solve_paths
 from ..results import Status
 from .grid import Grid
+from .particle_runs import softmax_pair_run, sphere_run
 from .study import Output
 
 __all__ = ["RankCell", "RankSweepCell", "ConeCell", "ConePathCell", "ClusterCell",
@@ -91,8 +94,6 @@ class RankCell(_Cell):
                 "t_stop": Output()}
 
     def __call__(self, params: dict, rng: np.random.Generator) -> dict:
-        from ..paper import rank_trial  # noqa: PLC0415
-
         o = self.options(params)
         tr = rank_trial(str(o["kind"]), int(o["d"]), str(o["value"]), rng,
                         distribution=str(o["distribution"]), threshold=float(o["threshold"]),
@@ -131,8 +132,7 @@ class ConeCell(_Cell):
                 "limit": Output((2, 2), dims=("row", "col"))}
 
     def __call__(self, params: dict, rng: np.random.Generator) -> dict:
-        from .. import gaussian  # noqa: PLC0415
-        from ..attention import Attention  # noqa: PLC0415
+        from .. import gaussian  # noqa: PLC0415 (numba, scipy: ~1 s, paid where a cell runs)
 
         o = self.options(params)
         u, w, v = float(o["u"]), float(o["w"]), float(o["trace"])
@@ -178,8 +178,7 @@ class ClusterCell(_Cell):
                 "status": Output((), "int8"), "t_final": Output()}
 
     def __call__(self, params: dict, rng: np.random.Generator) -> dict:
-        from .. import diagnostics  # noqa: PLC0415
-        from .particle_runs import sphere_run  # noqa: PLC0415
+        from .. import diagnostics  # noqa: PLC0415 (numba, scipy: ~1 s, paid where a cell runs)
 
         o = self.options(params)
         d, n = int(o["d"]), int(o["n"])
@@ -217,8 +216,7 @@ class StabilityCell(_Cell):
         return {"w2_0": Output(), "w2_t": Output(), "ratio": Output(), "bound": Output()}
 
     def __call__(self, params: dict, rng: np.random.Generator) -> dict:
-        from .. import diagnostics  # noqa: PLC0415
-        from .particle_runs import softmax_pair_run  # noqa: PLC0415
+        from .. import diagnostics  # noqa: PLC0415 (numba, scipy: ~1 s, paid where a cell runs)
 
         o = self.options(params)
         d, n, R = int(o["d"]), int(o["n"]), float(o["radius"])
@@ -283,8 +281,6 @@ class RankSweepCell(_Cell):
         return self._solve(params_list)
 
     def _solve(self, params_list: list) -> list:
-        from ..paper import rank_sweep_trials  # noqa: PLC0415
-
         opts = [self.options(p) for p in params_list]
         groups: dict[tuple, list[int]] = {}
         for j, o in enumerate(opts):
@@ -343,8 +339,6 @@ class ConePathCell:
         return self.run_batch([params], [rng])[0]
 
     def run_batch(self, params_list: list, rngs: list) -> list:
-        from ..paper import solve_paths  # noqa: PLC0415
-
         idx = [int(p["run"]) for p in params_list]
         runs = solve_paths(self.attention, np.asarray(self.covs0, dtype=float)[idx],
                            t_max=float(self.t_max), n_eval=int(self.n_eval),

@@ -34,6 +34,7 @@ from ..errors import ArgumentError, ArgumentTypeError, ConfigError
 from ..io.jsonfmt import dumps
 from .cells import CELLS
 from .grid import Grid
+from .run import run, summary
 from .study import Output, Study
 
 __all__ = ["study_from_config", "load_study_config", "run_config"]
@@ -154,8 +155,6 @@ def run_config(path: str | Path, out: str | Path, *, scheduler: str | None = Non
                resume: bool = False, progress: bool = True) -> dict:
     """Run the study of a TOML file into ``out/results.zarr``; write and return the summary
     (``out/summary.json``)."""
-    from .run import run, summary  # noqa: PLC0415
-
     cfg = load_study_config(path)
     study = study_from_config(cfg)
     out = Path(out)

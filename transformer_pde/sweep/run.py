@@ -494,7 +494,7 @@ def _check_cell_version(study: Study, store: str | Path, fingerprint: dict) -> N
 def _bar(progress: bool, total: int, done: int, name: str) -> Any:
     if not progress:
         return None
-    from tqdm.auto import tqdm  # noqa: PLC0415
+    from tqdm.auto import tqdm  # noqa: PLC0415 (only with a progress bar: it probes for Jupyter)
 
     return tqdm(total=total, initial=done, desc=name, unit="cell")
 

@@ -47,6 +47,7 @@ statuses, so a cell marked done is complete even if the writer is killed in betw
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata as md
 import json
 import logging
 import time
@@ -60,7 +61,7 @@ from ..errors import IntegrityError, IntegrityWarning, TransformerPDEError
 from ..extras import require
 from ..io.digests import array_digest, check_checksum_version, check_version
 from ..io.jsonfmt import dumps
-from ..io.labelled import zarr_metadata_problem
+from ..io.labelled import cf_attributes, zarr_metadata_problem
 from .grid import Grid
 from .study import DONE, FAILED, MISSING, CellResult, Output, Study
 
@@ -327,8 +328,6 @@ def read_fingerprint(path: str | Path) -> tuple[dict[str, Any], dict[str, Output
 
 
 def software_versions() -> dict[str, str]:
-    import importlib.metadata as md  # noqa: PLC0415
-
     out = {}
     for pkg in ("transformer-pde", "numpy", "scipy", "numba", "dask", "distributed", "xarray",
                 "zarr"):
@@ -365,7 +364,6 @@ _OWN_VARIABLE_ATTRS = {
 
 def _template(study: Study) -> Any:
     xr = require("xarray", "a parameter study's results store")
-    from ..io.labelled import cf_attributes  # noqa: PLC0415
 
     grid = study.grid
     data_vars = {"cell_status": (grid.dims, np.full(grid.shape, MISSING, dtype=np.int8)),

@@ -24,7 +24,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import os
+import sys
 import textwrap
+import time
 import traceback
 import types
 from dataclasses import dataclass, field
@@ -280,8 +283,6 @@ def run_cell(fn: Callable, grid: Grid, index: int,
              outputs: Mapping[str, Output] | None) -> CellResult:
     """Run one cell; an exception inside the cell function becomes a FAILED result whose
     message is the exception (its last traceback line), so the study goes on."""
-    import time  # noqa: PLC0415  (kept local: this runs inside workers)
-
     cell: Cell = grid.cell(index)
     t0 = time.perf_counter()
     try:
@@ -294,11 +295,8 @@ def run_cell(fn: Callable, grid: Grid, index: int,
 def _single_threaded_numba() -> None:
     """Inside a Dask worker, run the package's Numba kernels on one thread: the cluster
     already has one worker process per core, so more threads would oversubscribe."""
-    import os  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-
     try:
-        from distributed import get_worker  # noqa: PLC0415
+        from distributed import get_worker  # noqa: PLC0415 (optional: present under Dask only)
 
         get_worker()
     except (ImportError, ValueError):
@@ -320,8 +318,6 @@ def run_cells(fn: Callable, grid: Grid, indices: list[int],
               outputs: Mapping[str, Output] | None) -> list[CellResult]:
     """Run a batch of cells (one Dask task): together through ``fn.run_batch`` when the
     cell function has one (see the module docstring), else one by one."""
-    import time  # noqa: PLC0415
-
     _single_threaded_numba()
     batch = getattr(type(fn), "run_batch", None)
     if batch is None or len(indices) < 2:
