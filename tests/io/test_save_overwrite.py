@@ -184,3 +184,23 @@ def test_gaussian_save_refuses_a_result_that_load_would_refuse(tmp_path, gauss):
     with pytest.raises(ArgumentError, match="times"):
         bad.save(tmp_path / "bad.npz")
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("suffix", ["nc", "zarr"])
+def test_labelled_files_need_the_io_extra_only(tmp_path, monkeypatch, suffix):
+    """Dask is not in the ``io`` extra: without it a labelled file is written and read back
+    the same (it was an ImportError of ``dask``)."""
+    import sys
+    monkeypatch.setitem(sys.modules, "dask", None)      # import dask raises ImportError
+    path = _traj().save(tmp_path / f"t.{suffix}")
+    monkeypatch.undo()
+    back = tp.load(path)
+    assert _same(back.states, _traj().states) and back.message == "fine"
+
+
+def test_labelled_reading_without_xarray_names_the_extra(tmp_path, monkeypatch):
+    import sys
+    from transformer_pde.errors import MissingDependencyError
+    monkeypatch.setitem(sys.modules, "xarray", None)
+    with pytest.raises(MissingDependencyError, match=r"open_dataset.*transformer-pde\[io\]"):
+        tp.io.open_dataset(tmp_path / "t.nc")

@@ -38,6 +38,7 @@ xarray is imported only when these functions are called.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -48,6 +49,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError, IntegrityError, TrajectoryFileError
+from ..extras import require
+from ..results import Status
 from .codec import attention_from_json, attention_to_json
 from .digests import (DIGEST_ALGORITHM, array_digest, check_checksum_version, check_version,
                       json_digest, verify_array)
@@ -93,8 +96,6 @@ VARIABLE_ATTRS: dict[str, str] = {
 def status_flags() -> dict[str, Any]:
     """CF ``flag_values`` (int8 ``0 … k-1``) and ``flag_meanings`` (the space-separated
     values of :class:`~transformer_pde.results.Status`, in that order) of status codes."""
-    from ..results import Status  # noqa: PLC0415
-
     names = [s.value for s in Status]
     return {"flag_values": np.arange(len(names), dtype=np.int8),
             "flag_meanings": " ".join(names)}
@@ -141,13 +142,24 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _this_thread() -> Any:
+    """A context in which xarray writes in-memory data in this thread: xarray's writers go
+    through Dask when it is installed (then even a default Dask Client is bypassed); Dask
+    is not part of the ``io`` extra, so without it there is nothing to set."""
+    try:
+        import dask  # noqa: PLC0415 (optional, and not in the io extra)
+    except ImportError:
+        return contextlib.nullcontext()
+    return dask.config.set(scheduler="synchronous")
+
+
 def particle_dataset(traj: Any) -> Any:
     """:class:`xarray.Dataset` of a particle trajectory: ``states (time, token, dim)`` (or,
     for a run that saved a statistic, ``last (token, dim)``, ``means (time, dim)``,
     ``covs (time, dim, dim_)`` and ``values (time, ...)``), ``weights (token)`` and
     ``positions (token)`` when masked; attributes ``status``, ``message``, ``info`` (JSON)
     and ``attention`` (exact JSON)."""
-    import xarray as xr  # noqa: PLC0415
+    xr = require("xarray", "ParticleTrajectory.to_xarray")
 
     data: dict[str, Any] = {"weights": (("token",), np.asarray(traj.weights))}
     if traj.states is not None:
@@ -219,7 +231,7 @@ def gaussian_dataset(traj: Any) -> Any:
     """:class:`xarray.Dataset` of a Gaussian trajectory: ``means (time, dim)``,
     ``covs (time, dim, dim_)``, ``limit (dim, dim_)``; attributes ``status``,
     ``blowup_time``, ``t_final``, ``message``."""
-    import xarray as xr  # noqa: PLC0415
+    xr = require("xarray", "GaussianTrajectory.to_xarray")
 
     data = {"means": (("time", "dim"), np.asarray(traj.means)),
             "covs": (("time", "dim", "dim_"), np.asarray(traj.covs)),
@@ -261,8 +273,6 @@ def save_dataset(ds: Any, path: str | Path) -> Path:
         raise ArgumentError(f"path must end in one of {LABELLED_SUFFIXES}, got {path.name!r}")
     if path.exists():
         raise ArgumentError(f"{path} already exists; refusing to overwrite it")
-    import dask  # noqa: PLC0415  (xarray's writers go through dask when it is installed)
-
     ds = cf_attributes(ds)
     for var in ds.variables.values():
         var.encoding = {}
@@ -273,8 +283,7 @@ def save_dataset(ds: Any, path: str | Path) -> Path:
     encoding = {str(name): {"_FillValue": None} for name in ds.variables}
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.partial")
     try:
-        # In-memory data: write in this thread even if a Dask Client is the default scheduler.
-        with dask.config.set(scheduler="synchronous"):
+        with _this_thread():
             if path.suffix == ".nc":
                 ds.to_netcdf(tmp, engine="h5netcdf", encoding=encoding)
             else:
@@ -386,7 +395,7 @@ def open_dataset(path: str | Path) -> Any:
         (no ``checksums`` attribute, ``format_version`` absent or 1) are returned
         unverified.
     """
-    import xarray as xr  # noqa: PLC0415
+    xr = require("xarray", "open_dataset")
 
     path = Path(path)
     if not path.exists():
