@@ -30,10 +30,22 @@ from .heads import AttentionParams, Head
 from .rotary import require_positions
 from .spec import Attention
 
-__all__ = ["MATRIX_KINDS", "attention_matrix"]
+__all__ = ["MATRIX_KINDS", "attention_matrix", "float_dtype"]
 
 #: kinds whose attention weights form a row-stochastic matrix computed here
 MATRIX_KINDS = ("softmax", "l2")
+
+
+def float_dtype(dtype: Any, name: str = "dtype") -> np.dtype:
+    """``dtype`` as ``float64`` or ``float32`` (the dtypes the backends compute in); else an
+    error naming ``name``."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise ArgumentTypeError(f"{name} must be float64 or float32, got {dtype!r:.60}") from None
+    if dt not in (np.float64, np.float32):
+        raise ArgumentError(f"{name} must be float64 or float32, got {dt}")
+    return dt
 
 
 def attention_matrix(att: Attention, X: Any, *, t: float = 0.0, weights: Any = None,
@@ -88,12 +100,7 @@ def attention_matrix(att: Attention, X: Any, *, t: float = 0.0, weights: Any = N
     if att.kind not in MATRIX_KINDS:
         raise ArgumentError(f"attention_matrix is defined for the normalised kinds "
                             f"{list(MATRIX_KINDS)}, got kind={att.kind!r}")
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise ArgumentTypeError(f"dtype must be float64 or float32, got {dtype!r:.60}") from None
-    if dt not in (np.float64, np.float32):
-        raise ArgumentError(f"dtype must be float64 or float32, got {dt}")
+    dt = float_dtype(dtype)
     Xn = validation.points("X", X, att.d).astype(dt)
     n = Xn.shape[0]
     w = validation.weights("weights", weights, n)

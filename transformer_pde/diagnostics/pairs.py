@@ -54,8 +54,15 @@ def gram_of(X: Any, *, gram: bool = False, name: str = "X") -> np.ndarray:
     return A if gram else A @ np.swapaxes(A, -1, -2)
 
 
-def _eps(eps: Any) -> float:
-    return validation.nonnegative("eps", eps)
+def _close_pairs(X: Any, eps: Any, gram: bool) -> tuple[np.ndarray, tuple, int]:
+    r"""``(close, (i, j), n)``: whether :math:`\langle x_i, x_j\rangle \ge 1 - \varepsilon`
+    for each pair :math:`i < j` (last axis, in :func:`numpy.triu_indices` order), the pairs
+    and the number of tokens."""
+    e = validation.nonnegative("eps", eps)
+    G = gram_of(X, gram=gram)
+    n = G.shape[-1]
+    iu = np.triu_indices(n, k=1)
+    return G[..., iu[0], iu[1]] >= 1.0 - e, iu, n
 
 
 def _scalar_or_array(a: np.ndarray, ndim: int) -> Any:
@@ -93,13 +100,8 @@ def pair_fraction(X: Any, eps: float, *, gram: bool = False) -> float | np.ndarr
     >>> round(pair_fraction(X, 1e-3), 6)
     0.333333
     """
-    e = _eps(eps)
-    A = np.asarray(X)
-    G = gram_of(X, gram=gram)
-    n = G.shape[-1]
-    iu = np.triu_indices(n, k=1)
-    close = G[..., iu[0], iu[1]] >= 1.0 - e
-    return _scalar_or_array(close.mean(axis=-1), A.ndim)
+    close, _, _ = _close_pairs(X, eps, gram)
+    return _scalar_or_array(close.mean(axis=-1), np.ndim(X))
 
 
 def component_clusters(X: Any, eps: float, *, gram: bool = False) -> int | np.ndarray:
@@ -134,12 +136,7 @@ def component_clusters(X: Any, eps: float, *, gram: bool = False) -> int | np.nd
     >>> component_clusters(X, 1 - np.cos(np.radians(3.0)))   # 3-degree threshold
     1
     """
-    e = _eps(eps)
-    A = np.asarray(X)
-    G = gram_of(X, gram=gram)
-    n = G.shape[-1]
-    iu = np.triu_indices(n, k=1)
-    close = G[..., iu[0], iu[1]] >= 1.0 - e
+    close, iu, n = _close_pairs(X, eps, gram)
     flat = close.reshape(-1, iu[0].size)
     out = np.empty(flat.shape[0], dtype=np.int64)
     for m, row in enumerate(flat):
@@ -149,4 +146,4 @@ def component_clusters(X: Any, eps: float, *, gram: bool = False) -> int | np.nd
         graph = csr_matrix((np.ones(int(row.sum())), (iu[0][row], iu[1][row])), shape=(n, n))
         out[m] = connected_components(graph, directed=False)[0]
     out = out.reshape(close.shape[:-1])
-    return int(out) if A.ndim == 2 else out
+    return int(out) if np.ndim(X) == 2 else out

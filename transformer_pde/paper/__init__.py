@@ -26,70 +26,22 @@ measures.  This subpackage holds what its figures need:
 """
 
 from .euler import EulerResult, euler_reference, euler_run, moment_rhs
-from .parameters import (
-    EXTRA_RUNS,
-    FIGURE_NAMES,
-    Figure,
-    CovarianceGrid,
-    PaperRun,
-    StopRule,
-    init_grid,
-    paper_figure,
-    paper_run,
-    paper_runs,
-)
+from .parameters import (EXTRA_RUNS, FIGURE_NAMES, Figure, CovarianceGrid, PaperRun, StopRule,
+                         init_grid, paper_figure, paper_run, paper_runs)
 from .figures import draw_run, paper_figure_plot, run_paths, solve_run
-from .rankstudy import (
-    RANK_THRESHOLD,
-    RankStudyResult,
-    RankTrial,
-    count_rank,
-    draw_rank_covariance,
-    draw_rank_parameters,
-    draw_rank_trial,
-    paper_rank_study,
-    rank_trial,
-)
+from .rankstudy import (RANK_THRESHOLD, RankStudyResult, RankTrial, count_rank,
+                        draw_rank_covariance, draw_rank_parameters, draw_rank_trial,
+                        paper_rank_study, rank_trial)
 from .paths import STATUS_COLOURS, slice_covariances, solve_paths
 from .ranks import RankSweep, rank_figure, rank_sweep, rank_sweep_trials
 from .scalings import paper_attention
 from .scripts import run_figure_script
 
-__all__ = [
-    "RANK_THRESHOLD",
-    "RankStudyResult",
-    "RankTrial",
-    "count_rank",
-    "draw_rank_covariance",
-    "draw_rank_parameters",
-    "draw_rank_trial",
-    "draw_run",
-    "paper_figure_plot",
-    "paper_rank_study",
-    "rank_trial",
-    "run_paths",
-    "solve_run",
-    "EXTRA_RUNS",
-    "EulerResult",
-    "FIGURE_NAMES",
-    "Figure",
-    "CovarianceGrid",
-    "PaperRun",
-    "STATUS_COLOURS",
-    "StopRule",
-    "euler_reference",
-    "euler_run",
-    "init_grid",
-    "moment_rhs",
-    "paper_figure",
-    "paper_run",
-    "paper_runs",
-    "RankSweep",
-    "paper_attention",
-    "rank_figure",
-    "rank_sweep",
-    "rank_sweep_trials",
-    "run_figure_script",
-    "slice_covariances",
-    "solve_paths",
-]
+__all__ = ["CovarianceGrid", "EXTRA_RUNS", "EulerResult", "FIGURE_NAMES", "Figure", "PaperRun",
+           "RANK_THRESHOLD", "RankStudyResult", "RankSweep", "RankTrial", "STATUS_COLOURS",
+           "StopRule", "count_rank", "draw_rank_covariance", "draw_rank_parameters",
+           "draw_rank_trial", "draw_run", "euler_reference", "euler_run", "init_grid",
+           "moment_rhs", "paper_attention", "paper_figure", "paper_figure_plot",
+           "paper_rank_study", "paper_run", "paper_runs", "rank_figure", "rank_sweep",
+           "rank_sweep_trials", "rank_trial", "run_figure_script", "run_paths",
+           "slice_covariances", "solve_paths", "solve_run"]

@@ -32,18 +32,8 @@ import numpy as np
 
 from .scalings import paper_attention
 
-__all__ = [
-    "EXTRA_RUNS",
-    "FIGURE_NAMES",
-    "Figure",
-    "CovarianceGrid",
-    "PaperRun",
-    "StopRule",
-    "init_grid",
-    "paper_figure",
-    "paper_run",
-    "paper_runs",
-]
+__all__ = ["EXTRA_RUNS", "FIGURE_NAMES", "Figure", "CovarianceGrid", "PaperRun", "StopRule",
+           "init_grid", "paper_figure", "paper_run", "paper_runs"]
 
 
 def init_grid(n_U: int, n_C: int, limits: Any) -> np.ndarray:

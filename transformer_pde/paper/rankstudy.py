@@ -38,17 +38,8 @@ from .euler import euler_reference
 from .threads import single_blas_thread
 from .scalings import paper_attention
 
-__all__ = [
-    "RANK_THRESHOLD",
-    "RankStudyResult",
-    "RankTrial",
-    "count_rank",
-    "draw_rank_covariance",
-    "draw_rank_parameters",
-    "draw_rank_trial",
-    "paper_rank_study",
-    "rank_trial",
-]
+__all__ = ["RANK_THRESHOLD", "RankStudyResult", "RankTrial", "count_rank", "draw_rank_covariance",
+           "draw_rank_parameters", "draw_rank_trial", "paper_rank_study", "rank_trial"]
 
 #: eigenvalues of the converged covariance above this count towards its rank (the paper's)
 RANK_THRESHOLD = 0.1
@@ -153,7 +144,7 @@ def rank_trial(kind: str, d: int, value: str, rng: np.random.Generator, *,
     that does not converge is discarded and :math:`\Sigma_0` drawn again (same parameters),
     up to ``max_redraws`` times.  The rank is :func:`count_rank` of the converged covariance.
     """
-    from .. import gaussian  # noqa: PLC0415
+    from .. import gaussian  # noqa: PLC0415 (numba, scipy: ~1 s, paid when solving)
 
     _check(kind, d, value, distribution)
     if int(max_redraws) < 0:
@@ -258,7 +249,7 @@ def _paper_rank_study(kind: str, d: int, value: str, *, trials: int, seed: int,
                       threshold: float, converge_tol: float, t_max: float, max_redraws: int,
                       euler: dict | None, rtol: float, atol: float,
                       indices: Any) -> RankStudyResult:
-    from .. import gaussian  # noqa: PLC0415
+    from .. import gaussian  # noqa: PLC0415 (numba, scipy: ~1 s, paid when solving)
 
     _check(kind, d, value, "paper")
     d = int(d)

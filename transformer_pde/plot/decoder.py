@@ -173,10 +173,8 @@ def attention_sink(network: ModelCurve, sink: Mapping[str, Any],
         Idealised flows (with ``first_attention``), ``times`` in layers.
     tokens : sequence of str, optional
         Token labels of panel (c).
-    title : str, optional
-        Figure title.
-    fig : matplotlib.figure.Figure, optional
-        Figure to draw into (default: a new pyplot figure).
+    title, fig : optional
+        As in :func:`models_side_by_side`.
 
     Returns
     -------

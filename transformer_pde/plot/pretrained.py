@@ -18,15 +18,8 @@ from ..diagnostics.depth import cosine_similarity
 from ..errors import ArgumentError
 from .axes import new_figure
 
-__all__ = [
-    "STATISTICS_PANELS",
-    "DepthCurve",
-    "PathPanel",
-    "cosine_matrices",
-    "principal_plane",
-    "statistics_along_depth",
-    "token_paths",
-]
+__all__ = ["STATISTICS_PANELS", "DepthCurve", "PathPanel", "cosine_matrices", "principal_plane",
+           "statistics_along_depth", "token_paths"]
 
 #: default panels of :func:`statistics_along_depth`: statistic key -> axis label
 STATISTICS_PANELS: tuple[tuple[str, str], ...] = (

@@ -65,6 +65,7 @@ __all__ = [
     "DecoderConfig",
     "GGUFArchitecture",
     "GGUFModel",
+    "HeadGeometry",
     "dequantize",
     "read_gguf",
     "smollm2_path",
@@ -130,8 +131,25 @@ ARCHITECTURES: dict[str, GGUFArchitecture] = {
 _ROPE_SCALING_KEYS = ("rope.scaling.type", "rope.scaling.factor")
 
 
+class HeadGeometry:
+    """Mixin of the model configurations (encoder and decoder): the head width and the
+    attention temperature from their ``d`` and ``heads``."""
+
+    __slots__ = ()
+
+    @property
+    def head_dim(self) -> int:
+        """Width :math:`m = d/H` of one head."""
+        return self.d // self.heads  # type: ignore[attr-defined]
+
+    @property
+    def beta(self) -> float:
+        r"""Temperature :math:`1/\sqrt m` of scaled dot-product attention."""
+        return 1.0 / math.sqrt(self.head_dim)
+
+
 @dataclass(frozen=True)
-class DecoderConfig:
+class DecoderConfig(HeadGeometry):
     r"""The architecture of a GGUF decoder (read by :func:`read_gguf`).
 
     Attributes
@@ -192,16 +210,6 @@ class DecoderConfig:
     add_bos: bool
     tokenizer_model: str
     tokenizer_pre: str
-
-    @property
-    def head_dim(self) -> int:
-        """Width :math:`m = d/H` of one head."""
-        return self.d // self.heads
-
-    @property
-    def beta(self) -> float:
-        r"""Temperature :math:`1/\sqrt m` of scaled dot-product attention."""
-        return 1.0 / math.sqrt(self.head_dim)
 
 
 @dataclass(frozen=True, eq=False)

@@ -28,7 +28,6 @@ head); it is recognised from the word embeddings.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelDirectoryError, ModelDirectoryNotFound
-from .gguf_file import ARCHITECTURES
+from .gguf_file import ARCHITECTURES, HeadGeometry
 from .gguf_format import check_finite
 
 __all__ = [
@@ -97,7 +96,7 @@ _ACTIVATIONS = {"gelu": "gelu", "relu": "relu"}
 
 
 @dataclass(frozen=True)
-class EncoderConfig:
+class EncoderConfig(HeadGeometry):
     r"""The architecture read from ``config.json`` (see :func:`read_config`).
 
     Attributes
@@ -133,16 +132,6 @@ class EncoderConfig:
     type_vocab_size: int
     vocab_size: int
     activation: str
-
-    @property
-    def head_dim(self) -> int:
-        """Width :math:`d/H` of one head."""
-        return self.d // self.heads
-
-    @property
-    def beta(self) -> float:
-        r"""Temperature :math:`1/\sqrt{d/H}` of scaled dot-product attention."""
-        return 1.0 / math.sqrt(self.head_dim)
 
 
 def _unsupported(model_type: str, detail: str) -> ModelDirectoryError:

@@ -82,10 +82,8 @@ def long_context_limit(gamma: float, rho: float) -> float:
 
     Parameters
     ----------
-    gamma : float
-        :math:`\gamma \ge 0`.
-    rho : float
-        Pair cosine in :math:`(0, 1)`.
+    gamma, rho : float
+        As in :func:`long_context_cosine`.
 
     Examples
     --------

@@ -27,19 +27,8 @@ True
 from typing import Any
 
 # the names of transformer_pde.testing.strategies, re-exported lazily (hypothesis is optional)
-__all__ = [
-    "CORE_KINDS",
-    "Measure",
-    "MeanCov",
-    "attention_problems",
-    "attentions",
-    "compact_measures",
-    "gaussians",
-    "matrices",
-    "measures",
-    "rotations",
-    "spd_matrices",
-]
+__all__ = ["CORE_KINDS", "Measure", "MeanCov", "attention_problems", "attentions",
+           "compact_measures", "gaussians", "matrices", "measures", "rotations", "spd_matrices"]
 _STRATEGY_NAMES = frozenset(__all__)
 
 
