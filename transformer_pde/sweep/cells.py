@@ -2,8 +2,8 @@
 
 Each is a frozen dataclass (picklable, so Dask can ship it) whose fields are the options of
 the cell; a grid axis with the name of a field overrides that field cell by cell.  Each
-declares its outputs (``outputs(grid)``) and a JSON configuration (``config()``) that
-identifies the study in its store.  Statuses are stored as integer codes: the index in
+declares its outputs (``OUTPUTS``, returned by ``outputs(grid)``) and a JSON configuration
+(``config()``) that identifies the study in its store.  Statuses are stored as integer codes: the index in
 :class:`transformer_pde.results.Status` (the study's ``status_codes`` attribute lists them).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -35,7 +35,15 @@ def status_code(status: Any) -> int:
 
 
 class _Cell:
-    """Shared plumbing: options from fields, overridden by grid axes of the same name."""
+    """Shared plumbing: options from fields, overridden by grid axes of the same name, and
+    the outputs each cell declares in ``OUTPUTS``."""
+
+    #: the cell's outputs, name -> :class:`~transformer_pde.sweep.Output`
+    OUTPUTS: ClassVar[dict[str, Output]] = {}
+
+    def outputs(self, grid: Grid) -> dict:
+        self.check_axes(grid)
+        return dict(self.OUTPUTS)
 
     def options(self, params: dict) -> dict:
         opts = asdict(self)
@@ -88,10 +96,8 @@ class RankCell(_Cell):
     t_max: float = 2000.0
     max_redraws: int = 20
 
-    def outputs(self, grid: Grid) -> dict:
-        self.check_axes(grid)
-        return {"rank": Output((), "int64"), "redraws": Output((), "int64"),
-                "t_stop": Output()}
+    OUTPUTS = {"rank": Output((), "int64"), "redraws": Output((), "int64"),
+               "t_stop": Output()}
 
     def __call__(self, params: dict, rng: np.random.Generator) -> dict:
         o = self.options(params)
@@ -126,10 +132,8 @@ class ConeCell(_Cell):
     blowup_threshold: float = 1e8
     rtol: float = 1e-10
 
-    def outputs(self, grid: Grid) -> dict:
-        self.check_axes(grid)
-        return {"status": Output((), "int8"), "blowup_time": Output(), "t_final": Output(),
-                "limit": Output((2, 2), dims=("row", "col"))}
+    OUTPUTS = {"status": Output((), "int8"), "blowup_time": Output(), "t_final": Output(),
+               "limit": Output((2, 2), dims=("row", "col"))}
 
     def __call__(self, params: dict, rng: np.random.Generator) -> dict:
         from .. import gaussian  # noqa: PLC0415 (numba, scipy: ~1 s, paid where a cell runs)
@@ -172,10 +176,8 @@ class ClusterCell(_Cell):
     dt: float = 0.1
     backend: str = "numba"
 
-    def outputs(self, grid: Grid) -> dict:
-        self.check_axes(grid)
-        return {"n_clusters": Output((), "int64"), "largest": Output(),
-                "status": Output((), "int8"), "t_final": Output()}
+    OUTPUTS = {"n_clusters": Output((), "int64"), "largest": Output(),
+               "status": Output((), "int8"), "t_final": Output()}
 
     def __call__(self, params: dict, rng: np.random.Generator) -> dict:
         from .. import diagnostics  # noqa: PLC0415 (numba, scipy: ~1 s, paid where a cell runs)
@@ -211,9 +213,7 @@ class StabilityCell(_Cell):
     t_max: float = 1.0
     dt: float = 0.05
 
-    def outputs(self, grid: Grid) -> dict:
-        self.check_axes(grid)
-        return {"w2_0": Output(), "w2_t": Output(), "ratio": Output(), "bound": Output()}
+    OUTPUTS = {"w2_0": Output(), "w2_t": Output(), "ratio": Output(), "bound": Output()}
 
     def __call__(self, params: dict, rng: np.random.Generator) -> dict:
         from .. import diagnostics  # noqa: PLC0415 (numba, scipy: ~1 s, paid where a cell runs)
@@ -269,9 +269,7 @@ class RankSweepCell(_Cell):
     converge_tol: float = 1e-4
     max_redraws: int = 20
 
-    def outputs(self, grid: Grid) -> dict:
-        self.check_axes(grid)
-        return {"rank": Output((), "int64"), "status": Output((), "int8")}
+    OUTPUTS = {"rank": Output((), "int64"), "status": Output((), "int8")}
 
     def __call__(self, params: dict, rng: np.random.Generator) -> dict:
         return self._solve([params])[0]
