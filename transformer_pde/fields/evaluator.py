@@ -12,7 +12,7 @@ from ..attention import Attention, AttentionParams
 from ..attention.rotary import require_positions
 from ..attention.visibility import (query_ranges, segment_sizes, segment_weights,
                                     token_visibility)
-from ..backends import array_namespace, get_backend, to_host
+from ..backends import DEFAULT_BACKEND, array_namespace, get_backend, to_host
 from ..backends.ranges import KeyRanges
 from ..errors import ArgumentError, ArgumentTypeError, ScoreOverflowError
 from ..sinkhorn import SinkhornRecord, SinkhornWarmStart
@@ -89,7 +89,7 @@ class FieldEvaluator:
     """
 
     def __init__(self, att: Attention, n_tokens: int, *, weights: Any = None,
-                 positions: Any = None, segments: Any = None, backend: Any = "auto",
+                 positions: Any = None, segments: Any = None, backend: Any = DEFAULT_BACKEND,
                  dtype: Any = np.float64, sinkhorn_tol: float = DEFAULT_TOL,
                  sinkhorn_max_iter: int = DEFAULT_MAX_ITER, check_finite: bool = False):
         if not isinstance(att, Attention):
@@ -291,7 +291,7 @@ class FieldEvaluator:
 
 def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = None,
              segments: Any = None, queries: Any = None, query_positions: Any = None,
-             t: float = 0.0, backend: Any = "auto", sinkhorn_tol: float = DEFAULT_TOL,
+             t: float = 0.0, backend: Any = DEFAULT_BACKEND, sinkhorn_tol: float = DEFAULT_TOL,
              sinkhorn_max_iter: int = DEFAULT_MAX_ITER) -> Any:
     r"""Attention velocity field :math:`\Gamma_{\mu}` of :math:`\mu = \sum_j w_j \delta_{X_j}`.
 

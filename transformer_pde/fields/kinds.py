@@ -130,22 +130,24 @@ def _l2(ctx, P, h, head, Xq, Xk):
     # segment is as accurate as alone however far from the others it lies.
     be = ctx.backend
     xp = be.xp
-    k = _k(ctx, Xk, head)
+    k, q = _k(ctx, Xk, head), _q(ctx, Xq, head)
 
-    def midrange(part):
-        return part.max(axis=0) * 0.5 + part.min(axis=0) * 0.5
+    def midrange(a):
+        return a.max(axis=0) * 0.5 + a.min(axis=0) * 0.5
 
-    c = midrange(k) if ctx.segments is None else xp.concatenate(
-        [xp.broadcast_to(midrange(k[s:e]), (e - s, k.shape[1])) for s, e in ctx.segments])
-    k = k - c
+    if ctx.segments is None:
+        c = midrange(k)
+        k, q = k - c, q - c
+    else:                   # queries = tokens (segments refuse other queries)
+        cs = [(s, e, midrange(k[s:e])) for s, e in ctx.segments]
+        k, q = (xp.concatenate([a[s:e] - c for s, e, c in cs]) for a in (k, q))
     with np.errstate(over="ignore", invalid="ignore"):
         bias = ctx.logw - P.l2_beta * (k * k).sum(axis=1)
     if not bool(xp.all(xp.isfinite(bias) | xp.isneginf(ctx.logw))):
         raise ScoreOverflowError(
             f"l2 attention scores overflow (head {h}): the projected tokens K x are spread "
             "beyond the float range of |Kx - Ky|^2; rescale the tokens or K")
-    q = (_q(ctx, Xq, head) - c) * (2.0 * P.l2_beta)
-    return be.softmax(q, k, _v(be, Xk, head), bias, ctx.ranges)[0]
+    return be.softmax(q * (2.0 * P.l2_beta), k, _v(be, Xk, head), bias, ctx.ranges)[0]
 
 
 @register_head_field("exp")
