@@ -166,11 +166,8 @@ def statistics_along_depth(top: Sequence[DepthCurve], bottom: Sequence[DepthCurv
         The curves of each row.
     panels : sequence of (key, label)
         The statistics drawn and their axis labels.
-    title : str, optional
-        Figure title.
-    fig : matplotlib.figure.Figure, optional
-        Figure to draw into (default: a new figure made through :mod:`matplotlib.pyplot`,
-        laid out with ``tight_layout``).
+    title, fig : optional
+        As in :func:`token_paths`.
 
     Returns
     -------
