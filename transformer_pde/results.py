@@ -117,7 +117,8 @@ class HasStatus:
 
     @property
     def success(self) -> bool:
-        """:attr:`Status.success` of ``status`` (a :class:`Status` or its string)."""
+        """:attr:`Status.success <transformer_pde.results.Status.success>` of ``status`` (a
+        :class:`Status` or its string)."""
         return Status.parse(self.status).success  # type: ignore[attr-defined]
 
 
