@@ -98,19 +98,19 @@ def _parts(q, k, v, min_time: float) -> dict:
 
     one = NumbaBackend(n_threads=1)
     m, n = q.shape[0], k.shape[0]
-    lim = np.full(m, n, dtype=np.int64)
+    lo, hi = np.zeros(m, dtype=np.int64), np.full(m, n, dtype=np.int64)
     bias = np.zeros(n, dtype=q.dtype)
-    layout = tiled.tiled_layout(q.dtype, q, k, v, bias, lim)
-    _, qpk, kpk, vpk, _, limp, nr = layout
-    qt = tiled.query_tile(limp.shape[0], 1)
+    layout = tiled.tiled_layout(q.dtype, q, k, v, bias, lo, hi)
+    _, qpk, kpk, vpk, _, lop, _, nr = layout
+    qt = tiled.query_tile(lop.shape[0], 1)
     S = np.random.default_rng(2).random((qt, tiled.KBLOCK)).astype(q.dtype)
     acc = np.zeros((qt, vpk.shape[0] * nr))
     pairs = m * n
     t_all = _cpu_time(lambda: one.softmax(q, k, v, None, None), min_time)
     t_log = _cpu_time(lambda: logits_only(qpk, kpk, n, nr, S), min_time)
-    t_val = _cpu_time(lambda: values_only(limp.shape[0], vpk, n, nr, v.shape[1], S, acc),
+    t_val = _cpu_time(lambda: values_only(lop.shape[0], vpk, n, nr, v.shape[1], S, acc),
                       min_time)
-    t_pack = _cpu_time(lambda: tiled.tiled_layout(q.dtype, q, k, v, bias, lim), min_time)
+    t_pack = _cpu_time(lambda: tiled.tiled_layout(q.dtype, q, k, v, bias, lo, hi), min_time)
     ns = 1e9 / pairs
     return {"kernel_1thread_ns": t_all * ns, "logits_ns": t_log * ns, "values_ns": t_val * ns,
             "row_pass_ns": (t_all - t_log - t_val - t_pack) * ns, "packing_ns": t_pack * ns}

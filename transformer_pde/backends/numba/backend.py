@@ -41,16 +41,9 @@ from ...errors import ArgumentError, ArgumentTypeError
 from ..compile_notice import install as _install_compile_notice
 from ..numpy_backend import NumpyBackend, overflow_scale
 from ..ranges import KeyRanges, check_ranges
-from .streaming import TILE, pointwise_kernel, softmax_kernel
+from .streaming import SOFTMAX, TILE, streaming_kernel
 from .sweep import fused_sweep
-from .tiled import (
-    TILED_MIN_WIDTH,
-    TILED_MIN_WIDTH_F32,
-    pointwise_tiled_kernel,
-    query_tile,
-    softmax_tiled_kernel,
-    tiled_layout,
-)
+from .tiled import TILED_MIN_WIDTH, TILED_MIN_WIDTH_F32, query_tile, tiled_kernel, tiled_layout
 
 __all__ = ["NumbaBackend"]
 
@@ -277,33 +270,42 @@ class NumbaBackend:
         return res
 
     # ------------------------------------------------------------------ primitives
+    def _launch(self, mode, dtype, qc, kk, vv, bw, lo, hi):
+        """Run the kernel (:meth:`kernel_for`) of ``mode`` (:data:`~.streaming.SOFTMAX`,
+        ``bw`` the bias, or a pointwise phi code, ``bw`` the weights) on prepared operands
+        (``vv = None``: lse alone); returns ``(out (M, c), lse (M,))``."""
+        m, r = qc.shape
+        c = 0 if vv is None else vv.shape[1]
+        work = int((hi - lo).sum())
+        if self.kernel_for(r, dtype) == "tiled":
+            order, qp, kpk, vpk, bp, lop, hip, nr = tiled_layout(dtype, qc, kk, vv, bw, lo, hi)
+            out = np.zeros((lop.shape[0], vpk.shape[0] * nr), dtype=dtype)
+            lse = np.full(lop.shape[0], -np.inf, dtype=dtype)
+            qt = query_tile(lop.shape[0], self._threads_for(work))
+            self._run(tiled_kernel, work, mode, qp, kpk, vpk, bp, lop, hip, nr, c, qt,
+                      *self._groups(lop.shape[0], qt, work), out, lse)
+            return (self._unpermute(out[:, :c], order, m),
+                    self._unpermute(lse, order, m))
+        kT = np.ascontiguousarray(kk.T, dtype=dtype)
+        vT = (np.empty((0, kT.shape[1]), dtype=dtype) if vv is None
+              else np.ascontiguousarray(vv.T, dtype=dtype))
+        bw = np.ascontiguousarray(bw, dtype=dtype)
+        # softmax: the bias in the logits (bw a placeholder for the weights); pointwise:
+        # unbiased logits, weights bw
+        bias, w = (bw, bw) if mode == SOFTMAX else (np.zeros_like(bw), bw)
+        out = np.zeros((m, c), dtype=dtype)              # no visible mass: out = 0,
+        lse = np.full(m, -np.inf, dtype=dtype)           # lse = -inf
+        self._run(streaming_kernel, work, mode, qc, kT, vT, bias, w, lo, hi,
+                  *self._groups(m, TILE, work), out, lse)
+        return out, lse
+
     def _reduce(self, q, k, v, bias, ranges):
         """Run a softmax kernel; ``v = None`` computes the lse alone."""
         prep = self._prepare(q, k, [] if v is None else [v], bias, ranges)
         if prep is None or _needs_reference(prep[1], prep[2], prep[4]):
             return None
         dtype, qc, kk, oo, b, lo, hi = prep
-        m, r = qc.shape
-        c = 0 if v is None else oo[0].shape[1]
-        work = int((hi - lo).sum())
-        if self.kernel_for(r, dtype) == "tiled":
-            order, qp, kpk, vpk, bp, lop, hip, nr = tiled_layout(
-                dtype, qc, kk, oo[0] if oo else None, b, lo, hi)
-            out = np.zeros((lop.shape[0], vpk.shape[0] * nr), dtype=dtype)
-            lse = np.full(lop.shape[0], -np.inf, dtype=dtype)
-            qt = query_tile(lop.shape[0], self._threads_for(work))
-            self._run(softmax_tiled_kernel, work, qp, kpk, vpk, bp, lop, hip, nr, c, qt,
-                      *self._groups(lop.shape[0], qt, work), out, lse)
-            return (self._unpermute(out[:, :c], order, m),
-                    self._unpermute(lse, order, m))
-        kT = np.ascontiguousarray(kk.T, dtype=dtype)
-        vT = (np.ascontiguousarray(oo[0].T, dtype=dtype) if oo
-              else np.empty((0, kT.shape[1]), dtype=dtype))
-        out = np.zeros((m, c), dtype=dtype)              # no visible mass: out = 0,
-        lse = np.full(m, -np.inf, dtype=dtype)           # lse = -inf
-        self._run(softmax_kernel, work, qc, kT, vT, np.ascontiguousarray(b), lo, hi,
-                  *self._groups(m, TILE, work), out, lse)
-        return out, lse
+        return self._launch(np.int64(SOFTMAX), dtype, qc, kk, oo[0] if oo else None, b, lo, hi)
 
     def softmax(self, q: Any, k: Any, v: Any, bias: Any, ranges: KeyRanges | None
                 ) -> tuple[np.ndarray, np.ndarray]:
@@ -340,27 +342,8 @@ class NumbaBackend:
         dtype, qc, kk, (vv,), _, lo, hi = self._prepare(q, k, [v], None, ranges)
         if _needs_reference(qc, kk, None):      # keys past every range already dropped
             return _REFERENCE.pointwise(phi, q, k, v, w, ranges)
-        ww = wa[:kk.shape[0], None].astype(dtype)     # no bias: keys are only truncated
-        m, r = qc.shape
-        c = vv.shape[1]
-        code = np.int64(_PHI_CODES[phi])
-        work = int((hi - lo).sum())
-        if self.kernel_for(r, dtype) == "tiled":
-            order, qp, kpk, vpk, wp, lop, hip, nr = tiled_layout(dtype, qc, kk, vv, ww[:, 0],
-                                                                 lo, hi)
-            out = np.zeros((lop.shape[0], vpk.shape[0] * nr), dtype=dtype)
-            qt = query_tile(lop.shape[0], self._threads_for(work))
-            self._run(pointwise_tiled_kernel, work, code, qp, kpk, vpk, wp, lop, hip, nr, c,
-                      qt, *self._groups(lop.shape[0], qt, work), out)
-            return self._unpermute(out[:, :c], order, m)
-        kT = np.ascontiguousarray(kk.T, dtype=dtype)
-        vT = np.ascontiguousarray(vv.T, dtype=dtype)
-        wc = np.ascontiguousarray(ww[:, 0], dtype=dtype)
-        zb = np.zeros(kT.shape[1], dtype=dtype)
-        out = np.zeros((m, c), dtype=dtype)
-        self._run(pointwise_kernel, work, code, qc, kT, vT, wc, zb, lo, hi,
-                  *self._groups(m, TILE, work), out)
-        return out
+        ww = wa[:kk.shape[0]].astype(dtype)          # no bias: keys are only truncated
+        return self._launch(np.int64(_PHI_CODES[phi]), dtype, qc, kk, vv, ww, lo, hi)[0]
 
     # ------------------------------------------------------------------ optional methods
     def sinkhorn_sweep(self, q: Any, k: Any, v: Any, bias: Any, w: Any, *,

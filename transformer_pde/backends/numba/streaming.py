@@ -1,8 +1,9 @@
 r"""Streaming Numba kernels: one query at a time, SIMD across keys, O(N·d) memory.
 
-Every primitive (see :mod:`transformer_pde.backends`) is one compiled kernel (``lse`` is
-the softmax kernel with no values) that runs ``prange`` over queries and, for each
-query, makes a single pass over its visible keys, the range ``lo[i] <= j < hi[i]``
+The three primitives (see :mod:`transformer_pde.backends`) are one compiled kernel,
+:func:`streaming_kernel`, whose ``mode`` is the reduction (:data:`SOFTMAX`; ``lse`` is
+the softmax with no values; or a pointwise ``phi``).  It runs ``prange`` over queries
+and, for each query, makes a single pass over its visible keys, the range ``lo[i] <= j < hi[i]``
 (:mod:`~transformer_pde.backends.ranges`; unmasked calls pass ``lo = 0``, ``hi = N``), so
 no N×N matrix is ever formed and a query never touches the keys it cannot see.
 
@@ -18,9 +19,10 @@ kernel
    is exponentiated in a tight loop with the branch-free, vectorisable exponential
    :func:`~transformer_pde.backends.numba.intrinsics.vexp` and
    :math:`s \mathrel{+}= \sum_j e^{\ell_j-m}`,
-3. accumulates :math:`a_c \mathrel{+}= \sum_j e^{\ell_j-m} v_{jc}`.
+3. accumulates :math:`a_c \mathrel{+}= \sum_j e^{\ell_j-m} v_{jc}`
 
-Both kernels take the queries in tiles of :data:`TILE` consecutive queries and
+(pointwise: step 2 is :math:`w_j\varphi(\ell_j)`, :func:`apply_phi`, and there is no
+running maximum).  The kernel takes the queries in tiles of :data:`TILE` consecutive queries and
 loop over key blocks outside the queries of a tile, so that a block of keys and values
 is fetched from memory once per tile (about 2× at N = 1e5, d = 8, where the keys no
 longer fit in L2).  A tile visits the keys ``[min lo, max hi)`` of its queries in the
@@ -37,9 +39,9 @@ The kernels expect finite inputs (they are compiled with fast-math flags,
 :data:`~transformer_pde.backends.numba.intrinsics.FM_KERNEL`) laid out by
 :class:`~transformer_pde.backends.numba.NumbaBackend`: queries ``q`` (M, r), keys
 transposed ``kT`` (r, N), values transposed ``vT`` (c, N), int64 range ends ``lo``,
-``hi`` (M,).  :func:`start_tile` and :func:`first_tile` (the tile schedule) and
-:func:`lse_step`, :func:`lse_finish` (the online log-sum-exp) are shared with the tiled
-and sweep kernels.
+``hi`` (M,).  :func:`start_tile` and :func:`first_tile` (the tile schedule),
+:func:`lse_step`, :func:`lse_finish` (the online log-sum-exp), :func:`apply_phi` and
+:func:`finish_tile` are shared with the tiled and sweep kernels.
 """
 
 from __future__ import annotations
@@ -51,13 +53,16 @@ from numba import njit, prange
 
 from .intrinsics import FM_KERNEL, fmax, vexp
 
-__all__ = ["BLOCK", "TILE", "first_tile", "lse_finish", "lse_step", "pointwise_kernel",
-           "softmax_kernel", "start_tile"]
+__all__ = ["BLOCK", "SOFTMAX", "TILE", "apply_phi", "finish_tile", "first_tile", "lse_finish",
+           "lse_step", "start_tile", "streaming_kernel"]
 
 #: keys per streamed block (the per-thread logit buffer holds this many numbers)
 BLOCK = 256
 #: consecutive queries that share each block of keys (read once, reused from L1)
 TILE = 8
+#: the kernels' ``mode`` for softmax / lse (0, 1, 2: pointwise with phi identity, sigmoid,
+#: relu)
+SOFTMAX = 3
 
 
 @njit(fastmath=FM_KERNEL, cache=True)
@@ -132,18 +137,21 @@ def _accumulate(acc, buf, vT, j0, nb):
 
 
 @njit(fastmath=FM_KERNEL, cache=True)
-def start_tile(acc, lo, hi, i0, nt):
-    """Zero the tile's accumulators; return the keys ``[first, stop)`` its queries see:
-    the smallest ``lo`` and the largest ``hi`` over its queries with a non-empty range
-    (``(0, 0)`` when there is none)."""
+def start_tile(tile, size, m_q, block, acc, lo, hi):
+    """Tile ``tile`` of ``size`` consecutive queries (of ``m_q``): ``(i0, nt, start, stop)``,
+    its queries ``i0 … i0 + nt - 1`` and the keys ``[start, stop)`` it visits, from the
+    start of the block of ``block`` keys holding the smallest ``lo`` to the largest
+    ``hi`` of its queries with a non-empty range (``(0, 0)`` when there is none: a
+    query's blocks do not depend on its tile); its accumulators ``acc`` zeroed."""
+    i0 = tile * size
+    nt = min(size, m_q - i0)
     acc[:] = 0.0
     first = stop = 0
-    for t in range(nt):
-        i = i0 + t
+    for i in range(i0, i0 + nt):
         if hi[i] > lo[i]:
             first = lo[i] if stop == 0 else min(first, lo[i])
             stop = max(stop, hi[i])
-    return first, stop
+    return i0, nt, first // block * block, stop
 
 
 @njit(fastmath=FM_KERNEL, inline="always")
@@ -187,6 +195,39 @@ def lse_finish(t, i, m_run, s_run, acc, out, lse):
         out[i, cc] = acc[t, cc] * inv
 
 
+@njit(fastmath=FM_KERNEL, inline="always")
+def finish_tile(mode, i0, nt, lo, hi, m_run, s_run, acc, out, lse):
+    """The results of a tile's queries ``i0 … i0 + nt - 1``: softmax (``mode`` =
+    :data:`SOFTMAX`) rows with a non-empty range by :func:`lse_finish` (the others keep
+    ``out = 0``, ``lse = -inf``), pointwise rows their sums ``acc``."""
+    for t in range(nt):
+        i = i0 + t
+        if mode != SOFTMAX:
+            for cc in range(out.shape[1]):
+                out[i, cc] = acc[t, cc]
+        elif hi[i] > lo[i]:
+            lse_finish(t, i, m_run, s_run, acc, out, lse)
+
+
+@njit(fastmath=FM_KERNEL, inline="always")
+def apply_phi(phi, x, nb, wb):
+    """``x[:nb] = wb * phi(x)``: ``phi`` 1 sigmoid (stable for any sign), 2 relu, else the
+    identity."""
+    zero = x.dtype.type(0.0)
+    one = x.dtype.type(1.0)
+    if phi == 1:
+        for j in range(nb):
+            z = x[j]
+            e = vexp(-abs(z))
+            x[j] = wb[j] * ((one if z >= zero else e) / (one + e))
+    elif phi == 2:
+        for j in range(nb):
+            x[j] = wb[j] * max(x[j], zero)
+    else:
+        for j in range(nb):
+            x[j] = wb[j] * x[j]
+
+
 @njit(cache=True)
 def first_tile(g, n_groups, n_threads):
     """First tile of group ``g`` (which takes every ``n_groups``-th tile from there).
@@ -204,20 +245,22 @@ def first_tile(g, n_groups, n_threads):
 
 
 @njit(parallel=True, fastmath=FM_KERNEL, cache=True)
-def softmax_kernel(q, kT, vT, bias, lo, hi, n_groups, n_threads, out, lse):
-    """Streaming softmax / lse over tiles of :data:`TILE` consecutive queries.
+def streaming_kernel(mode, q, kT, vT, bias, w, lo, hi, n_groups, n_threads, out, lse):
+    """Streaming reduction over tiles of :data:`TILE` consecutive queries.
 
+    ``mode`` :data:`SOFTMAX`: the softmax and lse of logits ``q_i . k_j + bias_j`` (``w``
+    unused); ``mode`` 0, 1, 2: ``out[i] = sum_j w_j phi(q_i . k_j) v_j`` with ``phi`` the
+    identity, sigmoid, relu (``bias`` zeros, ``lse`` unused), over ``lo[i] <= j < hi[i]``.
     Within a tile the key blocks are the outer loop, so one block of keys and values is
     read from memory once and reused, from L1, by every query of the tile; each query
     keeps its own running maximum, sum and values and still sees its keys in order, so
     the result of a query does not depend on the tiling or the threads.  Group ``g``
     takes every ``n_groups``-th tile from :func:`first_tile` (strided groups balance
     the threads when masked prefix lengths are sorted).  A query with no visible key
-    (``lo[i] == hi[i]``) is left untouched in ``out`` and ``lse``.
+    (``lo[i] == hi[i]``) is left untouched in ``out`` and ``lse`` by the softmax.
     """
     m_q = q.shape[0]
     c = vT.shape[0]
-    zero = q.dtype.type(0.0)
     n_tiles = (m_q + TILE - 1) // TILE
     for g in prange(n_groups):
         buf = np.empty(BLOCK, dtype=q.dtype)
@@ -225,11 +268,9 @@ def softmax_kernel(q, kT, vT, bias, lo, hi, n_groups, n_threads, out, lse):
         m_run = np.empty(TILE, dtype=q.dtype)
         s_run = np.empty(TILE, dtype=np.float64)
         for tile in range(first_tile(g, n_groups, n_threads), n_tiles, n_groups):
-            i0 = tile * TILE
-            nt = min(TILE, m_q - i0)
-            start, stop = start_tile(acc, lo, hi, i0, nt)
+            i0, nt, start, stop = start_tile(tile, TILE, m_q, BLOCK, acc, lo, hi)
             s_run[:] = 0.0
-            for j0 in range(start // BLOCK * BLOCK, stop, BLOCK):
+            for j0 in range(start, stop, BLOCK):
                 for t in range(nt):
                     i = i0 + t
                     a = max(lo[i], j0)           # this query's keys [a, a + nb) of the block
@@ -237,55 +278,13 @@ def softmax_kernel(q, kT, vT, bias, lo, hi, n_groups, n_threads, out, lse):
                     if nb <= 0:
                         continue
                     _block_logits(buf, q, i, kT, bias, a, nb)
-                    mb = buf[0]
-                    for j in range(1, nb):
-                        mb = fmax(mb, buf[j])
-                    lse_step(buf, nb, mb, m_run, s_run, acc, t, lo[i] >= j0, zero)
-                    _accumulate(acc[t], buf, vT, a, nb)
-            for t in range(nt):
-                if hi[i0 + t] > lo[i0 + t]:
-                    lse_finish(t, i0 + t, m_run, s_run, acc, out, lse)
-
-
-@njit(parallel=True, fastmath=FM_KERNEL, cache=True)
-def pointwise_kernel(phi, q, kT, vT, w, zb, lo, hi, n_groups, n_threads, out):
-    """out[i] = sum_{lo[i] <= j < hi[i]} w_j phi(q_i . k_j) v_j; phi: 0 id, 1 sigmoid, 2 relu.
-
-    Same tiling of queries as :func:`softmax_kernel` (no running maximum is needed).
-    """
-    m_q = q.shape[0]
-    c = vT.shape[0]
-    zero = q.dtype.type(0.0)
-    one = q.dtype.type(1.0)
-    n_tiles = (m_q + TILE - 1) // TILE
-    for g in prange(n_groups):
-        buf = np.empty(BLOCK, dtype=q.dtype)
-        acc = np.empty((TILE, c), dtype=np.float64)
-        for tile in range(first_tile(g, n_groups, n_threads), n_tiles, n_groups):
-            i0 = tile * TILE
-            nt = min(TILE, m_q - i0)
-            start, stop = start_tile(acc, lo, hi, i0, nt)
-            for j0 in range(start // BLOCK * BLOCK, stop, BLOCK):
-                for t in range(nt):
-                    i = i0 + t
-                    a = max(lo[i], j0)
-                    nb = min(hi[i], j0 + BLOCK) - a
-                    if nb <= 0:
-                        continue
-                    wb = w[a:a + nb]
-                    _block_logits(buf, q, i, kT, zb, a, nb)
-                    if phi == 1:
-                        for j in range(nb):
-                            z = buf[j]
-                            e = vexp(-abs(z))
-                            buf[j] = wb[j] * ((one if z >= zero else e) / (one + e))
-                    elif phi == 2:
-                        for j in range(nb):
-                            buf[j] = wb[j] * max(buf[j], zero)
+                    if mode == SOFTMAX:
+                        mb = buf[0]
+                        for j in range(1, nb):
+                            mb = fmax(mb, buf[j])
+                        lse_step(buf, nb, mb, m_run, s_run, acc, t, lo[i] >= j0,
+                                 q.dtype.type(0.0))
                     else:
-                        for j in range(nb):
-                            buf[j] = wb[j] * buf[j]
+                        apply_phi(mode, buf, nb, w[a:a + nb])
                     _accumulate(acc[t], buf, vT, a, nb)
-            for t in range(nt):
-                for cc in range(c):
-                    out[i0 + t, cc] = acc[t, cc]
+            finish_tile(mode, i0, nt, lo, hi, m_run, s_run, acc, out, lse)
