@@ -59,3 +59,37 @@ def test_window_is_part_of_the_attention_description():
 def test_bad_windows_are_refused_naming_them(kw, error, match):
     with pytest.raises(error, match=match):
         tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2), **kw)
+
+
+def test_a_windowed_run_keeps_its_window_in_files_and_configurations(tmp_path):
+    from transformer_pde.cli.builders import build_attention
+    from transformer_pde.errors import ConfigError
+
+    att = tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2), masked=True, window=2)
+    X = np.random.default_rng(0).normal(size=(5, 2))
+    traj = tp.simulate(att, X, positions=np.linspace(0, 1, 5), t_max=0.2, dt=0.1)
+    path = tp.io.save_trajectory(traj, tmp_path / "run.npz")
+    assert tp.io.read_trajectory(path)["attention"].window == 2
+    assert build_attention({"d": 2, "masked": True, "window": 3}).window == 3
+    with pytest.raises(ConfigError, match="window"):
+        build_attention({"d": 2, "window": 3})
+
+
+def test_a_checkpoint_with_another_window_does_not_resume(tmp_path):
+    from transformer_pde.errors import CheckpointError
+
+    X0 = np.random.default_rng(8).normal(size=(5, 2))
+    path = tmp_path / "run.ckpt"
+
+    def run(window, resume):
+        att = tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2), masked=True,
+                           window=window)
+        mon = tp.Monitor(checkpoint=path, resume=resume, checkpoint_every=1e-9)
+        return tp.simulate(att, X0, positions=np.linspace(0, 1, 5), t_max=0.3, dt=0.1,
+                           monitor=mon)
+
+    done = run(2, False)
+    for other in (3, None):
+        with pytest.raises(CheckpointError, match=r"different run: .*attention\.window"):
+            run(other, True)
+    np.testing.assert_array_equal(run(2, True).states, done.states)
