@@ -1,10 +1,13 @@
-"""NumPy reference backend: dense logits, processed in blocks of queries.
+r"""NumPy reference backend: dense logits, processed in blocks of queries.
 
 This is the reference every faster backend is tested against, so it favours
 obviously-correct code over speed: for a block of queries it forms the full block of
-logits, masks invisible keys with ``-inf``, subtracts the row maximum and
-exponentiates.  Memory is bounded by processing ``block`` queries at a time
-(``block * N`` logits).
+logits, masks the keys outside each query's range :math:`[\mathrm{lo}_i, \mathrm{hi}_i)`
+(:class:`~transformer_pde.backends.ranges.KeyRanges`) with ``-inf``, subtracts the row
+maximum and exponentiates.  Memory is bounded by processing ``block`` queries at a time
+(``block * N`` logits); general ranges restrict a block to the keys its queries span
+(block-diagonal ensembles then cost one block of keys per block of queries), prefix
+masks keep every key so that their results stay those of the full-width product.
 """
 
 from __future__ import annotations
