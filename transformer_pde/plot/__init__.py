@@ -23,23 +23,7 @@ from .pretrained import (STATISTICS_PANELS, DepthCurve, PathPanel, cosine_matric
 from .ranks import rank_histogram
 from .tokens import animate_particles, particles, rescaled_states
 
-__all__ = [
-    "STATISTICS_PANELS",
-    "DepthCurve",
-    "ModelCurve",
-    "PathPanel",
-    "animate_particles",
-    "attention_sink",
-    "cone",
-    "cone_coordinates",
-    "cone_slice",
-    "cosine_matrices",
-    "decoder_flows",
-    "models_side_by_side",
-    "particles",
-    "principal_plane",
-    "rank_histogram",
-    "rescaled_states",
-    "statistics_along_depth",
-    "token_paths",
-]
+__all__ = ["STATISTICS_PANELS", "DepthCurve", "ModelCurve", "PathPanel", "animate_particles",
+           "attention_sink", "cone", "cone_coordinates", "cone_slice", "cosine_matrices",
+           "decoder_flows", "models_side_by_side", "particles", "principal_plane",
+           "rank_histogram", "rescaled_states", "statistics_along_depth", "token_paths"]

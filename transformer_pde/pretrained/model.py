@@ -38,15 +38,8 @@ from ..errors import ModelDirectoryError, ModelDirectoryNotFound
 from .gguf_file import ARCHITECTURES, HeadGeometry
 from .gguf_format import check_finite
 
-__all__ = [
-    "LAYER_TENSORS",
-    "MODEL_FILES",
-    "SUPPORTED_MODEL_TYPES",
-    "EncoderConfig",
-    "ModelDirectory",
-    "read_config",
-    "read_model_dir",
-]
+__all__ = ["LAYER_TENSORS", "MODEL_FILES", "SUPPORTED_MODEL_TYPES", "EncoderConfig",
+           "ModelDirectory", "read_config", "read_model_dir"]
 
 #: ``model_type`` values of ``config.json`` that :func:`read_model_dir` reads (BERT layout)
 SUPPORTED_MODEL_TYPES = ("bert",)
