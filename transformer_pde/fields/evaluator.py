@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import validation
 from ..attention import Attention, AttentionParams
+from ..attention.matrix import float_dtype
 from ..attention.rotary import require_positions
 from ..attention.visibility import (query_ranges, segment_sizes, segment_weights,
                                     token_visibility)
@@ -21,17 +22,6 @@ from ..validation import type_name as _what
 from .kinds import BUILTIN_FIELDS, HEAD_FIELDS, FieldContext
 
 __all__ = ["FieldEvaluator", "velocity"]
-
-
-def _float_dtype(dtype: Any) -> np.dtype:
-    """``dtype`` as ``float64`` or ``float32`` (the dtypes the backends compute in)."""
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise ArgumentTypeError(f"dtype must be float64 or float32, got {dtype!r:.60}") from None
-    if dt not in (np.float64, np.float32):
-        raise ArgumentError(f"dtype must be float64 or float32, got {dt}")
-    return dt
 
 
 class FieldEvaluator:
@@ -101,7 +91,7 @@ class FieldEvaluator:
             raise ArgumentTypeError(f"check_finite must be a bool, got {check_finite!r:.60}")
         self.att = att
         self.n = validation.integer("n_tokens", n_tokens, minimum=1)
-        self.dtype = _float_dtype(dtype)
+        self.dtype = float_dtype(dtype)
         self.check_finite = bool(check_finite)
         self.be = get_backend(backend, n_tokens=self.n)
         self.sizes = segment_sizes(segments, self.n)
