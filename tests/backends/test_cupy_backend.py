@@ -7,9 +7,11 @@ What runs where
   (``__global__``/``__shared__``/``__syncthreads``/``threadIdx``/``blockIdx`` as C++
   threads and a barrier) and driven by the backend's own host code with NumPy standing in
   for CuPy (:class:`~transformer_pde.backends.cuda_cpu.CpuLauncher`).  Checked against the
-  NumPy reference: shapes not multiple of the tiles, one or several query blocks, the key
-  split and its merge, empty prefixes, -inf biases, every kind through ``velocity``,
-  Sinkhorn through ``lse``, float32 and float64.
+  dense references of :mod:`transformer_pde.testing.references`: shapes not multiple of
+  the tiles, one or several query blocks, the key split and its merge, key ranges (prefix
+  masks, segments, sliding windows, single keys, empty ranges, arbitrary ranges in any
+  query order), -inf biases, every kind through ``velocity``, Sinkhorn through ``lse``,
+  float32 and float64; a query's result bit for bit independent of its block mates.
 * CPU, pure Python: the split-merge formulas, the dense fallback, detection with CuPy
   absent or failing (monkeypatched), ``"auto"`` never choosing a failing GPU.
 * CUDA toolchain (NVRTC from the ``nvidia-cuda-nvrtc-cu12`` wheel of the ``[cuda-check]``
@@ -48,7 +50,8 @@ from transformer_pde.backends import cupy_backend as cb
 from transformer_pde.backends import get_backend
 from transformer_pde.backends.cuda_cpu import CpuLauncher, find_compiler
 from transformer_pde.backends.numpy_backend import NumpyBackend
-from transformer_pde.errors import BackendNotAvailable
+from transformer_pde.backends.ranges import KeyRanges
+from transformer_pde.errors import ArgumentError, ArgumentTypeError, BackendNotAvailable
 from transformer_pde.testing import attentions, references
 
 REF = references   # dense softmax / lse / pointwise
@@ -85,6 +88,39 @@ def gpu_like(launcher):
 
 
 # --------------------------------------------------------------------------- problems
+RANGE_KINDS = ("none", "prefix", "segments", "window", "single", "random")
+
+
+@st.composite
+def key_ranges(draw, m, n, kinds=RANGE_KINDS):
+    """``None``, a prefix mask or general ranges over ``n`` keys for ``m`` queries:
+    segments (some empty), sliding windows, single keys or arbitrary ranges, with empty
+    ranges (``lo = hi`` anywhere) sprinkled in and the queries in random order."""
+    kind = draw(st.sampled_from(kinds))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    if kind == "none":
+        return None
+    if kind == "prefix":
+        hi = rng.integers(0, n + 1, m)
+        hi[0] = draw(st.sampled_from([0, n]))                        # empty / full prefix
+        return KeyRanges.prefix(hi, n)
+    if kind == "segments":                   # blocks of keys, repeated cuts: empty ones
+        bounds = np.sort(np.concatenate([[0, n], rng.integers(0, n + 1, rng.integers(1, 6))]))
+        seg = rng.integers(0, bounds.size - 1, m)
+        lo, hi = bounds[seg], bounds[seg + 1]
+    elif kind == "window":                   # a token sees the w keys before its end
+        hi = rng.integers(0, n + 1, m)
+        lo = np.maximum(hi - draw(st.integers(1, 70)), 0)
+    elif kind == "single":
+        lo = rng.integers(0, n + 1, m)
+        hi = np.minimum(lo + 1, n)
+    else:
+        lo, hi = np.sort(rng.integers(0, n + 1, (2, m)), axis=0)
+    empty = rng.random(m) < 0.1
+    lo[empty] = hi[empty] = rng.integers(0, n + 1, int(empty.sum()))
+    return KeyRanges(lo, hi, n)
+
+
 @st.composite
 def problems(draw, dtype=np.float64, max_scale=1e3):
     seed = draw(st.integers(0, 2**32 - 1))
@@ -101,16 +137,13 @@ def problems(draw, dtype=np.float64, max_scale=1e3):
     bias = np.log(rng.uniform(0.1, 1.0, n))
     if draw(st.booleans()):                                           # zero weights
         bias[rng.random(n) < draw(st.sampled_from([0.1, 0.5, 1.0]))] = -np.inf
-    limits = None
-    if draw(st.booleans()):
-        limits = rng.integers(0, n + 1, m)
-        limits[0] = draw(st.sampled_from([0, n]))                    # empty / full prefix
+    ranges = draw(key_ranges(m, n))
     split = draw(st.sampled_from(["whole", "split"]))
 
     def cast(a):
         return a.astype(dtype)
 
-    return cast(q), cast(k), cast(v), cast(bias), limits, split
+    return cast(q), cast(k), cast(v), cast(bias), ranges, split
 
 
 def _logit_scale(q, k, bias):
@@ -122,10 +155,10 @@ def _logit_scale(q, k, bias):
 @settings(max_examples=25)
 @given(p=problems())
 def test_softmax_and_lse_float64(gpu_like, p):
-    q, k, v, bias, limits, split = p
+    q, k, v, bias, ranges, split = p
     be = gpu_like[split]
-    out, lse = be.softmax(q, k, v, bias, limits)
-    ref_out, ref_lse = REF.softmax(q, k, v, bias, limits)
+    out, lse = be.softmax(q, k, v, bias, ranges)
+    ref_out, ref_lse = REF.softmax(q, k, v, bias, ranges)
     assert out.dtype == lse.dtype == np.float64
     assert out.shape == ref_out.shape and lse.shape == ref_lse.shape
     cond = max(1.0, _logit_scale(q, k, bias) / 100.0)
@@ -133,17 +166,17 @@ def test_softmax_and_lse_float64(gpu_like, p):
     assert np.array_equal(np.isneginf(lse), np.isneginf(ref_lse))
     fin = np.isfinite(ref_lse)
     np.testing.assert_allclose(lse[fin], ref_lse[fin], rtol=1e-12, atol=1e-12 * cond)
-    np.testing.assert_array_equal(be.lse(q, k, bias, limits), lse)
+    np.testing.assert_array_equal(be.lse(q, k, bias, ranges), lse)
 
 
 @settings(max_examples=20)
 @given(p=problems(np.float32, max_scale=8.0))
 def test_softmax_and_lse_float32(gpu_like, p):
-    q, k, v, bias, limits, split = p
+    q, k, v, bias, ranges, split = p
     be = gpu_like[split]
-    out, lse = be.softmax(q, k, v, bias, limits)
+    out, lse = be.softmax(q, k, v, bias, ranges)
     assert out.dtype == lse.dtype == np.float32
-    ref_out, ref_lse = REF.softmax(*[a.astype(np.float64) for a in (q, k, v, bias)], limits)
+    ref_out, ref_lse = REF.softmax(*[a.astype(np.float64) for a in (q, k, v, bias)], ranges)
     np.testing.assert_allclose(out, ref_out, rtol=0, atol=1e-5 * np.abs(v).max())
     fin = np.isfinite(ref_lse)
     assert np.array_equal(fin, np.isfinite(lse))
@@ -155,72 +188,119 @@ def test_softmax_and_lse_float32(gpu_like, p):
 @settings(max_examples=8)
 @given(data=st.data())
 def test_pointwise(gpu_like, phi, dtype, rtol, data):
-    q, k, v, bias, limits, split = data.draw(problems(dtype, max_scale=50.0))
+    q, k, v, bias, ranges, split = data.draw(problems(dtype, max_scale=50.0))
     w = np.exp(bias.astype(np.float64)).astype(dtype)
-    out = gpu_like[split].pointwise(phi, q, k, v, w, limits)
+    out = gpu_like[split].pointwise(phi, q, k, v, w, ranges)
     assert out.dtype == dtype
-    _check_pointwise(out, phi, q, k, v, w, limits, rtol, dtype)
+    _check_pointwise(out, phi, q, k, v, w, ranges, rtol, dtype)
 
 
-def _check_pointwise(out, phi, q, k, v, w, limits, rtol, dtype):
+def _check_pointwise(out, phi, q, k, v, w, ranges, rtol, dtype):
     """|out - ref| <= rtol * sum_j w_j (|phi_ij| + |q_i|.|k_j|) |v_j| (+ the smallest normal).
 
     The |q_i|.|k_j| term is the rounding of the score itself (a score that cancels to
     about 0 can change sign in float32, and relu or identity then pass it on)."""
     f64 = [a.astype(np.float64) for a in (q, k, v, w)]
-    ref = REF.pointwise(phi, *f64, limits)
+    ref = REF.pointwise(phi, *f64, ranges)
     s = f64[0] @ f64[1].T
     mag = {"identity": np.abs(s), "sigmoid": 1 / (1 + np.exp(-np.clip(s, -700, 700))),
            "relu": np.maximum(s, 0)}[phi] + np.abs(f64[0]) @ np.abs(f64[1]).T
-    if limits is not None:
-        mag = np.where(np.arange(k.shape[0])[None, :] < limits[:, None], mag, 0.0)
+    if ranges is not None:
+        mag = np.where(ranges.mask(), mag, 0.0)
     scale = (mag * f64[3][None, :]) @ np.abs(f64[2])
     tiny = np.finfo(dtype).tiny * (1.0 + f64[3] @ np.abs(f64[2]))
     assert np.all(np.abs(out - ref) <= rtol * scale + tiny)
 
 
 @pytest.mark.parametrize("split", ["whole", "split"])
-def test_masked_query_never_reads_past_its_prefix(gpu_like, split, rng):
-    # keys beyond every prefix are NaN: a kernel that used them would say so
+@pytest.mark.parametrize("prefix", [True, False])
+def test_query_never_reads_outside_the_ranges(gpu_like, split, prefix, rng):
+    # keys outside every range are NaN: a kernel that used them would say so
     be = gpu_like[split]
     q, k, v = rng.normal(size=(30, 3)), rng.normal(size=(600, 3)), rng.normal(size=(600, 3))
-    limits = rng.integers(0, 300, 30)
+    lo = np.zeros(30, int) if prefix else rng.integers(100, 200, 30)
+    ranges = KeyRanges(lo, lo + rng.integers(0, 200, 30), 600)
     k_bad, v_bad = k.copy(), v.copy()
-    k_bad[300:], v_bad[300:] = np.nan, np.nan
-    out, lse = be.softmax(q, k_bad, v_bad, np.zeros(600), limits)
-    ref_out, ref_lse = REF.softmax(q, k, v, np.zeros(600), limits)
+    k_bad[400:], v_bad[400:] = np.nan, np.nan
+    if not prefix:
+        k_bad[:100], v_bad[:100] = np.nan, np.nan
+    out, lse = be.softmax(q, k_bad, v_bad, np.zeros(600), ranges)
+    ref_out, ref_lse = REF.softmax(q, k, v, np.zeros(600), ranges)
+    seen = ranges.counts > 0
     np.testing.assert_allclose(out, ref_out, rtol=0, atol=1e-12 * np.abs(v).max())
-    np.testing.assert_allclose(lse[limits > 0], ref_lse[limits > 0], rtol=1e-12)
-    out_pw = be.pointwise("sigmoid", q, k_bad, v_bad, np.ones(600), limits)
-    np.testing.assert_allclose(out_pw, REF.pointwise("sigmoid", q, k, v, np.ones(600), limits),
+    np.testing.assert_allclose(lse[seen], ref_lse[seen], rtol=1e-12)
+    assert np.all(np.isneginf(lse[~seen]))
+    out_pw = be.pointwise("sigmoid", q, k_bad, v_bad, np.ones(600), ranges)
+    np.testing.assert_allclose(out_pw, REF.pointwise("sigmoid", q, k, v, np.ones(600), ranges),
                                rtol=1e-12, atol=1e-12)
 
 
-def test_queries_see_only_their_own_prefix(gpu_like, rng):
+def test_queries_see_only_their_own_range(gpu_like, rng):
     # a NaN key visible to one query must not leak into a query of the same block that
-    # does not see it
+    # does not see it (before its lo or from its hi on)
     be = gpu_like["whole"]
-    q, k, v = rng.normal(size=(3, 2)), rng.normal(size=(100, 2)), rng.normal(size=(100, 2))
-    k[70] = np.nan
-    limits = np.array([50, 100, 69])
-    out, lse = be.softmax(q, k, v, None, limits)
-    ref_out = REF.softmax(q, k, v, None, limits)[0]
-    np.testing.assert_array_equal(np.isfinite(lse), [True, False, True])
+    q, k, v = rng.normal(size=(5, 2)), rng.normal(size=(100, 2)), rng.normal(size=(100, 2))
+    k[5] = k[70] = np.nan
+    ranges = KeyRanges([10, 60, 71, 6, 3], [50, 100, 100, 70, 3], 100)
+    out, lse = be.softmax(q, k, v, None, ranges)
+    ref_out = REF.softmax(q, k, v, None, ranges)[0]
+    np.testing.assert_array_equal(np.isfinite(lse), [True, False, True, True, False])
     np.testing.assert_allclose(out, ref_out, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 def test_non_finite_bias_matches_reference(gpu_like, bad, rng):
-    q, k, v = rng.normal(size=(5, 2)), rng.normal(size=(200, 2)), rng.normal(size=(200, 2))
+    q, k, v = rng.normal(size=(6, 2)), rng.normal(size=(200, 2)), rng.normal(size=(200, 2))
     bias = np.zeros(200)
     bias[150] = bad
-    limits = np.array([100, 200, 151, 150, 0])
-    for be in gpu_like.values():
-        with np.errstate(invalid="ignore"):
-            out, lse = be.softmax(q, k, v, bias, limits)
-            ref_out, ref_lse = REF.softmax(q, k, v, bias, limits)
-        np.testing.assert_array_equal(np.isneginf(lse), np.isneginf(ref_lse))
-        np.testing.assert_allclose(out, ref_out, rtol=0, atol=1e-12)
+    for ranges in (KeyRanges.prefix([100, 200, 151, 150, 0, 7], 200),
+                   KeyRanges([0, 150, 151, 120, 0, 150], [100, 151, 200, 150, 0, 150], 200)):
+        for be in gpu_like.values():
+            with np.errstate(invalid="ignore"):
+                out, lse = be.softmax(q, k, v, bias, ranges)
+                ref_out, ref_lse = REF.softmax(q, k, v, bias, ranges)
+            np.testing.assert_array_equal(np.isneginf(lse), np.isneginf(ref_lse))
+            np.testing.assert_allclose(out, ref_out, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@settings(max_examples=10)
+@given(data=st.data())
+def test_result_of_a_query_does_not_depend_on_its_block(gpu_like, dtype, data):
+    # key tiles lie on a fixed grid: each query alone gives bit for bit its row of the
+    # whole call (so the sort by ranges, and prefix masks, change no result)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    m, n, d = data.draw(st.integers(2, 300)), data.draw(st.integers(1, 300)), 2
+    q, k, v = (rng.normal(size=s).astype(dtype) for s in ((m, d), (n, d), (n, d)))
+    ranges = data.draw(key_ranges(m, n))
+    be = gpu_like["whole"]
+    out, lse = be.softmax(q, k, v, None, ranges)
+    pw = be.pointwise("sigmoid", q, k, v, np.ones(n, dtype), ranges)
+    for i in rng.integers(0, m, 3):
+        part = None if ranges is None else ranges.take([i])
+        o1, l1 = be.softmax(q[i:i + 1], k, v, None, part)
+        assert np.array_equal(o1[0], out[i]) and np.array_equal(l1[0], lse[i])
+        assert np.array_equal(be.pointwise("sigmoid", q[i:i + 1], k, v, np.ones(n, dtype),
+                                           part)[0], pw[i])
+
+
+@pytest.mark.parametrize("split", ["whole", "split"])
+def test_segments_equal_separate_runs(gpu_like, split, rng):
+    # an ensemble of systems is one call over block-diagonal ranges
+    sizes = [1, 70, 200, 33]
+    n, d = sum(sizes), 3
+    X = rng.normal(size=(n, d))
+    bias = np.log(rng.uniform(0.1, 1.0, n))
+    be = gpu_like[split]
+    out, lse = be.softmax(X, X, X, bias, KeyRanges.segments(sizes))
+    pw = be.pointwise("relu", X, X, X, np.exp(bias), KeyRanges.segments(sizes))
+    for a, b in zip(np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes), strict=True):
+        o, l_ = be.softmax(X[a:b], X[a:b], X[a:b], bias[a:b], None)
+        np.testing.assert_allclose(out[a:b], o, rtol=0, atol=1e-12 * np.abs(X).max())
+        np.testing.assert_allclose(lse[a:b], l_, rtol=1e-12)
+        np.testing.assert_allclose(pw[a:b], be.pointwise("relu", X[a:b], X[a:b], X[a:b],
+                                                         np.exp(bias[a:b]), None),
+                                   rtol=1e-12, atol=1e-12)
 
 
 def test_huge_logits_do_not_overflow(gpu_like, rng):
@@ -260,8 +340,10 @@ def test_wide_values_and_keys(launcher, rng, monkeypatch):
     monkeypatch.setattr(cb, "MAX_WIDTH", 2)
     be = cb.CupyBackend(launcher, target_blocks=1, self_test=False)
     q, k, v = rng.normal(size=(20, 2)), rng.normal(size=(90, 2)), rng.normal(size=(90, 3))
-    limits = rng.integers(0, 91, 20)
-    for lim in (None, limits):
+    prefix = KeyRanges.prefix(rng.integers(0, 91, 20), 90)
+    lo = np.sort(rng.integers(0, 60, 20))
+    ranges = KeyRanges(lo, lo + rng.integers(0, 31, 20), 90)
+    for lim in (None, prefix, ranges):
         out, lse = be.softmax(q, k, v, None, lim)
         ref_out, ref_lse = REF.softmax(q, k, v, None, lim)
         np.testing.assert_allclose(out, ref_out, rtol=0, atol=1e-12)
@@ -270,12 +352,13 @@ def test_wide_values_and_keys(launcher, rng, monkeypatch):
                                    REF.pointwise("relu", q, k, v, np.ones(90), lim),
                                    rtol=1e-12, atol=1e-12)
     q3, k3 = rng.normal(size=(20, 3)), rng.normal(size=(90, 3))
-    out, lse = be.softmax(q3, k3, v, None, limits)
-    ref_out, ref_lse = REF.softmax(q3, k3, v, None, limits)
-    np.testing.assert_allclose(out, ref_out, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(be.pointwise("sigmoid", q3, k3, v, np.ones(90), limits),
-                               REF.pointwise("sigmoid", q3, k3, v, np.ones(90), limits),
-                               rtol=1e-12, atol=1e-12)
+    for lim in (prefix, ranges):
+        out, lse = be.softmax(q3, k3, v, None, lim)
+        ref_out, ref_lse = REF.softmax(q3, k3, v, None, lim)
+        np.testing.assert_allclose(out, ref_out, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(be.pointwise("sigmoid", q3, k3, v, np.ones(90), lim),
+                                   REF.pointwise("sigmoid", q3, k3, v, np.ones(90), lim),
+                                   rtol=1e-12, atol=1e-12)
 
 
 def test_bad_arguments(gpu_like):
@@ -287,8 +370,14 @@ def test_bad_arguments(gpu_like):
         be.lse(q, np.zeros((3, 4)), None, None)
     with pytest.raises(ValueError, match="bias"):
         be.lse(q, q, np.zeros(4), None)
-    with pytest.raises(ValueError, match="limits"):
-        be.lse(q, q, None, np.zeros(2, int))
+    with pytest.raises(ArgumentTypeError, match="ranges must be None or"):
+        be.lse(q, q, None, np.zeros(3, int))          # prefix lengths, not KeyRanges
+    with pytest.raises(ArgumentError, match="one range per query"):
+        be.lse(q, q, None, KeyRanges.prefix([1, 2], 3))
+    with pytest.raises(ArgumentError, match="index 4 keys"):
+        be.softmax(q, q, q, None, KeyRanges.full(3, 4))
+    with pytest.raises(ArgumentError, match="lo > hi"):
+        be.lse(q, q, None, KeyRanges([0, 2, 0], [1, 1, 3], 3))
     with pytest.raises(ValueError, match="w must"):
         be.pointwise("relu", q, q, q, np.ones(4), None)
 
@@ -356,12 +445,12 @@ def test_simulate_matches_numpy(gpu_like, rng):
 
 
 # --------------------------------------------------------------------------- host code, pure NumPy
-def _partials(q, k, v, bias, limits, chunk):
+def _partials(q, k, v, bias, ranges, chunk):
     """Per-chunk (m, s, a) in base 2, computed densely (the kernels' contract)."""
     n = k.shape[0]
     logits = (q @ k.T + bias[None, :]) / np.log(2.0)
-    if limits is not None:
-        logits = np.where(np.arange(n)[None, :] < limits[:, None], logits, -np.inf)
+    if ranges is not None:
+        logits = np.where(ranges.mask(), logits, -np.inf)
     parts = []
     for j0 in range(0, n, chunk):
         sl = logits[:, j0:j0 + chunk]
@@ -374,19 +463,19 @@ def _partials(q, k, v, bias, limits, chunk):
     return np.stack(parts)
 
 
-@given(seed=st.integers(0, 2**32 - 1), chunk=st.integers(1, 50), masked=st.booleans())
-def test_merge_softmax_partials(seed, chunk, masked):
+@given(seed=st.integers(0, 2**32 - 1), chunk=st.integers(1, 50), data=st.data())
+def test_merge_softmax_partials(seed, chunk, data):
     rng = np.random.default_rng(seed)
     q, k, v = rng.normal(size=(9, 2)) * 3, rng.normal(size=(60, 2)) * 3, rng.normal(size=(60, 3))
     bias = np.where(rng.random(60) < 0.3, -np.inf, 0.0)
-    limits = rng.integers(0, 61, 9) if masked else None
-    out, lse = cb.merge_softmax_partials(np, _partials(q, k, v, bias, limits, chunk), np.float64)
-    ref_out, ref_lse = REF.softmax(q, k, v, bias, limits)
+    ranges = data.draw(key_ranges(9, 60))
+    out, lse = cb.merge_softmax_partials(np, _partials(q, k, v, bias, ranges, chunk), np.float64)
+    ref_out, ref_lse = REF.softmax(q, k, v, bias, ranges)
     np.testing.assert_allclose(out, ref_out, rtol=0, atol=1e-12)
     assert np.array_equal(np.isneginf(lse), np.isneginf(ref_lse))
     fin = np.isfinite(ref_lse)
     np.testing.assert_allclose(lse[fin], ref_lse[fin], rtol=1e-12, atol=1e-12)
-    f32 = cb.merge_softmax_partials(np, _partials(q, k, v, bias, limits, chunk), np.float32)
+    f32 = cb.merge_softmax_partials(np, _partials(q, k, v, bias, ranges, chunk), np.float32)
     assert f32[0].dtype == f32[1].dtype == np.float32
 
 
@@ -406,8 +495,11 @@ def test_merge_partials_non_finite():
 def test_plain_path_matches_reference(phi, rng):
     q, k, v = rng.normal(size=(30, 3)) * 5, rng.normal(size=(50, 3)), rng.normal(size=(50, 2))
     bias = np.where(rng.random(50) < 0.2, -np.inf, rng.normal(size=50))
-    limits = rng.integers(0, 51, 30)
-    for lim in (None, limits):
+    lo = np.sort(rng.integers(0, 51, 30))
+    lo[:3] = 0
+    hi = np.minimum(lo + rng.integers(0, 20, 30), 50)
+    hi[-3:] = lo[-3:]                                   # a row block of empty ranges
+    for lim in (None, KeyRanges.prefix(rng.integers(0, 51, 30), 50), KeyRanges(lo, hi, 50)):
         out, lse = cb.plain_softmax(np, q, k, v, bias, lim, max_elems=200)
         ref_out, ref_lse = REF.softmax(q, k, v, bias, lim)
         np.testing.assert_allclose(out, ref_out, rtol=1e-13, atol=1e-13)
@@ -426,11 +518,12 @@ def test_kernel_config_and_names():
             for c in (0, r):
                 cfg = cb.kernel_config(dt, r, c)
                 assert cfg.qpt in (1, 2, 4, 8) and cfg.nt % 32 == 0
-    assert cb.softmax_kernel_name(np.float32, 3, 0).startswith("tpde_softmax<float, 3, 0,")
+    assert cb.softmax_kernel_name(np.float32, 3, 0).startswith(
+        "tpde_reduce<tpde_softmax_acc<float, 3, 0>,")
     assert cb.pointwise_kernel_name(np.float64, 2, 2, "relu").startswith(
-        "tpde_pointwise<double, 2, 2, 2,")
+        "tpde_reduce<tpde_pointwise_acc<double, 2, 2, 2>,")
     src = cb.kernel_source()
-    assert "tpde_softmax" in src and "#include" not in src.replace('"#include', "")
+    assert "tpde_reduce" in src and "#include" not in src.replace('"#include', "")
 
 
 # --------------------------------------------------------------------------- detection
@@ -646,8 +739,8 @@ def gpu():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-12), (np.float32, 1e-5)])
-@pytest.mark.parametrize("masked", [False, True])
-def test_gpu_primitives(gpu, dtype, tol, masked, rng):
+@pytest.mark.parametrize("kind", ["none", "prefix", "window", "segments"])
+def test_gpu_primitives(gpu, dtype, tol, kind, rng):
     # same tolerances as the CPU tests: the reference sees the inputs rounded to dtype
     for d in WIDTHS:
         m, n = 3000, 20_011
@@ -655,11 +748,14 @@ def test_gpu_primitives(gpu, dtype, tol, masked, rng):
         k = (rng.normal(size=(n, d)) / np.sqrt(d)).astype(dtype)
         v = rng.normal(size=(n, d)).astype(dtype)
         bias = np.log(rng.uniform(0.1, 1, n)).astype(dtype)
-        limits = rng.integers(0, n + 1, m) if masked else None
-        lim_d = None if limits is None else gpu.asarray(limits)
+        hi = np.sort(rng.integers(0, n + 1, m))
+        ranges = {"none": None, "prefix": KeyRanges.prefix(rng.permutation(hi), n),
+                  "window": KeyRanges(np.maximum(hi - 1000, 0), hi, n),
+                  "segments": KeyRanges.segments([n // 3, n - 2 * (n // 3), n // 3]).take(
+                      np.sort(rng.integers(0, n, m)))}[kind]
         f64 = [a.astype(np.float64) for a in (q, k, v, bias)]
-        ref_out, ref_lse = REF.softmax(*f64, limits)
-        out, lse = gpu.softmax(*[gpu.asarray(a) for a in (q, k, v, bias)], lim_d)
+        ref_out, ref_lse = REF.softmax(*f64, ranges)
+        out, lse = gpu.softmax(*[gpu.asarray(a) for a in (q, k, v, bias)], ranges)
         assert type(out).__module__.startswith("cupy") and out.dtype == dtype
         np.testing.assert_allclose(gpu.to_numpy(out), ref_out, rtol=0, atol=tol * np.abs(v).max())
         fin = np.isfinite(ref_lse)
@@ -668,8 +764,8 @@ def test_gpu_primitives(gpu, dtype, tol, masked, rng):
         w = np.exp(f64[3]).astype(dtype)
         for phi in cb.PHI_CODES:
             got = gpu.to_numpy(gpu.pointwise(phi, *[gpu.asarray(a) for a in (q, k, v, w)],
-                                             lim_d))
-            _check_pointwise(got, phi, q, k, v, w, limits, tol, dtype)
+                                             ranges))
+            _check_pointwise(got, phi, q, k, v, w, ranges, tol, dtype)
 
 
 @pytest.mark.gpu

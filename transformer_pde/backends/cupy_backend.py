@@ -1,12 +1,13 @@
 r"""CuPy backend: fused streaming CUDA kernels for the three primitives, state on the GPU.
 
-The primitives of :mod:`transformer_pde.backends` are two CUDA C kernel templates in
+The primitives of :mod:`transformer_pde.backends` are one CUDA C kernel template in
 ``kernels/attention.cu`` (shipped as package data, compiled by NVRTC through
-:class:`cupy.RawModule` once per specialisation and cached on disk by CuPy):
+:class:`cupy.RawModule` once per specialisation and cached on disk by CuPy),
+``tpde_reduce<P, QPT, NT, TK>``, with one *accumulator policy* ``P`` per primitive:
 
-``tpde_softmax<T, R, C, QPT, NT, TK>``
+``tpde_softmax_acc<T, R, C>``
     softmax with key bias (``C = 0``: log-sum-exp alone, for Sinkhorn);
-``tpde_pointwise<T, R, C, PHI, QPT, NT, TK>``
+``tpde_pointwise_acc<T, R, C, PHI>``
     :math:`\sum_j w_j \varphi(q_i\cdot k_j) v_j` for identity, sigmoid and relu.
 
 ``T`` is float or double, ``R`` and ``C`` the widths of keys and values (at most
@@ -24,13 +25,19 @@ float64 totals at the end of every tile.  Then
 
 When there are too few blocks of queries to fill the GPU (``M`` small), the keys are
 split into chunks (``gridDim.y``) whose partial results :math:`(m, s, a)` are merged by
-:func:`merge_softmax_partials` (:math:`m^* = \max m_c`,
-:math:`s = \sum_c 2^{m_c - m^*} s_c`, likewise :math:`a`).  Masked calls (keys sorted by
-position, query ``i`` sees keys ``j < limits[i]``) sort the queries by their prefix
-length so that each block stops at its own longest prefix; a key beyond a query's prefix
-is never used by that query (nor loaded, beyond the block's longest prefix).
+:func:`merge_softmax_partials` (:math:`m^* = \max_c m_c`,
+:math:`s = \sum_c 2^{m_c - m^*} s_c`, likewise :math:`a`).
 
-Special values follow the NumPy reference: a query with no visible mass (empty prefix or
+Key ranges (:class:`~transformer_pde.backends.ranges.KeyRanges`, query ``i`` sees the
+keys :math:`\mathrm{lo}_i \le j < \mathrm{hi}_i`) go to the kernels as two int32
+arrays.  The queries are sorted by their ranges (by ``hi`` for prefix masks, by
+``(lo, hi)`` otherwise), so that each block visits only ``[min lo, max hi)`` of its
+queries (one segment's keys for an ensemble or packed sequences, a band for sliding
+windows); a key outside a query's own range is never used by that query.  Key tiles
+start on a fixed grid, so a query's result does not depend on the other queries of its
+block: prefix masks give bit for bit the results of the former per-query prefix lengths.
+
+Special values follow the NumPy reference: a query with no visible mass (empty range or
 every visible bias :math:`-\infty`) gets ``out = 0`` and ``lse = -inf``; a NaN or
 :math:`+\infty` logit gives the same answer.
 
@@ -52,8 +59,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..errors import BackendNotAvailable
+from . import to_host
 from .numpy_backend import NumpyBackend, overflow_scale
-from .ranges import KeyRanges
+from .ranges import KeyRanges, check_ranges
 
 __all__ = [
     "INSTALL_HINT",
@@ -132,17 +140,20 @@ def _ctype(dtype: Any) -> str:
     return "double" if np.dtype(dtype) == np.float64 else "float"
 
 
+def _reduce_name(policy: str, cfg: KernelConfig) -> str:
+    return f"tpde_reduce<{policy}, {cfg.qpt}, {cfg.nt}, {cfg.tk}>"
+
+
 def softmax_kernel_name(dtype: Any, r: int, c: int) -> str:
     """Name expression of the softmax (``c > 0``) or lse (``c = 0``) specialisation."""
-    cfg = kernel_config(dtype, r, c)
-    return f"tpde_softmax<{_ctype(dtype)}, {r}, {c}, {cfg.qpt}, {cfg.nt}, {cfg.tk}>"
+    return _reduce_name(f"tpde_softmax_acc<{_ctype(dtype)}, {r}, {c}>",
+                        kernel_config(dtype, r, c))
 
 
 def pointwise_kernel_name(dtype: Any, r: int, c: int, phi: str) -> str:
     """Name expression of the pointwise specialisation for ``phi``."""
-    cfg = kernel_config(dtype, r, c, softmax=False)
-    return (f"tpde_pointwise<{_ctype(dtype)}, {r}, {c}, {PHI_CODES[phi]}, {cfg.qpt}, "
-            f"{cfg.nt}, {cfg.tk}>")
+    return _reduce_name(f"tpde_pointwise_acc<{_ctype(dtype)}, {r}, {c}, {PHI_CODES[phi]}>",
+                        kernel_config(dtype, r, c, softmax=False))
 
 
 class Launcher(Protocol):
@@ -185,13 +196,26 @@ def merge_pointwise_partials(xp: Any, part: Any, dtype: Any) -> Any:
 
 
 # --------------------------------------------------------------------------- plain path
-def _plain_rows(m: int, n: int, max_elems: int):
+def _plain_blocks(xp: Any, m: int, n: int, ranges: KeyRanges | None, max_elems: int):
+    """Row blocks ``sl`` of about ``max_elems`` scores, each with the first key ``a`` and
+    the number of keys its queries may see, and the hidden entries among those keys
+    (``None``: all visible).  General ranges restrict a block to its span
+    ``[min lo, max hi)``; prefix masks and ``None`` keep every key (the results of a
+    prefix mask stay those of a full-width product)."""
     step = max(1, max_elems // max(n, 1))
     for start in range(0, m, step):
-        yield slice(start, min(m, start + step))
+        sl = slice(start, min(m, start + step))
+        if ranges is None:
+            yield sl, 0, n, None
+            continue
+        part = ranges.take(sl)
+        a, b = (0, n) if ranges.is_prefix else part.span()
+        cols = xp.arange(a, b)[None, :]
+        yield sl, a, b, ((cols < xp.asarray(part.lo)[:, None])
+                         | (cols >= xp.asarray(part.hi)[:, None]))
 
 
-def plain_softmax(xp: Any, q: Any, k: Any, v: Any, bias: Any, limits: Any, *,
+def plain_softmax(xp: Any, q: Any, k: Any, v: Any, bias: Any, ranges: KeyRanges | None, *,
                   max_elems: int = 1 << 25) -> tuple[Any, Any]:
     """Softmax by dense blocks of logits (``xp`` matmul, max, exp): the baseline path.
 
@@ -204,13 +228,14 @@ def plain_softmax(xp: Any, q: Any, k: Any, v: Any, bias: Any, limits: Any, *,
     c = 0 if v is None else v.shape[1]
     out = xp.zeros((m, c), dtype=dtype)
     lse = xp.full(m, -np.inf, dtype=dtype)
-    cols = xp.arange(n)
-    for sl in _plain_rows(m, n, max_elems):
-        logits = q[sl] @ k.T
+    for sl, a, b, hidden in _plain_blocks(xp, m, n, ranges, max_elems):
+        if a == b:
+            continue                          # no visible key: out = 0, lse = -inf
+        logits = q[sl] @ k[a:b].T
         if bias is not None:
-            logits = logits + bias[None, :]
-        if limits is not None:
-            logits = xp.where(cols[None, :] >= limits[sl][:, None], -np.inf, logits)
+            logits = logits + bias[None, a:b]
+        if hidden is not None:
+            logits = xp.where(hidden, -np.inf, logits)
         with np.errstate(invalid="ignore", over="ignore"):
             mx = logits.max(axis=1)
             ok = xp.isfinite(mx)
@@ -221,18 +246,19 @@ def plain_softmax(xp: Any, q: Any, k: Any, v: Any, bias: Any, limits: Any, *,
             s_safe = xp.where(good, s, 1.0)
             lse[sl] = xp.where(good, mx + xp.log(s_safe), -np.inf)
             if c:
-                out[sl] = xp.where(good[:, None], (p @ v) / s_safe[:, None], 0.0)
+                out[sl] = xp.where(good[:, None], (p @ v[a:b]) / s_safe[:, None], 0.0)
     return out, lse
 
 
-def plain_pointwise(xp: Any, phi: str, q: Any, k: Any, v: Any, w: Any, limits: Any, *,
-                    max_elems: int = 1 << 25) -> Any:
+def plain_pointwise(xp: Any, phi: str, q: Any, k: Any, v: Any, w: Any,
+                    ranges: KeyRanges | None, *, max_elems: int = 1 << 25) -> Any:
     """Pointwise kinds by dense blocks of scores (see :func:`plain_softmax`)."""
     m, n = q.shape[0], k.shape[0]
     out = xp.zeros((m, v.shape[1]), dtype=q.dtype)
-    cols = xp.arange(n)
-    for sl in _plain_rows(m, n, max_elems):
-        z = q[sl] @ k.T
+    for sl, a, b, hidden in _plain_blocks(xp, m, n, ranges, max_elems):
+        if a == b:
+            continue
+        z = q[sl] @ k[a:b].T
         if phi == "sigmoid":
             e = xp.exp(-xp.abs(z))
             f = xp.where(z >= 0, 1.0, e) / (1.0 + e)
@@ -240,10 +266,10 @@ def plain_pointwise(xp: Any, phi: str, q: Any, k: Any, v: Any, w: Any, limits: A
             f = xp.maximum(z, 0.0)
         else:
             f = z
-        f = f * w[None, :]
-        if limits is not None:
-            f = xp.where(cols[None, :] >= limits[sl][:, None], 0.0, f)
-        out[sl] = (f @ v).astype(q.dtype)
+        f = f * w[None, a:b]
+        if hidden is not None:
+            f = xp.where(hidden, 0.0, f)
+        out[sl] = (f @ v[a:b]).astype(q.dtype)
     return out
 
 
@@ -353,6 +379,7 @@ class CupyBackend:
             self.target_blocks = (int(target_blocks) if target_blocks is not None
                                   else _BLOCKS_PER_SM * int(self.launcher.n_multiprocessors))
             self._dummies: dict[Any, Any] = {}
+            self._last_ranges: tuple[Any, Any] = (None, None)
             if self_test:
                 self._self_test()
         except BackendNotAvailable as exc:
@@ -368,9 +395,7 @@ class CupyBackend:
         return self.xp.asarray(a, dtype=dtype)
 
     def to_numpy(self, a: Any) -> np.ndarray:
-        if hasattr(a, "get"):
-            return a.get()
-        return np.asarray(a)
+        return to_host(a)
 
     # ------------------------------------------------------------------ checks
     def _self_test(self) -> None:
@@ -401,7 +426,7 @@ class CupyBackend:
             d = self._dummies[key] = self.xp.zeros(1, dtype=key)
         return d
 
-    def _prepare(self, q, k, others, limits):
+    def _prepare(self, q, k, others, ranges):
         xp = self.xp
         q = xp.asarray(q)
         k = xp.asarray(k)
@@ -415,20 +440,11 @@ class CupyBackend:
         for o in others:
             if o.ndim != 2 or o.shape[0] != n:
                 raise ValueError(f"v must have shape ({n}, c), got {o.shape}")
-        lim = None
-        if limits is not None:
-            if isinstance(limits, KeyRanges):   # TRANSITION: prefix ranges only, until lo is in the kernels
-                if not limits.is_prefix:
-                    raise NotImplementedError("key ranges with lo > 0 on the CuPy backend")
-                limits = limits.hi
-            lim = xp.asarray(limits)
-            if lim.shape != (m,):
-                raise ValueError(f"limits must have shape ({m},), got {lim.shape}")
-            lim = xp.clip(lim, 0, n).astype(np.int32)
+        ranges = check_ranges(ranges, m, n)
         qc = xp.ascontiguousarray(q, dtype=dtype)
         kc = xp.ascontiguousarray(k, dtype=dtype)
         oc = [xp.ascontiguousarray(o, dtype=dtype) for o in others]
-        return dtype, qc, kc, oc, lim
+        return dtype, qc, kc, oc, ranges
 
     def _vector(self, a, n, dtype, name):
         a = self.xp.asarray(a)
@@ -436,30 +452,35 @@ class CupyBackend:
             raise ValueError(f"{name} must have shape ({n},), got {a.shape}")
         return self.xp.ascontiguousarray(a, dtype=dtype)
 
-    def _needs_reference(self, q, k, b, lim, w=None) -> bool:
+    def _needs_reference(self, q, k, s, ranges, weights: bool) -> bool:
         """Calls the NumPy reference answers instead of the kernels (as the numba backend).
 
         Logits that may come near the float range (the reference rescales them exactly,
         :func:`~transformer_pde.backends.numpy_backend.overflow_scale`), non-finite
-        queries or keys, a NaN or ``+inf`` bias, non-finite pointwise weights.  One
-        device-to-host copy of a few numbers per call.  Keys beyond every query's prefix
-        are not looked at (no query sees them).
+        queries or keys, a NaN or ``+inf`` bias ``s``, non-finite pointwise weights
+        ``s`` (``weights``).  One device-to-host copy of a few numbers per call.  Only the keys
+        ``[min lo, max hi)`` of the non-empty ranges are looked at (no query sees others).
         """
         xp = self.xp
-        if q.size == 0 or k.size == 0:
-            return False
         n = k.shape[0]
-        vis = xp.ones(n, dtype=bool) if lim is None else xp.arange(n) < lim.max()
+        j0, j1 = 0, n
+        if ranges is not None:
+            seen = ranges.lo < ranges.hi
+            j0, j1 = ((int(ranges.lo[seen].min()), int(ranges.hi[seen].max())) if seen.any()
+                      else (0, 0))
+        if q.size == 0 or k.size == 0 or j0 == j1:
+            return False
+        k = k[j0:j1]
         zero = xp.zeros((), dtype=np.float64)
         bad = zero
         ba = zero
-        if b is not None:
-            ba = xp.where(vis & xp.isfinite(b), xp.abs(b), 0).max()
-            bad = bad + ((xp.isnan(b) | (b == np.inf)) & vis).any()
-        if w is not None:
-            bad = bad + (~xp.isfinite(w) & vis).any()
-        ka = xp.where(vis[:, None], xp.abs(k), 0).max()
-        stats = [xp.abs(q).max(), ka, ba, bad]
+        if weights:
+            bad = bad + (~xp.isfinite(s[j0:j1])).any()
+        elif s is not None:
+            s = s[j0:j1]
+            ba = xp.where(xp.isfinite(s), xp.abs(s), 0).max()
+            bad = bad + (xp.isnan(s) | (s == np.inf)).any()
+        stats = [xp.abs(q).max(), xp.abs(k).max(), ba, bad]
         vals = self.to_numpy(xp.stack([xp.asarray(a, dtype=np.float64) for a in stats]))
         qa, ka, ba, bad = (float(x) for x in vals)
         if not (math.isfinite(qa) and math.isfinite(ka)) or bad != 0:
@@ -480,127 +501,108 @@ class CupyBackend:
         chunk = -(-n_tiles // s) * tk
         return chunk, max(1, -(-n // chunk))
 
-    @staticmethod
-    def _order(xp, lim):
-        """Queries sorted by prefix length (each block then stops at its own longest)."""
-        if lim is None or lim.shape[0] < 2:
-            return None
-        return xp.argsort(lim, kind="stable") if xp is np else xp.argsort(lim)
-
-    # ------------------------------------------------------------------ softmax
-    def _softmax_run(self, dtype, q, k, v, b, lim, c):
-        """One kernel launch (or one per key chunk, merged): (out (M, c), lse (M,))."""
+    def _device_ranges(self, ranges: KeyRanges | None):
+        """``(lo, hi, order, inverse)`` for the kernels: the ranges as int32 device
+        arrays, sorted by ``hi`` (prefix masks) or ``(lo, hi)``, the sorting permutation
+        of the queries and its inverse (all ``None`` without ranges; no sort for one
+        query).  The last ranges are cached (a field passes the same :class:`KeyRanges`
+        for every head and step, and their arrays are read-only)."""
+        if ranges is None:
+            return None, None, None, None
+        if self._last_ranges[0] is ranges:
+            return self._last_ranges[1]
         xp = self.xp
-        m, r = q.shape
-        n = k.shape[0]
-        name = softmax_kernel_name(dtype, r, c)
-        cfg = kernel_config(dtype, r, c)
-        chunk, s = self._split(m, n, cfg.qpt, cfg.nt, cfg.tk)
-        grid = (-(-m // (cfg.qpt * cfg.nt)), s)
-        dummy = self._dummy(dtype)
-        args_in = [q, k, dummy if v is None else v, dummy if b is None else b,
-                   self._dummy(np.int32) if lim is None else lim, m, n, chunk,
-                   int(b is not None), int(lim is not None)]
-        if s == 1:
-            out = xp.empty((m, c), dtype=dtype) if c else dummy
-            lse = xp.empty(m, dtype=dtype)
-            self.launcher.launch(name, grid, cfg.nt, args_in + [out, lse, self._dummy(np.float64)])
-            return (out if c else xp.zeros((m, 0), dtype=dtype)), lse
-        part = xp.empty((s, m, c + 2), dtype=np.float64)
-        self.launcher.launch(name, grid, cfg.nt, args_in + [dummy, dummy, part])
-        return merge_softmax_partials(xp, part, dtype)
+        lo = xp.asarray(ranges.lo, dtype=np.int32)
+        hi = xp.asarray(ranges.hi, dtype=np.int32)
+        order = inverse = None
+        if len(ranges) > 1:
+            key = hi if ranges.is_prefix else lo.astype(np.int64) * (ranges.n_keys + 1) + hi
+            order = xp.argsort(key)
+            inverse = xp.empty_like(order)
+            inverse[order] = xp.arange(order.shape[0])
+            lo, hi = lo[order], hi[order]
+        self._last_ranges = (ranges, (lo, hi, order, inverse))
+        return lo, hi, order, inverse
 
-    def _reduce(self, q, k, v, bias, limits):
+    def _run(self, dtype, q, k, v, s, lo, hi, phi):
+        """One launch of the softmax (``phi = None``) or pointwise kernel (or one per key
+        chunk, merged): ``(out (M, c), lse (M,) or None)``."""
         xp = self.xp
-        dtype, q, k, others, lim = self._prepare(q, k, [] if v is None else [v], limits)
-        v = others[0] if others else None
-        m, r = q.shape
-        n = k.shape[0]
+        (m, r), n = q.shape, k.shape[0]
         c = 0 if v is None else v.shape[1]
-        b = None if bias is None else self._vector(bias, n, dtype, "bias")
-        if self._needs_reference(q, k, b, lim):
-            out, lse = _REFERENCE.softmax(self._host(q), self._host(k),
-                                          self._host(v) if c else np.zeros((n, 0), dtype),
-                                          self._host(b), self._host(lim))
-            return self.asarray(out, dtype), self.asarray(lse, dtype)
-        if m == 0 or n == 0 or r > MAX_WIDTH:
-            if r > MAX_WIDTH and m and n:
-                return plain_softmax(xp, q, k, v, b, lim)
-            return xp.zeros((m, c), dtype=dtype), xp.full(m, -np.inf, dtype=dtype)
-        order = self._order(xp, lim)
-        if order is not None:
-            q, lim = q[order], lim[order]
-        if c <= MAX_WIDTH:
-            out, lse = self._softmax_run(dtype, q, k, v, b, lim, c)
-        else:     # values wider than the kernels take: column blocks (same lse each time)
-            parts = []
-            for c0 in range(0, c, MAX_WIDTH):
-                vb = xp.ascontiguousarray(v[:, c0:c0 + MAX_WIDTH])
-                ob, lse = self._softmax_run(dtype, q, k, vb, b, lim, vb.shape[1])
-                parts.append(ob)
-            out = xp.concatenate(parts, axis=1)
-        if order is not None:
-            out_s, lse_s = out, lse
-            out = xp.empty_like(out_s)
-            lse = xp.empty_like(lse_s)
-            out[order] = out_s
-            lse[order] = lse_s
-        return out, lse
+        if phi is None:
+            name, cfg = softmax_kernel_name(dtype, r, c), kernel_config(dtype, r, c)
+        else:
+            name = pointwise_kernel_name(dtype, r, c, phi)
+            cfg = kernel_config(dtype, r, c, softmax=False)
+        chunk, n_chunks = self._split(m, n, cfg.qpt, cfg.nt, cfg.tk)
+        grid = (-(-m // (cfg.qpt * cfg.nt)), n_chunks)
+        dummy = self._dummy(dtype)
+        idummy = self._dummy(np.int32)
+        args = [q, k, dummy if v is None else v, dummy if s is None else s,
+                idummy if lo is None else lo, idummy if hi is None else hi, m, n, chunk,
+                int(s is not None), int(lo is not None)]
+        if n_chunks == 1:
+            out = xp.empty((m, c), dtype=dtype) if c else xp.zeros((m, 0), dtype=dtype)
+            lse = xp.empty(m, dtype=dtype) if phi is None else None
+            self.launcher.launch(name, grid, cfg.nt, args + [out if c else dummy,
+                                                             dummy if lse is None else lse,
+                                                             self._dummy(np.float64)])
+            return out, lse
+        part = xp.empty((n_chunks, m, c + 2 if phi is None else c), dtype=np.float64)
+        self.launcher.launch(name, grid, cfg.nt, args + [dummy, dummy, part])
+        if phi is None:
+            return merge_softmax_partials(xp, part, dtype)
+        return merge_pointwise_partials(xp, part, dtype), None
 
-    def softmax(self, q, k, v, bias, limits):
-        """Streaming softmax ``(out (M, c), lse (M,))``; see :mod:`transformer_pde.backends`."""
-        return self._reduce(q, k, v, bias, limits)
+    def _columns(self, v):
+        """``v`` in column blocks of at most :data:`MAX_WIDTH` (the kernels' widest)."""
+        return [self.xp.ascontiguousarray(v[:, c0:c0 + MAX_WIDTH])
+                for c0 in range(0, v.shape[1], MAX_WIDTH)]
 
-    def lse(self, q, k, bias, limits):
-        r""":math:`\mathrm{lse}_i = \log\sum_{j<L_i} e^{q_i\cdot k_j + b_j}` (M,), one streaming pass."""
-        return self._reduce(q, k, None, bias, limits)[1]
-
-    # ------------------------------------------------------------------ pointwise
-    def _pointwise_run(self, phi, dtype, q, k, v, w, lim):
+    # ------------------------------------------------------------------ primitives
+    def _reduce(self, phi, q, k, v, s, ranges):
+        """Softmax (``phi = None``; ``s`` the bias, ``v = None`` for the lse alone) or
+        pointwise ``phi`` (``s`` the weights): ``(out (M, c), lse (M,) or None)``."""
         xp = self.xp
-        m, r = q.shape
-        n, c = v.shape
-        name = pointwise_kernel_name(dtype, r, c, phi)
-        cfg = kernel_config(dtype, r, c, softmax=False)
-        chunk, s = self._split(m, n, cfg.qpt, cfg.nt, cfg.tk)
-        grid = (-(-m // (cfg.qpt * cfg.nt)), s)
-        args_in = [q, k, v, w, self._dummy(np.int32) if lim is None else lim, m, n, chunk,
-                   int(lim is not None)]
-        if s == 1:
-            out = xp.empty((m, c), dtype=dtype)
-            self.launcher.launch(name, grid, cfg.nt, args_in + [out, self._dummy(np.float64)])
-            return out
-        part = xp.empty((s, m, c), dtype=np.float64)
-        self.launcher.launch(name, grid, cfg.nt, args_in + [self._dummy(dtype), part])
-        return merge_pointwise_partials(xp, part, dtype)
+        dtype, q, k, others, ranges = self._prepare(q, k, [] if v is None else [v], ranges)
+        v = others[0] if others else None
+        (m, r), n = q.shape, k.shape[0]
+        c = 0 if v is None else v.shape[1]
+        s = self._vector(s, n, dtype, "w" if phi else "bias") if phi or s is not None else None
+        if m == 0 or n == 0 or (phi and c == 0):
+            return xp.zeros((m, c), dtype=dtype), xp.full(m, -np.inf, dtype=dtype)
+        if self._needs_reference(q, k, s, ranges, weights=phi is not None):
+            h = [self._host(a) for a in (q, k, v if c else xp.zeros((n, 0), dtype), s)]
+            res = (_REFERENCE.softmax(*h, ranges) if phi is None else
+                   (_REFERENCE.pointwise(phi, *h, ranges), None))
+            return tuple(None if a is None else self.asarray(a, dtype) for a in res)
+        if r > MAX_WIDTH:
+            return (plain_softmax(xp, q, k, v, s, ranges) if phi is None else
+                    (plain_pointwise(xp, phi, q, k, v, s, ranges), None))
+        lo, hi, order, inverse = self._device_ranges(ranges)
+        q = q if order is None else q[order]
+        outs = []
+        for vb in [None] if v is None else self._columns(v):   # the same lse each time
+            ob, lse = self._run(dtype, q, k, vb, s, lo, hi, phi)
+            outs.append(ob)
+        out = outs[0] if len(outs) == 1 else xp.concatenate(outs, axis=1)
+        if inverse is None:
+            return out, lse
+        return out[inverse], None if lse is None else lse[inverse]
 
-    def pointwise(self, phi, q, k, v, w, limits):
-        r"""``out_i = sum_{j<L_i} w_j phi(q_i . k_j) v_j`` for ``phi`` in identity/sigmoid/relu."""
+    def softmax(self, q, k, v, bias, ranges):
+        """Streaming softmax ``(out (M, c), lse (M,))``; see :mod:`transformer_pde.backends`."""
+        return self._reduce(None, q, k, v, bias, ranges)
+
+    def lse(self, q, k, bias, ranges):
+        r""":math:`\mathrm{lse}_i = \log\sum_{j=\mathrm{lo}_i}^{\mathrm{hi}_i-1} e^{q_i\cdot k_j + b_j}`
+        (M,), one streaming pass."""
+        return self._reduce(None, q, k, None, bias, ranges)[1]
+
+    def pointwise(self, phi, q, k, v, w, ranges):
+        r"""``out_i = sum_{lo_i <= j < hi_i} w_j phi(q_i . k_j) v_j`` for ``phi`` in
+        identity/sigmoid/relu."""
         if phi not in PHI_CODES:
             raise ValueError(f"phi must be one of {sorted(PHI_CODES)}, got {phi!r}")
-        xp = self.xp
-        dtype, q, k, (v,), lim = self._prepare(q, k, [v], limits)
-        m, r = q.shape
-        n, c = v.shape
-        wc = self._vector(w, n, dtype, "w")
-        if m == 0 or n == 0 or c == 0:
-            return xp.zeros((m, c), dtype=dtype)
-        if self._needs_reference(q, k, None, lim, wc):
-            return self.asarray(_REFERENCE.pointwise(phi, self._host(q), self._host(k),
-                                                     self._host(v), self._host(wc),
-                                                     self._host(lim)), dtype)
-        if r > MAX_WIDTH:
-            return plain_pointwise(xp, phi, q, k, v, wc, lim)
-        order = self._order(xp, lim)
-        if order is not None:
-            q, lim = q[order], lim[order]
-        parts = [self._pointwise_run(phi, dtype, q, k,
-                                     v if c <= MAX_WIDTH else
-                                     xp.ascontiguousarray(v[:, c0:c0 + MAX_WIDTH]), wc, lim)
-                 for c0 in range(0, c, MAX_WIDTH)]
-        out = parts[0] if len(parts) == 1 else xp.concatenate(parts, axis=1)
-        if order is not None:
-            out_s = out
-            out = xp.empty_like(out_s)
-            out[order] = out_s
-        return out
+        return self._reduce(phi, q, k, v, w, ranges)[0]
