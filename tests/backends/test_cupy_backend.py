@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import importlib.util
 import os
 import shutil
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -815,3 +817,31 @@ def test_overflowing_logits_go_to_the_reference(gpu_like, rng):
     with np.errstate(invalid="ignore"):
         np.testing.assert_array_equal(gpu_like["whole"].pointwise("sigmoid", q, k, v, w, None),
                                       NumpyBackend().pointwise("sigmoid", q, k, v, w, None))
+
+
+# --------------------------------------------------------------------------- benchmarks/gpu.py
+def test_gpu_benchmark_times_what_it_says(launcher, capsys):
+    # its set-up code on the CPU: the arrays of a row have the row's dtype (a float32 row
+    # once timed float64: NEP 50), queries ramp beyond N, the bound model, and a dry run
+    # of the whole script on the CPU build of the kernels
+    spec = importlib.util.spec_from_file_location(
+        "gpu_benchmark", Path(__file__).resolve().parents[2] / "benchmarks" / "gpu.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rng = np.random.default_rng(0)
+    for dtype in DTYPES:
+        arrays = bench.inputs(np, rng, 50, 70, 3, dtype)
+        assert [a.dtype for a in arrays] == [np.dtype(dtype)] * 4
+        assert arrays[0].shape == (70, 3) and arrays[1].shape == (50, 3)
+    with pytest.raises(AssertionError, match="float64 in a float32 row"):
+        bench.check_dtypes(np.float32, np.ones((4, 2), np.float32) / np.sqrt(2))
+    assert bench.query_cap(10_000, 2, np.float32) >= 100 * 10_000
+    # issue 37's figures for an H100 / H200: ~4.2e12 float32 pairs/s at d = 2 (the
+    # exponential unit), 3.2e11 float64 pairs/s = half the bound at d = 2
+    np.testing.assert_allclose(bench.pair_bound(np.float32, 2, 132, 1.98e9, (9, 0)), 4.2e12,
+                               rtol=0.01)
+    np.testing.assert_allclose(bench.pair_bound(np.float64, 2, 132, 1.98e9, (9, 0)) / 2,
+                               3.2e11, rtol=0.01)
+    assert bench.pair_bound(np.float32, 2, 132, 1.98e9, (8, 0)) is None
+    assert bench.main(["--dry-run"]) == 0
+    assert "dry run: 4 rows, dtypes checked" in capsys.readouterr().out
