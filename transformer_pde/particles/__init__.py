@@ -20,8 +20,10 @@ module                 holds
 :mod:`.trajectory`     :class:`ParticleTrajectory`, :func:`weighted_moments`, :func:`load`
 :mod:`.simulation`     :func:`simulate`, assembled from its parts (arguments, solver,
                        field evaluator, saver, loop, checkpoint, result)
-:mod:`.ensemble`       :func:`simulate_ensemble`: B independent systems of n tokens in one
-                       run (:class:`EnsembleTrajectory`)
+:mod:`.identity`       :func:`~.identity.run_identity`: what a checkpoint compares to
+                       resume a particle run
+:mod:`.ensemble`       :func:`simulate_ensemble`: B independent systems of n tokens, one
+                       :func:`simulate` over B segments (:class:`EnsembleTrajectory`)
 =====================  ==================================================================
 """
 

@@ -16,7 +16,7 @@ engine applies, and one call replaces :math:`B` calls of :func:`~transformer_pde
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -26,14 +26,14 @@ from ..backends import to_host
 from ..blocks import Block
 from ..errors import ArgumentError, ArgumentTypeError
 from ..integrate.loop import Limits, Monitor, SaveAt
-from ..results import ResultKind, Status, check_warn, warn_stop
+from ..results import ResultKind, check_warn, warn_stop
 from .. import results_display as display
 from .. import validation
 from ..validation import real_array
 from .identity import SystemStatistic
 from .options import FieldOptions
 from .simulation import simulate
-from .trajectory import ParticleTrajectory, weighted_moments
+from .trajectory import ParticleTrajectory, SavedRun, weighted_moments
 
 __all__ = ["EnsembleTrajectory", "ensemble_moments", "simulate_ensemble"]
 
@@ -60,8 +60,8 @@ def ensemble_moments(states: np.ndarray, weights: np.ndarray
     return m.reshape(T, B, d), c.reshape(T, B, d, d)
 
 
-@dataclass
-class EnsembleTrajectory:
+@dataclass(repr=False)
+class EnsembleTrajectory(SavedRun):
     """Saved states of :math:`B` systems integrated together by :func:`simulate_ensemble`.
 
     Follows the package's result protocol (``times``, ``status``, ``message``,
@@ -94,30 +94,9 @@ class EnsembleTrajectory:
         The last saved state.
     """
 
-    times: np.ndarray
-    states: np.ndarray | None
-    weights: np.ndarray
-    positions: np.ndarray | None
-    status: Status
-    message: str
-    attention: Attention | None = None
-    info: dict = field(default_factory=dict)
-    values: np.ndarray | None = None
-    last: np.ndarray | None = None
-
     #: not a :class:`~transformer_pde.results.ResultKind` of a single trajectory: functions
     #: that take one refuse an ensemble; give them :meth:`member`
     result_kind: ClassVar[ResultKind | None] = None
-
-    def __post_init__(self) -> None:
-        self.status = Status.parse(self.status)
-        if self.last is None and self.states is not None:
-            self.last = self.states[-1]
-
-    @property
-    def success(self) -> bool:
-        """``status.success``."""
-        return self.status.success
 
     @property
     def n_systems(self) -> int:
@@ -149,9 +128,6 @@ class EnsembleTrajectory:
                                   message=self.message, attention=self.attention,
                                   info=dict(self.info, member=int(b)), last=self.last[b])
 
-    def __len__(self) -> int:
-        return len(self.times)
-
     def _summary(self) -> tuple[str, list[tuple[str, str]]]:
         """Title and rows of the text and HTML summaries (never the arrays)."""
         B, n, d = self.last.shape
@@ -162,11 +138,6 @@ class EnsembleTrajectory:
         return (f"EnsembleTrajectory(status='{self.status}', saved={len(self.times)}, B={B}, "
                 f"n={n}, d={d})", rows)
 
-    def __repr__(self) -> str:
-        return display.summary_text(*self._summary())
-
-    def _repr_html_(self) -> str:
-        return display.summary_html(*self._summary())
 
 
 # ------------------------------------------------------------------ simulate_ensemble

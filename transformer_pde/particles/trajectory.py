@@ -13,9 +13,9 @@ from ..io import labelled
 from ..io.trajectory import dataset_fields, read_trajectory, save_trajectory
 from .. import results_display as display
 from ..errors import ArgumentError
-from ..results import ResultKind, Status
+from ..results import HasStatus, ResultKind, Status
 
-__all__ = ["ParticleTrajectory", "load", "weighted_moments"]
+__all__ = ["ParticleTrajectory", "SavedRun", "load", "weighted_moments"]
 
 
 def weighted_moments(states: np.ndarray, weights: np.ndarray, segments: Any = None
@@ -39,8 +39,36 @@ def weighted_moments(states: np.ndarray, weights: np.ndarray, segments: Any = No
     return m, 0.5 * (S + np.swapaxes(S, 1, 2))
 
 
-@dataclass
-class ParticleTrajectory:
+@dataclass(repr=False)
+class SavedRun(HasStatus, display.Summarised):
+    """The fields of a run's saves shared by :class:`ParticleTrajectory` and
+    :class:`~transformer_pde.particles.EnsembleTrajectory` (documented there): the saved
+    ``times`` and ``states``, ``weights``, ``positions``, ``status``, ``message``,
+    ``attention``, ``info``, ``values`` and the ``last`` state (``states[-1]`` by
+    default); ``len()`` is the number of saves."""
+
+    times: np.ndarray
+    states: np.ndarray | None
+    weights: np.ndarray
+    positions: np.ndarray | None
+    status: Status
+    message: str
+    attention: Attention | None = None
+    info: dict = field(default_factory=dict)
+    values: np.ndarray | None = None
+    last: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        self.status = Status.parse(self.status)
+        if self.last is None and self.states is not None:
+            self.last = self.states[-1]
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+
+@dataclass(repr=False)
+class ParticleTrajectory(SavedRun):
     """Saved states of a particle simulation (follows :class:`transformer_pde.results.Result`).
 
     Attributes
@@ -78,31 +106,11 @@ class ParticleTrajectory:
         (``SaveAt(fn=...)``); use :meth:`moments`.
     """
 
-    times: np.ndarray
-    states: np.ndarray | None
-    weights: np.ndarray
-    positions: np.ndarray | None
-    status: Status
-    message: str
-    attention: Attention | None = None
-    info: dict = field(default_factory=dict)
-    values: np.ndarray | None = None
-    last: np.ndarray | None = None
     saved_means: np.ndarray | None = field(default=None, repr=False)
     saved_covs: np.ndarray | None = field(default=None, repr=False)
 
     #: :class:`~transformer_pde.results.ResultKind` of the result protocol
     result_kind: ClassVar[ResultKind] = ResultKind.PARTICLES
-
-    def __post_init__(self) -> None:
-        self.status = Status.parse(self.status)
-        if self.last is None and self.states is not None:
-            self.last = self.states[-1]
-
-    @property
-    def success(self) -> bool:
-        """``status.success``: the run answered the question (``ok`` or a detected blow-up)."""
-        return self.status.success
 
     @property
     def final(self) -> np.ndarray:
@@ -156,9 +164,6 @@ class ParticleTrajectory:
             saved_covs=self.saved_covs if self.saved_covs is None or S == 1
             else self.saved_covs[:, s])
 
-    def __len__(self) -> int:
-        return len(self.times)
-
     def _summary(self) -> tuple[str, list[tuple[str, str]]]:
         """Title and rows of the text and HTML summaries (never the arrays)."""
         N, d = np.shape(self.last)
@@ -183,11 +188,6 @@ class ParticleTrajectory:
         rows.append(("message", display.shorten(self.message)))
         return title, rows
 
-    def __repr__(self) -> str:
-        return display.summary_text(*self._summary())
-
-    def _repr_html_(self) -> str:
-        return display.summary_html(*self._summary())
 
     # ------------------------------------------------------------------ I/O
     def to_xarray(self) -> Any:
@@ -251,15 +251,8 @@ def load(path: str | Path) -> ParticleTrajectory:
 
     Raises
     ------
-    TrajectoryFileError
-        (a :class:`~transformer_pde.errors.TransformerPDEError` and ``ValueError``) the
-        file is empty, truncated, not an NPZ archive, a plain ``.npy``, has no or bad
-        metadata, misses arrays or has inconsistent shapes; the message names the file.
-    IntegrityError
-        (a :class:`~transformer_pde.errors.TrajectoryFileError`) an array does not match
-        its checksum, an invariant is broken, or the format version is unknown; the
-        message names the file and the array.
-    FileNotFoundError
-        No such file.
+    TrajectoryFileError, IntegrityError, FileNotFoundError
+        As :func:`~transformer_pde.io.trajectory.read_trajectory`: the message names the
+        file (and the array whose checksum or invariant fails).
     """
     return ParticleTrajectory(**read_trajectory(path))
