@@ -122,3 +122,33 @@ def test_segment_refusals(rng):
     assert out.status == "ok"
     with pytest.raises(ArgumentError, match="s must be"):
         tp.simulate(att, X0, segments=[3, 3], **kw).segment(2)
+
+
+def test_the_backend_is_resolved_once_per_run_and_passed_down(rng, monkeypatch, tmp_path):
+    # simulate resolves FieldOptions.backend once ("auto" by the number of tokens); the
+    # field evaluator receives the object (never a name to resolve again), and the run's
+    # information and checkpoint name the same backend
+    from transformer_pde.fields import evaluator
+    from transformer_pde.particles import simulation
+
+    resolved, given = [], []
+    real = simulation.get_backend
+
+    def spy(name, **kw):
+        resolved.append(real(name, **kw))
+        return resolved[-1]
+
+    def seen(name, **kw):
+        given.append(name)
+        return real(name, **kw)
+
+    monkeypatch.setattr(simulation, "get_backend", spy)
+    monkeypatch.setattr(evaluator, "get_backend", seen)
+    att = tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2))
+    path = tmp_path / "run.ckpt"
+    traj = tp.simulate(att, rng.normal(size=(80, 2)), t_max=0.1, dt=0.1, segments=[30, 50],
+                       monitor=tp.Monitor(checkpoint=path))
+    assert len(resolved) == 1 and given == resolved
+    assert traj.info["backend"] == resolved[0].name
+    static = json.loads(str(np.load(path)["meta"]))["body"]["run"]["static"]
+    assert static["backend"] == resolved[0].name

@@ -115,7 +115,7 @@ def run_identity(*, att: Any, X0: np.ndarray, weights: np.ndarray, positions: An
         elif isinstance(value, Layers):
             static[name] = "Layers sha256:" + json_digest(
                 [array_digest(np.asarray(value.values)), repr(value.layer_time),
-                 repr(getattr(value, "t0", 0.0))])
+                 repr(value.t0)])
         elif callable(value):
             static[name] = "callable " + _qualname(value)
             calls[name + "(t)"] = value
