@@ -80,19 +80,21 @@ def time_run(backend: str, att: tp.Attention, X0: np.ndarray, steps: int, dt: fl
             "pairs_per_s": 4 * steps * B * n * n / best, "last": last.last}
 
 
-def _table(rows: list[dict], baseline: float | None) -> str:
+def _table(rows: list[dict], baseline: dict | None) -> str:
     ref = rows[0]
     head = f"{'backend':<8} {'wall s':>8} {'CPU s':>8} {'pairs/s':>10} {'x ' + ref['backend']:>9} " \
            f"{'x/CPU-s':>8}"
     if baseline:
-        head += f" {'x old numpy':>12}"
+        head += f" {'x old wall':>11} {'x old CPU':>10}"
     lines = [head, "-" * len(head)]
     for r in rows:
         line = (f"{r['backend']:<8} {r['seconds']:>8.3f} {r['cpu_seconds']:>8.3f} "
                 f"{r['pairs_per_s']:>10.3g} {ref['seconds'] / r['seconds']:>9.2f} "
                 f"{ref['cpu_seconds'] / r['cpu_seconds']:>8.2f}")
         if baseline:
-            line += f" {baseline / r['seconds']:>12.2f}"
+            cpu = baseline.get("cpu_seconds")
+            line += f" {baseline['seconds'] / r['seconds']:>11.2f} " + (
+                f"{cpu / r['cpu_seconds']:>10.2f}" if cpu else f"{'':>10}")
         lines.append(line)
     return "\n".join(lines)
 
@@ -119,6 +121,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     att, X0 = problem(args.systems, args.tokens, args.dim)
+    baseline = None if args.baseline is None else {"seconds": args.baseline}
     if args.child:
         row = time_run(args.backends.split(",")[0], att, X0, args.steps, args.dt, args.repeats)
         row.pop("last")
@@ -132,7 +135,7 @@ def main(argv=None) -> int:
         env = dict(os.environ, PYTHONPATH=str(args.old_tree.resolve()))
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
         old = json.loads(out.stdout.strip().splitlines()[-1])
-        args.baseline = old["seconds"]
+        baseline = {"seconds": old["seconds"], "cpu_seconds": old["cpu_seconds"]}
         print(f"old NumPy ensemble ({args.old_tree}): {old['seconds']:.3f} s wall, "
               f"{old['cpu_seconds']:.3f} CPU-s", flush=True)
     import numba
@@ -143,8 +146,10 @@ def main(argv=None) -> int:
             "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "loadavg_before": _load(), "B": args.systems, "n": args.tokens, "d": args.dim,
             "steps": args.steps, "dt": args.dt, "solver": "rk4", "kind": "softmax",
-            "baseline_numpy_seconds": args.baseline,
-            "old_tree": None if args.old_tree is None else str(args.old_tree)}
+            "baseline_numpy": baseline,
+            "old_tree": None if args.old_tree is None else str(args.old_tree),
+            "threads_env": {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS",
+                                                           "NUMBA_NUM_THREADS")}}
     rows = [time_run(b, att, X0, args.steps, args.dt, args.repeats)
             for b in args.backends.split(",")]
     first = rows[0]["last"]
@@ -152,7 +157,7 @@ def main(argv=None) -> int:
         r["max_abs_diff_vs_first"] = float(np.max(np.abs(r.pop("last") - first)))
     diffs = [r["max_abs_diff_vs_first"] for r in rows]
     meta["loadavg_after"] = _load()
-    table = _table(rows, args.baseline)
+    table = _table(rows, baseline)
     print(table)
     print(f"\nB={args.systems} n={args.tokens} d={args.dim}, RK4 {args.steps} steps; "
           f"max |difference| of the last states vs {rows[0]['backend']}: "
