@@ -44,7 +44,7 @@ Usage::
                                          # build of the kernels; checks dtypes, writes nothing
 
 Without a working GPU (CuPy missing, no driver, no device, kernels failing their
-self-test) it prints why and exits with status 2.  Targets (issue 37, H100 / H200,
+self-test) it prints why and exits with status 2.  Targets (H100 / H200,
 float32): >= 2e12 pairs/s at d = 2, >= 1.6e12 at d = 4; float64 >= 3.2e11 at d = 2.
 """
 

@@ -836,7 +836,7 @@ def test_gpu_benchmark_times_what_it_says(launcher, capsys):
     with pytest.raises(AssertionError, match="float64 in a float32 row"):
         bench.check_dtypes(np.float32, np.ones((4, 2), np.float32) / np.sqrt(2))
     assert bench.query_cap(10_000, 2, np.float32) >= 100 * 10_000
-    # issue 37's figures for an H100 / H200: ~4.2e12 float32 pairs/s at d = 2 (the
+    # the figures for an H100 / H200: ~4.2e12 float32 pairs/s at d = 2 (the
     # exponential unit), 3.2e11 float64 pairs/s = half the bound at d = 2
     np.testing.assert_allclose(bench.pair_bound(np.float32, 2, 132, 1.98e9, (9, 0)), 4.2e12,
                                rtol=0.01)
