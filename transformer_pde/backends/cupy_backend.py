@@ -402,21 +402,22 @@ class CupyBackend:
         rng = np.random.default_rng(0)
         q, k, v = rng.normal(size=(5, 2)), rng.normal(size=(7, 2)), rng.normal(size=(7, 2))
         bias = np.log(rng.uniform(0.1, 1.0, 7))
+        tests = (None, KeyRanges([0, 2, 3, 1, 6], [7, 5, 3, 4, 7], 7))   # one range empty
         try:
-            out, lse = self.softmax(self.asarray(q), self.asarray(k), self.asarray(v),
-                                    self.asarray(bias), None)
-            out, lse = self.to_numpy(out), self.to_numpy(lse)
+            got = [[self.to_numpy(a) for a in self.softmax(
+                *(self.asarray(a) for a in (q, k, v, bias)), r)] for r in tests]
         except Exception as exc:
             raise BackendNotAvailable(
                 f"backend='cupy': the GPU kernels could not be compiled or run "
                 f"({type(exc).__name__}: {exc}); {INSTALL_HINT}") from exc
-        ref_out, ref_lse = _REFERENCE.softmax(q, k, v, bias, None)
-        if not (np.allclose(out, ref_out, rtol=1e-10, atol=1e-10)
-                and np.allclose(lse, ref_lse, rtol=1e-10, atol=1e-10)):
-            raise BackendNotAvailable(
-                "backend='cupy': the GPU kernels ran but disagree with the NumPy reference "
-                f"on a 5x7 self-test (max error {np.abs(out - ref_out).max():.3g}); "
-                "please report this")
+        for r, (out, lse) in zip(tests, got, strict=True):
+            ref_out, ref_lse = _REFERENCE.softmax(q, k, v, bias, r)
+            if not (np.allclose(out, ref_out, rtol=1e-10, atol=1e-10)
+                    and np.allclose(lse, ref_lse, rtol=1e-10, atol=1e-10)):
+                raise BackendNotAvailable(
+                    "backend='cupy': the GPU kernels ran but disagree with the NumPy "
+                    f"reference on a 5x7 self-test (max error "
+                    f"{np.abs(out - ref_out).max():.3g}); please report this")
 
     # ------------------------------------------------------------------ helpers
     def _dummy(self, dtype: Any) -> Any:
@@ -457,8 +458,8 @@ class CupyBackend:
 
         Logits that may come near the float range (the reference rescales them exactly,
         :func:`~transformer_pde.backends.numpy_backend.overflow_scale`), non-finite
-        queries or keys, a NaN or ``+inf`` bias ``s``, non-finite pointwise weights
-        ``s`` (``weights``).  One device-to-host copy of a few numbers per call.  Only the keys
+        queries or keys, a NaN or ``+inf`` bias ``s``, non-finite pointwise weights ``s``
+        (``weights``).  One device-to-host copy of a few numbers per call.  Only the keys
         ``[min lo, max hi)`` of the non-empty ranges are looked at (no query sees others).
         """
         xp = self.xp
