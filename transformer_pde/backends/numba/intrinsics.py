@@ -59,15 +59,25 @@ FM_KERNEL = {"nnan", "ninf", "nsz", "arcp", "contract", "reassoc"}
 FM_EXP = {"nnan", "ninf", "nsz", "contract"}
 
 
-@intrinsic
-def _bits_to_f64(typingctx, x):
-    """Reinterpret the bits of an int64 as a float64 (LLVM bitcast, vectorisable)."""
-    if x != types.int64:
-        return None
+def _bitcast(src: Any, dst: Any, name: str) -> Any:
+    """An intrinsic reinterpreting the bits of a ``src`` scalar as the ``dst`` scalar of
+    the same width (an LLVM bitcast, vectorisable)."""
+    def typer(typingctx, x):
+        if x != src:
+            return None
 
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.DoubleType())
-    return types.float64(types.int64), codegen
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], context.get_value_type(dst))
+        return dst(src), codegen
+
+    typer.__name__ = name
+    return intrinsic(typer)
+
+
+#: the bits of an int64 as a float64, of a float64 as an int64, of a float32 as an int32
+_bits_to_f64 = _bitcast(types.int64, types.float64, "_bits_to_f64")
+_f64_to_bits = _bitcast(types.float64, types.int64, "_f64_to_bits")
+_f32_to_bits = _bitcast(types.float32, types.int32, "_f32_to_bits")
 
 
 @intrinsic
@@ -83,28 +93,6 @@ def _bits_to_f32(typingctx, x):
                 else builder.zext(val, ir.IntType(32))
         return builder.bitcast(val, ir.FloatType())
     return types.float32(x), codegen
-
-
-@intrinsic
-def _f64_to_bits(typingctx, x):
-    """The bits of a float64 as an int64 (LLVM bitcast)."""
-    if x != types.float64:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(64))
-    return types.int64(types.float64), codegen
-
-
-@intrinsic
-def _f32_to_bits(typingctx, x):
-    """The bits of a float32 as an int32 (LLVM bitcast)."""
-    if x != types.float32:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(32))
-    return types.int32(types.float32), codegen
 
 
 @intrinsic

@@ -54,7 +54,7 @@ from numba import njit, prange
 from .intrinsics import FM_KERNEL, fmax, vexp
 
 __all__ = ["BLOCK", "SOFTMAX", "TILE", "apply_phi", "finish_tile", "first_tile", "lse_finish",
-           "lse_step", "start_tile", "streaming_kernel"]
+           "lse_step", "lse_totals", "start_tile", "streaming_kernel"]
 
 #: keys per streamed block (the per-thread logit buffer holds this many numbers)
 BLOCK = 256
@@ -136,16 +136,27 @@ def _accumulate(acc, buf, vT, j0, nb):
         cc += 1
 
 
+@njit(inline="always")
+def lse_totals(rows, width, like):
+    """Per-thread running totals of ``rows`` queries: weighted values ``acc`` (rows,
+    width) and sums ``s_run`` (rows,) in float64, maxima ``m_run`` (rows,) in the dtype
+    of the array ``like``; returns ``(acc, m_run, s_run)``."""
+    return (np.empty((rows, width), dtype=np.float64), np.empty(rows, dtype=like.dtype),
+            np.empty(rows, dtype=np.float64))
+
+
 @njit(fastmath=FM_KERNEL, cache=True)
-def start_tile(tile, size, m_q, block, acc, lo, hi):
+def start_tile(tile, size, m_q, block, acc, s_run, lo, hi):
     """Tile ``tile`` of ``size`` consecutive queries (of ``m_q``): ``(i0, nt, start, stop)``,
     its queries ``i0 … i0 + nt - 1`` and the keys ``[start, stop)`` it visits, from the
     start of the block of ``block`` keys holding the smallest ``lo`` to the largest
     ``hi`` of its queries with a non-empty range (``(0, 0)`` when there is none: a
-    query's blocks do not depend on its tile); its accumulators ``acc`` zeroed."""
+    query's blocks do not depend on its tile); its accumulators ``acc`` and ``s_run``
+    zeroed."""
     i0 = tile * size
     nt = min(size, m_q - i0)
     acc[:] = 0.0
+    s_run[:] = 0.0
     first = stop = 0
     for i in range(i0, i0 + nt):
         if hi[i] > lo[i]:
@@ -264,12 +275,9 @@ def streaming_kernel(mode, q, kT, vT, bias, w, lo, hi, n_groups, n_threads, out,
     n_tiles = (m_q + TILE - 1) // TILE
     for g in prange(n_groups):
         buf = np.empty(BLOCK, dtype=q.dtype)
-        acc = np.empty((TILE, c), dtype=np.float64)
-        m_run = np.empty(TILE, dtype=q.dtype)
-        s_run = np.empty(TILE, dtype=np.float64)
+        acc, m_run, s_run = lse_totals(TILE, c, q)
         for tile in range(first_tile(g, n_groups, n_threads), n_tiles, n_groups):
-            i0, nt, start, stop = start_tile(tile, TILE, m_q, BLOCK, acc, lo, hi)
-            s_run[:] = 0.0
+            i0, nt, start, stop = start_tile(tile, TILE, m_q, BLOCK, acc, s_run, lo, hi)
             for j0 in range(start, stop, BLOCK):
                 for t in range(nt):
                     i = i0 + t

@@ -57,7 +57,7 @@ from numba import njit, prange
 from ..ranges import KeyRanges
 
 from .intrinsics import FM_KERNEL, vexp
-from .streaming import lse_finish, lse_step
+from .streaming import lse_finish, lse_step, lse_totals
 
 __all__ = ["CHUNKS", "ONE_PASS_MIN_PAIRS", "ROWS", "fused_sweep"]
 
@@ -180,9 +180,7 @@ def _sweep_kernel(q, kT, vT, bias, w, lo, hi, n_chunks, out, lse, colacc, one_pa
         i1 = (ch + 1) * m // n_chunks
         buf = np.empty((ROWS, n), dtype=q.dtype)
         coef = np.zeros(ROWS)
-        m_run = np.empty(ROWS, dtype=q.dtype)
-        s_run = np.empty(ROWS)
-        acc = np.empty((ROWS, c))
+        acc, m_run, s_run = lse_totals(ROWS, c, q)
         col = colacc[ch]
         col[:] = 0.0
         for it in range(i0, i1, ROWS):

@@ -71,7 +71,15 @@ from numba.extending import intrinsic
 from ...errors import ArgumentError
 from ...validation import integer
 from .intrinsics import FM_KERNEL, VECTOR_BITS, fmax, wide_vectors
-from .streaming import SOFTMAX, apply_phi, finish_tile, first_tile, lse_step, start_tile
+from .streaming import (
+    SOFTMAX,
+    apply_phi,
+    finish_tile,
+    first_tile,
+    lse_step,
+    lse_totals,
+    start_tile,
+)
 
 __all__ = [
     "KBLOCK",
@@ -338,12 +346,9 @@ def tiled_kernel(mode, qpk, kpk, vpk, bw, lo, hi, nr, cv, qtile, n_groups, n_thr
     for g in prange(n_groups):
         wide_vectors()
         S = np.empty((qtile, KBLOCK), dtype=qpk.dtype)
-        acc = np.empty((qtile, max(cp, 1)), dtype=np.float64)
-        m_run = np.empty(qtile, dtype=qpk.dtype)
-        s_run = np.empty(qtile, dtype=np.float64)
+        acc, m_run, s_run = lse_totals(qtile, max(cp, 1), qpk)
         for tile in range(first_tile(g, n_groups, n_threads), n_tiles, n_groups):
-            i0, nt, start, stop = start_tile(tile, qtile, m_q, KBLOCK, acc, lo, hi)
-            s_run[:] = 0.0
+            i0, nt, start, stop = start_tile(tile, qtile, m_q, KBLOCK, acc, s_run, lo, hi)
             for j0 in range(start, stop, KBLOCK):
                 nbt = min(KBLOCK, stop - j0)
                 nbp = (nbt + nr - 1) // nr * nr
