@@ -128,3 +128,21 @@ def test_errors():
         attention_matrix(masked, np.ones((2, 3)), positions=[0.0, 1.0])
     with pytest.raises(ArgumentError, match="dtype"):
         attention_matrix(tp.Attention("softmax", I2, I2, I2), X, dtype=np.int64)
+
+
+@pytest.mark.parametrize("window", [None, 1, 3])
+def test_matrix_of_a_sliding_window_is_the_field_s(window):
+    # softmax with V = I and no W_O: the field is A @ X exactly, A the matrix; ties in the
+    # positions see each other (the window ends at the query's causal end)
+    rng = np.random.default_rng(1)
+    n = 9
+    X = rng.normal(size=(n, 2))
+    pos = rng.random(n)
+    pos[3] = pos[5]
+    att = tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2), masked=True, window=window)
+    A = attention_matrix(att, X, positions=pos)
+    A = A[0] if A.ndim == 3 else A
+    np.testing.assert_allclose(A @ X, tp.velocity(att, X, positions=pos, backend="numpy"),
+                               rtol=0, atol=1e-14)
+    if window is not None:      # each row has at most `window` keys, plus ties
+        assert ((A > 0).sum(axis=1) <= window + 1).all()

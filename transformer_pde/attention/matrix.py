@@ -29,6 +29,7 @@ from ..validation import type_name as _what
 from .heads import AttentionParams, Head
 from .rotary import require_positions
 from .spec import Attention
+from .visibility import token_visibility
 
 __all__ = ["MATRIX_KINDS", "attention_matrix", "float_dtype"]
 
@@ -109,7 +110,13 @@ def attention_matrix(att: Attention, X: Any, *, t: float = 0.0, weights: Any = N
     P = att.at(validation.scalar("t", t))
     with np.errstate(divide="ignore"):
         logw = np.log(w).astype(dt)
-    hidden = pos[None, :] > pos[:, None] if att.masked else None
+    hidden = None
+    if att.masked:      # keys outside each token's range (causal, and its window if any)
+        vis = token_visibility(pos, None, masked=True, window=att.window)
+        j = np.arange(n)
+        seen = np.zeros((n, n), dtype=bool)
+        seen[:, vis.perm] = (j >= vis.lo[:, None]) & (j < vis.hi[:, None])
+        hidden = ~seen
     out = np.empty((P.n_heads, n, n), dtype=dt)
     with np.errstate(over="ignore", invalid="ignore"):
         for h, head in enumerate(P.score_heads):
