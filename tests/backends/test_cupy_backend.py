@@ -326,6 +326,16 @@ def test_empty_inputs(gpu_like):
     assert np.all(np.isneginf(lse))
 
 
+def test_values_of_width_zero(gpu_like, rng):
+    q, k = rng.normal(size=(5, 2)), rng.normal(size=(9, 2))
+    ranges = KeyRanges([0, 2, 4, 4, 0], [9, 5, 4, 9, 1], 9)
+    for be in gpu_like.values():
+        out, lse = be.softmax(q, k, np.zeros((9, 0)), None, ranges)
+        assert out.shape == (5, 0)
+        np.testing.assert_array_equal(lse, be.lse(q, k, None, ranges))
+        assert be.pointwise("relu", q, k, np.zeros((9, 0)), np.ones(9), ranges).shape == (5, 0)
+
+
 def test_mixed_dtypes_promote(gpu_like, rng):
     be = gpu_like["whole"]
     q = rng.normal(size=(7, 2)).astype(np.float32)

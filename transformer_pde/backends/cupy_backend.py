@@ -584,7 +584,7 @@ class CupyBackend:
         lo, hi, order, inverse = self._device_ranges(ranges)
         q = q if order is None else q[order]
         outs = []
-        for vb in [None] if v is None else self._columns(v):   # the same lse each time
+        for vb in [None] if c == 0 else self._columns(v):      # the same lse each time
             ob, lse = self._run(dtype, q, k, vb, s, lo, hi, phi)
             outs.append(ob)
         out = outs[0] if len(outs) == 1 else xp.concatenate(outs, axis=1)
