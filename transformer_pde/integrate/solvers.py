@@ -23,13 +23,13 @@ The explicit Runge–Kutta methods are all the one stepper of :mod:`~.rk` driven
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError, SolverNotConverged
+from ..validation import integer, nonnegative, positive
 from .controller import PIController
 from ..backends import array_namespace
 from .rk import rk_attempt, rk_step
@@ -149,35 +149,12 @@ def restore_solver_state(solver: Any, state: dict[str, Any]) -> None:
                          f"{str(state)[:60]}")
 
 
-def _real(name: str, value: Any, *, positive: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ArgumentTypeError(f"{name} must be a real number, got {value!r}")
-    v = float(value)
-    if not math.isfinite(v) or (v <= 0 if positive else v < 0):
-        rule = "> 0" if positive else ">= 0"
-        raise ArgumentError(f"{name} must be finite and {rule}, got {value!r}")
-    return v
+class _TableauMethod:
+    """What the Runge–Kutta solvers share: a tableau, its name and order, no history."""
 
-
-def _int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ArgumentTypeError(f"{name} must be an integer, got {value!r}")
-    if value < lo or (hi is not None and value > hi):
-        rng = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
-        raise ArgumentError(f"{name} must be an integer {rng}, got {value!r}")
-    return int(value)
-
-
-class ExplicitRungeKutta:
-    """Fixed-step explicit Runge–Kutta method given by a Butcher tableau."""
-
-    adaptive = False
     multistep = False
 
     def __init__(self, tableau: ButcherTableau):
-        if not isinstance(tableau, ButcherTableau):
-            raise ArgumentTypeError(
-                f"tableau must be a ButcherTableau, got {type(tableau).__name__}")
         self.tableau = tableau
         self.name = tableau.name
         self.order = tableau.order
@@ -185,18 +162,30 @@ class ExplicitRungeKutta:
     def reset(self) -> None:
         """No history to forget."""
 
-    def step(self, f: Field, t: float, y: Any, h: float) -> Any:
-        """One step of size ``h`` from ``(t, y)``."""
-        return rk_step(self.tableau, f, t, y, h)
-
     def get_state(self) -> dict[str, Any]:
-        """What a checkpoint must keep: plain data with a ``"version"`` (no history for
-        one-step methods)."""
+        """What a checkpoint must keep: plain data with a ``"version"`` (no history; an
+        adaptive run's step-size memory is part of the loop state)."""
         return {"version": STATE_VERSION}
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`get_state` (``ValueError`` on data of another version)."""
         _check_state(self, state, ())
+
+
+class ExplicitRungeKutta(_TableauMethod):
+    """Fixed-step explicit Runge–Kutta method given by a Butcher tableau."""
+
+    adaptive = False
+
+    def __init__(self, tableau: ButcherTableau):
+        if not isinstance(tableau, ButcherTableau):
+            raise ArgumentTypeError(
+                f"tableau must be a ButcherTableau, got {type(tableau).__name__}")
+        super().__init__(tableau)
+
+    def step(self, f: Field, t: float, y: Any, h: float) -> Any:
+        """One step of size ``h`` from ``(t, y)``."""
+        return rk_step(self.tableau, f, t, y, h)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -230,7 +219,7 @@ class RK4(ExplicitRungeKutta):
         super().__init__(CLASSICAL_RK4)
 
 
-class EmbeddedRungeKutta:
+class EmbeddedRungeKutta(_TableauMethod):
     r"""Adaptive embedded Runge–Kutta pair given by a Butcher tableau with error weights.
 
     The error estimate is scaled componentwise by
@@ -249,19 +238,13 @@ class EmbeddedRungeKutta:
     """
 
     adaptive = True
-    multistep = False
 
     def __init__(self, tableau: ButcherTableau, rtol: float = 1e-6, atol: float = 1e-9):
         if not isinstance(tableau, ButcherTableau) or not tableau.adaptive or not tableau.fsal:
             raise ArgumentError("tableau must be an embedded first-same-as-last pair")
-        self.tableau = tableau
-        self.name = tableau.name
-        self.order = tableau.order
-        self.rtol = _real("rtol", rtol)
-        self.atol = _real("atol", atol, positive=False)
-
-    def reset(self) -> None:
-        """No history to forget."""
+        super().__init__(tableau)
+        self.rtol = positive("rtol", rtol)
+        self.atol = nonnegative("atol", atol)
 
     def controller(self) -> PIController:
         """A fresh step-size controller with exponents from the error order."""
@@ -270,15 +253,6 @@ class EmbeddedRungeKutta:
     def attempt(self, f: Field, t: float, y: Any, h: float, fy: Any):
         """Trial step: ``(y_new, err, f_new)`` (see :func:`~.rk.rk_attempt`)."""
         return rk_attempt(self.tableau, f, t, y, h, fy, self.rtol, self.atol)
-
-    def get_state(self) -> dict[str, Any]:
-        """What a checkpoint must keep: plain data with a ``"version"`` (no history; the
-        step-size controller's memory is part of the loop state)."""
-        return {"version": STATE_VERSION}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`get_state` (``ValueError`` on data of another version)."""
-        _check_state(self, state, ())
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rtol={self.rtol:g}, atol={self.atol:g})"
@@ -345,7 +319,7 @@ class AdamsBashforth:
     multistep = True
 
     def __init__(self, k: int):
-        self.k = _int("k", k, 1, 5)
+        self.k = integer("k", k, minimum=1, maximum=5)
         self.order = self.k
         self.name = f"ab{self.k}"
         self._start = RK4()
@@ -423,8 +397,8 @@ class ImplicitMidpoint:
     multistep = False
 
     def __init__(self, tol: float = 1e-13, max_iter: int = 100):
-        self.tol = _real("tol", tol)
-        self.max_iter = _int("max_iter", max_iter, 1)
+        self.tol = positive("tol", tol)
+        self.max_iter = integer("max_iter", max_iter, minimum=1)
         self.iterations: list[int] = []
 
     def reset(self) -> None:

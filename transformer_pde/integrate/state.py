@@ -19,26 +19,22 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import CheckpointError, IntegrityError
+from ..errors import ArgumentTypeError, CheckpointError, IntegrityError
+from ..validation import integer, scalar
 from .controller import ERR_FLOOR, n_fixed_steps
 
 __all__ = ["EvaluationTimes", "LoopState", "check_resumed"]
 
 
-def _opt_int(name: str, value: Any) -> int | None:
-    return None if value is None else _req_int(name, value)
-
-
-def _req_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"loop state {name!r} must be an integer, got {value!r}")
-    return int(value)
-
-
-def _req_float(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"loop state {name!r} must be a real number, got {value!r}")
-    return float(value)
+def _number(name: str, value: Any, *, integral: bool = False) -> Any:
+    """A number of restored loop-state data by :mod:`~transformer_pde.validation`'s rules
+    (NaN and inf allowed); a wrong type is a ``ValueError`` too, as every defect of the
+    data is."""
+    try:
+        return integer(f"loop state {name!r}", value) if integral else \
+            scalar(f"loop state {name!r}", value, finite=False)
+    except ArgumentTypeError as exc:
+        raise ValueError(str(exc)) from None
 
 
 @dataclass
@@ -119,12 +115,11 @@ class LoopState:
                              f"unknown {sorted(keys - names)}")
         if not isinstance(state["done"], (bool, np.bool_)):
             raise ValueError(f"loop state 'done' must be a bool, got {state['done']!r}")
-        self.t = _req_float("t", state["t"])
-        self.h = _req_float("h", state["h"])
-        self.err_prev = _req_float("err_prev", state["err_prev"])
+        self.t, self.h, self.err_prev = (_number(k, state[k]) for k in ("t", "h", "err_prev"))
         for name in ("n_steps", "n_rejected", "target"):
-            setattr(self, name, _req_int(name, state[name]))
-        self.steps_left = _opt_int("steps_left", state["steps_left"])
+            setattr(self, name, _number(name, state[name], integral=True))
+        self.steps_left = None if state["steps_left"] is None else \
+            _number("steps_left", state["steps_left"], integral=True)
         self.y, self.fy, self.done = state["y"], state["fy"], bool(state["done"])
 
     @classmethod
