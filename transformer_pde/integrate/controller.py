@@ -43,8 +43,8 @@ import numpy as np
 from ..errors import ArgumentError
 from .breakpoints import next_jump
 
-__all__ = ["ERR_FLOOR", "NONFINITE_SHRINK", "STEP_TOL", "ConstantStepSize", "PIController",
-           "Step", "clip_step", "initial_step", "n_fixed_steps", "pi_factor"]
+__all__ = ["ConstantStepSize", "PIController", "Step", "clip_step", "initial_step",
+           "n_fixed_steps", "pi_factor"]
 
 #: Floor of the scaled error norm in the PI rule (a zero error gives the largest step ratio).
 ERR_FLOOR = 1e-10

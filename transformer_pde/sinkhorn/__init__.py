@@ -47,7 +47,7 @@ from .loop import LoopResult, sinkhorn_loop
 from .options import Acceleration, EpsilonScaling, SoftMins, Start, Stopping
 from .potentials import (FusedSweep, ScoreSoftMin, SinkhornResult, is_symmetric,
                          sinkhorn_coupling, sinkhorn_potentials)
-from .warmstart import PARTNER_MIN_PAIRS, SinkhornWarmStart
+from .warmstart import SinkhornWarmStart
 
 __all__ = [
     "Acceleration",
@@ -55,7 +55,6 @@ __all__ = [
     "EpsilonScaling",
     "FusedSweep",
     "LoopResult",
-    "PARTNER_MIN_PAIRS",
     "ScoreSoftMin",
     "SinkhornNotConverged",
     "SinkhornRecord",

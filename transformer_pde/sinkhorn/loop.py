@@ -99,7 +99,7 @@ from ..errors import ArgumentError, ArgumentTypeError
 from .anderson import Anderson
 from .options import Acceleration, EpsilonScaling, SoftMins, Start, Stopping
 
-__all__ = ["LEAN_MARGIN", "LoopResult", "sinkhorn_loop"]
+__all__ = ["LoopResult", "sinkhorn_loop"]
 
 
 @dataclass

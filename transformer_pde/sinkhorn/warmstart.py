@@ -22,7 +22,7 @@ import numpy as np
 from ..backends import array_namespace, to_host
 from .anderson import Anderson
 
-__all__ = ["PARTNER_MIN_PAIRS", "SinkhornWarmStart"]
+__all__ = ["SinkhornWarmStart"]
 
 
 @functools.lru_cache(maxsize=4096)
