@@ -37,22 +37,25 @@ NORMS = (LayerNorm, RMSNorm)
 Param = Any
 
 # --------------------------------------------------------------------------- MLP
-def _gelu(z: Any, xp: Any) -> Any:
+def _special(name: str, xp: Any) -> Callable[[Any], Any]:
+    """The special function ``name`` of SciPy, or of CuPy for the GPU namespace."""
     if xp is np:
-        from scipy.special import erf  # noqa: PLC0415
+        # deferred: SciPy takes seconds to import; only the gelu and silu activations need it
+        import scipy.special as special  # noqa: PLC0415
     else:  # pragma: no cover - GPU only
-        from cupyx.scipy.special import erf  # noqa: PLC0415
-    return 0.5 * z * (1.0 + erf(z / math.sqrt(2.0)))
+        # deferred: CuPy is optional, reached only with arrays on the GPU
+        import cupyx.scipy.special as special  # noqa: PLC0415
+    return getattr(special, name)
+
+
+def _gelu(z: Any, xp: Any) -> Any:
+    return 0.5 * z * (1.0 + _special("erf", xp)(z / math.sqrt(2.0)))
 
 
 def _silu(z: Any, xp: Any) -> Any:
     # expit(z) = 1 / (1 + e^{-z}) without overflow: exactly 1 for z > 37 (then silu(z) = z)
     # and underflowing to 0 for z -> -inf (then silu(z) -> -0.0), never inf * 0
-    if xp is np:
-        from scipy.special import expit  # noqa: PLC0415
-    else:  # pragma: no cover - GPU only
-        from cupyx.scipy.special import expit  # noqa: PLC0415
-    return z * expit(z)
+    return z * _special("expit", xp)(z)
 
 
 _ACTIVATIONS: dict[str, Callable[[Any, Any], Any]] = {

@@ -20,6 +20,9 @@ from typing import Sequence
 
 import numpy as np
 
+from ..attention import Attention
+from ..backends import available_backends
+from ..fields import FieldEvaluator
 from .exits import ExitCode, RunError, UsageError
 from .output import OutputDir
 
@@ -37,10 +40,8 @@ def run_bench(*, quick: bool = True, out: str | Path | None = None,
     :math:`V = I` (random :math:`Q, K`, most of which blow up in finite time).
     The project's full benchmark scripts are in ``benchmarks/``.
     """
+    # deferred: SciPy takes seconds to import; only this path needs it
     from .. import gaussian  # noqa: PLC0415
-    from ..attention import Attention  # noqa: PLC0415
-    from ..backends import available_backends  # noqa: PLC0415
-    from ..fields import FieldEvaluator  # noqa: PLC0415
 
     outdir = OutputDir(out, force=force) if out is not None else None
     try:

@@ -23,7 +23,13 @@ from typing import Any
 import numpy as np
 
 from .. import validation
+from ..attention import KINDS, Attention
+from ..backends import BACKENDS
+from ..blocks import MLP, NORMALIZATIONS, SPLITTINGS, Block, LayerNorm, Normalization
 from ..errors import ArgumentError, ConfigError
+from ..integrate.loop import Limits, SaveAt
+from ..integrate.solvers import SOLVERS
+from ..particles import FieldOptions
 from .config import (Table, check_memory, library_call, numeric_array, read_options,
                      typed_parameters)
 
@@ -139,8 +145,6 @@ def build_attention(table: Any, *, section: str = "attention") -> Any:
     with its default (``heads``, ``masked``, ``beta``, ``eps``, ``l2_beta``, ``shift``,
     ...; ``shift = beta`` keeps ``kind = "exp"`` finite at large ``beta``).
     """
-    from ..attention import KINDS, Attention  # noqa: PLC0415
-
     # the scalar keywords of Attention (heads, masked, beta, eps, l2_beta, ...)
     spec = typed_parameters(Attention, exclude=("kind", "Q", "K", "V", "W_O"))
     sec = Table(table, section, ("kind", "d", "Q", "K", "V", "W_O", "seed", "score_scale",
@@ -270,8 +274,6 @@ def build_mlp(table: Any, d: int, *, section: str = "block.mlp") -> Any:
     ``{random = "normal"}``), ``b1``, ``b2`` (lists of :math:`m` and :math:`d` numbers),
     ``seed``, and the keywords of :class:`~transformer_pde.blocks.MLP` (``activation``).
     """
-    from ..blocks import MLP  # noqa: PLC0415
-
     spec = typed_parameters(MLP, exclude=("W1", "W2", "b1", "b2"))
     sec = Table(table, section, ("hidden", "W1", "W2", "b1", "b2", "seed", *spec))
     m = sec.integer("hidden", d, minimum=1)
@@ -288,8 +290,6 @@ def build_mlp(table: Any, d: int, *, section: str = "block.mlp") -> Any:
 def build_layernorm(table: Any, *, section: str = "block.layernorm") -> Any:
     """A :class:`~transformer_pde.blocks.LayerNorm` from a ``[block.layernorm]`` table (its
     keywords and defaults: ``mode``, ``variance``, ``eps``)."""
-    from ..blocks import LayerNorm  # noqa: PLC0415
-
     spec = typed_parameters(LayerNorm)
     sec = Table(table, section, spec)
     kwargs = read_options(sec, spec)
@@ -305,8 +305,6 @@ def build_block(table: Any, d: int, *, section: str = "block") -> Any:
     :class:`~transformer_pde.blocks.Normalization`), and
     the sub-tables ``[block.mlp]`` and ``[block.layernorm]`` (``mode = "post"`` makes the
     post-norm constraint)."""
-    from ..blocks import SPLITTINGS, Block  # noqa: PLC0415
-
     sec = Table(table, section, ("constraint", "splitting", "mlp", "layernorm",
                                  "normalization"))
     if not sec.data:
@@ -345,8 +343,6 @@ def _build_normalization(value: Any, *, section: str = "block.normalization") ->
     scheme name (``"pre"``) or a table ``{scheme = "ngpt", alpha = 0.5}`` /
     ``{scheme = "mix", switch = 2.0}`` (an option of another scheme is an error naming
     it)."""
-    from ..blocks import NORMALIZATIONS, Normalization  # noqa: PLC0415
-
     if isinstance(value, str):
         value = {"scheme": value}
     if not isinstance(value, dict):
@@ -367,8 +363,6 @@ def build_solver(value: Any, key: str) -> Any:
     (default options) or a table ``{name = "dopri5", rtol = 1e-8, ...}`` whose other keys
     are that solver's own options (``rtol``/``atol`` of the adaptive pairs, ``tol``/
     ``max_iter`` of the implicit midpoint rule; none for the others)."""
-    from ..integrate.solvers import SOLVERS  # noqa: PLC0415
-
     names = sorted(SOLVERS)
     if isinstance(value, str):
         if value not in SOLVERS:
@@ -426,10 +420,6 @@ def build_simulate(cfg: dict, att: Any) -> dict[str, Any]:
     of another solver, block options with an adaptive solver, a splitting without an MLP)
     is an error naming its key.
     """
-    from ..backends import BACKENDS  # noqa: PLC0415
-    from ..integrate.loop import Limits, SaveAt  # noqa: PLC0415
-    from ..particles import FieldOptions  # noqa: PLC0415
-
     raw_run = cfg.get("run")
     if isinstance(raw_run, dict):
         for k in raw_run:

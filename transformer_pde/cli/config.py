@@ -21,6 +21,8 @@ import difflib
 import inspect
 import math
 import re
+import tomllib
+import typing
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -54,10 +56,6 @@ def load_config(path: str | Path) -> dict:
     directory under the key ``"__dir__"`` (relative paths inside the file, such as
     ``tokens.file``, are read from there).
     """
-    try:
-        import tomllib  # noqa: PLC0415
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]  # noqa: PLC0415
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"configuration file {str(path)!r} does not exist")
@@ -256,8 +254,6 @@ def typed_parameters(obj: Callable, exclude: Iterable[str] = ()) -> dict[str, tu
     ``{name: (kind, default)}`` with ``kind`` one of ``"bool"``, ``"int"``, ``"float"``,
     ``"str"``, read from the annotations (``float | None`` is ``"float"``) or, without
     one, from the default's type.  Other parameters (arrays, callables) are left out."""
-    import typing  # noqa: PLC0415
-
     target = obj.__init__ if inspect.isclass(obj) and not hasattr(obj, "__dataclass_fields__") \
         else obj
     try:

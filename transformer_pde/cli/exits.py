@@ -17,6 +17,7 @@ import threading
 from typing import Any
 
 from ..errors import TransformerPDEError
+from ..results import Status
 
 __all__ = ["EXIT_HELP", "ExitCode", "RunError", "Signals", "UsageError",
            "sigterm_as_interrupt", "status_exit"]
@@ -77,8 +78,6 @@ def status_exit(status: str) -> int:
     """The exit status of a run that ended with ``status``
     (:class:`~transformer_pde.results.Status`): 0 for a successful status, 130 for
     ``interrupted``, 1 otherwise."""
-    from ..results import Status  # noqa: PLC0415
-
     st = Status.parse(status)
     if st is Status.INTERRUPTED:
         return ExitCode.INTERRUPTED

@@ -31,6 +31,7 @@ one-line notice.  Every JSON file is strict JSON: NaN and infinities are ``null`
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -41,9 +42,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-
 from ..errors import TransformerPDEError
+from ..io.container import save_npz
 from ..io.jsonfmt import dumps
+from ..io.labelled import save_dataset
 
 __all__ = ["DATA_FORMATS", "IO_EXTRA_HINT", "LOCK_NAME", "STAGING_PREFIX", "OutputDir",
            "OutputError", "check_out", "data_format", "path_problem", "remove_stale_staging",
@@ -125,8 +127,6 @@ def data_format(fmt: str | None = None, *, notice: bool = True) -> str:
     """The data format to write: ``fmt`` (one of :data:`DATA_FORMATS`; ``None`` is
     ``"netcdf"``), or ``"npz"`` when the modules of a labelled format are not installed;
     then a one-line notice naming :data:`IO_EXTRA_HINT` goes to stderr (``notice``)."""
-    import importlib.util  # noqa: PLC0415
-
     fmt = DATA_FORMATS[0] if fmt is None else fmt
     if fmt not in DATA_FORMATS:
         raise OutputError(f"--format: expected one of {', '.join(DATA_FORMATS)}, got {fmt!r}")
@@ -388,12 +388,8 @@ class OutputDir:
         :func:`data_format`); returns the file's name."""
         name = stem + _SUFFIXES[fmt]
         if fmt == "npz":
-            from ..io.container import save_npz  # noqa: PLC0415
-
             save_npz(self.path(name), arrays())
         else:
-            from ..io.labelled import save_dataset  # noqa: PLC0415
-
             save_dataset(dataset(), self.path(name))
         return name
 

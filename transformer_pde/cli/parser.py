@@ -106,8 +106,10 @@ def _version() -> str:
 
 # --------------------------------------------------------------------------- parser
 def _common(p: argparse.ArgumentParser, *, top: bool) -> None:
-    """``-v`` and ``--debug``, accepted before and after the command."""
+    """``-v`` and ``--debug``, accepted before and after the command (listed last, as
+    "common options")."""
     default = False if top else argparse.SUPPRESS
+    p = p.add_argument_group("common options")
     p.add_argument("-v", "--verbose", action="store_true", default=default,
                    help="log INFO messages to stderr")
     p.add_argument("--debug", action="store_true", default=default,
@@ -129,15 +131,23 @@ def _data_format(p: argparse.ArgumentParser) -> None:
                         "npz with a notice when the [io] extra is missing)")
 
 
+def _command(sub: Any, name: str, func: Callable | None, help_: str,
+             description: str) -> argparse.ArgumentParser:
+    """The subcommand ``name`` run by ``func``, with the common options and epilog."""
+    p = sub.add_parser(name, help=help_, description=description, epilog=SUB_EPILOG)
+    _common(p, top=False)
+    if func is not None:
+        p.set_defaults(func=func)
+    return p
+
+
 def _config_command(sub: Any, name: str, func: Callable, help_: str,
                     description: str) -> argparse.ArgumentParser:
     """A subcommand taking ``CONFIG.toml``, ``--out`` and ``--force``."""
-    p = sub.add_parser(name, help=help_, description=description, epilog=SUB_EPILOG)
+    p = _command(sub, name, func, help_, description)
     p.add_argument("config", type=_path, help=f"TOML configuration ('transformer-pde init {name}' writes "
                                   "a commented example)")
     _out(p, f"transformer-pde-{name}")
-    _common(p, top=False)
-    p.set_defaults(func=func)
     return p
 
 
@@ -170,10 +180,9 @@ def _study_arguments(p: argparse.ArgumentParser) -> None:
 
 # --------------------------------------------------------------------------- commands
 def _add_demo(sub: Any) -> None:
-    d = sub.add_parser("demo", help="clustering of a 2-D token cloud (embedded default)",
-                       description="Simulate clustering of a 2-D token cloud under softmax "
-                                   "attention (Q = K = V = I) and write demo.png, summary.txt, "
-                                   "summary.json and trajectory.npz.", epilog=SUB_EPILOG)
+    d = _command(sub, "demo", cmd_demo, "clustering of a 2-D token cloud (embedded default)",
+                 "Simulate clustering of a 2-D token cloud under softmax attention (Q = K = V "
+                 "= I) and write demo.png, summary.txt, summary.json and trajectory.npz.")
     _out(d, "transformer-pde-demo")
     d.add_argument("--n", type=_positive_int, default=256,
                    help="number of tokens (default 256)")
@@ -185,8 +194,6 @@ def _add_demo(sub: Any) -> None:
                    help=f"particle backend (default {DEFAULT_BACKEND}: the fastest installed "
                         "one for the number of tokens)")
     d.add_argument("--gif", action="store_true", help="also write an animation demo.gif")
-    _common(d, top=False)
-    d.set_defaults(func=cmd_demo)
 
 
 def _add_simulate(sub: Any) -> None:
@@ -233,13 +240,11 @@ def _add_cone(sub: Any) -> None:
 
 
 def _add_ranks(sub: Any) -> None:
-    r = sub.add_parser("ranks", help="rank histogram sweep over random draws",
-                       description="Numerical rank of the limit covariance over random "
-                                   "parameters and initial covariances, per kind, value matrix "
-                                   "and dimension; write ranks.png, ranks.nc, summary.json "
-                                   "and results.zarr. Options override the [ranks] table of "
-                                   f"CONFIG. {STUDY_TEXT}",
-                       epilog=SUB_EPILOG)
+    r = _command(sub, "ranks", cmd_ranks, "rank histogram sweep over random draws",
+                 "Numerical rank of the limit covariance over random parameters and initial "
+                 "covariances, per kind, value matrix and dimension; write ranks.png, "
+                 "ranks.nc, summary.json and results.zarr. Options override the [ranks] table "
+                 f"of CONFIG. {STUDY_TEXT}")
     r.add_argument("config", nargs="?", type=_path, help="optional TOML file with a [ranks] table")
     _out(r, "transformer-pde-ranks")
     _data_format(r)
@@ -251,30 +256,23 @@ def _add_ranks(sub: Any) -> None:
     r.add_argument("--draws", type=_positive_int, help="random draws per case (default 100)")
     r.add_argument("--seed", type=_nonneg_int, help="random seed (default 0)")
     _study_arguments(r)
-    _common(r, top=False)
-    r.set_defaults(func=cmd_ranks)
 
 
 def _add_pretrained(sub: Any) -> None:
-    pt = sub.add_parser("pretrained", help="a pretrained language model's tokens as a flow "
-                                           "in depth",
-                        description="Run TEXT through a pretrained model as the library's flow. "
-                                    "--model minilm (default): the BERT-family encoder "
-                                    "all-MiniLM-L6-v2 (the network, its continuous-depth "
-                                    "version and each layer repeated to long times); writes "
-                                    "pretrained_paths.png (token paths, PCA), "
-                                    "pretrained_statistics.png (clusters, covariance rank, "
-                                    "cosine similarity per depth), pretrained_cosine.png, "
-                                    "pretrained_summary.json and pretrained_states.npz. "
-                                    "--model smollm2: the decoder SmolLM2-135M (GGUF) beside "
-                                    "MiniLM (when installed) and the idealised causal flow: "
-                                    "depth statistics, distance to the first token, norm "
-                                    "growth, attention on the first token and the attention "
-                                    "sink, continuous depth and repeated layers; writes "
-                                    "decoder_statistics.png, decoder_attention_sink.png, "
-                                    "decoder_long_time.png, decoder_summary.json and "
-                                    "decoder_states.npz.",
-                        epilog=SUB_EPILOG)
+    pt = _command(sub, "pretrained", cmd_pretrained,
+                  "a pretrained language model's tokens as a flow in depth",
+                  "Run TEXT through a pretrained model as the library's flow. --model minilm "
+                  "(default): the BERT-family encoder all-MiniLM-L6-v2 (the network, its "
+                  "continuous-depth version and each layer repeated to long times); writes "
+                  "pretrained_paths.png (token paths, PCA), pretrained_statistics.png "
+                  "(clusters, covariance rank, cosine similarity per depth), "
+                  "pretrained_cosine.png, pretrained_summary.json and pretrained_states.npz. "
+                  "--model smollm2: the decoder SmolLM2-135M (GGUF) beside MiniLM (when "
+                  "installed) and the idealised causal flow: depth statistics, distance to the "
+                  "first token, norm growth, attention on the first token and the attention "
+                  "sink, continuous depth and repeated layers; writes decoder_statistics.png, "
+                  "decoder_attention_sink.png, decoder_long_time.png, decoder_summary.json and "
+                  "decoder_states.npz.")
     pt.add_argument("text", help="the text to run (quoted)")
     _out(pt, "transformer-pde-pretrained")
     pt.add_argument("--model", choices=("minilm", "smollm2"), default="minilm",
@@ -297,51 +295,41 @@ def _add_pretrained(sub: Any) -> None:
     pt.add_argument("--layers", nargs="+", type=_nonneg_int, default=None,
                     help="layers to repeat (default: all for minilm; L/6 and 5L/6 for "
                          "smollm2)")
-    _common(pt, top=False)
-    pt.set_defaults(func=cmd_pretrained)
 
 
 def _add_sweep(sub: Any) -> None:
-    w = sub.add_parser("sweep", help="a parameter study on Dask, results in Zarr",
-                       description="Run the study of CONFIG.toml (tables [study], [study.axes], "
-                                   "[cell]) cell by cell on an embedded Dask cluster (one "
-                                   "worker process per core) or an existing one, writing "
-                                   "OUT/results.zarr as cells finish and OUT/summary.json. A "
-                                   "cell that raises is recorded as failed and the study goes "
-                                   "on; --resume computes only missing and failed cells.",
-                       epilog=SUB_EPILOG)
+    w = _command(sub, "sweep", cmd_sweep, "a parameter study on Dask, results in Zarr",
+                 "Run the study of CONFIG.toml (tables [study], [study.axes], [cell]) cell by "
+                 "cell on an embedded Dask cluster (one worker process per core) or an "
+                 "existing one, writing OUT/results.zarr as cells finish and OUT/summary.json. "
+                 "A cell that raises is recorded as failed and the study goes on; --resume "
+                 "computes only missing and failed cells.")
     w.add_argument("config", type=_path, help="TOML study ('transformer-pde init sweep' writes a "
                                   "commented example)")
     w.add_argument("--out", default="transformer-pde-sweep", type=_path,
                    help="output directory (default transformer-pde-sweep); its results.zarr is "
                         "only completed with --resume, never overwritten")
     _study_arguments(w)
-    _common(w, top=False)
-    w.set_defaults(func=cmd_sweep)
 
 
 def _add_init(sub: Any) -> None:
-    i = sub.add_parser("init", help="write a commented example configuration",
-                       description="Write the example configuration of KIND (installed with "
-                                   "the package, every key commented) to PATH, to edit and "
-                                   "run with the command it names in its first line.",
-                       epilog=SUB_EPILOG)
+    i = _command(sub, "init", cmd_init, "write a commented example configuration",
+                 "Write the example configuration of KIND (installed with the package, every "
+                 "key commented) to PATH, to edit and run with the command it names in its "
+                 "first line.")
     i.add_argument("kind", metavar="KIND", choices=list(TEMPLATES),
                    help=f"one of {', '.join(TEMPLATES)}")
     i.add_argument("path", metavar="PATH", nargs="?", default=None, type=_path,
                    help="file to write (default: KIND's file name in the current directory; "
                         "a directory: that name in it; '-': stdout)")
     i.add_argument("--force", action="store_true", help="replace an existing PATH")
-    _common(i, top=False)
-    i.set_defaults(func=cmd_init)
 
 
 def _add_bench(sub: Any) -> None:
-    b = sub.add_parser("bench", help="small built-in timing",
-                       description="Time the softmax particle field on the CPU backends and a "
-                                   "batched Gaussian solve; --scripts runs the project's "
-                                   "benchmark scripts in benchmarks/ instead.",
-                       epilog=SUB_EPILOG)
+    b = _command(sub, "bench", cmd_bench, "small built-in timing",
+                 "Time the softmax particle field on the CPU backends and a batched Gaussian "
+                 "solve; --scripts runs the project's benchmark scripts in benchmarks/ "
+                 "instead.")
     b.add_argument("--full", action="store_true",
                    help="larger token counts (slower); with --scripts, the full benchmarks")
     b.add_argument("--scripts", action="store_true",
@@ -350,18 +338,13 @@ def _add_bench(sub: Any) -> None:
     _out(b, None)
     b.add_argument("--backends", nargs="+", choices=_backends()[:-1],
                    help="backends to time (default: those available of numpy, numba)")
-    _common(b, top=False)
-    b.set_defaults(func=cmd_bench)
 
 
 def _add_warmup(sub: Any) -> None:
-    w = sub.add_parser("warmup", help="compile the Numba kernels ahead of first use",
-                       description="Compile the Numba kernels of the main paths ("
-                                   + ", ".join(WARMUP_PATHS) + ") now, so that first runs "
-                                   "skip the compilation (cached on disk).",
-                       epilog=SUB_EPILOG)
+    w = _command(sub, "warmup", None, "compile the Numba kernels ahead of first use",
+                 "Compile the Numba kernels of the main paths (" + ", ".join(WARMUP_PATHS)
+                 + ") now, so that first runs skip the compilation (cached on disk).")
     _warmup_arguments(w)
-    _common(w, top=False)
 
 
 #: the subcommands in the order ``--help`` lists them

@@ -20,8 +20,17 @@ from typing import Any
 
 import numpy as np
 
+from .. import particles
+from ..attention import Attention
 from ..backends import DEFAULT_BACKEND
-from ..errors import CheckpointError, ConfigError
+from ..errors import ArgumentError, CheckpointError, ConfigError
+from ..integrate import check_step_budget, planned_saves, preflight
+from ..integrate.checkpoint import check_path
+from ..integrate.loop import Monitor
+from ..io.jsonfmt import dumps
+from ..io.labelled import gaussian_dataset
+from ..particles import FieldOptions, SaveAt
+from ..particles.simulation import RunSpec
 from .builders import build_attention, build_simulate, build_tokens, covariance
 from .config import (Table, check_memory, library_call, load_config, read_options, sections,
                      typed_parameters)
@@ -53,6 +62,7 @@ RANK_RTOL = 1e-6
 # =========================================================================== helpers
 def _cloud_rank(X: np.ndarray) -> int:
     """Numerical rank (relative tolerance :data:`RANK_RTOL`) of the covariance of a cloud."""
+    # deferred: SciPy takes seconds to import; only this path needs it
     from ..diagnostics import numerical_rank  # noqa: PLC0415
 
     # the rank is scale-invariant: scaled to entries <= 1 first, so that a cloud of huge
@@ -65,6 +75,7 @@ def _cloud_rank(X: np.ndarray) -> int:
 
 def _clusters(X: np.ndarray, tol: float) -> tuple[int, np.ndarray]:
     """Number of clusters and labels (single linkage at ``tol`` times the cloud radius)."""
+    # deferred: SciPy takes seconds to import; only this path needs it
     from ..diagnostics import clusters  # noqa: PLC0415
 
     res = clusters(X, tol=tol)
@@ -74,8 +85,10 @@ def _clusters(X: np.ndarray, tol: float) -> tuple[int, np.ndarray]:
 def _particles_figure(Z: np.ndarray, labels: np.ndarray, title: str) -> Any:
     """:func:`transformer_pde.plot.particles` on a figure pyplot does not manage (the CLI
     only saves it)."""
+    # deferred: matplotlib takes seconds to import; only this path needs it
     from matplotlib.figure import Figure  # noqa: PLC0415
 
+    # deferred: matplotlib takes seconds to import; only this path needs it
     from .. import plot  # noqa: PLC0415
 
     ax = Figure(figsize=(5.5, 5.0), layout="constrained").add_subplot()
@@ -84,6 +97,7 @@ def _particles_figure(Z: np.ndarray, labels: np.ndarray, title: str) -> Any:
 
 def _depth_figure(times: np.ndarray, Z: np.ndarray, labels: np.ndarray, title: str) -> Any:
     """Tokens of a 1-D run against depth (one line per token, coloured by final cluster)."""
+    # deferred: matplotlib takes seconds to import; only this path needs it
     from matplotlib.figure import Figure  # noqa: PLC0415
 
     fig = Figure(figsize=(6.5, 4.2), layout="constrained")
@@ -112,12 +126,11 @@ def run_demo(out: str | Path = "transformer-pde-demo", *, n: int = 256, seed: in
     linkage at ``cluster_tol`` times the radius of the final cloud
     (:func:`transformer_pde.diagnostics.clusters`).
     """
+    # deferred: matplotlib takes seconds to import; only this path needs it
     from matplotlib.figure import Figure  # noqa: PLC0415
 
+    # deferred: matplotlib takes seconds to import; only this path needs it
     from .. import plot  # noqa: PLC0415
-    from ..attention import Attention  # noqa: PLC0415
-    from ..integrate import planned_saves  # noqa: PLC0415
-    from ..particles import FieldOptions, SaveAt, simulate  # noqa: PLC0415
 
     n_saved = planned_saves(t_max, dt, SaveAt())
     check_memory("--t-max", 8.0 * 2 * n_saved * n * 2,
@@ -127,8 +140,8 @@ def run_demo(out: str | Path = "transformer-pde-demo", *, n: int = 256, seed: in
         X0 = rng.normal(size=(n, 2))
         att = Attention("softmax", np.eye(2), np.eye(2), np.eye(2))
         t0 = time.perf_counter()
-        traj = simulate(att, X0, t_max=t_max, dt=dt, solver="rk4",
-                        field=FieldOptions(backend=backend))
+        traj = particles.simulate(att, X0, t_max=t_max, dt=dt, solver="rk4",
+                                  field=FieldOptions(backend=backend))
         elapsed = time.perf_counter() - t0
         Z = plot.rescaled_states(traj, np.eye(2))
         k_final, labels = _clusters(Z[-1], cluster_tol)
@@ -208,9 +221,8 @@ def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True, force: bo
     ``resume`` continues from it (bit for bit the uninterrupted run); a resumed run may
     replace the files of the interrupted run it continues in ``out``.
     """
+    # deferred: matplotlib takes seconds to import; only this path needs it
     from .. import plot  # noqa: PLC0415
-    from ..integrate.loop import Monitor  # noqa: PLC0415
-    from ..particles import simulate  # noqa: PLC0415
 
     sections(cfg, ("attention", "tokens", "run", "field", "limits", "block", "output",
                    "title"))
@@ -250,7 +262,7 @@ def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True, force: bo
                     "keeps the states computed so far", X0.shape[0], att.d, opts["t_max"])
         t0 = time.perf_counter()
         try:
-            traj = simulate(att, X0, positions=positions, monitor=monitor, **opts)
+            traj = particles.simulate(att, X0, positions=positions, monitor=monitor, **opts)
         except CheckpointError as exc:  # the library's own check of the path, before step 1
             raise UsageError(f"--checkpoint {checkpoint}: {exc}") from None
         elapsed = time.perf_counter() - t0
@@ -287,8 +299,6 @@ def _check_checkpoint(checkpoint: str | Path) -> None:
     :func:`~transformer_pde.integrate.checkpoint.check_path`.  An existing checkpoint is
     continued with ``--resume``, else replaced; any other file is refused with or without
     ``--resume``."""
-    from ..integrate.checkpoint import check_path  # noqa: PLC0415
-
     if str(checkpoint).strip() == "":
         raise UsageError("--checkpoint: expected the path of a file, got an empty string")
     try:
@@ -310,10 +320,6 @@ def _preflight(att: Any, opts: dict, X0: np.ndarray) -> None:
     :meth:`~transformer_pde.particles.simulation.RunSpec.of`), which ``simulate`` makes
     before its first step: the command line refuses exactly the runs the library refuses
     (``t_max = 0.07, dt = 0.01`` is 7 steps)."""
-    from ..errors import ArgumentError  # noqa: PLC0415
-    from ..integrate import check_step_budget, preflight  # noqa: PLC0415
-    from ..particles.simulation import RunSpec  # noqa: PLC0415
-
     try:
         spec = RunSpec.of(att, X0, opts["t_max"], opts["dt"], opts["saveat"], opts["block"],
                           opts["field"], opts["limits"], None)
@@ -339,6 +345,7 @@ def gaussian_options(name: str, allowed: tuple[str, ...], data: Any,
     """The table ``name`` with its own keys ``allowed``, ``t_max`` (default ``t_max``) and
     the keyword options of :func:`transformer_pde.gaussian.solve` (``rtol``, ``atol``,
     ``blowup_threshold``, ``converge_tol``, ``convergence``; the library's defaults)."""
+    # deferred: SciPy takes seconds to import; only this path needs it
     from .. import gaussian  # noqa: PLC0415
 
     spec = typed_parameters(gaussian.solve, exclude=("att", "mean0", "cov0", "t_max", "t_eval"))
@@ -362,8 +369,10 @@ def run_gaussian(cfg: dict, out: str | Path, *, force: bool = False,
     (status, blow-up time, ranks of the limit) and ``gaussian.png`` (eigenvalues of
     :math:`\Sigma(t)`).
     """
+    # deferred: matplotlib takes seconds to import; only this path needs it
     from matplotlib.figure import Figure  # noqa: PLC0415
 
+    # deferred: SciPy takes seconds to import; only this path needs it
     from .. import gaussian  # noqa: PLC0415
     from ..diagnostics import effective_rank, numerical_rank  # noqa: PLC0415
 
@@ -417,9 +426,6 @@ def _gaussian_dataset(traj: Any, att: Any, cfg: dict) -> Any:
     """The labelled Dataset of a ``gaussian`` run: the trajectory's own
     (:func:`~transformer_pde.io.labelled.gaussian_dataset`) with the command, the attention
     and the configuration (strict JSON) as attributes."""
-    from ..io.jsonfmt import dumps  # noqa: PLC0415
-    from ..io.labelled import gaussian_dataset  # noqa: PLC0415
-
     ds = gaussian_dataset(traj)
     ds.attrs.update({"command": "gaussian", "attention_repr": repr(att),
                      "config": dumps({k: v for k, v in cfg.items() if k != "__dir__"},

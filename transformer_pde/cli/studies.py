@@ -102,6 +102,7 @@ def _run_study(study: Any, out: str | Path, cfg: dict, *, force: bool, resume: b
 
 
 def _finished_cells(store: Path) -> int:
+    # deferred: the study engine (Dask, Zarr) is imported by the study commands only
     from ..sweep import StoreError, open_results  # noqa: PLC0415
 
     try:
@@ -111,6 +112,7 @@ def _finished_cells(store: Path) -> int:
 
 
 def _study_summary(ds: Any) -> dict:
+    # deferred: the study engine (Dask, Zarr) is imported by the study commands only
     from ..sweep import summary  # noqa: PLC0415
 
     return {"store": "results.zarr", **summary(ds)}
@@ -140,8 +142,10 @@ def run_cone(cfg: dict, out: str | Path, *, force: bool = False, resume: bool = 
     attributes), or on request ``cone.npz`` (``covs0``; ``times_<i>``, ``covs_<i>`` per run,
     each up to its own end; ``status``, ``blowup_time``, ``limit``), and ``summary.json``
     and ``cone.png``."""
+    # deferred: matplotlib takes seconds to import; only this path needs it
     from matplotlib.figure import Figure  # noqa: PLC0415
 
+    # deferred: matplotlib and SciPy take seconds to import; only this path needs it
     from .. import gaussian, plot  # noqa: PLC0415
     from ..gaussian.affine import check_attention  # noqa: PLC0415
     from ..gaussian.system import check_solver_args  # noqa: PLC0415
@@ -227,6 +231,7 @@ def _labelled(ds: Any, grid_dims: tuple[str, ...], status: np.ndarray, attrs: di
     """The data file of a study command: the study's outputs without the ``draw`` axis
     (one draw per grid point) and ``cell_status``, ``status`` as Status codes (a cell that
     raised: ``failed``), ``attrs`` plus the configuration as attributes."""
+    # deferred: the study engine (Dask, Zarr) is imported by the study commands only
     from ..sweep import STATUS_CODES  # noqa: PLC0415
 
     out = ds.isel(draw=0, drop=True).drop_vars("cell_status")
@@ -275,6 +280,7 @@ def run_ranks(cfg: dict, out: str | Path, *, progress: bool = True, force: bool 
     or in this process (``scheduler="serial"``), written to ``results.zarr`` as cells
     finish (``resume`` completes it).  A draw whose computation raised is recorded as
     failed (rank -1, status ``failed``) and the study goes on."""
+    # deferred: the study engine (Dask, Zarr) is imported by the study commands only
     from ..paper import RankSweep, rank_figure, rank_sweep, rank_sweep_trials  # noqa: PLC0415
     from ..sweep import STATUS_CODES, Grid, RankSweepCell, Study  # noqa: PLC0415
 
@@ -475,6 +481,7 @@ _CELL_BYTES = 33
 def _check_study_size(config: str) -> None:
     """Refuse up front, naming ``study.draws`` (exit status 2), a study whose cells cannot
     fit in this machine's memory (:func:`~.config.check_memory`)."""
+    # deferred: the study engine (Dask, Zarr) is imported by the study commands only
     from ..sweep.config import load_study_config, study_from_config  # noqa: PLC0415
 
     n = study_from_config(load_study_config(config)).grid.n_cells

@@ -27,15 +27,19 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..attention import Attention
+from ..errors import EarlyStopWarning
+from ..fields import velocity
+from ..particles.options import FieldOptions
+from ..particles.simulation import simulate
 from .exits import ExitCode, UsageError
 
 __all__ = ["WARMUP_PATHS", "cmd_warmup", "configure_parser", "warmup"]
 
 
 def _gaussian(general: bool = False) -> None:
+    # deferred: SciPy takes seconds to import; only this path needs it
     from .. import gaussian  # noqa: PLC0415
-    from ..attention import Attention  # noqa: PLC0415
-    from ..errors import EarlyStopWarning  # noqa: PLC0415
 
     Q = np.array([[0.4, 0.1], [-0.2, 0.6]])
     covs = np.array([[[0.6, 0.1], [0.1, 0.4]], [[0.3, 0.0], [0.0, 0.7]]])
@@ -50,10 +54,6 @@ def _gaussian(general: bool = False) -> None:
 
 
 def _particles() -> None:
-    from ..attention import Attention  # noqa: PLC0415
-    from ..particles.options import FieldOptions  # noqa: PLC0415
-    from ..particles.simulation import simulate  # noqa: PLC0415
-
     rng = np.random.default_rng(0)
     d = 4
     att = Attention("softmax", np.eye(d), np.eye(d), np.eye(d))
@@ -63,9 +63,6 @@ def _particles() -> None:
 
 
 def _sinkhorn() -> None:
-    from ..attention import Attention  # noqa: PLC0415
-    from ..fields import velocity  # noqa: PLC0415
-
     rng = np.random.default_rng(0)
     d = 4
     att = Attention("sinkhorn", np.eye(d), np.eye(d), np.eye(d))

@@ -94,6 +94,7 @@ def _kinetic(times: np.ndarray, power: np.ndarray, w2: float) -> KineticEnergy:
 
 
 def _gaussian_kinetic_energy(traj: Any, att: Attention | None) -> KineticEnergy:
+    # deferred: SciPy takes seconds to import; only this path needs it
     from ..gaussian import affine_field  # noqa: PLC0415
 
     if not isinstance(att, Attention):

@@ -15,6 +15,7 @@ from .. import validation
 from ..attention import Attention
 from ..errors import ArgumentError
 from ..integrate.solvers import get_solver
+from ..particles import simulate
 from .distances import bures_wasserstein, token_distance
 
 __all__ = ["StabilityProfile", "gaussian_stability_profile", "stability_bound",
@@ -204,8 +205,6 @@ def stability_profile(att: Attention, X0: Any, Y0: Any, *, t_max: float, dt: flo
     -------
     StabilityProfile
     """
-    from ..particles import simulate  # noqa: PLC0415
-
     if not isinstance(att, Attention):
         raise TypeError(f"att must be a transformer_pde.Attention, got {type(att).__name__}")
     w2_method = validation.choice("w2_method", w2_method, ("exact", "sliced", "sinkhorn", "auto"))
@@ -254,6 +253,7 @@ def gaussian_stability_profile(att: Attention, gauss0: Sequence[Any], gauss1: Se
     has converged).  Gaussians are
     not compactly supported, so Theorem 3.1 does not apply and ``bound`` is None.
     """
+    # deferred: SciPy takes seconds to import; only this path needs it
     from .. import gaussian  # noqa: PLC0415
 
     m0, S0 = gauss0
