@@ -69,7 +69,7 @@ from ..particles import FieldOptions, ParticleTrajectory
 from ..particles import simulate as simulate_particles
 from ..results import Status
 from ..results_display import summary_html, summary_text
-from .depth_args import check_depth_run
+from .depth_args import DepthModel
 from .gguf_file import DecoderConfig, GGUFModel, read_gguf
 from .text_args import check_text
 
@@ -87,7 +87,7 @@ def _span(context_length: int) -> float:
 
 
 @dataclass(eq=False)
-class PretrainedDecoder:
+class PretrainedDecoder(DepthModel):
     r"""A GGUF decoder read by :func:`load_gguf`, as objects of the library.
 
     Attributes
@@ -126,16 +126,6 @@ class PretrainedDecoder:
     output: np.ndarray = field(repr=False)
     tokenizer: Any = field(repr=False)
     quantization: dict[str, str] = field(repr=False, default_factory=dict)
-
-    @property
-    def n_layers(self) -> int:
-        """Number of layers :math:`L`."""
-        return self.config.n_layers
-
-    @property
-    def d(self) -> int:
-        """Token dimension."""
-        return self.config.d
 
     # ------------------------------------------------------------------ display
     def _rows(self) -> list[tuple[str, str]]:
@@ -231,9 +221,7 @@ class PretrainedDecoder:
     def layer(self, ell: int) -> tuple[Attention, MLP, tuple[RMSNorm, RMSNorm]]:
         """Attention, MLP and pre-norm pair of layer ``ell`` (0-based), with constant
         weights."""
-        if isinstance(ell, bool) or not isinstance(ell, (int, np.integer)) \
-                or not 0 <= ell < self.n_layers:
-            raise ArgumentError(f"layer must be an integer in [0, {self.n_layers}), got {ell!r}")
+        ell = self.layer_index(ell)
         a, m, (n1, n2) = self.attention, self.mlp, self.layernorm
 
         def at(v: Any) -> Any:
@@ -379,7 +367,7 @@ class PretrainedDecoder:
             States after every layer, ``times = 0, 1, ..., n_layers``; ``status`` says whether
             the run reached the end (``info`` records the flow's settings).
         """
-        check_depth_run(self.n_layers, self.layer, steps_per_layer, solver, repeat_layer, n_layers)
+        self.check_depth_run(steps_per_layer, solver, repeat_layer, n_layers)
         L = self.n_layers if n_layers is None else int(n_layers)
         X0 = self.embed(text)
         if repeat_layer is None:

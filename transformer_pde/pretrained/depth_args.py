@@ -1,57 +1,73 @@
-"""The arguments of a pretrained model's continuous-depth run, checked once for every model.
+"""The depth of a pretrained model and the arguments of its continuous-depth run, checked
+once for every model.
 
-:meth:`PretrainedEncoder.simulate <transformer_pde.pretrained.PretrainedEncoder.simulate>` and
-:meth:`PretrainedDecoder.simulate <transformer_pde.pretrained.PretrainedDecoder.simulate>` take
-the same depth arguments (``steps_per_layer``, ``solver``, ``repeat_layer``, ``n_layers``);
-:func:`check_depth_run` validates them with the same messages for both.
+:class:`~transformer_pde.pretrained.PretrainedEncoder` and
+:class:`~transformer_pde.pretrained.PretrainedDecoder` are :class:`DepthModel` s: their
+``n_layers`` and ``d`` come from their ``config``, a layer index is checked by one rule, and
+their ``simulate`` take the same depth arguments (``steps_per_layer``, ``solver``,
+``repeat_layer``, ``n_layers``), validated by :meth:`DepthModel.check_depth_run` with the
+same messages for both.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from ..errors import ArgumentError
 from ..integrate.solvers import Solver, get_solver
+from ..validation import integer
 
-__all__ = ["check_depth_run"]
+__all__ = ["DepthModel"]
 
 
-def check_depth_run(depth: int, layer: Callable[[Any], Any], steps_per_layer: Any, solver: Any,
-                    repeat_layer: Any, n_layers: Any) -> Solver:
-    """Validate the depth arguments of a model with ``depth`` layers; return the solver.
+class DepthModel:
+    """What the pretrained models share: a ``config`` with ``n_layers`` and ``d``."""
 
-    Parameters
-    ----------
-    depth : int
-        The model's number of layers.
-    layer : callable
-        The model's ``layer(index)``, called on ``repeat_layer`` to validate the index.
-    steps_per_layer, solver, repeat_layer, n_layers
-        As in the models' ``simulate``.
+    config: Any
 
-    Raises
-    ------
-    ArgumentError
-        ``steps_per_layer`` or ``n_layers`` not an integer >= 1, a solver that is not a
-        one-step fixed-step solver, more layers than the model has without ``repeat_layer``,
-        or a bad ``repeat_layer`` (from ``layer``).
-    """
-    if isinstance(steps_per_layer, bool) or not isinstance(steps_per_layer, (int, np.integer)) \
-            or steps_per_layer < 1:
-        raise ArgumentError(f"steps_per_layer must be an integer >= 1, got {steps_per_layer!r}")
-    stepper = get_solver(solver, "solver")
-    if stepper.adaptive or stepper.multistep:
-        raise ArgumentError(f"solver={solver!r}: use a one-step fixed-step solver "
-                            "('euler', 'heun', 'rk4', 'implicit_midpoint')")
-    assert isinstance(stepper, Solver)  # get_solver's check: not adaptive, so a Solver
-    if repeat_layer is not None:
-        layer(repeat_layer)  # validates the index
-    L = depth if n_layers is None else n_layers
-    if isinstance(L, bool) or not isinstance(L, (int, np.integer)) or L < 1:
-        raise ArgumentError(f"n_layers must be an integer >= 1, got {n_layers!r}")
-    if repeat_layer is None and L > depth:
-        raise ArgumentError(f"n_layers={L} exceeds the model's {depth} layers; pass "
-                            "repeat_layer= to iterate one layer's weights to long times")
-    return stepper
+    @property
+    def n_layers(self) -> int:
+        """Number of layers :math:`L`."""
+        return self.config.n_layers
+
+    @property
+    def d(self) -> int:
+        """Token dimension."""
+        return self.config.d
+
+    def layer_index(self, ell: Any) -> int:
+        """``ell`` as a layer index in ``[0, n_layers)`` (``ArgumentError`` naming ``layer``
+        otherwise)."""
+        if isinstance(ell, bool) or not isinstance(ell, (int, np.integer)) \
+                or not 0 <= ell < self.n_layers:
+            raise ArgumentError(f"layer must be an integer in [0, {self.n_layers}), got {ell!r}")
+        return int(ell)
+
+    def check_depth_run(self, steps_per_layer: Any, solver: Any, repeat_layer: Any,
+                        n_layers: Any) -> Solver:
+        """Validate the depth arguments of ``simulate``; return the solver.
+
+        Raises
+        ------
+        ArgumentError
+            ``steps_per_layer`` or ``n_layers`` not an integer >= 1, a solver that is not a
+            one-step fixed-step solver, more layers than the model has without
+            ``repeat_layer``, or a ``repeat_layer`` that is not a layer index.
+        ArgumentTypeError
+            ``steps_per_layer`` or ``n_layers`` not a number, or not a solver.
+        """
+        integer("steps_per_layer", steps_per_layer, minimum=1)
+        stepper = get_solver(solver, "solver")
+        if stepper.adaptive or stepper.multistep:
+            raise ArgumentError(f"solver={solver!r}: use a one-step fixed-step solver "
+                                "('euler', 'heun', 'rk4', 'implicit_midpoint')")
+        assert isinstance(stepper, Solver)  # get_solver's check: not adaptive, so a Solver
+        if repeat_layer is not None:
+            self.layer_index(repeat_layer)
+        L = self.n_layers if n_layers is None else integer("n_layers", n_layers, minimum=1)
+        if repeat_layer is None and L > self.n_layers:
+            raise ArgumentError(f"n_layers={L} exceeds the model's {self.n_layers} layers; pass "
+                                "repeat_layer= to iterate one layer's weights to long times")
+        return stepper

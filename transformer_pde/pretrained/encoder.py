@@ -62,7 +62,7 @@ from ..particles import FieldOptions, ParticleTrajectory
 from ..particles import simulate as simulate_particles
 from ..results import Status
 from .decoder import PretrainedDecoder, load_gguf
-from .depth_args import check_depth_run
+from .depth_args import DepthModel
 from .model import EncoderConfig, ModelDirectory, read_model_dir
 from .text_args import check_text
 
@@ -76,7 +76,7 @@ _MAX_NORM = 1e12
 
 
 @dataclass(eq=False)
-class PretrainedEncoder:
+class PretrainedEncoder(DepthModel):
     r"""A BERT-family encoder read by :func:`load`, as objects of the library.
 
     Attributes
@@ -115,16 +115,6 @@ class PretrainedEncoder:
     embeddings: dict[str, np.ndarray]
     embedding_layernorm: LayerNorm
     tokenizer: Any = field(repr=False)
-
-    @property
-    def n_layers(self) -> int:
-        """Number of layers :math:`L`."""
-        return self.config.n_layers
-
-    @property
-    def d(self) -> int:
-        """Token dimension."""
-        return self.config.d
 
     def __repr__(self) -> str:
         c = self.config
@@ -165,9 +155,7 @@ class PretrainedEncoder:
     # ------------------------------------------------------------------ the network
     def layer(self, ell: int) -> tuple[Attention, MLP, tuple[LayerNorm, LayerNorm]]:
         """Attention, MLP and post-norm pair of layer ``ell`` (0-based)."""
-        if isinstance(ell, bool) or not isinstance(ell, (int, np.integer)) \
-                or not 0 <= ell < self.n_layers:
-            raise ArgumentError(f"layer must be an integer in [0, {self.n_layers}), got {ell!r}")
+        ell = self.layer_index(ell)
         return self.attentions[ell], self.mlps[ell], self.layernorms[ell]
 
     def hidden_states(self, text: str, *, backend: Any = DEFAULT_BACKEND) -> np.ndarray:
@@ -228,8 +216,7 @@ class PretrainedEncoder:
             States after every layer, ``times = 0, 1, ..., n_layers``; ``status`` says whether
             the run reached the end (``info`` records the flow's settings).
         """
-        stepper = check_depth_run(self.n_layers, self.layer, steps_per_layer, solver,
-                                  repeat_layer, n_layers)
+        stepper = self.check_depth_run(steps_per_layer, solver, repeat_layer, n_layers)
         L = self.n_layers if n_layers is None else int(n_layers)
         if isinstance(text, (str, bytes, bytearray)) or text is None or np.ndim(text) == 0:
             X = self.embed(text)  # check_text says what a prompt must be
