@@ -15,8 +15,8 @@ import numpy as np
 from .. import validation
 from ..attention import Attention, Layers
 from .. import results_display as display
-from ..errors import ArgumentError, ArgumentTypeError, EarlyStopWarning, IntegrityError
-from ..io.saving import GAUSSIAN_BATCH_FORMAT, GAUSSIAN_FORMAT, read_gaussian, save_gaussian
+from ..errors import ArgumentError, ArgumentTypeError, EarlyStopWarning
+from ..io.saving import GAUSSIAN_BATCH_FORMAT, GAUSSIAN_FORMAT, read_gaussian
 from ..results import ResultKind, Status
 from . import member
 from .affine import check_attention, check_mean_cov, psd_factor
@@ -30,7 +30,7 @@ from .system import (
     classify_members,
     layer_breakpoints,
 )
-from .trajectory import STIFF_METHOD, GaussianTrajectory, solve_from_factor
+from .trajectory import STIFF_METHOD, GaussianFile, GaussianTrajectory, solve_from_factor
 
 __all__ = ["GaussianBatch", "load", "solve_batch"]
 
@@ -47,7 +47,7 @@ def _tabulated(att: Attention) -> bool:
 
 
 @dataclass
-class GaussianBatch:
+class GaussianBatch(GaussianFile):
     r"""Result of :func:`solve_batch` (``B`` members).
 
     Attributes
@@ -93,6 +93,7 @@ class GaussianBatch:
 
     #: :class:`~transformer_pde.results.ResultKind` of the result protocol
     result_kind: ClassVar[ResultKind] = ResultKind.GAUSSIAN_BATCH
+    _FILE_FORMAT: ClassVar[str] = GAUSSIAN_BATCH_FORMAT
 
     def __len__(self) -> int:
         return self.status.shape[0]
@@ -146,45 +147,6 @@ class GaussianBatch:
     def _repr_html_(self) -> str:
         return display.summary_html(*self._summary())
 
-    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
-        """Write the batch to the NPZ file ``path`` with the SHA-256 digest of every array
-        (:func:`transformer_pde.io.saving.save_gaussian`); :meth:`load` restores it
-        exactly.  The file is written beside ``path`` and renamed into place.
-
-        Parameters
-        ----------
-        path : str or Path
-            Target NPZ file (``.nc`` / ``.zarr`` are refused).
-        overwrite : bool, default False
-            Replace an existing file; without it an existing ``path`` is an
-            :class:`~transformer_pde.errors.ArgumentError` naming it.
-
-        Returns
-        -------
-        Path
-        """
-        return save_gaussian(self, path, overwrite=overwrite)
-
-    @classmethod
-    def load(cls, path: str | Path) -> "GaussianBatch":
-        """Read a file written by :meth:`save`, after checking every array against its
-        digest and the invariants of :func:`transformer_pde.io.saving.check_gaussian`.
-
-        Raises
-        ------
-        IntegrityError
-            The file is damaged or edited, or holds a single
-            :class:`~transformer_pde.gaussian.GaussianTrajectory`; the message names the
-            file.
-        FileNotFoundError
-            No such file.
-        """
-        fmt, fields = read_gaussian(path)
-        if fmt != GAUSSIAN_BATCH_FORMAT:
-            raise IntegrityError(f"{path} holds a GaussianTrajectory, not a GaussianBatch "
-                                 f"(use GaussianTrajectory.load or transformer_pde.gaussian.load)")
-        return cls(**fields)
-
     def __getitem__(self, i: int) -> GaussianTrajectory:
         """Member ``i`` as a :class:`GaussianTrajectory` (its states at ``t_eval`` up to its
         stop, then its final state)."""
@@ -216,8 +178,8 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
                 ) -> GaussianBatch:
     r"""Integrate many Gaussian initial conditions (and optionally parameter sets) together.
 
-    Each member is integrated by the per-member DOP853 integrator of
-    :mod:`transformer_pde.gaussian.member` on the reparametrised system of
+    Each member is integrated by the DOP853 integrator of
+    :mod:`transformer_pde.gaussian.lockstep` on the reparametrised system of
     :mod:`transformer_pde.gaussian`, **with its own step size, error control and event
     handling**.  Members land exactly (to :math:`10^{-12}` relative) on ``t_eval`` points,
     :class:`~transformer_pde.Layers` breakpoints, ``t_max`` and the size threshold by
@@ -246,10 +208,10 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
         (see :func:`solve`).
     use_numba : bool
         (A bool: anything else raises :class:`~transformer_pde.errors.ArgumentTypeError`.)
-        ``True``: the integrator compiled by numba.  softmax and linear members run in
-        SIMD lockstep (:mod:`~transformer_pde.gaussian.lockstep`: the states of 64 members
-        side by side, each with its own steps, stops and events), l2 and sinkhorn members
-        one after the other; from
+        ``True``: the integrator compiled by numba, in SIMD lanes
+        (:mod:`~transformer_pde.gaussian.lockstep`: the states of 64 members side by side,
+        each with its own steps, stops and events; l2 and sinkhorn evaluate their field lane
+        by lane); from
         :data:`~transformer_pde.gaussian.member.PAR_MIN_MEMBERS` members on, chunks of
         members run on numba's threads (members are independent, so the results are
         identical for any thread count).  The first call compiles the kernel (cached on

@@ -141,9 +141,8 @@ def _lanes(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, cA, cB, cE5
                 if i == 1:
                     _aim(y, K, lf, li, tabs)
                 stage(y, K, cA[i] if i < ns else cB, i, hh, accf, ytmp)
-            _field(general, ytmp, K[i], kap, P, lin, S, S2, T, M, MG, al, dm, nu, v,
-                   li[I_PEND] if i == 0 else li[I_ACT], li[I_MEM], li[I_SEG], prm, con, yl,
-                   scr)
+            _field(general, i, ytmp, K[i], kap, P, lin, S, S2, T, M, MG, al, dm, nu, v, li,
+                   prm, con, yl, scr)
             if i == 0:
                 conv(S, M, al, dm, ctl[CTL_ATOL], cv, rel)
                 for m in range(L):
@@ -156,25 +155,27 @@ def _lanes(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec, cA, cB, cE5
                       alg)
 
 
-def _field(general, y, out, kap, P, lin, S, S2, T, M, MG, al, dm, nu, w, need, mem, seg,
-           prm, con, yl, scr):
-    """The field at the states ``y`` into ``out`` (:mod:`.lockstep_field`): of the lanes
-    with ``need`` set (l2 / Sinkhorn, ``general``) or of every lane (affine kinds)."""
+def _field(general, i, y, out, kap, P, lin, S, S2, T, M, MG, al, dm, nu, w, li, prm, con, yl,
+           scr):
+    """The field at the states ``y`` into ``out`` (:mod:`.lockstep_field`) in pass ``i``:
+    of every lane (affine kinds) or of the lanes that need it (l2 / Sinkhorn,
+    ``general``: in pass 0 the lanes waiting for ``K[0]``, else the active ones)."""
     if general:
-        _field_l2s(general, y, out, kap, P, lin, S, S2, T, M, MG, al, dm, nu, w, need, mem,
-                   seg, prm, con, yl, scr)
+        _field_l2s(general, i, y, out, kap, P, lin, S, S2, T, M, MG, al, dm, nu, w, li, prm,
+                   con, yl, scr)
     else:
-        _field_affine(general, y, out, kap, P, lin, S, S2, T, M, MG, al, dm, nu, w, need, mem,
-                      seg, prm, con, yl, scr)
+        _field_affine(general, i, y, out, kap, P, lin, S, S2, T, M, MG, al, dm, nu, w, li,
+                      prm, con, yl, scr)
 
 
-def _field_l2s(general, y, out, kap, P, lin, S, S2, T, M, MG, al, dm, nu, w, need, mem, seg,
-               prm, con, yl, scr):
-    field_general(y, out, kap, need, mem, seg, prm, con, S, S2, M, MG, al, dm, nu, yl, scr)
+def _field_l2s(general, i, y, out, kap, P, lin, S, S2, T, M, MG, al, dm, nu, w, li, prm, con,
+               yl, scr):
+    field_general(y, out, kap, li[I_PEND] if i == 0 else li[I_ACT], li[I_MEM], li[I_SEG], prm,
+                  con, S, S2, M, MG, al, dm, nu, yl, scr)
 
 
-def _field_affine(general, y, out, kap, P, lin, S, S2, T, M, MG, al, dm, nu, w, need, mem,
-                  seg, prm, con, yl, scr):
+def _field_affine(general, i, y, out, kap, P, lin, S, S2, T, M, MG, al, dm, nu, w, li, prm,
+                  con, yl, scr):
     if S.shape[0] == 2:
         field_d2(y, out, kap, P, lin, S, M, al, dm, nu, w)
     else:
@@ -182,17 +183,18 @@ def _field_affine(general, y, out, kap, P, lin, S, S2, T, M, MG, al, dm, nu, w, 
 
 
 if _overload is not None:
-    @_overload(_field, strict=False, prefer_literal=True, jit_options={"error_model": "numpy"})
-    def _field_typed(general, y, out, kap, P, lin, S, S2, T, M, MG, al, dm, nu, w, need, mem,
-                     seg, prm, con, yl, scr):
+    @_overload(_field, strict=False, prefer_literal=True, inline="always",
+               jit_options={"error_model": "numpy"})
+    def _field_typed(general, i, y, out, kap, P, lin, S, S2, T, M, MG, al, dm, nu, w, li, prm,
+                     con, yl, scr):
         # ``general`` is a literal in the compiled kernels: only its field is compiled
         value = getattr(general, "literal_value", None)
         if value is None:
             return _field
         return _field_l2s if value else _field_affine
 
-    jitable()(_field_l2s)       # (for a non-literal ``general``)
-    jitable()(_field_affine)
+    jitable("always")(_field_l2s)       # (for a non-literal ``general``)
+    jitable("always")(_field_affine)
 
 
 @jitable()

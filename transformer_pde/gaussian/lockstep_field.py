@@ -183,10 +183,9 @@ def field_d2(y, out, kap, P, lin, S, M, al, dm, nu, w):
 
 
 @jitable("always")
-def _lane_state(y, m, kap, lin, S, S2, al):
+def _lane_state(y, m, d, kap, lin, S, S2, al):
     """:math:`\\Sigma`, :math:`\\Sigma_2` and :math:`\\alpha` of lane ``m`` into ``S``,
     ``S2``, ``al``; returns ``(|G|^2, e^(2 rho), tr Sigma, phi)``."""
-    d = S.shape[0]
     nG = d * d
     g2 = 0.0
     for q in range(nG):
@@ -239,10 +238,9 @@ def _lane_affine(m, P, lin, S2, T, M, al, dm):
 
 
 @jitable("always")
-def _lane_flow(y, out, m, kap, lin, M, MG, al, dm, nu, g2, e2r, trS, phi):
+def _lane_flow(y, out, m, d, kap, lin, M, MG, al, dm, nu, g2, e2r, trS, phi):
     """The flow of lane ``m`` into ``out`` from ``M`` and ``b`` (in ``dm``, which receives
     :math:`\\alpha'`); ``nu[m]`` receives the size."""
-    d = al.shape[0]
     nG = d * d
     gmg = 0.0
     for r in range(d):
@@ -278,10 +276,11 @@ def field_any(y, out, kap, P, lin, S, S2, T, M, MG, al, dm, nu):
     into ``out``; ``S``, ``M`` (d, d, L), ``al``, ``dm`` (d, L) receive :math:`\\Sigma`,
     :math:`M`, :math:`\\alpha`, :math:`\\alpha'` and ``nu`` (L,) the size; ``S2``, ``T``,
     ``MG`` (d, d, L) are scratch."""
+    d = S.shape[0]
     for m in range(y.shape[1]):
-        g2, e2r, trS, phi = _lane_state(y, m, kap[m], lin, S, S2, al)
+        g2, e2r, trS, phi = _lane_state(y, m, d, kap[m], lin, S, S2, al)
         _lane_affine(m, P, lin, S2, T, M, al, dm)
-        _lane_flow(y, out, m, kap[m], lin, M, MG, al, dm, nu, g2, e2r, trS, phi)
+        _lane_flow(y, out, m, d, kap[m], lin, M, MG, al, dm, nu, g2, e2r, trS, phi)
 
 
 @jitable()
@@ -291,13 +290,24 @@ def field_general(y, out, kap, need, mem, seg, prm, con, S, S2, M, MG, al, dm, n
     ``need[m] != 0`` (the others are left as they are), as :func:`field_any`; lane ``m``
     holds parameter row ``mem[m]`` (row 0 when shared) in segment ``seg[m]`` of ``prm``
     (P, segments, H, 3, d, d) and ``con`` (P, 4); ``yl`` (n,) and ``scr`` (the scratch of
-    :func:`~.member_field.general_affine`) are per-lane scratch."""
-    d = S.shape[0]
+    :func:`~.member_field.general_affine`) are per-lane scratch.  ``d = 2`` is compiled
+    with unrolled loops."""
+    if S.shape[0] == 2:
+        _general_lanes(2, y, out, kap, need, mem, seg, prm, con, S, S2, M, MG, al, dm, nu, yl,
+                       scr)
+    else:
+        _general_lanes(S.shape[0], y, out, kap, need, mem, seg, prm, con, S, S2, M, MG, al,
+                       dm, nu, yl, scr)
+
+
+@jitable()
+def _general_lanes(d, y, out, kap, need, mem, seg, prm, con, S, S2, M, MG, al, dm, nu, yl,
+                   scr):
     sS, sM, sal, sb = scr[0], scr[2], scr[5], scr[6]
     for m in range(y.shape[1]):
         if need[m] == 0:
             continue
-        g2, e2r, trS, phi = _lane_state(y, m, kap[m], False, S, S2, al)
+        g2, e2r, trS, phi = _lane_state(y, m, d, kap[m], False, S, S2, al)
         for j in range(y.shape[0]):
             yl[j] = y[j, m]
         for r in range(d):
@@ -310,7 +320,7 @@ def field_general(y, out, kap, need, mem, seg, prm, con, S, S2, M, MG, al, dm, n
             dm[r, m] = sb[r]
             for c in range(d):
                 M[r, c, m] = sM[r, c]
-        _lane_flow(y, out, m, kap[m], False, M, MG, al, dm, nu, g2, e2r, trS, phi)
+        _lane_flow(y, out, m, d, kap[m], False, M, MG, al, dm, nu, g2, e2r, trS, phi)
 
 
 @jitable("always")
@@ -336,8 +346,8 @@ def conv(S, M, al, dm, atol, cv, rel):
     algebraic convergence).  For ``d = 2`` written out (the same operations in the same
     order)."""
     d, L = al.shape
-    for m in range(L):
-        if d == 2:
+    if d == 2:
+        for m in range(L):
             s00, s01, s10, s11 = S[0, 0, m], S[0, 1, m], S[1, 0, m], S[1, 1, m]
             m00, m01, m10, m11 = M[0, 0, m], M[0, 1, m], M[1, 0, m], M[1, 1, m]
             trS = s00 + s11
@@ -356,7 +366,8 @@ def conv(S, M, al, dm, atol, cv, rel):
             y11 = d1 * a1 + a1 * d1
             dmm = y00 * y00 + y01 * y01 + y10 * y10 + y11 * y11
             _conv_store(m, np.sqrt(nS), ndS, trS, dmv, a2, dmm, atol, cv, rel)
-            continue
+        return
+    for m in range(L):
         nS = 0.0
         ndS = 0.0
         trS = 0.0
