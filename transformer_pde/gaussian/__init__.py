@@ -98,17 +98,8 @@ that end without an answer (``max_steps``, ``nonfinite``, ``failed``) also issue
 
 from .affine import affine_field, moment_ode, sinkhorn_cross_covariance
 from .batch import GaussianBatch, load, solve_batch
-from .exact import (
-    blowup_time_identity_value,
-    blowup_time_softmax_1d,
-    exact_linear_1d,
-    exact_rank_one_softmax,
-    exact_softmax_1d,
-    exact_softmax_commuting,
-    exact_softmax_identity_value,
-    l2_variance_rate_1d,
-    sinkhorn_variance_rate_1d,
-)
+from . import exact
+from .exact import *  # noqa: F403 (the closed forms: exact.__all__)
 from .laws import blowup_law
 from .trajectory import GaussianTrajectory, solve
 
@@ -117,18 +108,10 @@ __all__ = [
     "GaussianTrajectory",
     "affine_field",
     "blowup_law",
-    "blowup_time_identity_value",
-    "blowup_time_softmax_1d",
-    "exact_linear_1d",
-    "exact_rank_one_softmax",
-    "exact_softmax_1d",
-    "exact_softmax_commuting",
-    "exact_softmax_identity_value",
-    "l2_variance_rate_1d",
     "load",
     "moment_ode",
     "sinkhorn_cross_covariance",
-    "sinkhorn_variance_rate_1d",
     "solve",
     "solve_batch",
 ]
+__all__ += exact.__all__

@@ -222,26 +222,20 @@ def classify_members(sysm: MomentSystem, Y: np.ndarray, idx: np.ndarray, converg
     if big.size:
         _classify_growth(sysm, Y if Yc is None else Yc, idx, big, t, Yc is None, status,
                          Tstar, limit, msgs)
-    for i in np.nonzero(reason == 2)[0]:
-        status[i] = Status.CONVERGED
-        msgs[i] = f"converged at t={t[i]:.6g} (relative rates <= {converge_tol:g})"
-    for i in np.nonzero(reason == 5)[0]:
-        status[i] = Status.CONVERGED
-        msgs[i] = (f"converged at t={t[i]:.6g}: algebraic approach to a stationary state "
-                   f"(the rate decays like t^-k with k >= {ALG_K_MIN:g}, k steady to "
-                   f"{ALG_STEADY:g} while t doubled)")
-    for i in np.nonzero(reason == 6)[0]:
-        status[i] = Status.CONVERGED
-        msgs[i] = f"converged at t={t[i]:.6g} ({crit})"
-    for i in np.nonzero(reason == 7)[0]:
-        status[i] = Status.NONFINITE
-        msgs[i] = (f"the moment equations overflowed (a non-finite right-hand side) after "
-                   f"t={t[i]:.6g}; the last finite state is kept")
-    for i in np.nonzero(reason == 3)[0]:
-        status[i] = Status.MAX_STEPS
-        msgs[i] = f"stopped at t={t[i]:.6g}: step budget spent"
-    for i in np.nonzero(reason == 0)[0]:
-        msgs[i] = f"reached t={t[i]:.6g} undecided (no blow-up, divergence or convergence)"
+    alg = (f"algebraic approach to a stationary state (the rate decays like t^-k with "
+           f"k >= {ALG_K_MIN:g}, k steady to {ALG_STEADY:g} while t doubled)")
+    ends = {2: (Status.CONVERGED, f"converged at t={{:.6g}} (relative rates <= {converge_tol:g})"),
+            5: (Status.CONVERGED, "converged at t={:.6g}: " + alg),
+            6: (Status.CONVERGED, f"converged at t={{:.6g}} ({crit})"),
+            7: (Status.NONFINITE, "the moment equations overflowed (a non-finite right-hand "
+                                  "side) after t={:.6g}; the last finite state is kept"),
+            3: (Status.MAX_STEPS, "stopped at t={:.6g}: step budget spent"),
+            0: (None, "reached t={:.6g} undecided (no blow-up, divergence or convergence)")}
+    for code, (st, text) in ends.items():
+        for i in np.nonzero(reason == code)[0]:
+            if st is not None:
+                status[i] = st
+            msgs[i] = text.format(t[i])
     return status, Tstar, limit, msgs
 
 

@@ -6,7 +6,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 from scipy.integrate import solve_ivp
@@ -40,8 +40,59 @@ __all__ = ["GaussianTrajectory", "solve"]
 logger = logging.getLogger(__name__)
 
 
+class GaussianFile:
+    """Saving and loading of the Gaussian results (:class:`GaussianTrajectory` and
+    :class:`~transformer_pde.gaussian.GaussianBatch`): one NPZ format per class."""
+
+    #: the file format of the class (:mod:`transformer_pde.io.saving`)
+    _FILE_FORMAT: ClassVar[str] = GAUSSIAN_FORMAT
+
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
+        """Write the result to the NPZ file ``path`` with the SHA-256 digest of every
+        array (:func:`transformer_pde.io.saving.save_gaussian`); :meth:`load` restores it
+        exactly.  The file is written beside ``path`` and renamed into place.
+
+        Parameters
+        ----------
+        path : str or Path
+            Target NPZ file (``.nc`` / ``.zarr`` are refused: save ``to_xarray()``, where
+            the class has it, with :func:`transformer_pde.io.labelled.save_dataset` for
+            those).
+        overwrite : bool, default False
+            Replace an existing file; without it an existing ``path`` is an
+            :class:`~transformer_pde.errors.ArgumentError` naming it.
+
+        Returns
+        -------
+        Path
+        """
+        return save_gaussian(self, path, overwrite=overwrite)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Self:
+        """Read a file written by :meth:`save`, after checking every array against its
+        digest and the invariants of :func:`transformer_pde.io.saving.check_gaussian`.
+
+        Raises
+        ------
+        IntegrityError
+            The file is damaged or edited, or holds the other kind of Gaussian result
+            (use :func:`transformer_pde.gaussian.load` for either); the message names
+            the file.
+        FileNotFoundError
+            No such file.
+        """
+        fmt, fields = read_gaussian(path)
+        if fmt != cls._FILE_FORMAT:
+            other = "GaussianBatch" if cls._FILE_FORMAT == GAUSSIAN_FORMAT else \
+                "GaussianTrajectory"
+            raise IntegrityError(f"{path} holds a {other}, not a {cls.__name__} "
+                                 f"(use {other}.load or transformer_pde.gaussian.load)")
+        return cls(**fields)
+
+
 @dataclass
-class GaussianTrajectory:
+class GaussianTrajectory(GaussianFile):
     r"""Result of :func:`solve` (and one member of a :class:`GaussianBatch`).
 
     Attributes
@@ -121,46 +172,6 @@ class GaussianTrajectory:
 
     def _repr_html_(self) -> str:
         return display.summary_html(*self._summary())
-
-    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
-        """Write the result to the NPZ file ``path`` with the SHA-256 digest of every
-        array (:func:`transformer_pde.io.saving.save_gaussian`); :meth:`load` restores it
-        exactly.  The file is written beside ``path`` and renamed into place.
-
-        Parameters
-        ----------
-        path : str or Path
-            Target NPZ file (``.nc`` / ``.zarr`` are refused: save :meth:`to_xarray`
-            with :func:`transformer_pde.io.labelled.save_dataset` for those).
-        overwrite : bool, default False
-            Replace an existing file; without it an existing ``path`` is an
-            :class:`~transformer_pde.errors.ArgumentError` naming it.
-
-        Returns
-        -------
-        Path
-        """
-        return save_gaussian(self, path, overwrite=overwrite)
-
-    @classmethod
-    def load(cls, path: str | Path) -> "GaussianTrajectory":
-        """Read a file written by :meth:`save`, after checking every array against its
-        digest and the invariants of :func:`transformer_pde.io.saving.check_gaussian`.
-
-        Raises
-        ------
-        IntegrityError
-            The file is damaged or edited, or holds another kind of result (a
-            :class:`~transformer_pde.gaussian.GaussianBatch`: use
-            :func:`transformer_pde.gaussian.load`); the message names the file.
-        FileNotFoundError
-            No such file.
-        """
-        fmt, fields = read_gaussian(path)
-        if fmt != GAUSSIAN_FORMAT:
-            raise IntegrityError(f"{path} holds a GaussianBatch, not a GaussianTrajectory "
-                                 f"(use GaussianBatch.load or transformer_pde.gaussian.load)")
-        return cls(**fields)
 
 
 def solve(att: Attention, mean0: Any, cov0: Any, *, t_max: float, rtol: float = 1e-10,
