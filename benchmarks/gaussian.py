@@ -14,6 +14,8 @@ T* = 1 / lambda_max(Sigma0^1/2 (A + A^T) Sigma0^1/2), so both methods are scored
 * ``solve_batch``: defaults (rtol 1e-10) with the paper's threshold ``blowup_threshold=1e3``
   (the paths stop there; T* is measured past it), numba path, all threads and one thread.
 * Scaling: the same field on a 1e5-point grid of the cone (``--large``), all threads.
+* Every kind (one integrator runs them all): softmax d = 4, linear d = 3, l2 and Sinkhorn
+  d = 2 batches, one thread, CPU time per accepted member-step (min of 3).
 
 * scipy: ``solve_ivp`` DOP853 on all members stacked in one vectorised system (a
   well-conditioned log-size / shape formulation, see :func:`scipy_tstar`) at the largest
@@ -257,6 +259,7 @@ def main() -> None:
         print(f"large grid: {len(big)} members in {t_l:.2f} s ({c_l:.2f} s CPU, {threads} threads,"
               f" {1e6 * t_l / len(big):.1f} us/member); sampled max rel err of T* "
               f"{out['large_Tstar_max_rel_err_sampled']:.1e}")
+    out["kinds"] = kinds_table(numba, threads)
     out["machine"] = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
                       f"Python {platform.python_version()}")
     load_after = os.getloadavg()
@@ -277,6 +280,34 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))
     print(f"wrote {args.out}")
+
+
+def kinds_table(numba, threads: int) -> dict:
+    """solve_batch on one thread for each kind (seeded covariances, zero means): CPU time
+    (min of 3) and per accepted member-step; prints one row per kind."""
+    rng = np.random.default_rng(0)
+    cases = [("softmax", 4, 1024, 5.0), ("linear", 3, 1024, 3.0), ("l2", 2, 256, 5.0),
+             ("sinkhorn", 2, 256, 5.0)]
+    rows = {}
+    numba.set_num_threads(1)
+    print(f"{'kind (1 thread)':<22}{'members':>8}{'CPU [s]':>10}{'ns/member-step':>16}")
+    for kind, d, B, t_max in cases:
+        X = rng.normal(size=(B, d, d)) * 0.5
+        covs = X @ np.swapaxes(X, 1, 2) + 0.1 * np.eye(d)
+        att = Attention(kind, Q / np.sqrt(2) if d == 2 else np.eye(d) * 0.4,
+                        K if d == 2 else np.eye(d), np.eye(d) * (1.0 if d == 2 else 0.5))
+        g.solve_batch(att, np.zeros((2, d)), covs[:2], t_max=t_max)    # compile
+        cpus = []
+        for _ in range(3):
+            c0 = time.process_time()
+            r = g.solve_batch(att, np.zeros((B, d)), covs, t_max=t_max)
+            cpus.append(time.process_time() - c0)
+        ns = 1e9 * min(cpus) / max(int(r.n_steps.sum()), 1)
+        rows[f"{kind} d={d}"] = {"members": B, "cpu_s": min(cpus),
+                                 "steps": int(r.n_steps.sum()), "ns_per_member_step": ns}
+        print(f"{f'{kind} d={d}':<22}{B:>8}{min(cpus):>10.4f}{ns:>16.0f}")
+    numba.set_num_threads(threads)
+    return rows
 
 
 def _sqrt(S: np.ndarray) -> np.ndarray:

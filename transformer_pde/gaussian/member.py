@@ -3,7 +3,7 @@ r"""The setup of the integrator of :func:`~transformer_pde.gaussian.solve_batch`
 each member, with its own step control and events): the parameter tables of the members,
 the settings array and :func:`run_members`, which runs the integrator compiled by numba
 (members in SIMD lanes, chunks of a large batch on numba's threads) or, with
-``compiled=False`` or without numba (:data:`AVAILABLE` is ``False``), interpreted member
+``compiled=False`` or without numba, interpreted member
 by member: the very same code, so ``solve_batch(..., use_numba=False)`` takes the same
 steps as the compiled path and differs from it only by rounding (the compiled and the
 interpreted ``exp`` / ``log`` may differ in the last bit: a few ulps per step, amplified
@@ -26,12 +26,10 @@ from ..attention import Attention
 from ..integrate.controller import PIController, initial_step
 from ..integrate.tableaux import DOP853
 from . import lockstep
-from .lockstep import AVAILABLE
 from .member_field import KIND_CODES
 from .system import MomentSystem
 
-__all__ = ["AVAILABLE", "KIND_CODES", "PAR_MIN_MEMBERS", "controls", "param_table",
-           "run_members"]
+__all__ = ["PAR_MIN_MEMBERS", "controls", "param_table", "run_members"]
 
 try:  # numba is optional: without it the interpreter runs the same code
     import numba as _nb
@@ -97,7 +95,7 @@ def run_members(sysm: MomentSystem, Y: np.ndarray, traj: np.ndarray, prm: np.nda
                                            error_order=DOP853.error_order))
     codes = np.zeros((B, 3), dtype=np.int64)
     Yc = np.empty_like(Y)
-    threads = _nb.get_num_threads() if AVAILABLE and B >= PAR_MIN_MEMBERS else 1
+    threads = _nb.get_num_threads() if _nb is not None and B >= PAR_MIN_MEMBERS else 1
     lockstep.run(Y, Yc, traj, h0, prm, con, stops, stops_c, ctl, atol_vec,
                  (DOP853.A, DOP853.b, DOP853.e, DOP853.e_aux), codes,
                  sysm.kind in ("l2", "sinkhorn"), threads, compiled=compiled)
