@@ -17,13 +17,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import transformer_pde as tp
-from transformer_pde.backends.numba.streaming import SOFTMAX
 from transformer_pde.backends.numba.tiled import (
     LAYOUT,
     MR,
     QTILE,
     query_tile,
-    tiled_kernel,
+    softmax_tiled_kernel,
     tile_layout,
     tiled_layout,
 )
@@ -88,7 +87,7 @@ def test_results_do_not_depend_on_the_query_tile(dtype):
     for qtile in sorted({MR, 2 * MR, 3 * MR, QTILE}):
         out = np.zeros((lop.shape[0], vpk.shape[0] * nr))
         lse = np.full(lop.shape[0], -np.inf)
-        tiled_kernel(SOFTMAX, qpk, kpk, vpk, bp, lop, hip, nr, c, qtile, 2, 2, out, lse)
+        softmax_tiled_kernel(qpk, kpk, vpk, bp, lop, hip, nr, c, qtile, 2, 2, out, lse)
         outs.append((out, lse))
     for out, lse in outs[1:]:
         assert np.array_equal(out, outs[0][0]) and np.array_equal(lse, outs[0][1])

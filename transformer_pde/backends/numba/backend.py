@@ -41,15 +41,24 @@ from ...errors import ArgumentError, ArgumentTypeError
 from ..compile_notice import install as _install_compile_notice
 from ..numpy_backend import NumpyBackend, overflow_scale
 from ..ranges import KeyRanges, check_ranges
-from .streaming import SOFTMAX, TILE, streaming_kernel
+from .streaming import TILE, pointwise_kernel, softmax_kernel
 from .sweep import fused_sweep
-from .tiled import TILED_MIN_WIDTH, TILED_MIN_WIDTH_F32, query_tile, tiled_kernel, tiled_layout
+from .tiled import (
+    TILED_MIN_WIDTH,
+    TILED_MIN_WIDTH_F32,
+    pointwise_tiled_kernel,
+    query_tile,
+    softmax_tiled_kernel,
+    tiled_layout,
+)
 
 __all__ = ["NumbaBackend"]
 
 _install_compile_notice()  # a cold kernel compilation is said (compile_notice)
 
 _PHI_CODES = {"identity": 0, "sigmoid": 1, "relu": 2}
+#: the ``mode`` of :meth:`NumbaBackend._launch` for softmax / lse (else a phi code)
+_SOFTMAX = -1
 
 #: smallest number of query-key pairs worth giving to one more thread
 _MIN_PAIRS_PER_THREAD = 500_000
@@ -271,9 +280,9 @@ class NumbaBackend:
 
     # ------------------------------------------------------------------ primitives
     def _launch(self, mode, dtype, qc, kk, vv, bw, lo, hi):
-        """Run the kernel (:meth:`kernel_for`) of ``mode`` (:data:`~.streaming.SOFTMAX`,
-        ``bw`` the bias, or a pointwise phi code, ``bw`` the weights) on prepared operands
-        (``vv = None``: lse alone); returns ``(out (M, c), lse (M,))``."""
+        """Run the kernel (:meth:`kernel_for`) of ``mode`` (``_SOFTMAX``, ``bw`` the bias,
+        or a pointwise phi code, ``bw`` the weights) on prepared operands (``vv = None``:
+        lse alone); returns ``(out (M, c), lse (M,))`` (pointwise: ``lse`` unused)."""
         m, r = qc.shape
         c = 0 if vv is None else vv.shape[1]
         work = int((hi - lo).sum())
@@ -282,21 +291,26 @@ class NumbaBackend:
             out = np.zeros((lop.shape[0], vpk.shape[0] * nr), dtype=dtype)
             lse = np.full(lop.shape[0], -np.inf, dtype=dtype)
             qt = query_tile(lop.shape[0], self._threads_for(work))
-            self._run(tiled_kernel, work, mode, qp, kpk, vpk, bp, lop, hip, nr, c, qt,
-                      *self._groups(lop.shape[0], qt, work), out, lse)
+            args = (qp, kpk, vpk, bp, lop, hip, nr, c, qt,
+                    *self._groups(lop.shape[0], qt, work), out)
+            if mode == _SOFTMAX:
+                self._run(softmax_tiled_kernel, work, *args, lse)
+            else:
+                self._run(pointwise_tiled_kernel, work, np.int64(mode), *args)
             return (self._unpermute(out[:, :c], order, m),
                     self._unpermute(lse, order, m))
         kT = np.ascontiguousarray(kk.T, dtype=dtype)
         vT = (np.empty((0, kT.shape[1]), dtype=dtype) if vv is None
               else np.ascontiguousarray(vv.T, dtype=dtype))
         bw = np.ascontiguousarray(bw, dtype=dtype)
-        # softmax: the bias in the logits (bw a placeholder for the weights); pointwise:
-        # unbiased logits, weights bw
-        bias, w = (bw, bw) if mode == SOFTMAX else (np.zeros_like(bw), bw)
         out = np.zeros((m, c), dtype=dtype)              # no visible mass: out = 0,
         lse = np.full(m, -np.inf, dtype=dtype)           # lse = -inf
-        self._run(streaming_kernel, work, mode, qc, kT, vT, bias, w, lo, hi,
-                  *self._groups(m, TILE, work), out, lse)
+        groups = self._groups(m, TILE, work)
+        if mode == _SOFTMAX:
+            self._run(softmax_kernel, work, qc, kT, vT, bw, lo, hi, *groups, out, lse)
+        else:                                            # unbiased logits, weights bw
+            self._run(pointwise_kernel, work, np.int64(mode), qc, kT, vT, bw, np.zeros_like(bw),
+                      lo, hi, *groups, out)
         return out, lse
 
     def _reduce(self, q, k, v, bias, ranges):
@@ -305,7 +319,7 @@ class NumbaBackend:
         if prep is None or _needs_reference(prep[1], prep[2], prep[4]):
             return None
         dtype, qc, kk, oo, b, lo, hi = prep
-        return self._launch(np.int64(SOFTMAX), dtype, qc, kk, oo[0] if oo else None, b, lo, hi)
+        return self._launch(_SOFTMAX, dtype, qc, kk, oo[0] if oo else None, b, lo, hi)
 
     def softmax(self, q: Any, k: Any, v: Any, bias: Any, ranges: KeyRanges | None
                 ) -> tuple[np.ndarray, np.ndarray]:
@@ -343,7 +357,7 @@ class NumbaBackend:
         if _needs_reference(qc, kk, None):      # keys past every range already dropped
             return _REFERENCE.pointwise(phi, q, k, v, w, ranges)
         ww = wa[:kk.shape[0]].astype(dtype)          # no bias: keys are only truncated
-        return self._launch(np.int64(_PHI_CODES[phi]), dtype, qc, kk, vv, ww, lo, hi)[0]
+        return self._launch(_PHI_CODES[phi], dtype, qc, kk, vv, ww, lo, hi)[0]
 
     # ------------------------------------------------------------------ optional methods
     def sinkhorn_sweep(self, q: Any, k: Any, v: Any, bias: Any, w: Any, *,

@@ -1,10 +1,12 @@
 r"""Streaming Numba kernels: one query at a time, SIMD across keys, O(N·d) memory.
 
-The three primitives (see :mod:`transformer_pde.backends`) are one compiled kernel,
-:func:`streaming_kernel`, whose ``mode`` is the reduction (:data:`SOFTMAX`; ``lse`` is
-the softmax with no values; or a pointwise ``phi``).  It runs ``prange`` over queries
-and, for each query, makes a single pass over its visible keys, the range ``lo[i] <= j < hi[i]``
-(:mod:`~transformer_pde.backends.ranges`; unmasked calls pass ``lo = 0``, ``hi = N``), so
+The three primitives (see :mod:`transformer_pde.backends`) are two compiled kernels,
+:func:`softmax_kernel` (``lse`` is the softmax with no values) and
+:func:`pointwise_kernel`, written from the same helpers (one kernel per reduction: a
+single kernel with the reduction as a run-time mode measured 3–14 % slower).  Each runs
+``prange`` over queries and, for each query, makes a single pass over its visible keys,
+the range ``lo[i] <= j < hi[i]`` (:mod:`~transformer_pde.backends.ranges`; unmasked
+calls pass ``lo = 0``, ``hi = N``), so
 no N×N matrix is ever formed and a query never touches the keys it cannot see.
 
 Keys are streamed in blocks of :data:`BLOCK` keys.  For one query and one block the
@@ -22,7 +24,7 @@ kernel
 3. accumulates :math:`a_c \mathrel{+}= \sum_j e^{\ell_j-m} v_{jc}`
 
 (pointwise: step 2 is :math:`w_j\varphi(\ell_j)`, :func:`apply_phi`, and there is no
-running maximum).  The kernel takes the queries in tiles of :data:`TILE` consecutive queries and
+running maximum).  The kernels take the queries in tiles of :data:`TILE` consecutive queries and
 loop over key blocks outside the queries of a tile, so that a block of keys and values
 is fetched from memory once per tile (about 2× at N = 1e5, d = 8, where the keys no
 longer fit in L2).  A tile visits the keys ``[min lo, max hi)`` of its queries in the
@@ -53,16 +55,13 @@ from numba import njit, prange
 
 from .intrinsics import FM_KERNEL, fmax, vexp
 
-__all__ = ["BLOCK", "SOFTMAX", "TILE", "apply_phi", "finish_tile", "first_tile", "lse_finish",
-           "lse_step", "lse_totals", "start_tile", "streaming_kernel"]
+__all__ = ["BLOCK", "TILE", "apply_phi", "finish_tile", "first_tile", "lse_finish",
+           "lse_step", "lse_totals", "pointwise_kernel", "softmax_kernel", "start_tile"]
 
 #: keys per streamed block (the per-thread logit buffer holds this many numbers)
 BLOCK = 256
 #: consecutive queries that share each block of keys (read once, reused from L1)
 TILE = 8
-#: the kernels' ``mode`` for softmax / lse (0, 1, 2: pointwise with phi identity, sigmoid,
-#: relu)
-SOFTMAX = 3
 
 
 @njit(fastmath=FM_KERNEL, cache=True)
@@ -207,17 +206,12 @@ def lse_finish(t, i, m_run, s_run, acc, out, lse):
 
 
 @njit(fastmath=FM_KERNEL, inline="always")
-def finish_tile(mode, i0, nt, lo, hi, m_run, s_run, acc, out, lse):
-    """The results of a tile's queries ``i0 … i0 + nt - 1``: softmax (``mode`` =
-    :data:`SOFTMAX`) rows with a non-empty range by :func:`lse_finish` (the others keep
-    ``out = 0``, ``lse = -inf``), pointwise rows their sums ``acc``."""
+def finish_tile(i0, nt, lo, hi, m_run, s_run, acc, out, lse):
+    """The softmax results of a tile's queries ``i0 … i0 + nt - 1``: those with a
+    non-empty range by :func:`lse_finish`; the others keep ``out = 0``, ``lse = -inf``."""
     for t in range(nt):
-        i = i0 + t
-        if mode != SOFTMAX:
-            for cc in range(out.shape[1]):
-                out[i, cc] = acc[t, cc]
-        elif hi[i] > lo[i]:
-            lse_finish(t, i, m_run, s_run, acc, out, lse)
+        if hi[i0 + t] > lo[i0 + t]:
+            lse_finish(t, i0 + t, m_run, s_run, acc, out, lse)
 
 
 @njit(fastmath=FM_KERNEL, inline="always")
@@ -256,26 +250,24 @@ def first_tile(g, n_groups, n_threads):
 
 
 @njit(parallel=True, fastmath=FM_KERNEL, cache=True)
-def streaming_kernel(mode, q, kT, vT, bias, w, lo, hi, n_groups, n_threads, out, lse):
-    """Streaming reduction over tiles of :data:`TILE` consecutive queries.
+def softmax_kernel(q, kT, vT, bias, lo, hi, n_groups, n_threads, out, lse):
+    """Streaming softmax / lse of logits ``q_i . k_j + bias_j`` over ``lo[i] <= j < hi[i]``,
+    in tiles of :data:`TILE` consecutive queries.
 
-    ``mode`` :data:`SOFTMAX`: the softmax and lse of logits ``q_i . k_j + bias_j`` (``w``
-    unused); ``mode`` 0, 1, 2: ``out[i] = sum_j w_j phi(q_i . k_j) v_j`` with ``phi`` the
-    identity, sigmoid, relu (``bias`` zeros, ``lse`` unused), over ``lo[i] <= j < hi[i]``.
     Within a tile the key blocks are the outer loop, so one block of keys and values is
     read from memory once and reused, from L1, by every query of the tile; each query
     keeps its own running maximum, sum and values and still sees its keys in order, so
     the result of a query does not depend on the tiling or the threads.  Group ``g``
     takes every ``n_groups``-th tile from :func:`first_tile` (strided groups balance
     the threads when masked prefix lengths are sorted).  A query with no visible key
-    (``lo[i] == hi[i]``) is left untouched in ``out`` and ``lse`` by the softmax.
+    (``lo[i] == hi[i]``) is left untouched in ``out`` and ``lse``.
     """
     m_q = q.shape[0]
-    c = vT.shape[0]
+    zero = q.dtype.type(0.0)
     n_tiles = (m_q + TILE - 1) // TILE
     for g in prange(n_groups):
         buf = np.empty(BLOCK, dtype=q.dtype)
-        acc, m_run, s_run = lse_totals(TILE, c, q)
+        acc, m_run, s_run = lse_totals(TILE, vT.shape[0], q)
         for tile in range(first_tile(g, n_groups, n_threads), n_tiles, n_groups):
             i0, nt, start, stop = start_tile(tile, TILE, m_q, BLOCK, acc, s_run, lo, hi)
             for j0 in range(start, stop, BLOCK):
@@ -286,13 +278,37 @@ def streaming_kernel(mode, q, kT, vT, bias, w, lo, hi, n_groups, n_threads, out,
                     if nb <= 0:
                         continue
                     _block_logits(buf, q, i, kT, bias, a, nb)
-                    if mode == SOFTMAX:
-                        mb = buf[0]
-                        for j in range(1, nb):
-                            mb = fmax(mb, buf[j])
-                        lse_step(buf, nb, mb, m_run, s_run, acc, t, lo[i] >= j0,
-                                 q.dtype.type(0.0))
-                    else:
-                        apply_phi(mode, buf, nb, w[a:a + nb])
+                    mb = buf[0]
+                    for j in range(1, nb):
+                        mb = fmax(mb, buf[j])
+                    lse_step(buf, nb, mb, m_run, s_run, acc, t, lo[i] >= j0, zero)
                     _accumulate(acc[t], buf, vT, a, nb)
-            finish_tile(mode, i0, nt, lo, hi, m_run, s_run, acc, out, lse)
+            finish_tile(i0, nt, lo, hi, m_run, s_run, acc, out, lse)
+
+
+@njit(parallel=True, fastmath=FM_KERNEL, cache=True)
+def pointwise_kernel(phi, q, kT, vT, w, zb, lo, hi, n_groups, n_threads, out):
+    """out[i] = sum_{lo[i] <= j < hi[i]} w_j phi(q_i . k_j) v_j; phi: 0 id, 1 sigmoid, 2 relu.
+
+    Same tiling of queries as :func:`softmax_kernel` (no running maximum is needed).
+    """
+    m_q = q.shape[0]
+    n_tiles = (m_q + TILE - 1) // TILE
+    for g in prange(n_groups):
+        buf = np.empty(BLOCK, dtype=q.dtype)
+        acc, _, s_run = lse_totals(TILE, vT.shape[0], q)
+        for tile in range(first_tile(g, n_groups, n_threads), n_tiles, n_groups):
+            i0, nt, start, stop = start_tile(tile, TILE, m_q, BLOCK, acc, s_run, lo, hi)
+            for j0 in range(start, stop, BLOCK):
+                for t in range(nt):
+                    i = i0 + t
+                    a = max(lo[i], j0)
+                    nb = min(hi[i], j0 + BLOCK) - a
+                    if nb <= 0:
+                        continue
+                    _block_logits(buf, q, i, kT, zb, a, nb)
+                    apply_phi(phi, buf, nb, w[a:a + nb])
+                    _accumulate(acc[t], buf, vT, a, nb)
+            for t in range(nt):
+                for cc in range(out.shape[1]):
+                    out[i0 + t, cc] = acc[t, cc]

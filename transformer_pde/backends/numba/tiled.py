@@ -72,7 +72,6 @@ from ...errors import ArgumentError
 from ...validation import integer
 from .intrinsics import FM_KERNEL, VECTOR_BITS, fmax, wide_vectors
 from .streaming import (
-    SOFTMAX,
     apply_phi,
     finish_tile,
     first_tile,
@@ -91,9 +90,10 @@ __all__ = [
     "TILED_MIN_WIDTH",
     "TILED_MIN_WIDTH_F32",
     "TileLayout",
+    "pointwise_tiled_kernel",
     "query_tile",
+    "softmax_tiled_kernel",
     "tile_layout",
-    "tiled_kernel",
     "tiled_layout",
 ]
 
@@ -316,28 +316,33 @@ def _tile_values(acc, nt, S, vpk, j0, nbp, nr, cv):
                 _mk_add_half(S, u * kb, kb, 1, vpk, boff, nr, nbp, acc, u * cp + pan * nr, cp)
 
 
+@njit(fastmath=FM_KERNEL, inline="always")
+def _row_range(lo, hi, j0, nbt, nbp):
+    """The keys ``[a, e)`` of a block (from key ``j0``, ``nbt`` keys, ``nbp`` padded) that
+    the query with range ``[lo, hi)`` sees, ``a <= e`` (``a = e``: none)."""
+    a = min(max(lo - j0, 0), nbp)
+    return a, max(a, min(hi - j0, nbt))
+
+
 @njit(parallel=True, fastmath=FM_KERNEL, cache=True)
-def tiled_kernel(mode, qpk, kpk, vpk, bw, lo, hi, nr, cv, qtile, n_groups, n_threads, out, lse):
-    """Softmax / lse (``mode`` :data:`~transformer_pde.backends.numba.streaming.SOFTMAX`,
-    ``bw`` the bias) or pointwise ``out[i] = sum_j w_j phi(q_i . k_j) v_j`` (``mode`` 0,
-    1, 2: ``phi`` identity, sigmoid, relu; ``bw`` the weights ``w``, ``lse`` unused) over
-    the keys ``lo[i] <= j < hi[i]``, logits and value sums as register-blocked tile
-    products.
+def softmax_tiled_kernel(qpk, kpk, vpk, bias, lo, hi, nr, cv, qtile, n_groups, n_threads, out,
+                         lse):
+    """Softmax / lse over the keys ``lo[i] <= j < hi[i]`` with logits and value sums as
+    register-blocked tile products.
 
     Shapes: queries packed by :func:`tiled_layout` into ``qpk`` (M/MR, r, MR), M a
     multiple of :data:`MR`; keys packed into ``kpk`` (N·r numbers, N a multiple of
-    ``nr`` = NR or NR_F32), ``bw`` (N,), values packed into ``vpk`` (c/nr, N, nr), c
+    ``nr`` = NR or NR_F32), ``bias`` (N,), values packed into ``vpk`` (c/nr, N, nr), c
     a multiple of nr (c = 0: lse only) of which the first ``cv`` are used, ``out``
     (M, c).  Queries are taken in tiles of ``qtile`` (a multiple of MR, at most
     :data:`QTILE`: :func:`query_tile`); a tile visits the keys ``[min lo, max hi)`` of
     its queries in the blocks ``[j KBLOCK, (j + 1) KBLOCK)`` of :data:`KBLOCK` keys that
     meet them (the same blocks for a query whatever its tile): the qtile×KBLOCK logits
-    (:data:`_mk_store`), each row's weights over its visible keys (softmax: the online
-    log-sum-exp, :func:`~transformer_pde.backends.numba.streaming.lse_step`; pointwise:
-    :func:`~transformer_pde.backends.numba.streaming.apply_phi`; the entries outside the
-    row's range are set to 0), then the qtile×c value sums (:data:`_mk_add`, into float64
-    accumulators).  Every query sees its keys in the same order and blocks whatever the
-    threads, so results do not depend on the thread count.
+    (:data:`_mk_store`), the online log-sum-exp of each row over its visible keys
+    (:func:`~transformer_pde.backends.numba.streaming.lse_step`; the entries outside the
+    row's range are set to 0), then the qtile×c value sums (:data:`_mk_add`, into
+    float64 accumulators).  Every query sees its keys in the same order and blocks
+    whatever the threads, so results do not depend on the thread count.
     """
     m_q = qpk.shape[0] * MR
     cp = vpk.shape[0] * nr
@@ -355,13 +360,10 @@ def tiled_kernel(mode, qpk, kpk, vpk, bw, lo, hi, nr, cv, qtile, n_groups, n_thr
                 _tile_logits(S, qpk, i0, nt, kpk, j0, nbp, nr)
                 for t in range(nt):
                     row = S[t]
-                    a = min(max(lo[i0 + t] - j0, 0), nbp)   # the row's keys: [a, e)
-                    e = max(a, min(hi[i0 + t] - j0, nbt))
-                    x = row[a:e]
-                    bb = bw[j0 + a:j0 + e]
-                    if mode != SOFTMAX:
-                        apply_phi(mode, x, e - a, bb)
-                    elif e > a:
+                    a, e = _row_range(lo[i0 + t], hi[i0 + t], j0, nbt, nbp)
+                    if e > a:
+                        x = row[a:e]
+                        bb = bias[j0 + a:j0 + e]
                         mb = x[0] + bb[0]
                         for j in range(e - a):
                             y = x[j] + bb[j]
@@ -374,7 +376,41 @@ def tiled_kernel(mode, qpk, kpk, vpk, bw, lo, hi, nr, cv, qtile, n_groups, n_thr
                         row[j] = zero
                 if cp > 0:
                     _tile_values(acc, nt, S, vpk, j0, nbp, nr, cv)
-            finish_tile(mode, i0, nt, lo, hi, m_run, s_run, acc, out, lse)
+            finish_tile(i0, nt, lo, hi, m_run, s_run, acc, out, lse)
+
+
+@njit(parallel=True, fastmath=FM_KERNEL, cache=True)
+def pointwise_tiled_kernel(phi, qpk, kpk, vpk, w, lo, hi, nr, cv, qtile, n_groups, n_threads,
+                           out):
+    """Tiled ``out[i] = sum_{lo[i] <= j < hi[i]} w_j phi(q_i . k_j) v_j`` (``phi`` 0
+    identity, 1 sigmoid, 2 relu; shapes, key blocks, ``cv`` and ``qtile`` as in
+    :func:`softmax_tiled_kernel`; ``w`` (N,) padded with zeros)."""
+    m_q = qpk.shape[0] * MR
+    cp = vpk.shape[0] * nr
+    zero = qpk.dtype.type(0.0)
+    n_tiles = (m_q + qtile - 1) // qtile
+    for g in prange(n_groups):
+        wide_vectors()
+        S = np.empty((qtile, KBLOCK), dtype=qpk.dtype)
+        acc, _, s_run = lse_totals(qtile, max(cp, 1), qpk)
+        for tile in range(first_tile(g, n_groups, n_threads), n_tiles, n_groups):
+            i0, nt, start, stop = start_tile(tile, qtile, m_q, KBLOCK, acc, s_run, lo, hi)
+            for j0 in range(start, stop, KBLOCK):
+                nbt = min(KBLOCK, stop - j0)
+                nbp = (nbt + nr - 1) // nr * nr
+                _tile_logits(S, qpk, i0, nt, kpk, j0, nbp, nr)
+                for t in range(nt):
+                    row = S[t]
+                    a, e = _row_range(lo[i0 + t], hi[i0 + t], j0, nbt, nbp)
+                    apply_phi(phi, row[a:e], e - a, w[j0 + a:j0 + e])
+                    for j in range(a):
+                        row[j] = zero
+                    for j in range(e, nbp):
+                        row[j] = zero
+                _tile_values(acc, nt, S, vpk, j0, nbp, nr, cv)
+            for t in range(nt):
+                for cc in range(cp):
+                    out[i0 + t, cc] = acc[t, cc]
 
 
 def query_tile(m: int, n_threads: int, layout: TileLayout = LAYOUT) -> int:
