@@ -275,14 +275,13 @@ def softmax_kernel(q, kT, vT, bias, lo, hi, n_groups, n_threads, out, lse):
                     i = i0 + t
                     a = max(lo[i], j0)           # this query's keys [a, a + nb) of the block
                     nb = min(hi[i], j0 + BLOCK) - a
-                    if nb <= 0:
-                        continue
-                    _block_logits(buf, q, i, kT, bias, a, nb)
-                    mb = buf[0]
-                    for j in range(1, nb):
-                        mb = fmax(mb, buf[j])
-                    lse_step(buf, nb, mb, m_run, s_run, acc, t, lo[i] >= j0, zero)
-                    _accumulate(acc[t], buf, vT, a, nb)
+                    if nb > 0:
+                        _block_logits(buf, q, i, kT, bias, a, nb)
+                        mb = buf[0]
+                        for j in range(1, nb):
+                            mb = fmax(mb, buf[j])
+                        lse_step(buf, nb, mb, m_run, s_run, acc, t, lo[i] >= j0, zero)
+                        _accumulate(acc[t], buf, vT, a, nb)
             finish_tile(i0, nt, lo, hi, m_run, s_run, acc, out, lse)
 
 
@@ -300,15 +299,13 @@ def pointwise_kernel(phi, q, kT, vT, w, zb, lo, hi, n_groups, n_threads, out):
         for tile in range(first_tile(g, n_groups, n_threads), n_tiles, n_groups):
             i0, nt, start, stop = start_tile(tile, TILE, m_q, BLOCK, acc, s_run, lo, hi)
             for j0 in range(start, stop, BLOCK):
-                for t in range(nt):
-                    i = i0 + t
+                for i in range(i0, i0 + nt):
                     a = max(lo[i], j0)
                     nb = min(hi[i], j0 + BLOCK) - a
-                    if nb <= 0:
-                        continue
-                    _block_logits(buf, q, i, kT, zb, a, nb)
-                    apply_phi(phi, buf, nb, w[a:a + nb])
-                    _accumulate(acc[t], buf, vT, a, nb)
+                    if nb > 0:
+                        _block_logits(buf, q, i, kT, zb, a, nb)
+                        apply_phi(phi, buf, nb, w[a:a + nb])
+                        _accumulate(acc[i - i0], buf, vT, a, nb)
             for t in range(nt):
                 for cc in range(out.shape[1]):
                     out[i0 + t, cc] = acc[t, cc]

@@ -317,11 +317,32 @@ def _tile_values(acc, nt, S, vpk, j0, nbp, nr, cv):
 
 
 @njit(fastmath=FM_KERNEL, inline="always")
+def _tile_block(S, qpk, i0, nt, kpk, j0, stop, nr):
+    """The logits of the block of keys from ``j0`` (to at most ``stop``) for the tile's
+    queries (:func:`_tile_logits`); returns ``(nbt, nbp)``, its key count and that count
+    padded to a key panel."""
+    nbt = min(KBLOCK, stop - j0)
+    nbp = (nbt + nr - 1) // nr * nr
+    _tile_logits(S, qpk, i0, nt, kpk, j0, nbp, nr)
+    return nbt, nbp
+
+
+@njit(fastmath=FM_KERNEL, inline="always")
 def _row_range(lo, hi, j0, nbt, nbp):
     """The keys ``[a, e)`` of a block (from key ``j0``, ``nbt`` keys, ``nbp`` padded) that
     the query with range ``[lo, hi)`` sees, ``a <= e`` (``a = e``: none)."""
     a = min(max(lo - j0, 0), nbp)
     return a, max(a, min(hi - j0, nbt))
+
+
+@njit(fastmath=FM_KERNEL, inline="always")
+def _zero_outside(row, a, e, nbp):
+    """``row[:a] = row[e:nbp] = 0``: the entries of keys the row's query does not see."""
+    zero = row.dtype.type(0.0)
+    for j in range(a):
+        row[j] = zero
+    for j in range(e, nbp):
+        row[j] = zero
 
 
 @njit(parallel=True, fastmath=FM_KERNEL, cache=True)
@@ -355,9 +376,7 @@ def softmax_tiled_kernel(qpk, kpk, vpk, bias, lo, hi, nr, cv, qtile, n_groups, n
         for tile in range(first_tile(g, n_groups, n_threads), n_tiles, n_groups):
             i0, nt, start, stop = start_tile(tile, qtile, m_q, KBLOCK, acc, s_run, lo, hi)
             for j0 in range(start, stop, KBLOCK):
-                nbt = min(KBLOCK, stop - j0)
-                nbp = (nbt + nr - 1) // nr * nr
-                _tile_logits(S, qpk, i0, nt, kpk, j0, nbp, nr)
+                nbt, nbp = _tile_block(S, qpk, i0, nt, kpk, j0, stop, nr)
                 for t in range(nt):
                     row = S[t]
                     a, e = _row_range(lo[i0 + t], hi[i0 + t], j0, nbt, nbp)
@@ -370,10 +389,7 @@ def softmax_tiled_kernel(qpk, kpk, vpk, bias, lo, hi, nr, cv, qtile, n_groups, n
                             x[j] = y
                             mb = fmax(mb, y)
                         lse_step(x, e - a, mb, m_run, s_run, acc, t, lo[i0 + t] >= j0, zero)
-                    for j in range(a):
-                        row[j] = zero
-                    for j in range(e, nbp):
-                        row[j] = zero
+                    _zero_outside(row, a, e, nbp)
                 if cp > 0:
                     _tile_values(acc, nt, S, vpk, j0, nbp, nr, cv)
             finish_tile(i0, nt, lo, hi, m_run, s_run, acc, out, lse)
@@ -387,7 +403,6 @@ def pointwise_tiled_kernel(phi, qpk, kpk, vpk, w, lo, hi, nr, cv, qtile, n_group
     :func:`softmax_tiled_kernel`; ``w`` (N,) padded with zeros)."""
     m_q = qpk.shape[0] * MR
     cp = vpk.shape[0] * nr
-    zero = qpk.dtype.type(0.0)
     n_tiles = (m_q + qtile - 1) // qtile
     for g in prange(n_groups):
         wide_vectors()
@@ -396,17 +411,12 @@ def pointwise_tiled_kernel(phi, qpk, kpk, vpk, w, lo, hi, nr, cv, qtile, n_group
         for tile in range(first_tile(g, n_groups, n_threads), n_tiles, n_groups):
             i0, nt, start, stop = start_tile(tile, qtile, m_q, KBLOCK, acc, s_run, lo, hi)
             for j0 in range(start, stop, KBLOCK):
-                nbt = min(KBLOCK, stop - j0)
-                nbp = (nbt + nr - 1) // nr * nr
-                _tile_logits(S, qpk, i0, nt, kpk, j0, nbp, nr)
+                nbt, nbp = _tile_block(S, qpk, i0, nt, kpk, j0, stop, nr)
                 for t in range(nt):
                     row = S[t]
                     a, e = _row_range(lo[i0 + t], hi[i0 + t], j0, nbt, nbp)
                     apply_phi(phi, row[a:e], e - a, w[j0 + a:j0 + e])
-                    for j in range(a):
-                        row[j] = zero
-                    for j in range(e, nbp):
-                        row[j] = zero
+                    _zero_outside(row, a, e, nbp)
                 _tile_values(acc, nt, S, vpk, j0, nbp, nr, cv)
             for t in range(nt):
                 for cc in range(cp):
