@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import math
 import re
 import tomllib
 import typing
@@ -28,6 +27,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from .. import validation
 from ..errors import ConfigError
 from ..integrate import physical_memory
 
@@ -139,16 +139,14 @@ class Table:
         v = self.data.get(k, default)
         if v is None:
             raise ConfigError(f"{self.key(k)}: required, expected a number")
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ConfigError(f"{self.key(k)}: expected a number, got {v!r}")
+        check, cond = ((validation.positive, " > 0") if positive else
+                       (validation.nonnegative, " >= 0") if nonneg else (validation.scalar, ""))
         try:
-            v = float(v)
-        except OverflowError:
-            raise ConfigError(f"{self.key(k)}: expected a finite number, got {v!r}") from None
-        if not math.isfinite(v) or (positive and v <= 0) or (nonneg and v < 0):
-            cond = " > 0" if positive else " >= 0" if nonneg else ""
-            raise ConfigError(f"{self.key(k)}: expected a finite number{cond}, got {v!r}")
-        return v
+            return check(self.key(k), v)
+        except TypeError:   # ArgumentTypeError: not a number (a string, a bool, a list)
+            raise ConfigError(f"{self.key(k)}: expected a number, got {v!r}") from None
+        except ValueError:  # ArgumentError: not finite, or out of range
+            raise ConfigError(f"{self.key(k)}: expected a finite number{cond}, got {v!r}") from None
 
     def integer(self, k: str, default: Any = None, *, minimum: int = 0,
                 maximum: int | None = None) -> int:
