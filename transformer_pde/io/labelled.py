@@ -156,7 +156,8 @@ def _this_thread() -> Any:
 def particle_dataset(traj: Any) -> Any:
     """:class:`xarray.Dataset` of a particle trajectory: ``states (time, token, dim)`` (or,
     for a run that saved a statistic, ``last (token, dim)``, ``means (time, dim)``,
-    ``covs (time, dim, dim_)`` and ``values (time, ...)``), ``weights (token)`` and
+    ``covs (time, dim, dim_)`` — ``(time, segment, ...)`` for packed sequences — and
+    ``values (time, ...)``), ``weights (token)`` and
     ``positions (token)`` when masked; attributes ``status``, ``message``, ``info`` (JSON)
     and ``attention`` (exact JSON)."""
     xr = require("xarray", "ParticleTrajectory.to_xarray")
@@ -166,9 +167,10 @@ def particle_dataset(traj: Any) -> Any:
         data["states"] = (("time", "token", "dim"), np.asarray(traj.states))
     else:
         data["last"] = (("token", "dim"), np.asarray(traj.last))
-        means, covs = traj.moments()
-        data["means"] = (("time", "dim"), np.asarray(means))
-        data["covs"] = (("time", "dim", "dim_"), np.asarray(covs))
+        means, covs = (np.asarray(a) for a in traj.moments())
+        seg = ("segment",) if means.ndim == 3 else ()     # packed sequences: per segment
+        data["means"] = (("time", *seg, "dim"), means)
+        data["covs"] = (("time", *seg, "dim", "dim_"), covs)
         if traj.values is not None:
             values = np.asarray(traj.values)
             data["values"] = (("time", *(f"values_{i}" for i in range(values.ndim - 1))),

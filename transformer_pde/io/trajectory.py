@@ -81,13 +81,32 @@ def check_trajectory(source: Any, fields: Mapping[str, Any]) -> None:
     """
     status = Status.parse(fields["status"])
     a = {k: None if fields.get(k) is None else np.asarray(fields[k]) for k in _ARRAYS}
+    sizes = _segment_sizes(source, fields.get("info"), a["weights"])
     _check_shapes(source, a["times"], a["states"], a["weights"], a["positions"], a["last"],
-                  a["saved_means"], a["saved_covs"], a["values"])
+                  a["saved_means"], a["saved_covs"], a["values"], sizes)
     _check_values(source, status, a["times"], a["states"], a["weights"], a["positions"],
-                  a["last"])
+                  a["last"], sizes)
 
 
-def _check_shapes(path, times, states, weights, positions, last, means, covs, values) -> None:
+def _segment_sizes(path, info: Any, weights: Any) -> list[int]:
+    """The sizes of the packed sequences of ``info["segments"]`` (one segment of all the
+    tokens when absent): positive integers summing to the number of weights, or a
+    :class:`TrajectoryFileError` naming ``path``."""
+    n = None if weights is None or np.ndim(weights) != 1 else int(np.shape(weights)[0])
+    seg = info.get("segments") if isinstance(info, Mapping) else None
+    if seg is None:
+        return [n] if n is not None else []
+    ok = isinstance(seg, (list, tuple)) and len(seg) > 0 and all(
+        isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k >= 1 for k in seg)
+    if not ok or (n is not None and sum(int(k) for k in seg) != n):
+        raise TrajectoryFileError(f"{path}: inconsistent arrays: info['segments'] must be "
+                                  f"sizes >= 1 summing to the N = {n} weights, got "
+                                  f"{str(seg)[:80]}")
+    return [int(k) for k in seg]
+
+
+def _check_shapes(path, times, states, weights, positions, last, means, covs, values,
+                  sizes) -> None:
     """Dtypes and shapes of a trajectory's arrays (:class:`TrajectoryFileError` naming
     ``path`` and the array; :class:`IntegrityError` for a dtype that
     :func:`simulate` never writes)."""
@@ -121,8 +140,10 @@ def _check_shapes(path, times, states, weights, positions, last, means, covs, va
         if last.ndim != 2 or last.shape[0] != n:
             raise bad(f"last {last.shape} must be (N, d) with N = {n}")
         T, d = times.shape[0], last.shape[1]
-        if means.shape != (T, d) or covs.shape != (T, d, d):
-            raise bad(f"means {means.shape} / covs {covs.shape} must be {(T, d)} / {(T, d, d)}")
+        # packed sequences keep the moments of each segment: (T, S, d) and (T, S, d, d)
+        per = (T, d) if len(sizes) <= 1 else (T, len(sizes), d)
+        if means.shape != per or covs.shape != per + (d,):
+            raise bad(f"means {means.shape} / covs {covs.shape} must be {per} / {per + (d,)}")
         if values is not None and values.shape[:1] != (T,):
             raise bad(f"values {values.shape} must have T = {T} rows")
     if positions is not None and positions.shape != (n,):
@@ -131,9 +152,11 @@ def _check_shapes(path, times, states, weights, positions, last, means, covs, va
         raise bad(f"last {last.shape} must be {states.shape[1:]}")
 
 
-def _check_values(path, status: Status, times, states, weights, positions, last) -> None:
+def _check_values(path, status: Status, times, states, weights, positions, last,
+                  sizes) -> None:
     """The value invariants of :func:`load` (after :func:`_check_shapes`):
-    :class:`IntegrityError` naming ``path`` and the array."""
+    :class:`IntegrityError` naming ``path`` and the array.  The weights of each segment
+    (``sizes``: packed sequences) sum to 1."""
     def bad(name: str, msg: str) -> IntegrityError:
         return IntegrityError(f"{path}: array {name!r} {msg} (the file was edited or is "
                               f"corrupt)")
@@ -145,11 +168,15 @@ def _check_values(path, status: Status, times, states, weights, positions, last)
         raise bad("weights", "holds NaN or inf")
     if np.any(weights < 0):
         raise bad("weights", "holds negative weights")
-    n = weights.shape[0]
-    total = math.fsum(weights.astype(np.float64).tolist())
-    tol = max(1e-12, n * float(np.finfo(weights.dtype).eps))
-    if not abs(total - 1.0) <= tol:
-        raise bad("weights", f"sums to {total!r}, not 1 (tolerance {tol:.3g})")
+    start = 0
+    for b, size in enumerate(sizes):
+        part = weights[start:start + size]
+        start += size
+        total = math.fsum(part.astype(np.float64).tolist())
+        tol = max(1e-12, size * float(np.finfo(weights.dtype).eps))
+        if not abs(total - 1.0) <= tol:
+            where = f" in segment {b}" if len(sizes) > 1 else ""
+            raise bad("weights", f"sums to {total!r}{where}, not 1 (tolerance {tol:.3g})")
     if positions is not None and not (np.all(np.isfinite(positions))
                                       and np.all((positions >= 0) & (positions <= 1))):
         raise bad("positions", "holds positions outside [0, 1] (or NaN)")
@@ -189,6 +216,7 @@ def save_trajectory(traj: Any, path: str | Path, *, overwrite: bool = False) -> 
     path = check_target(path, overwrite)
     fields = {k: getattr(traj, k) for k in _ARRAYS}
     fields["status"] = Status.parse(traj.status)
+    fields["info"] = traj.info
     try:
         check_trajectory(path, fields)
     except TrajectoryFileError as exc:
