@@ -1,17 +1,26 @@
 """The array-namespace contract of :mod:`transformer_pde.backends`: the package calls on
 backend arrays only the functions of ``XP_FUNCTIONS``, NumPy and CuPy provide all of them,
-and ``array_namespace`` / ``to_host`` are the only tests of where an array lives."""
+and ``array_namespace`` / ``to_host`` are the only tests of where an array lives; every
+entry point taking ``backend=`` defaults to the one ``DEFAULT_BACKEND``."""
 
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from transformer_pde.backends import XP_FUNCTIONS, array_namespace, get_backend, to_host
+import transformer_pde as tp
+from transformer_pde.backends import (DEFAULT_BACKEND, XP_FUNCTIONS, array_namespace,
+                                      get_backend, to_host)
+from transformer_pde.cli.parser import build_parser
+from transformer_pde.cli.runs import run_demo
+from transformer_pde.diagnostics import kinetic_energy
+from transformer_pde.particles import FieldOptions
+from transformer_pde.pretrained import PretrainedDecoder, PretrainedEncoder
 
 PKG = Path(__file__).resolve().parents[2] / "transformer_pde"
 #: the backends themselves call their own library directly
@@ -73,3 +82,18 @@ def test_host_arrays_stay_where_they_are():
     assert array_namespace(np.float32(1.0)) is np
     assert to_host(a) is a                     # no copy of a host array
     assert isinstance(to_host([1.0, 2.0]), np.ndarray)
+
+
+
+def test_every_entry_point_defaults_to_the_one_default_backend():
+    entry_points = [tp.FieldEvaluator, tp.velocity, tp.sinkhorn_coupling, get_backend,
+                    kinetic_energy, run_demo, PretrainedEncoder.hidden_states,
+                    PretrainedEncoder.simulate, PretrainedDecoder.hidden_states,
+                    PretrainedDecoder.logits, PretrainedDecoder.generate,
+                    PretrainedDecoder.attention_weights, PretrainedDecoder.simulate]
+    names = [f.__qualname__ for f in entry_points
+             if [p.default for n, p in inspect.signature(f).parameters.items()
+                 if n in ("backend", "name")] != [DEFAULT_BACKEND]]
+    assert names == [], f"backend defaults other than DEFAULT_BACKEND: {names}"
+    assert FieldOptions().backend == DEFAULT_BACKEND == "auto"
+    assert build_parser().parse_args(["demo"]).backend == DEFAULT_BACKEND
