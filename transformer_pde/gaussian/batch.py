@@ -46,7 +46,7 @@ def _tabulated(att: Attention) -> bool:
                    for v in (att.Q, att.K, att.V, att.W_O))
 
 
-@dataclass
+@dataclass(repr=False)
 class GaussianBatch(GaussianFile):
     r"""Result of :func:`solve_batch` (``B`` members).
 
@@ -140,12 +140,6 @@ class GaussianBatch(GaussianFile):
                                        f"{display.array_summary(self.covs)}"),
                  ("steps", display.stats_text(self.n_steps))]
         return f"GaussianBatch(members={B}, d={d})", rows
-
-    def __repr__(self) -> str:
-        return display.summary_text(*self._summary())
-
-    def _repr_html_(self) -> str:
-        return display.summary_html(*self._summary())
 
     def __getitem__(self, i: int) -> GaussianTrajectory:
         """Member ``i`` as a :class:`GaussianTrajectory` (its states at ``t_eval`` up to its

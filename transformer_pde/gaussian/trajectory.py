@@ -16,7 +16,7 @@ from .. import results_display as display
 from ..errors import ArgumentError, IntegrityError, SolverNotConverged
 from ..io.saving import GAUSSIAN_FORMAT, read_gaussian, save_gaussian
 from ..integrate.breakpoints import jump_times, layer_tables
-from ..results import ResultKind, Status, check_warn, warn_stop
+from ..results import HasStatus, ResultKind, Status, check_warn, warn_stop
 from .affine import check_attention, check_mean_cov, psd_factor
 from .system import (
     CLASSIFY_SIZE,
@@ -40,7 +40,7 @@ __all__ = ["GaussianTrajectory", "solve"]
 logger = logging.getLogger(__name__)
 
 
-class GaussianFile:
+class GaussianFile(display.Summarised):
     """Saving and loading of the Gaussian results (:class:`GaussianTrajectory` and
     :class:`~transformer_pde.gaussian.GaussianBatch`): one NPZ format per class."""
 
@@ -91,8 +91,8 @@ class GaussianFile:
         return cls(**fields)
 
 
-@dataclass
-class GaussianTrajectory(GaussianFile):
+@dataclass(repr=False)
+class GaussianTrajectory(HasStatus, GaussianFile):
     r"""Result of :func:`solve` (and one member of a :class:`GaussianBatch`).
 
     Attributes
@@ -135,11 +135,6 @@ class GaussianTrajectory(GaussianFile):
     #: :class:`~transformer_pde.results.ResultKind` of the result protocol
     result_kind: ClassVar[ResultKind] = ResultKind.GAUSSIAN
 
-    @property
-    def success(self) -> bool:
-        """:attr:`Status.success <transformer_pde.results.Status.success>` of ``status``."""
-        return Status(self.status).success
-
     def moments(self) -> tuple[np.ndarray, np.ndarray]:
         """``(means, covs)`` at ``times``, shapes ``(T, d)`` and ``(T, d, d)``."""
         return self.means, self.covs
@@ -166,12 +161,6 @@ class GaussianTrajectory(GaussianFile):
                                  f"{display.array_summary(self.covs)}"),
                  ("nfev", str(self.nfev)), ("message", display.shorten(self.message))]
         return f"GaussianTrajectory(status='{self.status}', d={d})", rows
-
-    def __repr__(self) -> str:
-        return display.summary_text(*self._summary())
-
-    def _repr_html_(self) -> str:
-        return display.summary_html(*self._summary())
 
 
 def solve(att: Attention, mean0: Any, cov0: Any, *, t_max: float, rtol: float = 1e-10,
