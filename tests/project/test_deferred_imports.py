@@ -20,86 +20,6 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "transformer_pde"
 
-#: Deferred imports in modules outside this round's clean-up that do not say why yet, as
-#: ``"path:function:module"``.  Fix a site by writing its reason (or by importing at the top
-#: when there is none), then delete its line here; the list only shrinks.
-KNOWN_UNEXPLAINED = frozenset({
-    "backends/compile_notice.py:uninstall:numba.core",
-    "blocks/block.py:_gelu:scipy.special",
-    "blocks/block.py:_gelu:cupyx.scipy.special",
-    "blocks/block.py:_silu:scipy.special",
-    "blocks/block.py:_silu:cupyx.scipy.special",
-    "cli/bench.py:run_bench:..",
-    "cli/bench.py:run_bench:..attention",
-    "cli/bench.py:run_bench:..backends",
-    "cli/bench.py:run_bench:..fields",
-    "cli/builders.py:build_attention:..attention",
-    "cli/builders.py:build_mlp:..blocks",
-    "cli/builders.py:build_layernorm:..blocks",
-    "cli/builders.py:build_block:..blocks",
-    "cli/builders.py:_build_normalization:..blocks",
-    "cli/builders.py:build_solver:..integrate.solvers",
-    "cli/builders.py:build_simulate:..backends",
-    "cli/builders.py:build_simulate:..integrate.loop",
-    "cli/builders.py:build_simulate:..particles",
-    "cli/config.py:load_config:tomllib",
-    "cli/config.py:load_config:tomli",
-    "cli/config.py:typed_parameters:typing",
-    "cli/exits.py:status_exit:..results",
-    "cli/output.py:data_format:importlib.util",
-    "cli/output.py:OutputDir.write_data:..io.container",
-    "cli/output.py:OutputDir.write_data:..io.labelled",
-    "cli/runs.py:_cloud_rank:..diagnostics",
-    "cli/runs.py:_clusters:..diagnostics",
-    "cli/runs.py:_particles_figure:matplotlib.figure",
-    "cli/runs.py:_particles_figure:..",
-    "cli/runs.py:_depth_figure:matplotlib.figure",
-    "cli/runs.py:run_demo:matplotlib.figure",
-    "cli/runs.py:run_demo:..",
-    "cli/runs.py:run_demo:..attention",
-    "cli/runs.py:run_demo:..integrate",
-    "cli/runs.py:run_demo:..particles",
-    "cli/runs.py:run_simulate:..",
-    "cli/runs.py:run_simulate:..integrate.loop",
-    "cli/runs.py:run_simulate:..particles",
-    "cli/runs.py:_check_checkpoint:..integrate.checkpoint",
-    "cli/runs.py:_preflight:..errors",
-    "cli/runs.py:_preflight:..integrate",
-    "cli/runs.py:_preflight:..particles.simulation",
-    "cli/runs.py:gaussian_options:..",
-    "cli/runs.py:run_gaussian:matplotlib.figure",
-    "cli/runs.py:run_gaussian:..",
-    "cli/runs.py:run_gaussian:..diagnostics",
-    "cli/runs.py:_gaussian_dataset:..io.jsonfmt",
-    "cli/runs.py:_gaussian_dataset:..io.labelled",
-    "cli/studies.py:_finished_cells:..sweep",
-    "cli/studies.py:_study_summary:..sweep",
-    "cli/studies.py:run_cone:matplotlib.figure",
-    "cli/studies.py:run_cone:..",
-    "cli/studies.py:run_cone:..gaussian.affine",
-    "cli/studies.py:run_cone:..gaussian.system",
-    "cli/studies.py:run_cone:..paper",
-    "cli/studies.py:run_cone:..sweep",
-    "cli/studies.py:_labelled:..sweep",
-    "cli/studies.py:run_ranks:..paper",
-    "cli/studies.py:run_ranks:..sweep",
-    "cli/studies.py:_check_scheduler:..sweep.run",
-    "cli/studies.py:_check_study_size:..sweep.config",
-    "cli/warmup.py:_gaussian:..",
-    "cli/warmup.py:_gaussian:..attention",
-    "cli/warmup.py:_gaussian:..errors",
-    "cli/warmup.py:_particles:..attention",
-    "cli/warmup.py:_particles:..particles.options",
-    "cli/warmup.py:_particles:..particles.simulation",
-    "cli/warmup.py:_sinkhorn:..attention",
-    "cli/warmup.py:_sinkhorn:..fields",
-    "cli/warmup.py:warmup:numba",
-    "diagnostics/energy.py:_gaussian_kinetic_energy:..gaussian",
-    "diagnostics/stability.py:stability_profile:..particles",
-    "diagnostics/stability.py:gaussian_stability_profile:..",
-    "gaussian/exact.py:exact_rank_one_softmax:scipy.linalg",
-})
-
 _CODES = re.compile(r"noqa(:\s*[A-Z]+\d+(\s*,\s*[A-Z]+\d+)*)?|type:\s*ignore(\[[^\]]*\])?"
                     r"|pragma:\s*no\s+cover", re.IGNORECASE)
 
@@ -149,7 +69,7 @@ def test_every_deferred_import_says_why():
     for path in sorted(PKG.rglob("*.py")):
         name = path.relative_to(PKG).as_posix()
         for key, line, explained in _deferred_imports(path.read_text(encoding="utf-8"), name):
-            if not explained and key not in KNOWN_UNEXPLAINED:
+            if not explained:
                 bad.append(f"transformer_pde/{name}:{line} ({key})")
     assert not bad, ("deferred imports without a comment saying why (on the line or just "
                      "above):\n" + "\n".join(bad))

@@ -204,6 +204,7 @@ def uninstall() -> None:
         _REFUSED = True
         if _LISTENER is None:
             return
+        # deferred: only a listener that install() registered (numba already loaded) is removed
         from numba.core import event  # noqa: PLC0415
 
         event.unregister("numba:compile", _LISTENER)

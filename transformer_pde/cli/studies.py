@@ -383,7 +383,8 @@ def _check_scheduler(args: argparse.Namespace) -> None:
     before anything is computed or connected to."""
     if args.scheduler is None and args.scheduler_file is None:
         return
-    from ..sweep.run import SchedulerArgumentError, check_scheduler  # noqa: PLC0415  (dask)
+    # deferred: the study engine imports dask, seconds at start-up for commands without it
+    from ..sweep.run import SchedulerArgumentError, check_scheduler  # noqa: PLC0415
 
     try:
         check_scheduler(args.scheduler, args.scheduler_file,

@@ -90,6 +90,7 @@ def warmup(paths: Sequence[str] | None = None) -> list[tuple[str, float]]:
     if unknown:
         raise UsageError(f"unknown warmup path(s) {unknown}; choose from {list(WARMUP_PATHS)}")
     try:
+        # deferred: numba is optional; its absence is a usage error of this command only
         import numba  # noqa: F401, PLC0415
     except ImportError:
         raise UsageError("numba is not installed: there are no kernels to compile") from None

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 from scipy.integrate import solve_ivp
+from scipy.linalg import expm
 
 from .. import validation
 from ..errors import ArgumentError, SolverNotConverged
@@ -195,7 +196,6 @@ def exact_rank_one_softmax(V: Any, A: Any, u0: Any, t: Any, beta: float = 1.0,
 
     Returns ``u(t)`` with shape ``(len(t), d)`` (``t`` sorted, before blow-up).
     """
-    from scipy.linalg import expm  # noqa: PLC0415
 
     V = _square("V", V)
     A = validation.scalar("beta", beta) * _square("A", A, V.shape[0])

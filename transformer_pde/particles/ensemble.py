@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..attention import Attention
-from ..backends import to_host
+from ..backends import DEFAULT_BACKEND, to_host
 from ..blocks import Block
 from ..errors import ArgumentError, ArgumentTypeError
 from ..integrate.loop import Limits, Monitor, SaveAt
@@ -155,7 +155,7 @@ def _initial(att: Any, X0: Any) -> np.ndarray:
 def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
                       solver: Any = "rk4", saveat: SaveAt | None = None,
                       weights: Any = None, positions: Any = None, block: Any = None,
-                      backend: Any = "auto", limits: Limits | None = None,
+                      backend: Any = DEFAULT_BACKEND, limits: Limits | None = None,
                       monitor: Monitor | None = None, warn: bool = True) -> EnsembleTrajectory:
     r"""Integrate :math:`B` independent token systems of the same attention together.
 

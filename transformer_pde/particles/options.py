@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..attention import Attention
+from ..backends import DEFAULT_BACKEND
 from ..errors import ArgumentError, ArgumentTypeError
 from ..sinkhorn.options import DEFAULT_MAX_ITER, DEFAULT_TOL
 
@@ -35,7 +36,7 @@ class FieldOptions:
         previous evaluation).  Only for ``kind="sinkhorn"``: an error otherwise.
     """
 
-    backend: Any = "auto"
+    backend: Any = DEFAULT_BACKEND
     dtype: Any = None
     sinkhorn_tol: float | None = None
     sinkhorn_max_iter: int | None = None
