@@ -35,11 +35,6 @@ class FieldContext:
     rot_k: Any = None            # RotaryTable of the key positions, in kernel order
     segments: Any = None         # [(start, end)] of each segment of the tokens, or None
 
-    @property
-    def limits(self) -> Any:
-        """The former name of :attr:`ranges` (head fields written before key ranges)."""
-        return self.ranges
-
 
 HeadField = Callable[[FieldContext, AttentionParams, int, Head, Any, Any], Any]
 HEAD_FIELDS: dict[str, HeadField] = {}
