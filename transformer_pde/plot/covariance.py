@@ -27,6 +27,13 @@ from .axes import new_axes
 
 __all__ = ["cone", "cone_coordinates", "cone_slice"]
 
+#: colormap of ``color_by`` when ``cmap=None`` (both cone figures): viridis is perceptually
+#: uniform and readable with the common colour-vision deficiencies
+_CMAP = "viridis"
+#: the part of :data:`_CMAP` used: its palest yellows (above 0.85) vanish on the
+#: light grey cone surface, so the curves run from dark purple to green
+_CMAP_RANGE = (0.0, 0.85)
+
 #: relative slack of ``cone(v_max=...)``: a point is above the rim when its trace exceeds
 #: ``v_max * (1 + _RIM_RTOL)`` (covariances rebuilt from a factor carry rounding of a few ulp)
 _RIM_RTOL = 1e-9
@@ -114,17 +121,23 @@ def _covariance_paths(trajectories: Any) -> list[np.ndarray]:
 
 
 def _colours(n: int, color_by: Any, ends: Sequence[np.ndarray], cmap: Any) -> list:
-    """One RGBA colour per trajectory."""
+    """One RGBA colour per trajectory (``cmap=None``: viridis on 0 … 0.85)."""
     import matplotlib as mpl  # noqa: PLC0415 (matplotlib only when drawing)
 
-    cm = mpl.colormaps[cmap] if isinstance(cmap, str) else cmap
+    if cmap is None:
+        base, (lo_c, hi_c) = mpl.colormaps[_CMAP], _CMAP_RANGE
+
+        def cm(x: Any) -> Any:
+            return base(lo_c + (hi_c - lo_c) * np.asarray(x, dtype=float))
+    else:
+        cm = mpl.colormaps[cmap] if isinstance(cmap, str) else cmap
     if color_by is None:
         return [mpl.colors.to_rgba("C0")] * n
     if isinstance(color_by, str):
         if color_by not in ("start", "end"):
             raise ValueError(f"color_by must be 'start', 'end', None or an array of {n} values, "
                              f"got {color_by!r}")
-        # hue = angle of the (normalised) start / end point around the cone axis
+        # angle of the (normalised) start / end point around the cone axis, -pi ... pi
         ang = np.array([np.arctan2(p[1], p[0]) for p in ends])
         return [cm((a + np.pi) / (2 * np.pi)) for a in ang]
     vals = np.asarray(color_by)
@@ -149,9 +162,29 @@ def _unit(direction: Any) -> np.ndarray:
     return a / np.linalg.norm(a)
 
 
+def _rank_one_label(direction: Any) -> str:
+    r"""Legend text of the rank-one ray of ``direction``: the matrices
+    :math:`\lambda\, a a^\top` (:math:`\lambda \ge 0`) with :math:`a` the unit vector
+    along ``direction``, its entries written out.
+
+    For ``[0, 2]``: ``rank one $\lambda\,aa^\top$, $a = (0, 1)$``.
+    """
+    a = _unit(direction) + 0.0  # + 0.0: no "-0" in the label
+    return rf"rank one $\lambda\,aa^\top$, $a = ({a[0]:.3g}, {a[1]:.3g})$"
+
+
+def _few_ticks(ax: Any, *axes: str) -> None:
+    """At most 5 ticks on each named axis ("x", "y", "z"): the 3-D axes' default 9 overlap
+    at the figure sizes used here."""
+    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415 (matplotlib only when drawing)
+
+    for name in axes:
+        getattr(ax, f"{name}axis").set_major_locator(MaxNLocator(nbins=4, steps=[1, 2, 2.5, 5, 10]))
+
+
 
 def cone(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any = None,
-         v_max: float | None = None, surface: bool = True, cmap: Any = "twilight",
+         v_max: float | None = None, surface: bool = True, cmap: Any = None,
          ax: Any = None, title: str | None = None, linewidth: float = 1.0,
          elev: float = 18.0, azim: float = -60.0):
     r"""Covariance trajectories of 2-D Gaussians drawn in the PSD cone.
@@ -168,11 +201,13 @@ def cone(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any = Non
         rows (after a blow-up) are dropped.
     color_by : {"start", "end"}, None, or array of n values / colours
         ``"start"`` / ``"end"``: colour each curve by the angle of its first / last point
-        around the cone axis (cyclic colormap); an array of numbers is mapped through
-        ``cmap``; ``None`` draws everything in one colour.
+        around the cone axis (from :math:`-\pi`, the start of ``cmap``, to :math:`\pi`,
+        its end); an array of numbers is mapped through ``cmap`` (smallest to largest);
+        ``None`` draws everything in one colour.
     rank_one_line : array (2,), optional
-        Draw the rank-one ray :math:`\{\lambda\, a a^\top\}` for this direction :math:`a`
-        (e.g. the limit of a rank-one :math:`A`).
+        Draw the rank-one ray :math:`\{\lambda\, a a^\top : \lambda \ge 0\}` for the
+        unit vector :math:`a` along this direction (e.g. the limit of a rank-one
+        :math:`A`), labelled in a legend ("rank one λ aaᵀ, a = (…)").
     v_max : float, optional
         Height of the drawn cone (default: the largest trace along the curves).  When
         given, each curve is drawn only up to its first point with trace above
@@ -180,8 +215,10 @@ def cone(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any = Non
         curves that start on the rim with a trace off by rounding).
     surface : bool
         Draw the cone surface.
-    cmap : str or Colormap
-        Colormap used by ``color_by``.
+    cmap : str, Colormap or None
+        Colormap used by ``color_by``; ``None``: viridis (perceptually
+        uniform, readable with the common colour-vision deficiencies) on 0 … 0.85, without
+        the palest yellows that fade into the grey cone.
     ax : mpl_toolkits.mplot3d.axes3d.Axes3D, optional
         3-D axes to draw into (default: a new figure made through :mod:`matplotlib.pyplot`).
     title, linewidth, elev, azim
@@ -228,8 +265,9 @@ def cone(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any = Non
         a = _unit(rank_one_line)
         ray = cone_coordinates(np.outer(a, a)) * np.linspace(0, vtop, 2)[:, None]
         ax.plot(ray[:, 0], ray[:, 1], ray[:, 2], color="k", lw=2.0, ls="--",
-                gid="rank-one-line", label=r"$\{\lambda a a^\top\}$")
-        ax.legend(loc="upper left")
+                gid="rank-one-line", label=_rank_one_label(a))
+        ax.legend(loc="upper left", fontsize="small")
+    _few_ticks(ax, "x", "y", "z")
     ax.set_xlabel(r"$u = a - b$")
     ax.set_ylabel(r"$w = 2c$")
     ax.set_zlabel(r"$v = \mathrm{tr}\,\Sigma$")
@@ -240,7 +278,7 @@ def cone(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any = Non
 
 
 def cone_slice(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any = None,
-               cmap: Any = "twilight", ax: Any = None, title: str | None = None,
+               cmap: Any = None, ax: Any = None, title: str | None = None,
                linewidth: float = 1.0):
     r"""Trace-normalised covariance trajectories: the unit disc :math:`(u, w)/v`.
 
@@ -281,7 +319,8 @@ def cone_slice(trajectories: Any, *, color_by: Any = "start", rank_one_line: Any
     if rank_one_line is not None:
         a = _unit(rank_one_line)
         q = cone_coordinates(np.outer(a, a))
-        ax.plot([q[0]], [q[1]], "k*", ms=12, gid="rank-one-line")
+        ax.plot([q[0]], [q[1]], "k*", ms=12, ls="", gid="rank-one-line", label=_rank_one_label(a))
+        ax.legend(loc="upper left", fontsize="small")
     ax.set_aspect("equal")
     ax.set_xlim(-1.08, 1.08)
     ax.set_ylim(-1.08, 1.08)

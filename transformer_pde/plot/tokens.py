@@ -79,7 +79,9 @@ def particles(traj: Any, *, labels: Any = None, rescale: Any = None, dims: tuple
         The run to draw (``d >= 2``).
     labels : array (N,) of int, optional
         Cluster label of each token (e.g. from ``diagnostics.clusters``); final points
-        are coloured by label.  Without labels they are drawn in one colour.
+        are coloured by label, and the legend shows them as a white marker ("final
+        tokens (colour: cluster)") that matches no cluster.  Without labels they are drawn
+        in one colour.
     rescale : None, "value" or array (d, d)
         Draw :math:`e^{-tV} x(t)` instead of :math:`x(t)` (see :func:`rescaled_states`).
     dims : (int, int)
@@ -118,10 +120,15 @@ def particles(traj: Any, *, labels: Any = None, rescale: Any = None, dims: tuple
 
         cm = mpl.colormaps[cmap] if isinstance(cmap, str) else cmap
         col = cm(codes % cm.N if hasattr(cm, "N") else codes)
+        # the legend shows a white marker, not the first cluster's colour: an empty proxy
+        # carries the label (also for a later ax.legend()), the scatter none
+        final_label = "_final tokens"
+        ax.plot([], [], ls="", marker="o", ms=5, mfc="white", mec="k", mew=0.4,
+                gid="final-legend", label="final tokens (colour: cluster)")
     else:
-        col = "C3"
+        col, final_label = "C3", "final tokens"
     ax.scatter(states[-1, :, i], states[-1, :, j], s=22, c=col, edgecolors="k", linewidths=0.4,
-               zorder=3, gid="final", label="final tokens")
+               zorder=3, gid="final", label=final_label)
     ax.set_xlabel(f"$x_{i + 1}$" if rescale is None else f"$(e^{{-tV}}x)_{i + 1}$")
     ax.set_ylabel(f"$x_{j + 1}$" if rescale is None else f"$(e^{{-tV}}x)_{j + 1}$")
     ax.set_aspect("equal", adjustable="datalim")
