@@ -28,13 +28,23 @@ Run: ``python examples/paper_blowup_slices.py`` (a few seconds on 2 cores).
 
 from __future__ import annotations
 
+# %%
+# Parameters
+# ----------
+# ``FAST`` (``TRANSFORMER_PDE_FAST=1``) starts 4 runs per panel instead of 16; the figures
+# go into ``OUT`` (``TRANSFORMER_PDE_OUT``, by default the repository's ``figures/``).
+
 import numpy as np
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from transformer_pde import plot
-from transformer_pde.paper import (paper_attention, run_figure_script,
-                                 slice_covariances, solve_paths)
+from transformer_pde.paper import paper_attention, slice_covariances, solve_paths
+from transformer_pde.paper.scripts import fast_configuration, output_folder, save_figures
+
+FAST = fast_configuration()
+OUT = output_folder()
+N_STARTS = 4 if FAST else 16     # initial covariances per panel
 
 # %%
 # The parameters
@@ -58,7 +68,7 @@ VARIANTS = (("softmax", 1), ("softmax", 2), ("l2", 1), ("sinkhorn", 1))
 # %%
 # The runs of one figure
 # ----------------------
-# :func:`~transformer_pde.paper.slice_covariances` places 16 initial covariances of trace one
+# :func:`~transformer_pde.paper.slice_covariances` places ``N_STARTS`` initial covariances of trace one
 # on a circle of radius 0.6 in the trace-normalised disc.  For each kind
 # :func:`~transformer_pde.paper.solve_paths` first finds where every run stops
 # (:math:`\operatorname{tr}\Sigma = 10^3`, convergence or :math:`t = 50`), then reports it at
@@ -67,7 +77,7 @@ VARIANTS = (("softmax", 1), ("softmax", 2), ("l2", 1), ("sinkhorn", 1))
 # in the disc; each panel's title counts the outcomes.
 
 def figure(V: np.ndarray, name: str) -> Figure:
-    covs0 = slice_covariances(16, radius=0.6, trace=1.0)
+    covs0 = slice_covariances(N_STARTS, radius=0.6, trace=1.0)
     fig = plt.figure(figsize=(16, 4.4), layout="constrained")
     axes = fig.subplots(1, 4)
     for ax, (kind, heads) in zip(axes, VARIANTS, strict=True):
@@ -93,17 +103,14 @@ def figure(V: np.ndarray, name: str) -> Figure:
 # along curves.  With the rotation the shapes spiral: softmax still reaches the circle at the
 # blow-up time :math:`T^*`, while the Sinkhorn shapes wind in towards the centre :math:`I/2`.
 
-def figures(_args=None) -> dict:
+def figures() -> dict:
     return {f"blowup_slice_{name}": figure(V, name) for name, V in PARAMETERS.items()}
 
 
 # %%
-# Run it
-# ------
-# From the shell, ``python examples/paper_blowup_slices.py --out DIR`` writes
-# ``blowup_slice_symmetric.png`` and ``blowup_slice_rotation.png`` into ``DIR``
-# (``--help`` lists the options).  In a notebook the cell below writes them into
-# ``figures/`` under the working directory and shows them.
+# Save the figures
+# ----------------
+# ``blowup_slice_symmetric.png`` and ``blowup_slice_rotation.png`` into ``OUT``; in Jupyter
+# the figures show below the cell.
 
-if __name__ == "__main__":
-    run_figure_script(__doc__, figures)
+save_figures(figures(), OUT)

@@ -36,12 +36,22 @@ Run: ``python examples/paper_cone_convergence.py`` (well under a minute on 2 cor
 
 from __future__ import annotations
 
+# %%
+# Parameters
+# ----------
+# ``FAST`` (``TRANSFORMER_PDE_FAST=1``) starts 8 runs per figure instead of 24; the figures go into
+# ``OUT`` (``TRANSFORMER_PDE_OUT``, by default the repository's ``figures/``).
+
 import numpy as np
 from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
 from transformer_pde import plot
-from transformer_pde.paper import (paper_attention, run_figure_script,
-                                 slice_covariances, solve_paths)
+from transformer_pde.paper import paper_attention, slice_covariances, solve_paths
+from transformer_pde.paper.scripts import fast_configuration, output_folder, save_figures
+
+FAST = fast_configuration()
+OUT = output_folder()
+N_STARTS = 8 if FAST else 24     # initial covariances per figure
 
 # %%
 # Three cases with a closed form
@@ -77,7 +87,7 @@ RADIUS = {"zero": 0.8, "line": 0.5, "plane": 0.8}
 # %%
 # The runs and one figure
 # -----------------------
-# :func:`~transformer_pde.paper.solve_paths` solves the moment ODE from the 24 starting
+# :func:`~transformer_pde.paper.solve_paths` solves the moment ODE from the ``N_STARTS``
 # covariances to tight tolerances and reports each run at 300 evenly spaced times up to its
 # end.  :func:`~transformer_pde.plot.cone` draws the paths in the cone of 2×2 PSD matrices,
 # :math:`(u, w, v) = (a - b, 2c, a + b)`, with the rank-one ray of the line case dashed; the
@@ -88,7 +98,7 @@ RADIUS = {"zero": 0.8, "line": 0.5, "plane": 0.8}
 def figure(name: str):
     Q, K, V, heads, t_max, line, title = FIGURES[name]
     att = paper_attention("softmax", Q, K, V, heads=heads)
-    covs0 = slice_covariances(24, radius=RADIUS[name], trace=1.0)
+    covs0 = slice_covariances(N_STARTS, radius=RADIUS[name], trace=1.0)
     runs = solve_paths(att, covs0, t_max=t_max, n_eval=300, rtol=1e-9, atol=1e-12)
     ax = plot.cone(runs, rank_one_line=line, title=title, v_max=1.0)
     if name == "plane":
@@ -106,17 +116,14 @@ def figure(name: str):
 # points that depend on :math:`\Sigma_0`; one head with the same matrices would drive
 # :math:`\Sigma` to zero instead.
 
-def figures(_args=None) -> dict:
+def figures() -> dict:
     return {f"cone_convergence_{name}": figure(name)[0] for name in FIGURES}
 
 
 # %%
-# Run it
-# ------
-# From the shell, ``python examples/paper_cone_convergence.py --out DIR`` writes
+# Save the figures
+# ----------------
 # ``cone_convergence_zero.png``, ``cone_convergence_line.png`` and
-# ``cone_convergence_plane.png`` into ``DIR`` (``--help`` lists the options).  In a notebook
-# the cell below writes them into ``figures/`` under the working directory and shows them.
+# ``cone_convergence_plane.png`` into ``OUT``; in Jupyter the figures show below the cell.
 
-if __name__ == "__main__":
-    run_figure_script(__doc__, figures)
+save_figures(figures(), OUT)

@@ -20,6 +20,20 @@ Run: ``python examples/paper_initial.py`` (writes ``figures/paper_initial.png``)
 from __future__ import annotations
 
 # %%
+# Parameters
+# ----------
+# ``FAST`` (``TRANSFORMER_PDE_FAST=1``) solves every 10th initial covariance of the paper's
+# grid instead of all; the figure goes into ``OUT`` (``TRANSFORMER_PDE_OUT``, by default
+# the repository's ``figures/``).
+
+from transformer_pde.paper import EXTRA_RUNS, paper_figure, paper_figure_plot
+from transformer_pde.paper.scripts import fast_configuration, output_folder, save_figures
+
+FAST = fast_configuration()
+OUT = output_folder()
+STRIDE = 10 if FAST else 1     # solve and draw every STRIDE-th initial covariance
+
+# %%
 # One set of parameters, two outcomes
 # -----------------------------------
 # With Gaussian tokens :math:`N(0, \Sigma)` and softmax attention the covariance follows
@@ -30,9 +44,6 @@ from __future__ import annotations
 # matrices some initial shapes are carried to a blow-up direction and the others to
 # stationary rank-one covariances.  :func:`~transformer_pde.paper.paper_figure` holds the
 # paper's three panels; ``EXTRA_RUNS`` adds the same matrices split into two heads.
-
-from transformer_pde.paper import (EXTRA_RUNS, paper_figure, paper_figure_plot,
-                                   run_figure_script)
 
 
 # %%
@@ -47,20 +58,18 @@ from transformer_pde.paper import (EXTRA_RUNS, paper_figure, paper_figure_plot,
 # no number of heads and repeats single-head softmax with another step; with two true heads
 # (the last panel) the runs are still moving (grey) at :math:`t = 100`.
 
-def figures(_args=None) -> dict:
+def figures() -> dict:
     runs = list(paper_figure("initial").runs) + list(EXTRA_RUNS)
-    fig, _ = paper_figure_plot("initial", view="slice", color_by="status", runs=runs,
+    fig, _ = paper_figure_plot("initial", stride=STRIDE, view="slice",
+                               color_by="status", runs=runs,
                                title="Dependence on the initial covariance (the paper's "
                                      "parameters; exact solver)")
     return {"paper_initial": fig}
 
 
 # %%
-# Run it
-# ------
-# From the shell, ``python examples/paper_initial.py --out DIR`` writes
-# ``DIR/paper_initial.png`` (``--help`` lists the options).  In a notebook the cell below
-# writes ``figures/paper_initial.png`` under the working directory and shows the figure.
+# Save the figure
+# ---------------
+# ``paper_initial.png`` into ``OUT``; in Jupyter the figure shows below the cell.
 
-if __name__ == "__main__":
-    run_figure_script(__doc__, figures)
+save_figures(figures(), OUT)

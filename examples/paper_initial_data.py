@@ -29,12 +29,22 @@ Run: ``python examples/paper_initial_data.py`` (well under a minute on 2 cores).
 
 from __future__ import annotations
 
+# %%
+# Parameters
+# ----------
+# ``FAST`` (``TRANSFORMER_PDE_FAST=1``) starts 12 runs instead of 48; the figure goes into
+# ``OUT`` (``TRANSFORMER_PDE_OUT``, by default the repository's ``figures/``).
+
 import numpy as np
 import matplotlib.pyplot as plt
 
 from transformer_pde import plot
-from transformer_pde.paper import (STATUS_COLOURS, paper_attention,
-                                 run_figure_script, slice_covariances, solve_paths)
+from transformer_pde.paper import STATUS_COLOURS, paper_attention, slice_covariances, solve_paths
+from transformer_pde.paper.scripts import fast_configuration, output_folder, save_figures
+
+FAST = fast_configuration()
+OUT = output_folder()
+N_STARTS = 12 if FAST else 48     # initial covariances on the circle
 
 # %%
 # The parameters
@@ -53,7 +63,7 @@ K = np.array([[-0.4, -0.7], [0.5, 1.2]])
 # %%
 # The runs and the figure
 # -----------------------
-# :func:`~transformer_pde.paper.slice_covariances` puts 48 initial shapes on a circle of
+# :func:`~transformer_pde.paper.slice_covariances` puts ``N_STARTS`` initial shapes on a circle of
 # radius 0.7 in the trace-normalised disc; :func:`~transformer_pde.paper.solve_paths` solves
 # each run to :math:`\operatorname{tr}\Sigma = 10^3`, to convergence or to :math:`t = 60`, and
 # classifies it.  The left panel draws the shapes :math:`\Sigma/\operatorname{tr}\Sigma` in
@@ -65,7 +75,7 @@ K = np.array([[-0.4, -0.7], [0.5, 1.2]])
 
 def figure():
     att = paper_attention("softmax", Q, K, V)
-    covs0 = slice_covariances(48, radius=0.7, trace=1.0)
+    covs0 = slice_covariances(N_STARTS, radius=0.7, trace=1.0)
     runs = solve_paths(att, covs0, t_max=60.0, n_eval=400, blowup_threshold=1e3,
                        rtol=1e-9, atol=1e-12, converge_tol=1e-6)
     status = [r.status for r in runs]
@@ -83,21 +93,17 @@ def figure():
 # %%
 # The figure to write
 # -------------------
-# :func:`~transformer_pde.paper.run_figure_script` saves every figure that ``figures``
+# :func:`~transformer_pde.paper.scripts.save_figures` saves every figure that ``figures``
 # returns, under its name; ``figure`` also returns the runs, for a closer look at one of
 # them (``runs[i].status``, ``runs[i].covs``).
 
-def figures(_args=None) -> dict:
+def figures() -> dict:
     return {"initial_data_dichotomy": figure()[0]}
 
 
 # %%
-# Run it
-# ------
-# From the shell, ``python examples/paper_initial_data.py --out DIR`` writes
-# ``DIR/initial_data_dichotomy.png`` (``--help`` lists the options).  In a notebook the cell
-# below writes ``figures/initial_data_dichotomy.png`` under the working directory and shows
-# the figure.
+# Save the figure
+# ---------------
+# ``initial_data_dichotomy.png`` into ``OUT``; in Jupyter the figure shows below the cell.
 
-if __name__ == "__main__":
-    run_figure_script(__doc__, figures)
+save_figures(figures(), OUT)

@@ -15,7 +15,19 @@ Run: ``python examples/paper_line.py`` (writes ``figures/paper_line.png``).
 
 from __future__ import annotations
 
-from transformer_pde.paper import paper_figure, paper_figure_plot, run_figure_script
+# %%
+# Parameters
+# ----------
+# ``FAST`` (``TRANSFORMER_PDE_FAST=1``) solves every 10th initial covariance of the paper's
+# grid instead of all; the figure goes into ``OUT`` (``TRANSFORMER_PDE_OUT``, by default
+# the repository's ``figures/``).
+
+from transformer_pde.paper import paper_figure, paper_figure_plot
+from transformer_pde.paper.scripts import fast_configuration, output_folder, save_figures
+
+FAST = fast_configuration()
+OUT = output_folder()
+STRIDE = 10 if FAST else 1     # solve and draw every STRIDE-th initial covariance
 
 
 # %%
@@ -26,20 +38,17 @@ from transformer_pde.paper import paper_figure, paper_figure_plot, run_figure_sc
 # positive semidefinite matrices; the dashed ray is the rank-one line
 # :math:`\{\lambda q^\perp q^{\perp\top}\}` on which the runs stop.
 
-def figures(_args=None) -> dict:
+def figures() -> dict:
     q = paper_figure("line").Q[0]
-    fig, _ = paper_figure_plot("line", view="cone", v_max=1.0,
+    fig, _ = paper_figure_plot("line", stride=STRIDE, view="cone", v_max=1.0,
                                rank_one_line=[-q[1], q[0]],
                                title="Convergence to a line (the paper's parameters; exact solver)")
     return {"paper_line": fig}
 
 
 # %%
-# Run it
-# ------
-# From the shell, ``python examples/paper_line.py --out DIR`` writes ``DIR/paper_line.png``;
-# in a notebook the cell below writes ``figures/paper_line.png`` under the working
-# directory and shows the figure.
+# Save the figure
+# ---------------
+# ``paper_line.png`` into ``OUT``; in Jupyter the figure shows below the cell.
 
-if __name__ == "__main__":
-    run_figure_script(__doc__, figures)
+save_figures(figures(), OUT)

@@ -17,6 +17,20 @@ Run: ``python examples/paper_plane.py`` (writes ``figures/paper_plane.png``).
 from __future__ import annotations
 
 # %%
+# Parameters
+# ----------
+# ``FAST`` (``TRANSFORMER_PDE_FAST=1``) solves every 10th initial covariance of the paper's
+# grid instead of all; the figure goes into ``OUT`` (``TRANSFORMER_PDE_OUT``, by default
+# the repository's ``figures/``).
+
+from transformer_pde.paper import paper_figure_plot
+from transformer_pde.paper.scripts import fast_configuration, output_folder, save_figures
+
+FAST = fast_configuration()
+OUT = output_folder()
+STRIDE = 10 if FAST else 1     # solve and draw every STRIDE-th initial covariance
+
+# %%
 # One written coordinate
 # ----------------------
 # With Gaussian tokens :math:`N(0, \Sigma)` the attention field is linear,
@@ -29,8 +43,6 @@ from __future__ import annotations
 # :math:`(\Sigma q)_1 = \Sigma_{11}q_1 + \Sigma_{12}q_2 = 0`, a plane through the apex of
 # the cone.
 
-from transformer_pde.paper import paper_figure_plot, run_figure_script
-
 
 # %%
 # The runs and the figure
@@ -42,18 +54,16 @@ from transformer_pde.paper import paper_figure_plot, run_figure_script
 # at points of the plane :math:`\Sigma_{11}q_1 + \Sigma_{12}q_2 = 0` that depend on
 # :math:`\Sigma_0`: the limit set is a plane, not a point or a line.
 
-def figures(_args=None) -> dict:
-    fig, _ = paper_figure_plot("plane", view="cone", v_max=1.0, panel_size=5.5,
+def figures() -> dict:
+    fig, _ = paper_figure_plot("plane", stride=STRIDE, view="cone", v_max=1.0,
+                               panel_size=5.5,
                                title="Convergence to a plane (2 heads, the second empty)")
     return {"paper_plane": fig}
 
 
 # %%
-# Run it
-# ------
-# From the shell, ``python examples/paper_plane.py --out DIR`` writes ``DIR/paper_plane.png``
-# (``--help`` lists the options).  In a notebook the cell below writes
-# ``figures/paper_plane.png`` under the working directory and shows the figure.
+# Save the figure
+# ---------------
+# ``paper_plane.png`` into ``OUT``; in Jupyter the figure shows below the cell.
 
-if __name__ == "__main__":
-    run_figure_script(__doc__, figures)
+save_figures(figures(), OUT)

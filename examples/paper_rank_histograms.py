@@ -30,8 +30,20 @@ with the default 100 draws per case).
 
 from __future__ import annotations
 
+# %%
+# Parameters
+# ----------
+# ``FAST`` (``TRANSFORMER_PDE_FAST=1``) makes 5 draws per case instead of 100; the figure goes into
+# ``OUT`` (``TRANSFORMER_PDE_OUT``, by default the repository's ``figures/``).
+
 from transformer_pde.gaussian.system import CLASSIFY_SIZE
-from transformer_pde.paper import rank_figure, rank_sweep, run_figure_script
+from transformer_pde.paper import rank_figure, rank_sweep
+from transformer_pde.paper.scripts import fast_configuration, output_folder, save_figures
+
+FAST = fast_configuration()
+OUT = output_folder()
+DRAWS = 5 if FAST else 100     # random draws per case
+SEED = 0                        # the random stream
 
 # %%
 # The cases
@@ -73,14 +85,13 @@ def figure(draws: int = 100, seed: int = 0):
 
 
 # %%
-# The counts and the options
-# --------------------------
+# The counts
+# ----------
 # Besides the figure the script prints, per case, the rank counts (ranks 0 to :math:`d`) and
-# the statuses of the runs (converged, blow-up, diverging, still moving).  ``--draws``
-# changes the number of random draws per case and ``--seed`` the random stream.
+# the statuses of the runs (converged, blow-up, diverging, still moving).
 
-def figures(args) -> dict:
-    fig, sweeps = figure(args.draws, args.seed)
+def figures() -> dict:
+    fig, sweeps = figure(DRAWS, SEED)
     for sw in sweeps:
         s = sw.summary()
         print(f"{s['kind']:>8s} V={s['value']:<8s} d={s['d']}: ranks 0..{s['d']} -> "
@@ -88,18 +99,10 @@ def figures(args) -> dict:
     return {"rank_histograms": fig}
 
 
-def options(p) -> None:
-    p.add_argument("--draws", type=int, default=100, help="random draws per case (default 100)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-
 
 # %%
-# Run it
-# ------
-# From the shell, ``python examples/paper_rank_histograms.py --out DIR`` writes
-# ``DIR/rank_histograms.png`` (``--help`` lists the options).  In a notebook the cell below
-# runs with the defaults and writes ``figures/rank_histograms.png`` under the working
-# directory.
+# Save the figure
+# ---------------
+# ``rank_histograms.png`` into ``OUT``; in Jupyter the figure shows below the cell.
 
-if __name__ == "__main__":
-    run_figure_script(__doc__, figures, options=options)
+save_figures(figures(), OUT)

@@ -27,10 +27,24 @@ Run: ``python examples/paper_ranks.py [--trials 20] [--dims 3 4]`` (writes
 
 from __future__ import annotations
 
+# %%
+# Parameters
+# ----------
+# ``FAST`` (``TRANSFORMER_PDE_FAST=1``) runs 2 trials per case in dimension 2 instead of 20
+# in dimensions 3 and 4; the figure goes into
+# ``OUT`` (``TRANSFORMER_PDE_OUT``, by default the repository's ``figures/``).
+
 import numpy as np
 import matplotlib.pyplot as plt
 
-from transformer_pde.paper import paper_rank_study, run_figure_script
+from transformer_pde.paper import paper_rank_study
+from transformer_pde.paper.scripts import fast_configuration, output_folder, save_figures
+
+FAST = fast_configuration()
+OUT = output_folder()
+TRIALS = 2 if FAST else 20           # trials per case
+DIMS = (2,) if FAST else (3, 4)      # dimensions
+SEED = 0                             # the random stream
 
 # %%
 # The protocol
@@ -152,15 +166,15 @@ def draw_exceeded(ax_x, studies: dict) -> None:
 # case: the exact rank counts, how many :math:`\Sigma_0` were redrawn, the outcomes of the
 # Euler runs and the agreement.
 
-def figures(args) -> dict:
-    dims = tuple(args.dims)
-    studies = run_studies(args.trials, args.seed, dims)
+def figures() -> dict:
+    dims = DIMS
+    studies = run_studies(TRIALS, SEED, dims)
     fig = plt.figure(figsize=(15.0, 4.8), layout="constrained")
     ax_h, ax_a, ax_x = fig.subplots(1, 3)
     draw_histograms(ax_h, studies, dims)
     draw_agreement(ax_a, studies)
     draw_exceeded(ax_x, studies)
-    fig.suptitle(f"The paper's rank study: {args.trials} trials per case (seed {args.seed})")
+    fig.suptitle(f"The paper's rank study: {TRIALS} trials per case (seed {SEED})")
     for (k, v, d), st in studies.items():
         exact = np.bincount(st.ranks[st.ranks >= 0], minlength=d + 1).tolist()
         euler = {str(o): int(c) for o, c in
@@ -172,24 +186,9 @@ def figures(args) -> dict:
 
 
 # %%
-# Options
-# -------
-# ``--trials`` sets the number of trials per case, ``--dims`` the dimensions and
-# ``--seed`` the random stream; most of the time goes into the Euler runs of up to 50,000
-# steps.
+# Save the figure
+# ---------------
+# ``paper_ranks.png`` into ``OUT``; in Jupyter the figure shows below the cell; most of the
+# time goes into the Euler runs of up to 50,000 steps.
 
-def options(p) -> None:
-    p.add_argument("--trials", type=int, default=20, help="trials per case (default 20)")
-    p.add_argument("--dims", type=int, nargs="+", default=[3, 4], help="dimensions (3 4)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-
-
-# %%
-# Run it
-# ------
-# From the shell, ``python examples/paper_ranks.py --out DIR`` writes ``DIR/paper_ranks.png``
-# (``--help`` lists the options).  In a notebook the cell below runs with the defaults,
-# writes ``figures/paper_ranks.png`` under the working directory and shows the figure.
-
-if __name__ == "__main__":
-    run_figure_script(__doc__, figures, options=options)
+save_figures(figures(), OUT)

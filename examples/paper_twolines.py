@@ -18,6 +18,20 @@ Run: ``python examples/paper_twolines.py`` (writes ``figures/paper_twolines.png`
 from __future__ import annotations
 
 # %%
+# Parameters
+# ----------
+# ``FAST`` (``TRANSFORMER_PDE_FAST=1``) solves every 10th initial covariance of the paper's
+# grid instead of all; the figure goes into ``OUT`` (``TRANSFORMER_PDE_OUT``, by default
+# the repository's ``figures/``).
+
+from transformer_pde.paper import paper_figure_plot
+from transformer_pde.paper.scripts import fast_configuration, output_folder, save_figures
+
+FAST = fast_configuration()
+OUT = output_folder()
+STRIDE = 10 if FAST else 1     # solve and draw every STRIDE-th initial covariance
+
+# %%
 # Why two lines
 # -------------
 # With Gaussian tokens :math:`N(0, \Sigma)` the attention field is linear and
@@ -29,8 +43,6 @@ from __future__ import annotations
 # The symmetric part of the paper's :math:`A` is indefinite (eigenvalues about -1.17 and
 # 0.26), so there are two such directions :math:`u` -- the same for softmax and L2 -- and two
 # lines of rank-one limits in the cone.
-
-from transformer_pde.paper import paper_figure_plot, run_figure_script
 
 
 # %%
@@ -44,19 +56,17 @@ from transformer_pde.paper import paper_figure_plot, run_figure_script
 # :math:`\Sigma_0`.  Runs that approach the apex slowly are still moving at :math:`t = 500`
 # (``ok`` in the panel titles).
 
-def figures(_args=None) -> dict:
-    fig, _ = paper_figure_plot("twolines", view="cone", v_max=1.0, panel_size=5.5,
+def figures() -> dict:
+    fig, _ = paper_figure_plot("twolines", stride=STRIDE, view="cone", v_max=1.0,
+                               panel_size=5.5,
                                title="Convergence to two lines (the paper's parameters; "
                                      "exact solver)")
     return {"paper_twolines": fig}
 
 
 # %%
-# Run it
-# ------
-# From the shell, ``python examples/paper_twolines.py --out DIR`` writes
-# ``DIR/paper_twolines.png`` (``--help`` lists the options).  In a notebook the cell below
-# writes ``figures/paper_twolines.png`` under the working directory and shows the figure.
+# Save the figure
+# ---------------
+# ``paper_twolines.png`` into ``OUT``; in Jupyter the figure shows below the cell.
 
-if __name__ == "__main__":
-    run_figure_script(__doc__, figures)
+save_figures(figures(), OUT)

@@ -19,6 +19,20 @@ Run: ``python examples/paper_zero.py`` (writes ``figures/paper_zero.png``).
 from __future__ import annotations
 
 # %%
+# Parameters
+# ----------
+# ``FAST`` (``TRANSFORMER_PDE_FAST=1``) solves every 10th initial covariance of the paper's
+# grid instead of all; the figure goes into ``OUT`` (``TRANSFORMER_PDE_OUT``, by default
+# the repository's ``figures/``).
+
+from transformer_pde.paper import paper_figure_plot
+from transformer_pde.paper.scripts import fast_configuration, output_folder, save_figures
+
+FAST = fast_configuration()
+OUT = output_folder()
+STRIDE = 10 if FAST else 1     # solve and draw every STRIDE-th initial covariance
+
+# %%
 # From tokens to a covariance
 # ---------------------------
 # When the tokens form a centred Gaussian :math:`N(0, \Sigma)`, each of the four attention
@@ -30,8 +44,6 @@ from __future__ import annotations
 # :math:`\operatorname{tr}\Sigma' = 2\operatorname{tr}(V\Sigma A\Sigma) \le 0`: the spread of
 # the tokens can only shrink.  :func:`~transformer_pde.paper.paper_figure` holds the paper's
 # matrices, its grid of 100 trace-one initial covariances and its stopping rule per panel.
-
-from transformer_pde.paper import paper_figure_plot, run_figure_script
 
 
 # %%
@@ -45,18 +57,15 @@ from transformer_pde.paper import paper_figure_plot, run_figure_script
 # right-hand side makes the approach algebraic, :math:`\Sigma(t) \sim 1/t`, which is why the
 # paper's stopping times are in the thousands.
 
-def figures(_args=None) -> dict:
-    fig, _ = paper_figure_plot("zero", view="cone", v_max=1.0,
+def figures() -> dict:
+    fig, _ = paper_figure_plot("zero", stride=STRIDE, view="cone", v_max=1.0,
                                title="Convergence to zero (the paper's parameters; exact solver)")
     return {"paper_zero": fig}
 
 
 # %%
-# Run it
-# ------
-# From the shell, ``python examples/paper_zero.py --out DIR`` writes ``DIR/paper_zero.png``
-# (``--help`` lists the options).  In a notebook the cell below writes
-# ``figures/paper_zero.png`` under the working directory and shows the figure.
+# Save the figure
+# ---------------
+# ``paper_zero.png`` into ``OUT``; in Jupyter the figure shows below the cell.
 
-if __name__ == "__main__":
-    run_figure_script(__doc__, figures)
+save_figures(figures(), OUT)

@@ -1,43 +1,73 @@
-r"""Command line shared by the figure scripts of ``examples/``."""
+r"""What the scripts of ``examples/`` share: their fast switch and their output folder.
+
+Every example is a plain script (no command line) whose first cell holds its parameters as
+variables, so it runs top to bottom as a file, in the gallery and, cell by cell (``# %%``),
+in Jupyter.  Two environment variables reach every example the same way:
+
+* ``TRANSFORMER_PDE_FAST=1`` (:func:`fast_configuration`): the small sizes of CI, of the
+  notebook test and of the default documentation build.  The figures of the repository are
+  made without it.
+* ``TRANSFORMER_PDE_OUT=DIR`` (:func:`output_folder`): the one folder an example writes its
+  figures into; by default the ``figures/`` of the repository the working directory is in
+  (so ``python examples/NAME.py`` from the root and a notebook opened in ``examples/`` both
+  write there), else ``./figures``.
+"""
 
 from __future__ import annotations
 
-import argparse
-import sys
+import os
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Mapping
 
-__all__ = ["run_figure_script", "script_argv"]
+if TYPE_CHECKING:   # matplotlib is imported by the plotting code that makes the figures
+    from matplotlib.figure import Figure
+
+__all__ = ["FAST_VARIABLE", "OUT_VARIABLE", "fast_configuration", "output_folder",
+           "run_figure_script", "save_figures"]
+
+#: environment variable of the fast configuration (``"1"``: on)
+FAST_VARIABLE = "TRANSFORMER_PDE_FAST"
+#: environment variable of the output folder
+OUT_VARIABLE = "TRANSFORMER_PDE_OUT"
 
 
-def script_argv() -> list[str] | None:
-    """The arguments an example's ``main(argv)`` parses: ``None`` (that is, ``sys.argv``)
-    from the shell and in the gallery build, ``[]`` (the defaults) inside a Jupyter kernel,
-    whose ``sys.argv`` holds the kernel's own options.  So an example run as a notebook
-    executes ``main`` with its defaults instead of stopping in ``argparse``."""
-    return [] if "ipykernel" in sys.modules else None
+def fast_configuration() -> bool:
+    """``True`` when ``TRANSFORMER_PDE_FAST=1``: the example shrinks its sizes (fewer
+    tokens, runs or grid points; shorter depths) to finish in seconds.  Any other value, or
+    none, is the full configuration that made the committed figures."""
+    return os.environ.get(FAST_VARIABLE, "").strip() == "1"
 
 
-def run_figure_script(doc: str, make: Callable[[argparse.Namespace], dict],
-                      argv: Sequence[str] | None = None,
-                      options: Callable[[argparse.ArgumentParser], None] | None = None
-                      ) -> list[Path]:
-    """Command line of the ``examples/`` figure scripts: parse ``--out`` (default: the
-    repository's ``figures/``) and any extra ``options``, call ``make(args)`` -> ``{name:
-    Figure}`` and save each figure as ``<out>/<name>.png``; returns the paths written.
-    Without ``argv`` the arguments are :func:`script_argv`'s.  The figures stay open, so a
-    notebook shows them."""
-    p = argparse.ArgumentParser(description=doc.strip().splitlines()[0])  # the title
-    p.add_argument("--out", default=str(Path.cwd() / "figures"),
-                   help="output directory (default: ./figures)")
-    if options is not None:
-        options(p)
-    args = p.parse_args(script_argv() if argv is None else argv)
-    out = Path(args.out)
+def output_folder() -> Path:
+    """The folder an example writes into: ``TRANSFORMER_PDE_OUT`` when set; otherwise the
+    ``figures/`` of the nearest folder at or above the working directory that holds
+    ``pyproject.toml`` and ``figures/`` (the repository); otherwise ``./figures``.  The
+    folder is created."""
+    chosen = os.environ.get(OUT_VARIABLE, "").strip()
+    if chosen:
+        out = Path(chosen).expanduser()
+    else:
+        here = Path.cwd().resolve()
+        out = next((p / "figures" for p in (here, *here.parents)
+                    if (p / "pyproject.toml").is_file() and (p / "figures").is_dir()),
+                   here / "figures")
     out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def save_figures(figures: Mapping[str, Figure], out: str | os.PathLike | None = None,
+                 dpi: float = 100) -> list[Path]:
+    """Save each figure as ``<out>/<name>.png`` (``out`` defaults to :func:`output_folder`)
+    and return the paths written.  The figures stay open, so Jupyter shows the pyplot ones
+    at the end of the cell."""
+    folder = output_folder() if out is None else Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, fig in make(args).items():
-        fig.savefig(out / f"{name}.png", dpi=100)
-        written.append(out / f"{name}.png")
-        sys.stdout.write(f"{written[-1]}\n")
+    for name, fig in figures.items():
+        fig.savefig(folder / f"{name}.png", dpi=dpi)
+        written.append(folder / f"{name}.png")
     return written
+
+
+#: the name ``transformer_pde.paper`` exports (the examples call :func:`save_figures`)
+run_figure_script = save_figures
