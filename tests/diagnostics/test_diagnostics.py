@@ -738,3 +738,27 @@ def test_clusters_default_large_clouds_use_the_knn_tree():
     finally:
         clu.EXACT_MST_MAX = old
     np.testing.assert_allclose(approx, exact, rtol=1e-12)
+
+
+# ------------------------------------------------------- classification summaries
+def test_classification_summary_is_short_and_says_the_right_thing():
+    t = np.linspace(0, 5, 101)
+    # exp(2t) growth: 1/E|x|^2 = exp(-2t) never reaches 0, so no blow-up law and no T*
+    c = D.classify(_gaussian_traj(t, np.exp(2 * t)[:, None, None]))
+    text, html_ = repr(c), c._repr_html_()
+    assert text.splitlines()[0] == "Classification(kind='diverging')"
+    assert len(text) < 320 and len(text.splitlines()) <= 6  # was a 600-character dict
+    assert "evidence" not in text and "{" not in text
+    assert "T*" not in text.split("message", 1)[0] and "\n  T*" not in text
+    assert "inf" not in text and "blow-up law inf" not in str(c)
+    assert "no c/(T* - t) law fits" in str(c)
+    assert "<table>" in html_ and "diverging" in html_ and "inf" not in html_
+    # a finite-time blow-up shows its T*
+    T_star = 1.0
+    tb = np.linspace(0, 0.95, 96)
+    b = D.classify(_gaussian_traj(tb, (1 / (1 - tb / T_star))[:, None, None]))
+    rows = dict(line.split(None, 1) for line in repr(b).splitlines()[1:])
+    assert repr(b).startswith("Classification(kind='blowup')")
+    assert float(rows["T*"]) == pytest.approx(T_star, rel=1e-3)  # 4 significant digits
+    # the evidence is a plain dict of Python numbers (no np.float64 reprs)
+    assert type(b.evidence["blowup_fit_time"]) is float

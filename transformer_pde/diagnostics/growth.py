@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import results_display as display
 from .. import validation
 from ..attention import KINDS, Attention, Layers
 from ..errors import ArgumentError
@@ -31,9 +32,13 @@ from .common import trajectory_moments
 __all__ = ["Classification", "classify", "exponential_growth_bound"]
 
 
-@dataclass
-class Classification:
+@dataclass(repr=False)
+class Classification(display.Summarised):
     r"""Outcome of a run (see :func:`classify`).
+
+    Its ``repr`` (and the HTML table Jupyter shows) is a few lines: the outcome, the
+    estimated :math:`T^*` of a blow-up, the message and the fitted rates, never the whole
+    ``evidence`` dict; ``str`` is the one-line ``"<kind>: <message>"``.
 
     Attributes
     ----------
@@ -65,6 +70,22 @@ class Classification:
     def __str__(self) -> str:
         extra = f" at T* ~ {self.blowup_time:.6g}" if self.blowup_time is not None else ""
         return f"{self.kind}{extra}: {self.evidence.get('message', '')}"
+
+    def _summary(self) -> tuple[str, list[tuple[str, str]]]:
+        """Title and rows of the text and HTML summaries: the finite evidence only (a
+        diverging run has no blow-up time, so no ``T*`` row)."""
+        ev = self.evidence
+        rows = [("message", str(ev.get("message", "")))]
+        if self.blowup_time is not None:
+            rows.append(("T*", display.number(self.blowup_time)))
+        for key, name in (("growth_rate", "d log E|x|^2/dt"),   # at the end
+                          ("change", "rel. change"),            # over the final window
+                          ("growth_bound", "max|x| rate bound")):
+            value = ev.get(key)
+            if value is not None and np.isfinite(value):
+                rows.append((name, display.number(value)))
+        rows.append(("run", f"{ev.get('status', '?')}, {ev.get('n_points', '?')} finite points"))
+        return f"Classification(kind={str(self.kind)!r})", rows
 
 
 def exponential_growth_bound(traj: Any) -> float | None:
@@ -213,7 +234,8 @@ def classify(traj: Any, *, window: float = 0.3, conv_tol: float = 1e-3,
             pred = a + b * tp_
             if np.all(pred > 0):
                 res_blow = float(np.sqrt(np.mean((ls + np.log(pred)) ** 2)))
-        ev.update(blowup_fit_time=T_fit, blowup_residual=res_blow)
+        ev.update(blowup_fit_time=None if T_fit is None else float(T_fit),
+                  blowup_residual=res_blow)
         if T_fit is not None and res_blow < res_exp:
             T = max(float(T_fit), float(times[-1]))
             if rate is None:
@@ -225,8 +247,10 @@ def classify(traj: Any, *, window: float = 0.3, conv_tol: float = 1e-3,
                              f"but kind={traj.attention.kind!r} grows at most exponentially "
                              f"(|Gamma(x)| <= {rate:.3g} max|x|): no finite-time blow-up")
             return Classification(Status.DIVERGING, None, ev)
+        law = (f"c/(T* - t) law log-residual {res_blow:.2g}" if math.isfinite(res_blow)
+               else "no c/(T* - t) law fits")  # 1/E|x|^2 does not fall to 0 at a finite time
         ev["message"] = (f"E|x|^2 grows like exp({lam:.3g} t) (log-residual {res_exp:.2g}; "
-                         f"blow-up law {res_blow:.2g})")
+                         f"{law})")
         return Classification(Status.DIVERGING, None, ev)
     if growing and stopped and solver_T is not None and rate is None:
         ev["message"] = "run stopped at a blow-up; too few positive points to fit"
