@@ -91,7 +91,7 @@ def test_save_load_is_bit_exact_and_versioned(tmp_path, suffix, kind):
         assert set(meta["checksums"]) == set(z.files) - {"meta", "meta_checksum"}
     else:
         ds = labelled.open_dataset(path)
-        assert ds.attrs["format_version"] == labelled.DATASET_FORMAT_VERSION == 2
+        assert ds.attrs["format_version"] == labelled.DATASET_FORMAT_VERSION == 3
         assert set(json.loads(ds.attrs["checksums"])["arrays"]) == set(map(str, ds.variables))
 
 
@@ -588,6 +588,8 @@ def test_labelled_variables_have_cf_attributes_and_zarr_is_consolidated(tmp_path
         assert ds[name].attrs["units"] == "1" and ds[name].attrs["long_name"], name
     assert ds["time"].dtype == np.float64  # "1" is no CF time unit: not decoded
     assert "message_json" not in ds.attrs  # a plain message is written once
-    for key in ("info", "attention", "checksums"):  # strict JSON attributes
+    json_names = ds.attrs["json_attributes"].split()
+    assert {"attention", "checksums"} <= set(json_names)
+    for key in json_names:  # strict JSON attributes
         json.loads(ds.attrs[key], parse_constant=lambda c, k=key: pytest.fail(f"{k}: {c}"))
     assert _fingerprint(tp.load(path)) == _fingerprint(tr)

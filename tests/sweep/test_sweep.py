@@ -469,7 +469,7 @@ def test_gaussian_trajectory_as_dataset():
     att = tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2))
     g = gaussian.solve(att, np.zeros(2), 0.3 * np.eye(2), t_max=1.0, t_eval=[0.0, 0.5, 1.0])
     ds = g.to_xarray()
-    assert ds["covs"].dims == ("time", "dim", "dim_")
+    assert ds["covs"].dims == ("time", "row", "col") and ds["means"].dims == ("time", "component")
     assert np.array_equal(ds["covs"].values, g.covs) and ds.attrs["status"] == str(g.status)
 
 

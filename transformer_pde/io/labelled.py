@@ -1,11 +1,21 @@
 """Trajectories as labelled xarray Datasets, saved to netCDF or Zarr.
 
 :func:`particle_dataset` and :func:`gaussian_dataset` turn results into
-:class:`xarray.Dataset` objects with named dimensions (``time``, ``token``, ``dim``,
-``dim_``) whose attributes keep the status, the message, the run information and the
-attention specification (exact JSON of :func:`~transformer_pde.io.codec.attention_to_json`:
-float64 values round-trip exactly through ``repr``; every JSON attribute is strict JSON,
-see :mod:`~transformer_pde.io.jsonfmt`).  :func:`save_dataset` writes ``.nc``
+:class:`xarray.Dataset` objects with named dimensions (``time``, ``token``, ``component``
+of a vector, ``row`` and ``col`` of a matrix, ``segment`` of packed sequences) whose
+attributes keep the status, the message, the run information (one attribute per key,
+``info_<key>``: :func:`info_attributes`) and the attention specification (exact JSON of
+:func:`~transformer_pde.io.codec.attention_to_json`: float64 values round-trip exactly
+through ``repr``).  An attribute holds at most one level of JSON, strict JSON (see
+:mod:`~transformer_pde.io.jsonfmt`), and the attribute ``json_attributes`` names the ones
+that do; the others are plain text or numbers.
+
+**Self-describing files.**  Every file carries the CF global attributes of
+:func:`provenance`: ``Conventions = "CF-1.10"``, ``source`` (the package and its
+version), ``references`` (the paper and the documentation) and ``history`` (one line per
+write: UTC time, package version and what wrote it).  Older files (the
+run information as one JSON attribute ``info``, dimensions ``dim`` and ``dim_``, no CF
+global attributes) load with the same arrays and metadata.  :func:`save_dataset` writes ``.nc``
 (netCDF-4 through h5netcdf) or ``.zarr`` and never overwrites an existing path;
 :func:`particle_fields` gives the constructor arguments of a
 :class:`~transformer_pde.particles.ParticleTrajectory` from such a Dataset.
@@ -40,9 +50,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import re
 import shutil
+import sys
 import uuid
+from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -60,20 +75,25 @@ __all__ = ["particle_dataset",
            "particle_fields", "gaussian_dataset", "save_dataset", "open_dataset",
            "TrajectoryFileError", "IntegrityError", "LABELLED_SUFFIXES",
            "DATASET_FORMAT_VERSION", "VARIABLE_ATTRS", "cf_attributes", "status_flags",
-           "zarr_metadata_problem"]
+           "zarr_metadata_problem", "CF_CONVENTIONS", "REFERENCES", "JSON_ATTRIBUTES",
+           "INFO_PREFIX", "COMPONENT", "ROW", "COL", "package_version", "provenance",
+           "info_attributes", "info_from_attributes"]
 
 #: file suffixes written and read through xarray (NPZ is handled by the trajectory itself)
 LABELLED_SUFFIXES = (".nc", ".zarr")
 
-#: format version written by :func:`save_dataset` (2: checksums); 1 = no ``format_version``
-DATASET_FORMAT_VERSION = 2
-_KNOWN_VERSIONS = (1, 2)
+#: format version written by :func:`save_dataset` (3: the run information flattened to
+#: ``info_<key>`` attributes, CF global attributes; 2: checksums; 1 = no ``format_version``).
+#: Version 3 makes a reader of version 2, which would see no ``info``, refuse the file.
+DATASET_FORMAT_VERSION = 3
+_KNOWN_VERSIONS = (1, 2, 3)
 #: the first format version whose files carry checksums
 _FIRST_CHECKSUM_VERSION = 2
 #: attributes that describe the file itself, not covered by the attribute digest
 _OWN_ATTRS = ("format_version", "checksums")
 
-#: CF ``long_name`` of the variables the package writes (all dimensionless: ``units = "1"``)
+#: CF ``long_name`` of the variables and coordinates the package writes (all dimensionless:
+#: ``units = "1"``), the built-in study outputs and grid axes included
 VARIABLE_ATTRS: dict[str, str] = {
     "time": "depth t (continuous layer index)",
     "states": "token positions x_i(t)",
@@ -86,11 +106,128 @@ VARIABLE_ATTRS: dict[str, str] = {
     "values": "saved statistic of the tokens",
     "blowup_time": "blow-up depth T* (inf: no blow-up)",
     "t_final": "last depth reached",
+    "t_stop": "depth at which the run stopped",
     "status": "outcome of the run",
     "n_times": "number of reported depths",
     "times": "reported depths",
     "rank": "numerical rank",
+    "redraws": "number of initial covariances drawn again",
+    "n_clusters": "number of clusters of the final tokens",
+    "largest": "mass of the largest cluster",
+    "w2_0": "Wasserstein-2 distance of the two token measures at depth 0",
+    "w2_t": "Wasserstein-2 distance of the two token measures at the final depth",
+    "ratio": "growth of the Wasserstein-2 distance, w2_t / w2_0",
+    "bound": "a-priori bound on the growth of the Wasserstein-2 distance",
+    "run": "index of the run",
+    "draw": "random draw of the grid point",
+    "trial": "index of the random trial",
+    "kind": "attention kind",
+    "d": "dimension of the tokens",
+    "n": "number of tokens",
+    "value": "value matrix of the attention",
+    "beta": "inverse temperature beta",
+    "covs0": "initial covariance matrix",
 }
+
+#: names of the dimensions: a vector's components, a matrix's rows and columns (the same
+#: in particle, Gaussian and study files; older files call them ``dim``, ``dim``
+#: and ``dim_``, and still load)
+COMPONENT, ROW, COL = "component", "row", "col"
+
+
+#: the CF conventions whose attributes the labelled files carry (``Conventions``)
+CF_CONVENTIONS = "CF-1.10"
+#: the ``references`` global attribute: the paper the package implements, and its documentation
+REFERENCES = ("V. Castin, P. Ablin, J. A. Carrillo, G. Peyre, A Unified Perspective on the "
+              "Dynamics of Deep Transformers, 2025, arXiv:2501.18322; "
+              "https://transformer-pde.readthedocs.io")
+#: global attribute naming (space separated) the attributes whose text is JSON
+JSON_ATTRIBUTES = "json_attributes"
+#: prefix of the flattened run information: ``info_<key>`` holds ``traj.info[key]``
+INFO_PREFIX = "info_"
+_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+
+
+def package_version() -> str:
+    """The installed transformer-pde's version (the package's ``__version__`` when it is
+    run from a source tree that is not installed)."""
+    try:
+        return metadata.version("transformer-pde")
+    except metadata.PackageNotFoundError:  # the package itself is imported already
+        return str(getattr(sys.modules[__name__.split(".")[0]], "__version__", "unknown"))
+
+
+def provenance(made_by: str, history: Any = None, *, now: datetime | None = None
+               ) -> dict[str, str]:
+    """The CF global attributes of a file the package writes: ``Conventions``
+    (:data:`CF_CONVENTIONS`), ``source`` (``"transformer-pde <version>"``), ``references``
+    (:data:`REFERENCES`) and ``history``: ``history`` (the text of the data's earlier
+    history, if any) with one line appended, ``"<UTC time, ISO 8601> transformer-pde
+    <version> <made_by>"`` (``made_by``: the function or command that wrote the file, e.g.
+    ``"ParticleTrajectory.save"`` or ``"transformer-pde simulate"``).
+
+    Every writer of the package takes these from here: labelled files
+    (:func:`save_dataset`), the metadata of trajectory and Gaussian NPZ files, study stores.
+    """
+    version = package_version()
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    line = f"{stamp} transformer-pde {version} {made_by}"
+    before = str(history).rstrip("\n") if history else ""
+    return {"Conventions": CF_CONVENTIONS, "source": f"transformer-pde {version}",
+            "references": REFERENCES, "history": f"{before}\n{line}" if before else line}
+
+
+def _native(value: Any) -> bool:
+    """Whether ``value`` is stored as a plain netCDF/Zarr attribute that reads back equal:
+    a non-empty text without NUL or lone surrogates, an int64 (not a bool), a finite float."""
+    if isinstance(value, str):
+        return value != "" and _safe_text(value) == value
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return _INT64[0] <= value <= _INT64[1]
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def info_attributes(info: dict) -> dict[str, Any]:
+    """The run information ``info`` as flat attributes: ``info_<key>`` for each key that is
+    an identifier, holding the value itself when it is a text, an int64 or a finite float,
+    else its strict JSON (arrays and non-finite numbers exactly: :func:`tag_arrays`); keys
+    that are not identifiers go together into the JSON attribute ``info``.  The attribute
+    :data:`JSON_ATTRIBUTES` names the ones holding JSON (inverse: :func:`info_from_attributes`)."""
+    out: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
+    json_names = []
+    for key, value in info.items():
+        value = value.item() if isinstance(value, np.generic) else value
+        if not (isinstance(key, str) and _KEY_RE.match(key)):
+            rest[key] = value
+        elif _native(value):
+            out[INFO_PREFIX + key] = value
+        else:
+            out[INFO_PREFIX + key] = dumps(tag_arrays(value), describe=True, strict=True)
+            json_names.append(INFO_PREFIX + key)
+    if rest:
+        out["info"] = dumps(tag_arrays(rest), describe=True, strict=True)
+        json_names.append("info")
+    out[JSON_ATTRIBUTES] = " ".join(json_names)
+    return out
+
+
+def info_from_attributes(attrs: Any) -> dict:
+    """The run information of a particle file's attributes: :func:`info_attributes`
+    inverted, or the JSON attribute ``info`` of older files (without
+    :data:`JSON_ATTRIBUTES`)."""
+    if JSON_ATTRIBUTES not in attrs:
+        return untag_arrays(json.loads(attrs.get("info", "{}")))
+    json_names = set(str(attrs[JSON_ATTRIBUTES]).split())
+    info = untag_arrays(json.loads(attrs["info"])) if "info" in json_names else {}
+    for name, value in attrs.items():
+        if name.startswith(INFO_PREFIX):
+            info[name[len(INFO_PREFIX):]] = (untag_arrays(json.loads(value))
+                                             if name in json_names else _plain(value))
+    return info
 
 
 def status_flags() -> dict[str, Any]:
@@ -106,16 +243,18 @@ def cf_attributes(ds: Any, *, long_names: dict[str, str] | None = None,
     """``ds`` (a shallow copy) with the CF attributes ``long_name`` and ``units`` on every
     variable and coordinate, keeping the ones it has.
 
-    ``long_name`` comes from ``long_names``, then :data:`VARIABLE_ATTRS`, else the
-    variable's name; numeric variables get ``units = "1"`` (every quantity of the model is
-    dimensionless; the depth ``time`` too).  The integer variables named in ``status``
-    (codes: the index in :class:`~transformer_pde.results.Status`) get the
-    :func:`status_flags` unless they have ``flag_values``."""
+    ``long_name`` comes from ``long_names``, then :data:`VARIABLE_ATTRS`, else says what
+    the name is (``"coordinate 'u'"``, ``"quantity 'score'"``); numeric variables get
+    ``units = "1"`` (every quantity of the model is dimensionless; the depth ``time`` too).
+    The integer variables named in ``status`` (codes: the index in
+    :class:`~transformer_pde.results.Status`) get the :func:`status_flags` unless they
+    have ``flag_values``."""
     ds = ds.copy(deep=False)
     names = {**VARIABLE_ATTRS, **(long_names or {})}
     for name, var in ds.variables.items():
         attrs = dict(var.attrs)
-        attrs.setdefault("long_name", names.get(str(name), str(name)))
+        what = "coordinate" if name in ds.dims else "quantity"
+        attrs.setdefault("long_name", names.get(str(name), f"{what} {str(name)!r}"))
         if var.dtype.kind in "biufc":
             attrs.setdefault("units", "1")
         if str(name) in status and var.dtype.kind in "iu" and "flag_values" not in attrs:
@@ -154,33 +293,37 @@ def _this_thread() -> Any:
 
 
 def particle_dataset(traj: Any) -> Any:
-    """:class:`xarray.Dataset` of a particle trajectory: ``states (time, token, dim)`` (or,
-    for a run that saved a statistic, ``last (token, dim)``, ``means (time, dim)``,
-    ``covs (time, dim, dim_)`` — ``(time, segment, ...)`` for packed sequences — and
-    ``values (time, ...)``), ``weights (token)`` and
-    ``positions (token)`` when masked; attributes ``status``, ``message``, ``info`` (JSON)
-    and ``attention`` (exact JSON)."""
+    """:class:`xarray.Dataset` of a particle trajectory: ``states (time, token, component)``
+    (or, for a run that saved a statistic, ``last (token, component)``,
+    ``means (time, component)``, ``covs (time, row, col)`` — ``(time, segment, ...)`` for
+    packed sequences — and ``values (time, ...)``), ``weights (token)`` and
+    ``positions (token)`` when masked; attributes ``status``, ``message``, the run
+    information flattened (``info_<key>``: :func:`info_attributes`) and ``attention``
+    (exact JSON)."""
     xr = require("xarray", "ParticleTrajectory.to_xarray")
 
     data: dict[str, Any] = {"weights": (("token",), np.asarray(traj.weights))}
     if traj.states is not None:
-        data["states"] = (("time", "token", "dim"), np.asarray(traj.states))
+        data["states"] = (("time", "token", COMPONENT), np.asarray(traj.states))
     else:
-        data["last"] = (("token", "dim"), np.asarray(traj.last))
+        data["last"] = (("token", COMPONENT), np.asarray(traj.last))
         means, covs = (np.asarray(a) for a in traj.moments())
         seg = ("segment",) if means.ndim == 3 else ()     # packed sequences: per segment
-        data["means"] = (("time", *seg, "dim"), means)
-        data["covs"] = (("time", *seg, "dim", "dim_"), covs)
+        data["means"] = (("time", *seg, COMPONENT), means)
+        data["covs"] = (("time", *seg, ROW, COL), covs)
         if traj.values is not None:
             values = np.asarray(traj.values)
             data["values"] = (("time", *(f"values_{i}" for i in range(values.ndim - 1))),
                               values)
     if traj.positions is not None:
         data["positions"] = (("token",), np.asarray(traj.positions))
+    message = _message_attrs(str(traj.message))
+    info = info_attributes(dict(traj.info))
+    info[JSON_ATTRIBUTES] = " ".join(["attention", *(["message_json"] if "message_json"
+                                                     in message else []),
+                                      *info[JSON_ATTRIBUTES].split()])
     attrs = {"transformer_pde": "particle-trajectory", "status": str(traj.status),
-             **_message_attrs(str(traj.message)),
-             "info": dumps(tag_arrays(dict(traj.info)), describe=True, strict=True),
-             "attention": attention_to_json(traj.attention)}
+             **message, "attention": attention_to_json(traj.attention), **info}
     return cf_attributes(xr.Dataset(data, coords={"time": np.asarray(traj.times)},
                                     attrs=attrs))
 
@@ -213,7 +356,7 @@ def particle_fields(ds: Any, source: str = "dataset") -> dict:
                "weights": np.asarray(ds["weights"].values), "positions": arr("positions"),
                "status": ds.attrs["status"], "message": message,
                "attention": attention_from_json(ds.attrs.get("attention", "null")),
-               "info": untag_arrays(json.loads(ds.attrs.get("info", "{}"))),
+               "info": info_from_attributes(ds.attrs),
                "values": arr("values"), "last": arr("last"),
                "saved_means": arr("means"), "saved_covs": arr("covs")}
     except (KeyError, ValueError, TypeError) as exc:
@@ -230,17 +373,18 @@ def particle_fields(ds: Any, source: str = "dataset") -> dict:
 
 
 def gaussian_dataset(traj: Any) -> Any:
-    """:class:`xarray.Dataset` of a Gaussian trajectory: ``means (time, dim)``,
-    ``covs (time, dim, dim_)``, ``limit (dim, dim_)``; attributes ``status``,
+    """:class:`xarray.Dataset` of a Gaussian trajectory: ``means (time, component)``,
+    ``covs (time, row, col)``, ``limit (row, col)``; attributes ``status``,
     ``blowup_time``, ``t_final``, ``message``."""
     xr = require("xarray", "GaussianTrajectory.to_xarray")
 
-    data = {"means": (("time", "dim"), np.asarray(traj.means)),
-            "covs": (("time", "dim", "dim_"), np.asarray(traj.covs)),
-            "limit": (("dim", "dim_"), np.asarray(traj.limit))}
+    data = {"means": (("time", COMPONENT), np.asarray(traj.means)),
+            "covs": (("time", ROW, COL), np.asarray(traj.covs)),
+            "limit": ((ROW, COL), np.asarray(traj.limit))}
     attrs = {"transformer_pde": "gaussian-trajectory", "status": str(traj.status),
              "blowup_time": float(traj.blowup_time), "t_final": float(traj.t_final),
              **_message_attrs(str(traj.message))}
+    attrs[JSON_ATTRIBUTES] = "message_json" if "message_json" in attrs else ""
     return cf_attributes(xr.Dataset(data, coords={"time": np.asarray(traj.times)},
                                     attrs=attrs))
 
@@ -257,7 +401,7 @@ def _checksums(ds: Any) -> str:
                  sort_keys=True, strict=True)
 
 
-def save_dataset(ds: Any, path: str | Path) -> Path:
+def save_dataset(ds: Any, path: str | Path, *, made_by: str | None = None) -> Path:
     """Write ``ds`` to ``path``: ``.nc`` (netCDF-4, h5netcdf) or ``.zarr`` (Zarr v2 with
     consolidated metadata).
 
@@ -269,6 +413,11 @@ def save_dataset(ds: Any, path: str | Path) -> Path:
     ``path`` (a hidden ``.<name>.<random>.partial`` file or folder) that is renamed to
     ``path`` once complete; on any failure it is removed, so nothing is left at or beside
     ``path``.  ``ds`` itself is not modified.
+
+    The file carries the CF global attributes of :func:`provenance` (``Conventions``,
+    ``source`` with the package version, ``references``, and ``history``: ``ds``'s own
+    history with a line naming ``made_by``; by default ``"transformer-pde <command>"`` for
+    a Dataset with a ``command`` attribute, else ``"transformer_pde.io.save_dataset"``).
     """
     path = Path(path)
     if path.suffix not in LABELLED_SUFFIXES:
@@ -278,7 +427,15 @@ def save_dataset(ds: Any, path: str | Path) -> Path:
     ds = cf_attributes(ds)
     for var in ds.variables.values():
         var.encoding = {}
-    ds.attrs = {k: v for k, v in ds.attrs.items() if k not in _OWN_ATTRS}
+    attrs = {k: v for k, v in ds.attrs.items() if k not in _OWN_ATTRS}
+    if made_by is None:
+        made_by = (f"transformer-pde {attrs['command']}" if "command" in attrs
+                   else "transformer_pde.io.save_dataset")
+    prov = provenance(made_by, attrs.get("history"))
+    attrs = {**prov, **{k: v for k, v in attrs.items() if k not in prov}}   # CF's first
+    json_names = str(attrs.get(JSON_ATTRIBUTES, "")).split()
+    attrs[JSON_ATTRIBUTES] = " ".join(dict.fromkeys([*json_names, "checksums"]))
+    ds.attrs = attrs
     ds.attrs["checksums"] = _checksums(ds)
     ds.attrs["format_version"] = DATASET_FORMAT_VERSION
     # raw values: no _FillValue, so NaN payloads and every other bit pattern round-trip

@@ -16,7 +16,8 @@ previous file as it was.  A directory is replaced only when it is a Zarr store.
 container (:func:`~transformer_pde.io.container.save_npz`: the SHA-256 digest of every
 array is stored and checked when read).  The entry ``meta`` is JSON text
 ``{"format": "transformer-pde-gaussian" | "transformer-pde-gaussian-batch",
-"version": 1, ...}`` with the status and message(s); every number is stored in an array
+"version": 1, ...}`` with the status and message(s) and the provenance of
+:func:`~transformer_pde.io.labelled.provenance` (``source``, ``history``, ...); every number is stored in an array
 (so ``nan`` blow-up times round-trip exactly).  :func:`read_gaussian` verifies the
 checksums, then the invariants of :func:`check_gaussian` (shapes, dtypes, finite and
 strictly increasing times, finite states unless the status says otherwise).
@@ -89,22 +90,24 @@ def check_target(path: str | os.PathLike, overwrite: Any) -> Path:
     return path
 
 
-def save_labelled(ds: Any, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
+def save_labelled(ds: Any, path: str | os.PathLike, *, overwrite: bool = False,
+                  made_by: str | None = None) -> Path:
     """:func:`~transformer_pde.io.labelled.save_dataset` of ``ds`` to ``path`` (``.nc`` or
     ``.zarr``), replacing an existing file or store when ``overwrite`` is True.
 
     The new file is written completely under a hidden name beside ``path`` first; a
     netCDF file is then renamed over the old one (atomic), a Zarr store swapped with it
     (the old store is moved aside, the new one renamed into place, the old one deleted;
-    if the second rename fails the old store is put back).  Errors as
+    if the second rename fails the old store is put back).  ``made_by`` names the writer
+    in the file's ``history`` (:func:`~transformer_pde.io.labelled.provenance`).  Errors as
     :func:`check_target`.
     """
     path = check_target(path, overwrite)
     if not (path.exists() or path.is_symlink()):
-        return labelled.save_dataset(ds, path)
+        return labelled.save_dataset(ds, path, made_by=made_by)
     tag = uuid.uuid4().hex[:12]
     new = path.with_name(f".{path.stem}.{tag}.new{path.suffix}")
-    labelled.save_dataset(ds, new)
+    labelled.save_dataset(ds, new, made_by=made_by)
     if not new.is_dir():
         os.replace(new, path)
         return path
@@ -137,8 +140,10 @@ class LabelledSave:
         """Write :meth:`to_xarray` to ``path`` (``.nc`` or ``.zarr``), with a checksum per
         variable that :func:`transformer_pde.io.labelled.open_dataset` verifies; an existing
         ``path`` is an error unless ``overwrite=True`` (then replaced once the new file is
-        complete: :func:`save_labelled`).  Needs the ``io`` extra."""
-        return save_labelled(self.to_xarray(), path, overwrite=overwrite)  # type: ignore[attr-defined]
+        complete: :func:`save_labelled`).  The file's ``history`` names
+        ``<class>.save`` and the package version.  Needs the ``io`` extra."""
+        return save_labelled(self.to_xarray(), path, overwrite=overwrite,  # type: ignore[attr-defined]
+                             made_by=f"{type(self).__name__}.save")
 
 
 # ------------------------------------------------------------------ Gaussian files
@@ -189,7 +194,8 @@ def save_gaussian(result: Any, path: str | os.PathLike, *, overwrite: bool = Fal
         arrays["status"] = arrays["status"].astype(str)
     texts = ("status", "message") if fmt == GAUSSIAN_FORMAT else ("messages",)
     meta = {"format": fmt, "version": GAUSSIAN_FORMAT_VERSION,
-            **{k: fields[k] for k in texts}}
+            **{k: fields[k] for k in texts},
+            **labelled.provenance(f"{type(result).__name__}.save")}
     arrays["meta"] = np.array(dumps(meta))
     save_npz(path, arrays)
     return path

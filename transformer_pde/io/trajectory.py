@@ -9,7 +9,9 @@ value invariants every trajectory file must meet).  The NPZ layout:
 * ``meta``: JSON text ``{"format": "transformer-pde-trajectory", "version": 3, "status",
   "message", "info", "attention", "digest_algorithm": "sha256", "checksums": {...}}``
   (:data:`NPZ_FORMAT_VERSION`; the attention as encoded by
-  :func:`~transformer_pde.io.codec.attention_data`), and ``meta_checksum``, its SHA-256;
+  :func:`~transformer_pde.io.codec.attention_data`; the CF-style ``Conventions``,
+  ``source``, ``references`` and ``history`` of
+  :func:`~transformer_pde.io.labelled.provenance`), and ``meta_checksum``, its SHA-256;
 * ``times``, ``weights``, ``positions`` (masked attention) and either ``states`` or
   ``last``, ``means``, ``covs`` and ``values`` (``SaveAt(fn=...)``), plus the attention's
   arrays; ``checksums`` holds the SHA-256 of each.
@@ -190,7 +192,8 @@ def _check_values(path, status: Status, times, states, weights, positions, last,
 
 
 # ------------------------------------------------------------------ writing
-def save_trajectory(traj: Any, path: str | Path, *, overwrite: bool = False) -> Path:
+def save_trajectory(traj: Any, path: str | Path, *, overwrite: bool = False,
+                    made_by: str = "ParticleTrajectory.save") -> Path:
     """Write the trajectory ``traj`` to ``path``: NPZ, or netCDF (``.nc``) / Zarr (``.zarr``)
     through :func:`~transformer_pde.io.labelled.particle_dataset`.  :func:`read_trajectory`
     restores it exactly.
@@ -201,7 +204,9 @@ def save_trajectory(traj: Any, path: str | Path, *, overwrite: bool = False) -> 
     temporary path beside ``path`` and renamed into place, so a failed save leaves nothing
     behind.  An existing ``path`` is replaced only with ``overwrite=True`` (then the new
     file is complete before it takes the old one's place:
-    :func:`~transformer_pde.io.saving.save_labelled`).
+    :func:`~transformer_pde.io.saving.save_labelled`).  The file records the package
+    version and a ``history`` line naming ``made_by``
+    (:func:`~transformer_pde.io.labelled.provenance`; NPZ: keys of ``meta``).
 
     Raises
     ------
@@ -223,7 +228,8 @@ def save_trajectory(traj: Any, path: str | Path, *, overwrite: bool = False) -> 
         raise ArgumentError(f"cannot save this trajectory (load would refuse it): "
                             f"{exc}") from None
     if path.suffix in labelled.LABELLED_SUFFIXES:
-        return save_labelled(labelled.particle_dataset(traj), path, overwrite=overwrite)
+        return save_labelled(labelled.particle_dataset(traj), path, overwrite=overwrite,
+                             made_by=made_by)
     arrays: dict[str, Any] = {"times": traj.times, "weights": traj.weights}
     if traj.states is not None:
         arrays["states"] = traj.states
@@ -237,7 +243,8 @@ def save_trajectory(traj: Any, path: str | Path, *, overwrite: bool = False) -> 
                             "version": NPZ_FORMAT_VERSION,
                             "status": str(traj.status), "message": traj.message,
                             "info": traj.info,
-                            "attention": attention_data(traj.attention, arrays)}
+                            "attention": attention_data(traj.attention, arrays),
+                            **labelled.provenance(made_by)}
     arrays = {k: np.asarray(v) for k, v in arrays.items()}
     meta["digest_algorithm"] = DIGEST_ALGORITHM
     meta["checksums"] = {k: array_digest(v) for k, v in arrays.items()}
