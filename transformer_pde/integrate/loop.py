@@ -55,6 +55,7 @@ import numpy as np
 
 from ..errors import (ArgumentError, ArgumentTypeError, SinkhornNotConverged,
                       SolverNotConverged)
+from ..extras import progress_bar
 from ..results import Status
 from ..validation import positive
 from .breakpoints import is_jump
@@ -243,14 +244,10 @@ class Progress:
         self.bar = None
         self.done = t0
         self.last = time.monotonic()
-        if enabled:
-            try:
-                from tqdm.auto import tqdm  # noqa: PLC0415 - optional, only when asked
-                self.bar = tqdm(total=total, initial=t0, desc=desc, unit="t",
-                                bar_format="{l_bar}{bar}| {n:.3g}/{total:.3g} "
-                                           "[{elapsed}<{remaining}]")
-            except ImportError:  # pragma: no cover
-                self.bar = None
+        if enabled:  # a final text line survives in executed notebooks (see progress_bar)
+            self.bar = progress_bar(total=total, initial=t0, desc=desc, unit="t",
+                                    bar_format="{l_bar}{bar}| {n:.3g}/{total:.3g} "
+                                               "[{elapsed}<{remaining}]")
 
     def update(self, t: float) -> None:
         if not self.enabled:
