@@ -520,8 +520,6 @@ def test_store_chunks_hold_many_consecutive_cells(tmp_path):
     # consecutive in the grid's order, so chunks span whole trailing dimensions (~64 KiB)
     import zarr
 
-    from transformer_pde.sweep.store import _grid_chunks
-
     def cell(params, rng):
         return {"x": float(params["a"]), "v": np.full(3, rng.normal())}
 
@@ -531,6 +529,6 @@ def test_store_chunks_hold_many_consecutive_cells(tmp_path):
     assert g["x"].chunks == (50, 2, 3) and g["v"].chunks == (50, 2, 3, 3)
     assert g["cell_status"].nchunks_initialized == 1
     assert sweep.open_results(tmp_path / "s.zarr")["v"].equals(ds["v"])
-    assert _grid_chunks(sweep.Grid({"a": list(range(100)), "b": list(range(100))}, draws=10),
-                        8) == (8, 100, 10)
-    assert _grid_chunks(sweep.Grid({"a": list(range(100))}, draws=10), 8 * 800) == (1, 10)
+    assert sweep.Grid({"a": list(range(100)), "b": list(range(100))},
+                      draws=10).chunks(8) == (8, 100, 10)
+    assert sweep.Grid({"a": list(range(100))}, draws=10).chunks(8 * 800) == (1, 10)

@@ -5,10 +5,14 @@ dimensions ``(*grid axes, "draw", *output dims)``, the int8 variable ``cell_stat
 (0 missing, 1 done, 2 failed) and the attributes
 
 - ``transformer_pde_study``: format marker and version,
-- ``fingerprint``: the study's identity (grid, cell configuration, outputs) -- a store is
-  only ever resumed by the same study,
+- ``fingerprint``: the study's identity (grid, cell configuration, outputs; one level of
+  JSON, :func:`~transformer_pde.sweep.study.structured`) -- a store is only ever resumed
+  by the same study,
 - ``name``, ``config`` (JSON), ``versions`` (software versions),
-- ``failures``: JSON ``{flat cell index: message}`` of the failed cells.
+- ``failures``: JSON ``{flat cell index: message}`` of the failed cells,
+- the CF ``Conventions``, ``source``, ``references`` and ``history`` (a line per run that
+  wrote to it) of :func:`~transformer_pde.io.labelled.provenance`, and
+  ``json_attributes``, the names of the attributes holding JSON.
 
 Every variable has the CF attributes ``long_name`` and ``units`` (``"1"``: the model's
 quantities are dimensionless); ``cell_status`` and the ``status`` outputs of the built-in
@@ -29,7 +33,9 @@ same way.  ``cell_digest`` is internal: the datasets returned by :func:`open_res
 without verification and cannot be resumed by this version (finish them with the version
 that started them, or rerun the study into a new path).  The digests are verified whenever
 a store holds ``cell_digest``, whatever its marker says; a store that holds them under a
-version-1 marker (the marker was edited) is refused.
+version-1 marker (the marker was edited) is refused.  Stores of version 2 (a fingerprint of
+JSON inside JSON) are resumed by the same study -- the fingerprints are compared as data
+-- and rewritten as version 3 on the way.
 
 **Metadata** (every version).  :func:`open_results` and a resume first check the marker,
 the JSON attributes, every variable's dimensions, shape and dtype against the declared
@@ -61,9 +67,9 @@ from ..errors import IntegrityError, IntegrityWarning, TransformerPDEError
 from ..extras import require
 from ..io.digests import array_digest, check_checksum_version, check_version
 from ..io.jsonfmt import dumps
-from ..io.labelled import cf_attributes, zarr_metadata_problem
+from ..io.labelled import JSON_ATTRIBUTES, cf_attributes, provenance, zarr_metadata_problem
 from .grid import Grid
-from .study import DONE, FAILED, MISSING, CellResult, Output, Study
+from .study import DONE, FAILED, MISSING, CellResult, Output, Study, structured
 
 __all__ = ["StoreError", "StoreIntegrityError", "ResultStore", "open_results",
            "software_versions", "cell_digest", "read_fingerprint", "stored_failures", "stored_outputs",
@@ -72,8 +78,8 @@ __all__ = ["StoreError", "StoreIntegrityError", "ResultStore", "open_results",
 
 logger = logging.getLogger(__name__)
 
-FORMAT = {"format": "transformer-pde-study", "version": 2}
-_KNOWN_VERSIONS = (1, 2)
+FORMAT = {"format": "transformer-pde-study", "version": 3}   # 3: one level of JSON
+_KNOWN_VERSIONS = (1, 2, 3)
 _FIRST_DIGEST_VERSION = 2  # the first format version whose stores hold cell_digest
 #: name of the per-cell digest variable in the Zarr store (format version 2)
 DIGEST_VAR = "cell_digest"
@@ -144,6 +150,9 @@ def _format_version(path: Path, attrs: Mapping[str, Any]) -> int:
 
 # ------------------------------------------------------------------ metadata checks
 _JSON_KINDS = {dict: "object", list: "array"}
+#: the attributes of a store that hold JSON text (named by its ``json_attributes``)
+_JSON_ATTRS = ("transformer_pde_study", "fingerprint", "versions", "failures", "config",
+               "status_codes")
 
 
 def _damaged(path: Any, what: str) -> StoreError:
@@ -263,7 +272,7 @@ def _check_store(path: Any, ds: Any
     declares; any damage is a :class:`StoreError`
     naming ``path`` and the damaged item."""
     version = _format_version(path, ds.attrs)
-    fingerprint = _json_attr(path, ds.attrs, "fingerprint", dict)
+    fingerprint = structured(_json_attr(path, ds.attrs, "fingerprint", dict))
     grid = _stored_grid(path, fingerprint, ds)
     outputs = stored_outputs(path, fingerprint)
     failures = stored_failures(path, ds.attrs, grid.n_cells)
@@ -271,7 +280,7 @@ def _check_store(path: Any, ds: Any
         _json_attr(path, ds.attrs, name, kind, required=False)
     for what, value in (("attribute 'fingerprint': 'cell'", fingerprint.get("cell")),
                         ("attribute 'name'", ds.attrs.get("name", ""))):
-        if not isinstance(value, str):
+        if not isinstance(value, str) and not (what.endswith("'cell'") and isinstance(value, dict)):
             raise _damaged(path, f"{what} is not text (it holds a {type(value).__name__})")
     strict = version >= 2  # version 1 wrote with xarray's default encodings (no dtype check)
     _check_variable(path, ds, "cell_status", grid.dims, grid.shape,
@@ -338,27 +347,12 @@ def software_versions() -> dict[str, str]:
     return out
 
 
-def _grid_chunks(grid: Grid, item_size: int, target: int = 1 << 16) -> tuple[int, ...]:
-    """Chunk shape over the grid dimensions: ~``target`` bytes of consecutive cells (whole
-    trailing dimensions first), so that a group of finished cells -- which are consecutive
-    in the grid's order -- is written as few chunks.  (One chunk per cell, as with chunks of
-    1 along every axis but the draws, costs a Zarr write per cell: ~9 ms each.)"""
-    cells = max(1, target // max(item_size, 1))
-    chunks = []
-    for n in reversed(grid.shape):
-        take = int(max(1, min(n, cells)))
-        chunks.append(take)
-        cells = cells // n if take == n else 1
-    return tuple(reversed(chunks))
-
-
 #: CF attributes of the store's own variables
 _OWN_VARIABLE_ATTRS = {
     "cell_status": {"long_name": "state of the cell", "units": "1",
                     "flag_values": np.array([MISSING, DONE, FAILED], dtype=np.int8),
                     "flag_meanings": "missing done failed"},
     DIGEST_VAR: {"long_name": "SHA-256 digest of the cell's outputs (internal)", "units": "1"},
-    "draw": {"long_name": "random draw of the grid point", "units": "1"},
 }
 
 
@@ -392,10 +386,12 @@ class ResultStore:
             raise StoreError(f"an output may not be called {DIGEST_VAR!r} (the store's "
                              f"per-cell checksums)")
         self.ds = _template(study)
-        self.ds.attrs.update({"transformer_pde_study": dumps(FORMAT),
+        self.ds.attrs.update({**provenance(f"transformer_pde.sweep.run ({study.name})"),
+                              "transformer_pde_study": dumps(FORMAT),
                               "fingerprint": study.fingerprint(), "name": study.name,
                               "versions": dumps(software_versions(), sort_keys=True),
                               "failures": "{}", **attrs})
+        self.ds.attrs[JSON_ATTRIBUTES] = " ".join(k for k in _JSON_ATTRS if k in self.ds.attrs)
         self.failures: dict[str, str] = {}
         self._group = None
         self._dirty: set[tuple[int, ...]] = set()
@@ -420,7 +416,7 @@ class ResultStore:
                 item = int(np.prod(var.shape[n_grid:], dtype=int)) * var.dtype.itemsize
                 # no _FillValue: every bit pattern (NaN payloads included) is stored as is,
                 # so that the digests of the cells read back match
-                enc[name] = {"chunks": (*_grid_chunks(study.grid, item), *var.shape[n_grid:]),
+                enc[name] = {"chunks": (*study.grid.chunks(item), *var.shape[n_grid:]),
                              "_FillValue": None}
             dask = require("dask", "a parameter study's results store")
             try:
@@ -452,7 +448,7 @@ class ResultStore:
     def _open_existing(self) -> None:
         # the consolidated metadata is derived data: a damaged .zmetadata is rewritten below
         old = _open_store(self.path, consolidated=False)
-        version, _, failures, _, _ = _check_store(self.path, old)
+        version, _, failures, stored, _ = _check_store(self.path, old)
         check_checksum_version(version, carries=DIGEST_VAR in old.data_vars,
                                first=_FIRST_DIGEST_VERSION, what="results-store ",
                                source=self.path, error=StoreIntegrityError)
@@ -462,11 +458,11 @@ class ResultStore:
                              f"resumed by this version; finish it with the version that "
                              f"started it, or rerun the study into a new path (open_results "
                              f"still reads it); nothing was changed")
-        if old.attrs.get("fingerprint") != self.study.fingerprint():
+        if stored != json.loads(self.study.fingerprint()):
             raise StoreError(
                 f"{self.path} was written by a different study (its grid, cell function "
                 f"options or outputs changed since); resume only with the same configuration, "
-                f"or write to a new path. Stored: {old.attrs.get('fingerprint')}; now: "
+                f"or write to a new path. Stored: {dumps(stored, sort_keys=True)}; now: "
                 f"{self.study.fingerprint()}")
         if old["cell_status"].dims != self.study.grid.dims:
             # the fingerprint's JSON sorts the axes: the order is the store's dimensions
@@ -479,8 +475,14 @@ class ResultStore:
             self.ds[name].values[...] = old[name].values
         self.failures = failures
         self._group = self._zarr_group()
-        if not self._consolidated:
-            self._consolidate()  # absent or damaged: xarray.open_zarr(path) reads it
+        # a line of history for this run; a version-2 store is rewritten as version 3
+        new = {**provenance(f"transformer_pde.sweep.run ({self.study.name}, resumed)",
+                            old.attrs.get("history")),
+               "transformer_pde_study": dumps(FORMAT), "fingerprint": self.study.fingerprint(),
+               JSON_ATTRIBUTES: self.ds.attrs[JSON_ATTRIBUTES]}
+        self.ds.attrs.update(new)
+        self._group.attrs.update(new)
+        self._consolidate()  # the new attributes; also rewrites an absent or damaged one
         bad = _bad_cells(self.ds, list(self.study.outputs))
         if bad:
             # a damaged cell is not trusted: it becomes missing again and is recomputed

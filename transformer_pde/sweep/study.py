@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import json
 import os
 import sys
 import textwrap
@@ -40,7 +41,7 @@ from ..io.jsonfmt import dumps
 from .grid import Cell, Grid
 
 __all__ = ["Output", "Study", "CellResult", "cell_name", "code_digest", "run_cell", "run_cells",
-           "DONE", "FAILED", "MISSING"]
+           "structured", "DONE", "FAILED", "MISSING"]
 
 #: values of the ``cell_status`` variable of a study's results
 MISSING, DONE, FAILED = 0, 1, 2
@@ -183,10 +184,32 @@ def code_digest(fn: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def _describe(fn: Any) -> str:
+def _describe(fn: Any) -> Any:
+    """The cell function in a study's fingerprint: its ``config()`` (a JSON object), or
+    ``"module:qualname#digest"`` (:func:`code_digest`)."""
     if hasattr(fn, "config"):
-        return dumps(fn.config(), sort_keys=True, describe=True)
+        return fn.config()
     return f"{cell_name(fn)}#{code_digest(fn)}"
+
+
+def structured(value: Any) -> Any:
+    """``value`` (JSON data) with every text that is itself the JSON of an object decoded,
+    recursively: the data of a fingerprint whose cell configuration was stored as JSON text
+    (stores of format 2 and earlier hold JSON inside JSON inside JSON) or holds a JSON
+    label (the ``[attention]`` table of the ``cone`` command).  Fingerprints are written and
+    compared in this form, one level of JSON; an old store's fingerprint compares equal to
+    the same study's new one."""
+    if isinstance(value, dict):
+        return {k: structured(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [structured(v) for v in value]
+    if isinstance(value, str) and value.startswith("{"):
+        try:
+            decoded = json.loads(value)
+        except ValueError:
+            return value
+        return structured(decoded) if isinstance(decoded, dict) else value
+    return value
 
 
 @dataclass
@@ -232,16 +255,20 @@ class Study:
             self.outputs = outs
 
     def fingerprint(self) -> str:
-        """JSON identity of the study: grid, cell function and outputs.  A store written for
-        one fingerprint is never resumed with another.
+        """JSON identity of the study: grid, cell function and outputs, one level of JSON
+        (:func:`structured`).  A store written for one fingerprint is never resumed with
+        another.
 
         A cell function with a ``config()`` method is identified by that configuration;
         any other by ``module:qualname#digest``, where the digest (:func:`code_digest`)
         covers its code, defaults and closure values, so that an edited function does not
         complete a store begun by its earlier version."""
         outs = None if self.outputs is None else {k: v.to_dict() for k, v in self.outputs.items()}
-        return dumps({"grid": self.grid.to_dict(), "cell": _describe(self.cell),
-                      "outputs": outs}, sort_keys=True)
+        cell = _describe(self.cell)
+        if not isinstance(cell, str):  # a config(): objects that are not JSON data as text
+            cell = json.loads(dumps(cell, describe=True))
+        return dumps(structured({"grid": self.grid.to_dict(), "cell": cell,
+                                 "outputs": outs}), sort_keys=True)
 
 
 @dataclass
