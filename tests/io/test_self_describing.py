@@ -186,3 +186,16 @@ def test_long_names_say_what_a_variable_is():
     assert labelled.VARIABLE_ATTRS["t_stop"] == "depth at which the run stopped"
     ds = labelled.cf_attributes(labelled.particle_dataset(_traj()).assign(score=("token", np.ones(7))))
     assert ds["score"].attrs["long_name"] == "quantity 'score'"
+
+
+@pytest.mark.parametrize("fmt", ["netcdf", "npz"])
+def test_cli_data_files_name_their_command(tmp_path, fmt):
+    from transformer_pde.cli.runs import run_gaussian
+    from transformer_pde.io.container import load_npz
+
+    cfg = {"attention": {"d": 2, "V": -1.0}, "gaussian": {"t_max": 0.5, "n_eval": 3}}
+    s = run_gaussian(cfg, tmp_path / "o", data_format=fmt)
+    path = tmp_path / "o" / s["files"]["data"]
+    attrs = (json.loads(str(load_npz(path)["provenance"])) if fmt == "npz"
+             else labelled.open_dataset(path).attrs)
+    _check_cf(attrs, "transformer-pde gaussian")

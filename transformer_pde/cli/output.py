@@ -25,7 +25,11 @@ attributes, CF ``long_name``/``units``/``flag_meanings``, checksums; read it wit
 :func:`transformer_pde.io.labelled.open_dataset` or ``xarray.open_dataset``), a Zarr
 store (``zarr``) or, on request, a checksummed NPZ archive (``npz``).  Without the
 ``[io]`` extra (xarray, h5netcdf, zarr) a labelled format falls back to NPZ with a
-one-line notice.  Every JSON file is strict JSON: NaN and infinities are ``null``.
+one-line notice.  Every data file records the package version and a ``history`` line
+naming the command (:func:`transformer_pde.io.labelled.provenance`, the function that
+``ParticleTrajectory.save`` uses too): CF global attributes of a labelled file, the JSON
+entry ``provenance`` of an NPZ archive.  Every JSON file is strict JSON: NaN and
+infinities are ``null``.
 """
 
 from __future__ import annotations
@@ -42,10 +46,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from ..errors import TransformerPDEError
 from ..io.container import save_npz
 from ..io.jsonfmt import dumps
-from ..io.labelled import save_dataset
+from ..io.labelled import provenance, save_dataset
 
 __all__ = ["DATA_FORMATS", "IO_EXTRA_HINT", "LOCK_NAME", "STAGING_PREFIX", "OutputDir",
            "OutputError", "check_out", "data_format", "path_problem", "remove_stale_staging",
@@ -385,12 +391,17 @@ class OutputDir:
         """Write a command's data file ``stem.nc`` / ``stem.zarr`` (``dataset()``, an
         :class:`xarray.Dataset`, through :func:`~transformer_pde.io.labelled.save_dataset`)
         or ``stem.npz`` (``arrays()``, a checksummed NPZ) for the format ``fmt`` (from
-        :func:`data_format`); returns the file's name."""
+        :func:`data_format`); returns the file's name.  ``stem`` is the command's name: the
+        file's ``history`` says ``transformer-pde <stem>``
+        (:func:`~transformer_pde.io.labelled.provenance`; in an NPZ, the JSON entry
+        ``provenance``)."""
         name = stem + _SUFFIXES[fmt]
+        made_by = f"transformer-pde {stem}"
         if fmt == "npz":
-            save_npz(self.path(name), arrays())
+            save_npz(self.path(name), {**arrays(),
+                                       "provenance": np.array(dumps(provenance(made_by)))})
         else:
-            save_dataset(dataset(), self.path(name))
+            save_dataset(dataset(), self.path(name), made_by=made_by)
         return name
 
     def write_text(self, name: str, text: str) -> Path:
