@@ -11,8 +11,11 @@ module                 holds
 :mod:`.jsonfmt`        the JSON encoding of every JSON text the package writes
                        (:func:`dumps`; :func:`canonical`, the fingerprint text)
 :mod:`.codec`          :class:`~transformer_pde.Attention` to plain data and back
-:mod:`.labelled`       xarray Datasets saved to netCDF / Zarr, with checksums;
-                       :func:`zarr_metadata_problem` names a damaged Zarr metadata file
+:mod:`.labelled`       xarray Datasets saved to netCDF / Zarr, with checksums and the CF
+                       global attributes of :func:`provenance` (``Conventions``,
+                       ``source``, ``references``, ``history``: also in the NPZ
+                       metadata); :func:`zarr_metadata_problem` names a damaged Zarr
+                       metadata file
 :mod:`.trajectory`     the particle-trajectory files: NPZ layout, invariants, reading and
                        writing (:func:`save_trajectory`, :func:`read_trajectory`)
 =====================  ==================================================================
@@ -31,8 +34,8 @@ from .digests import (DIGEST_ALGORITHM, array_digest, check_checksum_version, ch
                       json_digest, verify_array)
 from .jsonfmt import canonical, dumps, json_default, tag_arrays, untag_arrays
 from .labelled import (DATASET_FORMAT_VERSION, LABELLED_SUFFIXES, gaussian_dataset,
-                       open_dataset, particle_dataset, particle_fields, save_dataset,
-                       zarr_metadata_problem)
+                       open_dataset, package_version, particle_dataset, particle_fields,
+                       provenance, save_dataset, zarr_metadata_problem)
 from .trajectory import (NPZ_FORMAT_VERSION, NPZ_VERSIONS, TRAJECTORY_FORMAT, check_trajectory,
                          dataset_fields, read_trajectory, save_trajectory)
 
@@ -43,7 +46,7 @@ __all__ = [
     "array_digest", "attention_data", "attention_fields", "attention_from_data",
     "attention_from_json", "attention_to_json", "canonical", "check_checksum_version",
     "check_trajectory", "check_version", "dataset_fields", "dumps", "gaussian_dataset", "json_default",
-    "json_digest", "load_npz", "open_dataset", "particle_dataset", "particle_fields",
-    "read_trajectory", "save_dataset", "save_npz", "save_trajectory", "tag_arrays",
+    "json_digest", "load_npz", "open_dataset", "package_version", "particle_dataset",
+    "particle_fields", "provenance", "read_trajectory", "save_dataset", "save_npz", "save_trajectory", "tag_arrays",
     "untag_arrays", "verify_array", "write_npz", "zarr_metadata_problem",
 ]
