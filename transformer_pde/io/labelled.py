@@ -13,10 +13,11 @@ that do; the others are plain text or numbers.
 **Self-describing files.**  Every file carries the CF global attributes of
 :func:`provenance`: ``Conventions = "CF-1.10"``, ``source`` (the package and its
 version), ``references`` (the paper and the documentation) and ``history`` (one line per
-write: UTC time, package version and what wrote it).  Older files (the
-run information as one JSON attribute ``info``, dimensions ``dim`` and ``dim_``, no CF
-global attributes) load with the same arrays and metadata.  :func:`save_dataset` writes ``.nc``
-(netCDF-4 through h5netcdf) or ``.zarr`` and never overwrites an existing path;
+write: UTC time, package version and what wrote it).  Files of format version 2 and
+earlier (the run information as one JSON attribute ``info``, dimensions ``dim`` and
+``dim_``, no CF global attributes) load with the same arrays and metadata.
+:func:`save_dataset` writes ``.nc`` (netCDF-4 through h5netcdf) or ``.zarr`` and never
+overwrites an existing path;
 :func:`particle_fields` gives the constructor arguments of a
 :class:`~transformer_pde.particles.ParticleTrajectory` from such a Dataset.
 
@@ -31,8 +32,8 @@ checksums existed) are read without checksum checks (only the invariants of the 
 an unknown version is refused.  Whether the checksums are checked never depends on the
 version field alone: a file that carries the ``checksums`` attribute is verified whatever
 ``format_version`` says, and one that carries them under ``format_version = 1`` (or none)
-is refused, its version field having been edited.  A save writes to a temporary path beside the target and
-renames it into place, so a failed save leaves nothing behind.
+is refused, its version field having been edited.  A save writes to a temporary path
+beside the target and renames it into place, so a failed save leaves nothing behind.
 
 **Self-describing variables.**  Every variable written by :func:`save_dataset` carries the
 CF attributes ``long_name`` and ``units`` (:func:`cf_attributes`; the ones the data
