@@ -132,6 +132,11 @@ def models_side_by_side(curves: Sequence[ModelCurve], *, title: str | None = Non
     return fig
 
 
+def _ordinal(k: int) -> str:
+    """'' for 1 (the largest), '2nd ', '3rd ', '4th ', ..."""
+    return "" if k == 1 else f"{k}{ {2: 'nd', 3: 'rd'}.get(k, 'th')} "
+
+
 def _sink_panel(ax: Any, sink: Mapping[str, Any], times: Sequence[float]) -> None:
     """Top channels of token 0 (|value|), its norm and the other tokens' largest entry."""
     t = np.asarray(times, dtype=float)
@@ -141,7 +146,8 @@ def _sink_panel(ax: Any, sink: Mapping[str, Any], times: Sequence[float]) -> Non
         last = int(ch[-1, k]) if len(ch) else -1
         main = np.bincount(ch[:, k]).argmax()
         ax.plot(t, vals[:, k], "o-" if k == 0 else "s--", ms=3,
-                label=f"first token's {k + 1}. largest channel (mostly {main}, last {last})")
+                label=f"first token's {_ordinal(k + 1)}largest channel (mostly {main}, "
+                      f"last {last})")
     ax.plot(t, sink["others_max_abs"], "-", color="0.5", label="other tokens: largest |entry|")
     ax.set_yscale("log")
     ax.set_xlabel("layer (the state after ℓ blocks)")
@@ -158,10 +164,10 @@ def attention_sink(network: ModelCurve, sink: Mapping[str, Any],
     Four panels: (a) attention mass on the first token at the input of every block (the
     decoder: mean of heads, solid, largest head, dotted; every idealised flow at the integer
     times, dashed; uniform causal attention, grey); (b) cosine to the first token (mean over
-    the tokens, solid; minimum, dotted); (c) the mass every token puts on the first token,
-    per layer (mean of heads); (d) the first token's largest channels
-    (:func:`~transformer_pde.pretrained.sink_channels`), its norm and the other tokens'
-    largest entry.
+    the tokens, solid; minimum, dotted; the idealised flows likewise, dashed and dotted);
+    (c) the mass every token puts on the first token, per layer (mean of heads); (d) the
+    first token's largest channels (:func:`~transformer_pde.pretrained.sink_channels`), its
+    norm and the other tokens' largest entry.
 
     Parameters
     ----------
@@ -170,7 +176,8 @@ def attention_sink(network: ModelCurve, sink: Mapping[str, Any],
     sink : mapping
         :func:`~transformer_pde.pretrained.sink_channels` of its hidden states.
     ideal : sequence of ModelCurve
-        Idealised flows (with ``first_attention``), ``times`` in layers.
+        Idealised flows (with ``first_attention``), ``times`` in layers; empty: the decoder
+        alone (and no mention of idealised flows in the labels).
     tokens : sequence of str, optional
         Token labels of panel (c).
     title, fig : optional
@@ -205,7 +212,7 @@ def attention_sink(network: ModelCurve, sink: Mapping[str, Any],
     ax_a.set_ylabel("attention mass on the first token")
     ax_b.set_ylabel("cosine to the first token")
     for ax in (ax_a, ax_b):
-        ax.set_xlabel("layer (idealised flows: time t)")
+        ax.set_xlabel("layer (idealised flows: time t)" if ideal else "layer")
         ax.legend(fontsize=7)
     per_token = np.asarray(fa["per_token"], dtype=float)
     im = ax_c.imshow(per_token, aspect="auto", origin="lower", vmin=0.0, vmax=1.0,

@@ -52,6 +52,7 @@ the autonomous flow of that layer to long times.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,8 @@ from ..particles import FieldOptions, ParticleTrajectory
 from ..particles import simulate as simulate_particles
 from ..results import Status
 from ..results_display import summary_html, summary_text
+from .decoder_report import (attention_sink_figure, encoder_statistics, idealised_causal_flow,
+                             long_time_figure, models_figure, network_flow, run_decoder_flows)
 from .depth_args import DepthModel
 from .gguf_file import DecoderConfig, GGUFModel, read_gguf
 from .text_args import check_text
@@ -382,6 +385,49 @@ class PretrainedDecoder(DepthModel):
                    "model_file": str(self.path),
                    "flow": "pre-norm: x' = Attention(RMS1 x) + MLP(RMS2 x)"}
         return tr
+
+    # ------------------------------------------------------------------ figures
+    def plot_statistics(self, text: str, *, encoder: Any = None, encoder_label: str | None = None,
+                        fig: Any = None) -> Any:
+        """The report's statistics figure of ``text`` in one call: clusters, effective rank,
+        mean cosine, cosine to the first token, token norms and attention on the first token
+        against the relative depth, beside ``encoder``'s (a
+        :class:`~transformer_pde.pretrained.PretrainedEncoder`, labelled ``encoder_label``,
+        default its model type) when one is given.  Runs the network only
+        (:func:`~transformer_pde.pretrained.decoder_report.models_figure`).
+
+        Returns the :class:`~matplotlib.figure.Figure` (``fig`` or a new pyplot figure)."""
+        enc = None if encoder is None else encoder_statistics(encoder, text)
+        return models_figure(self, text, network_flow(self, text), enc, encoder_label, fig=fig)
+
+    def plot_attention_sink(self, text: str, *, betas: Sequence[float] = (1.0, 4.0, 16.0),
+                            fig: Any = None) -> Any:
+        r"""The report's attention-sink figure of ``text`` in one call: (a) the attention on the
+        first token per block, (b) the cosine to the first token, (c) each token's attention
+        on the first token, (d) the first token's largest channels, with the idealised causal
+        flow (:func:`~transformer_pde.pretrained.idealised_causal_flow`, from the decoder's
+        embeddings, one unit of time per layer) in (a) and (b) for every :math:`\beta` of
+        ``betas`` (``()``: the decoder alone).  Runs the network and the idealised flows only
+        (:func:`~transformer_pde.pretrained.decoder_report.attention_sink_figure`).
+
+        Returns the :class:`~matplotlib.figure.Figure` (``fig`` or a new pyplot figure)."""
+        net = network_flow(self, text)
+        ideal = idealised_causal_flow(self.embed(text), betas, t_max=self.n_layers)
+        return attention_sink_figure(self, text, net, ideal, fig=fig)
+
+    def plot_long_time(self, text: str, *, steps_per_layer: int = 4, solver: str = "rk4",
+                       long_time: int = 300, repeat_layers: Sequence[int] | None = None,
+                       fig: Any = None) -> Any:
+        """The report's long-time figure of ``text`` in one call: the layers of
+        ``repeat_layers`` (default :math:`L/6` and :math:`5L/6`) iterated ``long_time`` times
+        and the continuous-depth network (``steps_per_layer`` steps of ``solver``) against the
+        network (:func:`~transformer_pde.pretrained.run_decoder_flows`,
+        :func:`~transformer_pde.pretrained.decoder_report.long_time_figure`).
+
+        Returns the :class:`~matplotlib.figure.Figure` (``fig`` or a new pyplot figure)."""
+        flows = run_decoder_flows(self, text, steps_per_layer=steps_per_layer, solver=solver,
+                                  long_time=long_time, repeat_layers=repeat_layers)
+        return long_time_figure(self, flows, fig=fig)
 
 
 def from_gguf_model(g: GGUFModel) -> PretrainedDecoder:

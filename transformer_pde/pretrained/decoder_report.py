@@ -24,7 +24,10 @@ Beside them it runs the same statistics for
 * the decoder's continuous-depth version (``steps_per_layer`` steps of ``solver`` per layer)
   and layers repeated to long times (:func:`run_decoder_flows`).
 
-The figures are drawn by :mod:`transformer_pde.plot.decoder`, the summary is written with
+The figures are drawn by :mod:`transformer_pde.plot.decoder` through :func:`models_figure`,
+:func:`attention_sink_figure` and :func:`long_time_figure`, which the decoder's one-call
+methods share (``model.plot_statistics(text)``, ``plot_attention_sink``,
+``plot_long_time``: each runs only what its figure draws); the summary is written with
 :func:`transformer_pde.io.dumps` and the states with :func:`transformer_pde.io.save_npz`.
 """
 
@@ -50,8 +53,10 @@ from ..reductions.pairs import causal_pair
 from ..validation import real_array
 from .report import sample_depths
 
-__all__ = ["decoder_flow_report", "encoder_statistics", "first_token_attention",
-           "idealised_causal_flow", "layer_statistics", "run_decoder_flows", "sink_channels"]
+__all__ = ["attention_sink_figure", "decoder_flow_report", "encoder_statistics",
+           "first_token_attention", "idealised_causal_flow", "layer_statistics",
+           "long_time_figure", "models_figure", "network_flow", "run_decoder_flows",
+           "sink_channels"]
 
 #: settings of :func:`~transformer_pde.diagnostics.depth_statistics` (as the encoder's report)
 _CLUSTER_TOL = 0.05
@@ -187,8 +192,9 @@ def encoder_statistics(encoder: Any, text: str) -> dict[str, Any]:
     Returns
     -------
     dict
-        ``tokens``, ``times`` (0..L), ``states`` (L + 1, n, d), ``attention`` (L, H, n, n)
-        and ``statistics`` (:func:`layer_statistics`, unmasked reference).
+        ``tokens``, ``times`` (0..L), ``states`` (L + 1, n, d), ``attention`` (L, H, n, n),
+        ``statistics`` (:func:`layer_statistics`, unmasked reference) and ``label`` (its
+        model type, e.g. ``"bert encoder"``).
     """
     S = encoder.hidden_states(text)
     P = np.stack([attention_matrix(encoder.attentions[ell], S[ell], t=0.0)
@@ -196,7 +202,8 @@ def encoder_statistics(encoder: Any, text: str) -> dict[str, Any]:
     if S.shape[1] < 2:
         raise ArgumentError(f"text: {text!r} gives {S.shape[1]} token; at least 2 are needed")
     return {"tokens": encoder.tokens(text), "times": list(range(encoder.n_layers + 1)),
-            "states": S, "attention": P, "statistics": layer_statistics(S, P, causal=False)}
+            "states": S, "attention": P, "statistics": layer_statistics(S, P, causal=False),
+            "label": f"{encoder.config.model_type} encoder"}
 
 
 def idealised_causal_flow(X0: Any, betas: Sequence[float] = (1.0, 4.0, 16.0), *,
@@ -313,13 +320,8 @@ def run_decoder_flows(model: Any, text: str, *, steps_per_layer: int = 4, solver
     if isinstance(long_time, bool) or not isinstance(long_time, (int, np.integer)) \
             or long_time < 1:
         raise ArgumentError(f"long_time must be an integer >= 1, got {long_time!r}")
-    if len(model.tokenize(text)) < 2:
-        raise ArgumentError(f"text: {text!r} gives one token; at least 2 are needed")
-    flows: dict[str, dict[str, Any]] = {}
-    net = model.hidden_states(text)
-    P = model.attention_weights_of(net)
-    flows["network"] = {"times": list(range(L + 1)), "states": net, "attention": P,
-                        "statistics": layer_statistics(net, P)}
+    flows: dict[str, dict[str, Any]] = {"network": network_flow(model, text)}
+    net = flows["network"]["states"]
     cont = model.simulate(text, steps_per_layer=steps_per_layer, solver=solver)
     C = np.asarray(cont.states)     # fewer than L + 1 states if the run stopped
     flows["continuous"] = {"times": list(range(len(C))), "states": C,
@@ -334,10 +336,27 @@ def run_decoder_flows(model: Any, text: str, *, steps_per_layer: int = 4, solver
             "times": kept, "states": S[kept], "status": str(tr.status),
             "last_step_change": float(np.abs(S[-1] - S[-2]).max())}
     for f in flows.values():
-        if "statistics" not in f:
-            f["statistics"] = layer_statistics(f["states"])
-        f["sink"] = sink_channels(f["states"])
+        f.setdefault("statistics", layer_statistics(f["states"]))  # the network has its own
+        f.setdefault("sink", sink_channels(f["states"]))
     return flows
+
+
+def network_flow(model: Any, text: str) -> dict[str, Any]:
+    """The decoder's own layers on ``text``: ``times`` (0..L), ``states`` (L + 1, n, d),
+    ``attention`` (L, H, n, n), ``statistics`` (:func:`layer_statistics` with
+    ``first_attention``) and ``sink`` (:func:`sink_channels` of token 0).
+
+    Raises
+    ------
+    ArgumentError
+        Text the model cannot read or of fewer than 2 tokens.
+    """
+    if len(model.tokenize(text)) < 2:
+        raise ArgumentError(f"text: {text!r} gives one token; at least 2 are needed")
+    net = model.hidden_states(text)
+    P = model.attention_weights_of(net)
+    return {"times": list(range(model.n_layers + 1)), "states": net, "attention": P,
+            "statistics": layer_statistics(net, P), "sink": sink_channels(net)}
 
 
 def _highlights(flows: dict[str, dict[str, Any]], ideal: dict[str, dict[str, Any]],
@@ -379,31 +398,54 @@ def _highlights(flows: dict[str, dict[str, Any]], ideal: dict[str, dict[str, Any
     return out
 
 
-def _draw(model: Any, text: str, flows: dict[str, dict[str, Any]],
-          ideal: dict[str, dict[str, Any]], enc: dict[str, Any] | None,
-          enc_label: str) -> list[Any]:
-    """The figures of :func:`decoder_flow_report`: statistics, attention sink, long time."""
-    name = model.config.name or model.config.architecture
-    label = f"decoder ({model.n_layers} layers, causal, pre-norm)"
-    net = flows["network"]
-    dec = ModelCurve(label, net["times"], net["statistics"], "C3", "o")
-    curves = [dec]
-    if enc is not None:
-        curves.append(ModelCurve(f"{enc_label} ({len(enc['times']) - 1} layers, post-norm)",
-                                 enc["times"], enc["statistics"], "C0", "s"))
-    stats = models_side_by_side(curves, title=f"{name}: {text!r}")
-    ideal_curves = [ModelCurve(f"idealised causal flow, β = {f['beta']:g}", f["times"],
-                               f["statistics"], f"C{k}") for k, f in enumerate(ideal.values())]
+def _name(model: Any) -> str:
+    return model.config.name or model.config.architecture
+
+
+def _network_curve(model: Any, network: dict[str, Any]) -> ModelCurve:
+    return ModelCurve(f"decoder ({model.n_layers} layers, causal, pre-norm)", network["times"],
+                      network["statistics"], "C3", "o")
+
+
+def models_figure(model: Any, text: str, network: dict[str, Any],
+                  encoder: dict[str, Any] | None = None, encoder_label: str | None = None, *,
+                  fig: Any = None) -> Any:
+    """The decoder's statistics against the relative depth beside an encoder's
+    (:func:`~transformer_pde.plot.models_side_by_side`): ``network`` of :func:`network_flow`,
+    ``encoder`` of :func:`encoder_statistics` or None, labelled ``encoder_label`` (default:
+    its ``label``).  Returns the figure."""
+    curves = [_network_curve(model, network)]
+    if encoder is not None:
+        curves.append(ModelCurve(f"{encoder_label or encoder['label']} ({len(encoder['times']) - 1} layers, "
+                                 "post-norm)", encoder["times"], encoder["statistics"], "C0",
+                                 "s"))
+    return models_side_by_side(curves, title=f"{_name(model)}: {text!r}", fig=fig)
+
+
+def attention_sink_figure(model: Any, text: str, network: dict[str, Any],
+                          ideal: dict[str, dict[str, Any]], *, fig: Any = None) -> Any:
+    """The decoder's attention sink (:func:`~transformer_pde.plot.attention_sink`) and, when
+    ``ideal`` (:func:`idealised_causal_flow`) is not empty, the idealised causal flows beside
+    it; ``network`` of :func:`network_flow`.  Returns the figure."""
+    curves = [ModelCurve(f"idealised causal flow, β = {f['beta']:g}", f["times"],
+                         f["statistics"], f"C{k}") for k, f in enumerate(ideal.values())]
+    beside = (", beside the idealised causal flow (Q = K = V = I on the sphere, from the same "
+              "embeddings)") if curves else ""
     toks = [t.replace("Ġ", "␣") for t in model.tokens(text)]     # GPT-2's byte for a space
-    sink = attention_sink(dec, net["sink"], ideal_curves, tokens=toks,
-                          title=f"{name}: the attention sink, beside the idealised causal flow "
-                                "(Q = K = V = I on the sphere, from the same embeddings)")
+    return attention_sink(_network_curve(model, network), network["sink"], curves,
+                          tokens=toks, title=f"{_name(model)}: the attention sink{beside}",
+                          fig=fig)
+
+
+def long_time_figure(model: Any, flows: dict[str, dict[str, Any]], *, fig: Any = None) -> Any:
+    """Layers repeated to long times and the continuous-depth network against the network
+    (:func:`~transformer_pde.plot.decoder_flows`); ``flows`` of :func:`run_decoder_flows`.
+    Returns the figure."""
     rep = [ModelCurve(f"layer {key.rsplit('_', 1)[1]} repeated", f["times"], f["statistics"])
            for key, f in flows.items() if key.startswith("repeated")]
-    cont = {**flows["continuous"]}
-    longf = decoder_flows(rep, cont, network=dec,
-                      title=f"{name}: one layer iterated to long times; continuous depth")
-    return [stats, sink, longf]
+    return decoder_flows(rep, flows["continuous"], network=_network_curve(model, flows["network"]),
+                         title=f"{_name(model)}: one layer iterated to long times; "
+                               "continuous depth", fig=fig)
 
 
 def decoder_flow_report(model: Any, text: str, out_dir: str | Path, *, encoder: Any = None,
@@ -447,14 +489,15 @@ def decoder_flow_report(model: Any, text: str, out_dir: str | Path, *, encoder: 
     L = model.n_layers
     ideal = idealised_causal_flow(model.embed(text), betas, t_max=L)
     enc = None if encoder is None else encoder_statistics(encoder, text)
-    if encoder_label is None:
-        encoder_label = "encoder" if encoder is None else f"{encoder.config.model_type} encoder"
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib only when a report is drawn)
 
     names = [f"{prefix}_{kind}.png" for kind in ("statistics", "attention_sink", "long_time")]
-    for fig, name in zip(_draw(model, text, flows, ideal, enc, encoder_label), names, strict=True):
+    figs = (models_figure(model, text, flows["network"], enc, encoder_label),
+            attention_sink_figure(model, text, flows["network"], ideal),
+            long_time_figure(model, flows))
+    for fig, name in zip(figs, names, strict=True):
         fig.savefig(out / name, dpi=100)
         plt.close(fig)
     c = model.config

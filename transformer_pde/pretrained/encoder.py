@@ -64,6 +64,7 @@ from ..results import Status
 from .decoder import PretrainedDecoder, load_gguf
 from .depth_args import DepthModel
 from .model import EncoderConfig, ModelDirectory, read_model_dir
+from .report import cosine_figure, flow_settings, paths_figure, run_flows, statistics_figure
 from .text_args import check_text
 
 __all__ = ["PretrainedEncoder", "from_model_directory", "load", "mean_pooled"]
@@ -240,6 +241,40 @@ class PretrainedEncoder(DepthModel):
                                   status=status, message=message,
                                   attention=None if repeat_layer is None
                                   else self.attentions[repeat_layer], info=info)
+
+    # ------------------------------------------------------------------ figures
+    def _figure(self, draw: Any, text: str, fig: Any, settings: dict[str, Any]) -> Any:
+        flows = run_flows(self, text, **settings)
+        return draw(self, text, flows, flow_settings(self, **settings), fig=fig)
+
+    def plot_token_paths(self, text: str, *, fig: Any = None, **settings: Any) -> Any:
+        """The report's token-path figure of ``text`` in one call (four panels: the network,
+        its continuous-depth version, one layer repeated to long times, one layer repeated in
+        continuous depth; :func:`~transformer_pde.pretrained.report.paths_figure`).
+
+        ``settings`` are those of :func:`~transformer_pde.pretrained.run_flows`
+        (``steps_per_layer=8``, ``solver="rk4"``, ``long_time=300``,
+        ``continuous_long_time=50``, ``continuous_layer``, ``continuous_steps=4``); only the
+        repeated layer drawn is run: ``repeat_layers`` defaults to the last layer (the panel
+        shows the last of the list).  Returns the :class:`~matplotlib.figure.Figure`
+        (``fig`` or a new pyplot figure).
+        """
+        settings.setdefault("repeat_layers", [self.n_layers - 1])
+        return self._figure(paths_figure, text, fig, settings)
+
+    def plot_statistics(self, text: str, *, fig: Any = None, **settings: Any) -> Any:
+        """The report's statistics figure of ``text`` in one call: clusters, effective rank,
+        mean cosine and relative radius along the network and its continuous-depth version
+        (top) and along every layer of ``repeat_layers`` (default: all) and the continuous
+        repeated layer (bottom); settings and return as :meth:`plot_token_paths`."""
+        return self._figure(statistics_figure, text, fig, settings)
+
+    def plot_cosine(self, text: str, *, fig: Any = None, **settings: Any) -> Any:
+        """The report's cosine-matrix figure of ``text`` in one call: the token-by-token cosine
+        similarities along the network, the repeated layers (of ``repeat_layers``, default
+        all) ending with the fewest and the most clusters, and the continuous repeated layer;
+        settings and return as :meth:`plot_token_paths`."""
+        return self._figure(cosine_figure, text, fig, settings)
 
     def _network_flow(self, X: np.ndarray, L: int, repeat_layer: int | None,
                       backend: Any) -> tuple[list[np.ndarray], Any, str]:

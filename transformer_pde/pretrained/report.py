@@ -18,6 +18,12 @@ point to rounding).  The figures are drawn by :func:`transformer_pde.plot.token_
 :func:`~transformer_pde.plot.cosine_matrices`; the summary is written with the package's
 JSON encoding (:func:`transformer_pde.io.dumps`) and the states in its checksummed NPZ
 container (:func:`transformer_pde.io.save_npz`).
+
+Each figure is one function of the flows (:func:`paths_figure`, :func:`statistics_figure`,
+:func:`cosine_figure`), which the report and the encoder's one-call methods
+(``model.plot_token_paths(text)``, ``plot_statistics``, ``plot_cosine``: only the flows a
+figure draws are run) share.  The model is annotated as the models' common base
+:class:`~transformer_pde.pretrained.depth_args.DepthModel`: the encoder imports this module.
 """
 
 from __future__ import annotations
@@ -32,9 +38,10 @@ from .. import plot
 from ..diagnostics.depth import depth_statistics
 from ..errors import ArgumentError
 from ..io import dumps, save_npz
-from .encoder import PretrainedEncoder
+from .depth_args import DepthModel
 
-__all__ = ["flow_report", "run_flows", "sample_depths"]
+__all__ = ["cosine_figure", "flow_report", "flow_settings", "paths_figure", "run_flows",
+           "sample_depths", "statistics_figure"]
 
 #: settings of :func:`~transformer_pde.diagnostics.depth_statistics` used by the report
 _CLUSTER_TOL = 0.05
@@ -58,7 +65,7 @@ def _repeated(tr: Any, times: list[int]) -> dict[str, Any]:
             "last_step_change": float(np.abs(tr.states[-1] - tr.states[-2]).max())}
 
 
-def run_flows(model: PretrainedEncoder, text: str, *, steps_per_layer: int = 8,
+def run_flows(model: DepthModel, text: str, *, steps_per_layer: int = 8,
               solver: str = "rk4", long_time: int = 300,
               repeat_layers: Sequence[int] | None = None, continuous_long_time: int = 50,
               continuous_layer: int | None = None,
@@ -80,11 +87,10 @@ def run_flows(model: PretrainedEncoder, text: str, *, steps_per_layer: int = 8,
         integer >= 1, or text the model cannot read.
     """
     L = model.n_layers
-    layers = list(range(L)) if repeat_layers is None else [int(i) for i in repeat_layers]
-    for ell in layers:
+    settings = flow_settings(model, repeat_layers=repeat_layers, continuous_layer=continuous_layer)
+    layers, c_layer = settings["repeat_layers"], settings["continuous_layer"]
+    for ell in [*layers, c_layer]:
         model.layer(ell)
-    c_layer = L - 1 if continuous_layer is None else int(continuous_layer)
-    model.layer(c_layer)
     for name, v in (("long_time", long_time), ("continuous_long_time", continuous_long_time)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ArgumentError(f"{name} must be an integer >= 1, got {v!r}")
@@ -110,48 +116,88 @@ def run_flows(model: PretrainedEncoder, text: str, *, steps_per_layer: int = 8,
     return flows
 
 
-def _figures(model: PretrainedEncoder, text: str, toks: list[str],
-             flows: dict[str, dict[str, Any]], settings: dict[str, Any]) -> list[Any]:
-    """The three figures of :func:`flow_report`, in the order paths, statistics, cosine."""
+def flow_settings(model: DepthModel, *, steps_per_layer: int = 8, solver: str = "rk4",
+                  long_time: int = 300, repeat_layers: Sequence[int] | None = None,
+                  continuous_long_time: int = 50, continuous_layer: int | None = None,
+                  continuous_steps: int = 4) -> dict[str, Any]:
+    """The settings of :func:`run_flows` with their defaults filled in (the report's
+    ``settings``), and the statistics' tolerances."""
     L = model.n_layers
-    layers, c_layer = settings["repeat_layers"], settings["continuous_layer"]
-    rep, crep = f"repeated_layer_{layers[-1]}", f"continuous_repeated_layer_{c_layer}"
+    return {"steps_per_layer": steps_per_layer, "solver": solver, "long_time": int(long_time),
+            "repeat_layers": list(range(L)) if repeat_layers is None
+            else [int(i) for i in repeat_layers],
+            "continuous_layer": L - 1 if continuous_layer is None else int(continuous_layer),
+            "continuous_long_time": int(continuous_long_time),
+            "continuous_steps": continuous_steps, "cluster_tol": _CLUSTER_TOL,
+            "rank_rtol": _RANK_RTOL}
+
+
+def _flows(settings: dict[str, Any]) -> tuple[str, str]:
+    """The names of the last repeated flow and of the continuous repeated flow."""
+    return (f"repeated_layer_{settings['repeat_layers'][-1]}",
+            f"continuous_repeated_layer_{settings['continuous_layer']}")
+
+
+def paths_figure(model: DepthModel, text: str, flows: dict[str, dict[str, Any]],
+                 settings: dict[str, Any], *, fig: Any = None) -> Any:
+    """Token paths of the network, its continuous-depth version, the last layer of
+    ``settings['repeat_layers']`` repeated and the continuous repeated layer
+    (:func:`~transformer_pde.plot.token_paths`); ``flows`` of :func:`run_flows`,
+    ``settings`` of :func:`flow_settings`.  Returns the figure."""
+    rep, crep = _flows(settings)
     net = flows["network"]["states"]
-    paths = plot.token_paths(
-        [plot.PathPanel(f"the network ({L} layers)", net, net, labelled=True),
+    return plot.token_paths(
+        [plot.PathPanel(f"the network ({model.n_layers} layers)", net, net, labelled=True),
          plot.PathPanel(f"continuous depth ({settings['solver']}, "
                         f"{settings['steps_per_layer']} steps/layer)",
                         flows["continuous"]["states"], net, labelled=True),
-         plot.PathPanel(f"layer {layers[-1]} repeated, t ≤ {settings['long_time']}",
-                        flows[rep]["states"]),
-         plot.PathPanel(f"layer {c_layer} repeated, continuous, "
+         plot.PathPanel(f"layer {settings['repeat_layers'][-1]} repeated, "
+                        f"t ≤ {settings['long_time']}", flows[rep]["states"]),
+         plot.PathPanel(f"layer {settings['continuous_layer']} repeated, continuous, "
                         f"t ≤ {settings['continuous_long_time']}", flows[crep]["states"])],
-        toks, title=f"token paths along depth (o start, ■ end): {text!r}")
+        model.tokens(text), title=f"token paths along depth (o start, ■ end): {text!r}",
+        fig=fig)
+
+
+def statistics_figure(model: DepthModel, text: str, flows: dict[str, dict[str, Any]],
+                      settings: dict[str, Any], *, fig: Any = None) -> Any:
+    """Statistics along depth (:func:`~transformer_pde.plot.statistics_along_depth`): the
+    network and its continuous-depth version (top), every repeated layer and the continuous
+    repeated layer (bottom).  Arguments as :func:`paths_figure`; returns the figure."""
+    _, crep = _flows(settings)
 
     def curve(key: str, label: str, style: str, ms: float | None = None) -> Any:
         return plot.DepthCurve(label, flows[key]["times"], flows[key]["statistics"], style, ms)
 
-    stats = plot.statistics_along_depth(
-        [curve("network", "network", "o-"), curve("continuous", "continuous", "s--")],
-        [curve(f"repeated_layer_{ell}", f"layer {ell} repeated", "o-", 3) for ell in layers]
-        + [curve(crep, f"layer {c_layer} repeated, continuous", "k^--", 4)],
-        title=f"{len(toks)} tokens, d = {model.d}: the network (top) and repeated layers to "
-              "long times (bottom)")
+    return plot.statistics_along_depth(
+        [curve("network", "network", "o-"), curve("continuous", "continuous depth", "s--")],
+        [curve(f"repeated_layer_{ell}", f"layer {ell} repeated", "o-", 3)
+         for ell in settings["repeat_layers"]]
+        + [curve(crep, f"layer {settings['continuous_layer']} repeated, continuous", "k^--",
+                 4)],
+        title=f"{len(model.tokens(text))} tokens, d = {model.d}: the network and its "
+              "continuous-depth version (top), layers repeated to long times (bottom)",
+        fig=fig)
 
-    # the repeated layers ending with the fewest and with the most clusters
+
+def cosine_figure(model: DepthModel, text: str, flows: dict[str, dict[str, Any]],
+                  settings: dict[str, Any], *, fig: Any = None) -> Any:
+    """Cosine-similarity matrices (:func:`~transformer_pde.plot.cosine_matrices`) along the
+    network, the repeated layers ending with the fewest and with the most clusters, and the
+    continuous repeated layer.  Arguments as :func:`paths_figure`; returns the figure."""
+    layers, c_layer = settings["repeat_layers"], settings["continuous_layer"]
     final = {ell: flows[f"repeated_layer_{ell}"]["statistics"]["n_clusters"][-1]
              for ell in layers}
     shown = sorted({min(layers, key=lambda e: (final[e], -e)),
                     max(layers, key=lambda e: (final[e], -e))})
     rows = [("layer", flows["network"])]
     rows += [(f"layer {ell}×, t", flows[f"repeated_layer_{ell}"]) for ell in shown]
-    rows.append((f"layer {c_layer} cont., t", flows[crep]))
-    cosine = plot.cosine_matrices([(lab, f["times"], f["states"]) for lab, f in rows],
-                                  ncol=max(L + 1, 7))
-    return [paths, stats, cosine]
+    rows.append((f"layer {c_layer} cont., t", flows[_flows(settings)[1]]))
+    return plot.cosine_matrices([(lab, f["times"], f["states"]) for lab, f in rows],
+                                ncol=max(model.n_layers + 1, 7), fig=fig)
 
 
-def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
+def flow_report(model: DepthModel, text: str, out_dir: str | Path, *,
                 steps_per_layer: int = 8, solver: str = "rk4", long_time: int = 300,
                 repeat_layers: Sequence[int] | None = None,
                 continuous_long_time: int = 50, continuous_layer: int | None = None,
@@ -178,32 +224,25 @@ def flow_report(model: PretrainedEncoder, text: str, out_dir: str | Path, *,
         The JSON summary: ``text``, ``tokens``, ``model_dir``, ``model``, ``settings``,
         per flow (``flows``) the depths, status and statistics, and the figure file names.
     """
-    flows = run_flows(model, text, steps_per_layer=steps_per_layer, solver=solver,
-                      long_time=long_time, repeat_layers=repeat_layers,
-                      continuous_long_time=continuous_long_time,
-                      continuous_layer=continuous_layer, continuous_steps=continuous_steps)
-    L = model.n_layers
+    kw = {"steps_per_layer": steps_per_layer, "solver": solver, "long_time": long_time,
+          "repeat_layers": repeat_layers, "continuous_long_time": continuous_long_time,
+          "continuous_layer": continuous_layer, "continuous_steps": continuous_steps}
+    flows = run_flows(model, text, **kw)
+    settings = flow_settings(model, **kw)
     toks = model.tokens(text)
-    settings = {"steps_per_layer": steps_per_layer, "solver": solver,
-                "long_time": int(long_time),
-                "repeat_layers": list(range(L)) if repeat_layers is None
-                else [int(i) for i in repeat_layers],
-                "continuous_layer": L - 1 if continuous_layer is None else int(continuous_layer),
-                "continuous_long_time": int(continuous_long_time),
-                "continuous_steps": continuous_steps, "cluster_tol": _CLUSTER_TOL,
-                "rank_rtol": _RANK_RTOL}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib only when a report is drawn)
 
     names = [f"{prefix}_{kind}.png" for kind in ("paths", "statistics", "cosine")]
-    for fig, name, dpi in zip(_figures(model, text, toks, flows, settings), names,
-                              (110, 110, 100), strict=True):
+    for draw, name, dpi in zip((paths_figure, statistics_figure, cosine_figure), names,
+                               (110, 110, 100), strict=True):
+        fig = draw(model, text, flows, settings)
         fig.savefig(out / name, dpi=dpi)
         plt.close(fig)
     summary: dict[str, Any] = {
         "text": text, "tokens": toks, "model_dir": str(model.model_dir),
-        "model": {"type": model.config.model_type, "layers": L, "d": model.d,
+        "model": {"type": model.config.model_type, "layers": model.n_layers, "d": model.d,
                   "heads": model.config.heads},
         "settings": settings,
         "flows": {k: {kk: vv for kk, vv in f.items() if kk != "states"}
