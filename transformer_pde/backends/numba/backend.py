@@ -32,6 +32,7 @@ Numba) kernel launches are serialised by a lock.  Kernels are compiled with
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 import numba
@@ -47,6 +48,7 @@ from .tiled import (
     TILED_MIN_WIDTH,
     TILED_MIN_WIDTH_F32,
     pointwise_tiled_kernel,
+    query_layout,
     query_tile,
     softmax_tiled_kernel,
     tiled_layout,
@@ -62,6 +64,9 @@ _SOFTMAX = -1
 
 #: smallest number of query-key pairs worth giving to one more thread
 _MIN_PAIRS_PER_THREAD = 500_000
+
+#: most key-range objects whose query layout a backend keeps (NumbaBackend._queries)
+_LAYOUT_CACHE_SIZE = 16
 
 # answers calls with non-finite biases or weights (see the module docstring)
 _REFERENCE = NumpyBackend()
@@ -136,6 +141,8 @@ class NumbaBackend:
                                 f"got {kernel!r}")
         self.kernel = kernel
         self.n_threads: int | None = None
+        # query layouts (tiled.query_layout) of the KeyRanges seen lately, by identity
+        self._layouts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.set_threads(n_threads)
 
     def set_threads(self, n_threads: int | None) -> None:
@@ -213,8 +220,9 @@ class NumbaBackend:
 
         ``bias = None`` gives a zero bias, ``ranges = None`` all keys.  Returns ``None``
         when ``bias`` holds NaN or +inf (caller falls back to NumPy); otherwise ``(dtype,
-        q, k, others, bias, lo, hi)`` with ``k`` (N', r) and ``others`` (N', c) not yet
-        laid out for a kernel.
+        q, k, others, bias, lo, hi, same)`` with ``k`` (N', r) and ``others`` (N', c) not
+        yet laid out for a kernel, and ``same`` the checked ``ranges`` when ``lo``, ``hi``
+        are its ends unchanged (no key removed), else ``None``.
         """
         q = np.asarray(q)
         k = np.asarray(k)
@@ -233,11 +241,13 @@ class NumbaBackend:
             b = np.asarray(bias, dtype=dtype)
             if b.shape != (n,):
                 raise ArgumentError(f"bias must have shape ({n},), got {b.shape}")
-        lo, hi = _range_ends(check_ranges(ranges, m, n), m, n)
+        same = check_ranges(ranges, m, n)
+        lo, hi = _range_ends(same, m, n)
         finite = np.isfinite(b)
         if not finite.all():
             if np.isnan(b).any() or (b == np.inf).any():
                 return None
+            same = None
             # -inf: zero-weight keys contribute nothing; csum[j] = finite keys before j
             csum = np.concatenate(([0], np.cumsum(finite, dtype=np.int64)))
             lo, hi = csum[lo], csum[hi]
@@ -247,7 +257,7 @@ class NumbaBackend:
         top = int(hi.max(initial=0))
         if top < k.shape[0]:                   # keys no query can see are never read
             k, b, others = k[:top], b[:top], [o[:top] for o in others]
-        return dtype, np.ascontiguousarray(q, dtype=dtype), k, others, b, lo, hi
+        return dtype, np.ascontiguousarray(q, dtype=dtype), k, others, b, lo, hi, same
 
     def kernel_for(self, r: int, dtype: Any = np.float64) -> str:
         """``"tiled"`` or ``"streaming"``: the kernel used for projection width ``r``.
@@ -270,6 +280,22 @@ class NumbaBackend:
         top = TILED_MIN_WIDTH_F32 if np.dtype(dtype) == np.float32 else TILED_MIN_WIDTH
         return "tiled" if r >= top else "streaming"
 
+    def _queries(self, ranges, lo, hi, n):
+        """:func:`~transformer_pde.backends.numba.tiled.query_layout` of ``lo``, ``hi``,
+        kept per ``ranges`` (the :class:`KeyRanges` they are the ends of, or ``None``):
+        a ``KeyRanges`` is immutable and a run passes the same one to every evaluation, so
+        its sort and padding are made once (at most :data:`_LAYOUT_CACHE_SIZE` kept,
+        dropped with their ranges)."""
+        if ranges is None:
+            return query_layout(lo, hi, n)
+        hit = self._layouts.get(ranges)
+        if hit is None or hit[0] != n:     # n: the keys left after dropping unseen ones
+            if len(self._layouts) >= _LAYOUT_CACHE_SIZE:
+                self._layouts.clear()
+            hit = (n, query_layout(lo, hi, n))
+            self._layouts[ranges] = hit
+        return hit[1]
+
     @staticmethod
     def _unpermute(a, order, m):
         if order is None:
@@ -279,15 +305,18 @@ class NumbaBackend:
         return res
 
     # ------------------------------------------------------------------ primitives
-    def _launch(self, mode, dtype, qc, kk, vv, bw, lo, hi):
+    def _launch(self, mode, dtype, qc, kk, vv, bw, lo, hi, same):
         """Run the kernel (:meth:`kernel_for`) of ``mode`` (``_SOFTMAX``, ``bw`` the bias,
         or a pointwise phi code, ``bw`` the weights) on prepared operands (``vv = None``:
-        lse alone); returns ``(out (M, c), lse (M,))`` (pointwise: ``lse`` unused)."""
+        lse alone; ``same`` as returned by :meth:`_prepare`); returns ``(out (M, c), lse
+        (M,))`` (pointwise: ``lse`` unused)."""
         m, r = qc.shape
         c = 0 if vv is None else vv.shape[1]
         work = int((hi - lo).sum())
         if self.kernel_for(r, dtype) == "tiled":
-            order, qp, kpk, vpk, bp, lop, hip, nr = tiled_layout(dtype, qc, kk, vv, bw, lo, hi)
+            order, qp, kpk, vpk, bp, lop, hip, nr = tiled_layout(
+                dtype, qc, kk, vv, bw, lo, hi, self._queries(same, lo, hi, kk.shape[0]),
+                scratch=True)
             out = np.zeros((lop.shape[0], vpk.shape[0] * nr), dtype=dtype)
             lse = np.full(lop.shape[0], -np.inf, dtype=dtype)
             qt = query_tile(lop.shape[0], self._threads_for(work))
@@ -318,8 +347,8 @@ class NumbaBackend:
         prep = self._prepare(q, k, [] if v is None else [v], bias, ranges)
         if prep is None or _needs_reference(prep[1], prep[2], prep[4]):
             return None
-        dtype, qc, kk, oo, b, lo, hi = prep
-        return self._launch(_SOFTMAX, dtype, qc, kk, oo[0] if oo else None, b, lo, hi)
+        dtype, qc, kk, oo, b, lo, hi, same = prep
+        return self._launch(_SOFTMAX, dtype, qc, kk, oo[0] if oo else None, b, lo, hi, same)
 
     def softmax(self, q: Any, k: Any, v: Any, bias: Any, ranges: KeyRanges | None
                 ) -> tuple[np.ndarray, np.ndarray]:
@@ -353,11 +382,11 @@ class NumbaBackend:
             return _REFERENCE.pointwise(phi, q, k, v, w, ranges)
         if wa.shape != (np.shape(k)[0],):
             raise ArgumentError(f"w must have shape ({np.shape(k)[0]},), got {wa.shape}")
-        dtype, qc, kk, (vv,), _, lo, hi = self._prepare(q, k, [v], None, ranges)
+        dtype, qc, kk, (vv,), _, lo, hi, same = self._prepare(q, k, [v], None, ranges)
         if _needs_reference(qc, kk, None):      # keys past every range already dropped
             return _REFERENCE.pointwise(phi, q, k, v, w, ranges)
         ww = wa[:kk.shape[0]].astype(dtype)          # no bias: keys are only truncated
-        return self._launch(_PHI_CODES[phi], dtype, qc, kk, vv, ww, lo, hi)[0]
+        return self._launch(_PHI_CODES[phi], dtype, qc, kk, vv, ww, lo, hi, same)[0]
 
     # ------------------------------------------------------------------ optional methods
     def sinkhorn_sweep(self, q: Any, k: Any, v: Any, bias: Any, w: Any, *,

@@ -60,6 +60,7 @@ loop were measured slower (OpenBLAS starts its own threads on each small product
 
 from __future__ import annotations
 
+import threading
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -91,6 +92,7 @@ __all__ = [
     "TILED_MIN_WIDTH_F32",
     "TileLayout",
     "pointwise_tiled_kernel",
+    "query_layout",
     "query_tile",
     "softmax_tiled_kernel",
     "tile_layout",
@@ -283,48 +285,46 @@ _mk_add_half = _make_micro_kernel(True, 1)
 
 
 @njit(fastmath=FM_KERNEL, cache=True)
-def _tile_logits(S, qpk, i0, nt, kpk, j0, nbp, nr):
+def _tile_logits(S, qpk, i0, nt, kpk, j0, nbp, nr, spans):
     """S[:nt, :nbp] = q[i0:i0+nt] @ k[j0:j0+nbp].T from the packed query groups ``qpk``
     (queries ``g*MR … g*MR + MR - 1`` stored as an r×MR block) and key panels ``kpk``
     (keys ``p*nr … p*nr + nr - 1`` stored as an r×nr block): each panel (r·nr numbers, in
-    L1) is used by every group of MR queries of the tile."""
+    L1) is used by every group of MR queries of the tile whose keys ``spans[u // MR]``
+    (:func:`_group_spans`) it meets; the other entries of S are left as they were."""
     r = qpk.shape[1]
     kb = KBLOCK                           # S is QTILE x KBLOCK: a constant row stride
     for jj in range(0, nbp, nr):
         boff = (j0 + jj) * r                  # panel (j0 + jj) / nr starts at its keys' offset
         for u in range(0, nt, MR):            # query group (i0 + u) / MR starts at (i0 + u) * r
-            _mk_store(qpk, (i0 + u) * r, 1, MR, kpk, boff, nr, r, S, u * kb + jj, kb)
+            if spans[u // MR, 0] < jj + nr and spans[u // MR, 1] > jj:
+                _mk_store(qpk, (i0 + u) * r, 1, MR, kpk, boff, nr, r, S, u * kb + jj, kb)
 
 
 @njit(fastmath=FM_KERNEL, cache=True)
-def _tile_values(acc, nt, S, vpk, j0, nbp, nr, cv):
-    """acc[:nt] += S[:nt, :nbp] @ v[j0:j0+nbp] from the packed value panels ``vpk``
-    (value coordinates ``p*nr … p*nr + nr - 1`` of every key, an N×nr block); products
-    in the inputs' precision over one key block, added to the float64 totals; only the
-    first ``cv`` value coordinates are needed (a last panel at most half used takes
-    :data:`_mk_add_half`)."""
+def _tile_values(acc, nt, S, vpk, j0, nr, cv, spans):
+    """acc[:nt] += S[:nt] @ v[j0:j0+KBLOCK] from the packed value panels ``vpk``
+    (value coordinates ``p*nr … p*nr + nr - 1`` of every key, an N×nr block), each group
+    of MR rows over its keys ``spans[u // MR] = [a, e)`` only (the row pass leaves S zero
+    there outside each row's own range; the products over the other keys of the block
+    would add zeros); products in the inputs' precision over one key block, added to the
+    float64 totals; only the first ``cv`` value coordinates are needed (a last panel at
+    most half used takes :data:`_mk_add_half`)."""
     n_pan, npad = vpk.shape[0], vpk.shape[1]
     cp = n_pan * nr
     kb = KBLOCK                           # S is QTILE x KBLOCK: a constant row stride
     for pan in range(n_pan):
         boff = (pan * npad + j0) * nr
-        if cv - pan * nr > nr // 2:
-            for u in range(0, nt, MR):
-                _mk_add(S, u * kb, kb, 1, vpk, boff, nr, nbp, acc, u * cp + pan * nr, cp)
-        else:                                 # at most half of this panel is used
-            for u in range(0, nt, MR):
-                _mk_add_half(S, u * kb, kb, 1, vpk, boff, nr, nbp, acc, u * cp + pan * nr, cp)
-
-
-@njit(fastmath=FM_KERNEL, inline="always")
-def _tile_block(S, qpk, i0, nt, kpk, j0, stop, nr):
-    """The logits of the block of keys from ``j0`` (to at most ``stop``) for the tile's
-    queries (:func:`_tile_logits`); returns ``(nbt, nbp)``, its key count and that count
-    padded to a key panel."""
-    nbt = min(KBLOCK, stop - j0)
-    nbp = (nbt + nr - 1) // nr * nr
-    _tile_logits(S, qpk, i0, nt, kpk, j0, nbp, nr)
-    return nbt, nbp
+        half = cv - pan * nr <= nr // 2      # at most half of this panel is used
+        for u in range(0, nt, MR):
+            a, e = spans[u // MR, 0], spans[u // MR, 1]
+            if e <= a:
+                continue
+            if half:
+                _mk_add_half(S, u * kb + a, kb, 1, vpk, boff + a * nr, nr, e - a, acc,
+                             u * cp + pan * nr, cp)
+            else:
+                _mk_add(S, u * kb + a, kb, 1, vpk, boff + a * nr, nr, e - a, acc,
+                        u * cp + pan * nr, cp)
 
 
 @njit(fastmath=FM_KERNEL, inline="always")
@@ -336,12 +336,45 @@ def _row_range(lo, hi, j0, nbt, nbp):
 
 
 @njit(fastmath=FM_KERNEL, inline="always")
-def _zero_outside(row, a, e, nbp):
-    """``row[:a] = row[e:nbp] = 0``: the entries of keys the row's query does not see."""
+def _group_spans(spans, lo, hi, i0, nt, j0, nbt, nbp):
+    """``spans[u // MR] = [a, e)``: the union of the keys of the block (from ``j0``) that
+    the queries of group ``i0 + u … i0 + u + MR - 1`` see (:func:`_row_range`; ``[0, 0)``:
+    none).  A group only computes the logits and value sums of its span, so a tile whose
+    queries see different keys (two segments of an ensemble, a causal diagonal) does not
+    compute every group against every key of the tile."""
+    for u in range(0, nt, MR):
+        ga, ge = nbp, 0
+        for i in range(i0 + u, i0 + u + MR):
+            a, e = _row_range(lo[i], hi[i], j0, nbt, nbp)
+            if e > a:
+                ga = min(ga, a)
+                ge = max(ge, e)
+        if ge <= ga:
+            ga = ge = 0
+        spans[u // MR, 0] = ga
+        spans[u // MR, 1] = ge
+
+
+@njit(fastmath=FM_KERNEL, inline="always")
+def _tile_block(S, qpk, i0, nt, kpk, j0, stop, nr, lo, hi, spans):
+    """The logits of the block of keys from ``j0`` (to at most ``stop``) for the tile's
+    queries, each group over its span (:func:`_group_spans`, :func:`_tile_logits`);
+    returns ``(nbt, nbp)``, its key count and that count padded to a key panel."""
+    nbt = min(KBLOCK, stop - j0)
+    nbp = (nbt + nr - 1) // nr * nr
+    _group_spans(spans, lo, hi, i0, nt, j0, nbt, nbp)
+    _tile_logits(S, qpk, i0, nt, kpk, j0, nbp, nr, spans)
+    return nbt, nbp
+
+
+@njit(fastmath=FM_KERNEL, inline="always")
+def _zero_outside(row, a, e, ga, ge):
+    """``row[ga:a] = row[e:ge] = 0``: inside its group's span ``[ga, ge)`` (what the value
+    product reads), the entries of keys the row's query does not see."""
     zero = row.dtype.type(0.0)
-    for j in range(a):
+    for j in range(ga, min(a, ge)):
         row[j] = zero
-    for j in range(e, nbp):
+    for j in range(max(e, ga), ge):
         row[j] = zero
 
 
@@ -372,11 +405,12 @@ def softmax_tiled_kernel(qpk, kpk, vpk, bias, lo, hi, nr, cv, qtile, n_groups, n
     for g in prange(n_groups):
         wide_vectors()
         S = np.empty((qtile, KBLOCK), dtype=qpk.dtype)
+        spans = np.empty((qtile // MR, 2), dtype=np.int64)
         acc, m_run, s_run = lse_totals(qtile, max(cp, 1), qpk)
         for tile in range(first_tile(g, n_groups, n_threads), n_tiles, n_groups):
             i0, nt, start, stop = start_tile(tile, qtile, m_q, KBLOCK, acc, s_run, lo, hi)
             for j0 in range(start, stop, KBLOCK):
-                nbt, nbp = _tile_block(S, qpk, i0, nt, kpk, j0, stop, nr)
+                nbt, nbp = _tile_block(S, qpk, i0, nt, kpk, j0, stop, nr, lo, hi, spans)
                 for t in range(nt):
                     row = S[t]
                     a, e = _row_range(lo[i0 + t], hi[i0 + t], j0, nbt, nbp)
@@ -389,9 +423,9 @@ def softmax_tiled_kernel(qpk, kpk, vpk, bias, lo, hi, nr, cv, qtile, n_groups, n
                             x[j] = y
                             mb = fmax(mb, y)
                         lse_step(x, e - a, mb, m_run, s_run, acc, t, lo[i0 + t] >= j0, zero)
-                    _zero_outside(row, a, e, nbp)
+                    _zero_outside(row, a, e, spans[t // MR, 0], spans[t // MR, 1])
                 if cp > 0:
-                    _tile_values(acc, nt, S, vpk, j0, nbp, nr, cv)
+                    _tile_values(acc, nt, S, vpk, j0, nr, cv, spans)
             finish_tile(i0, nt, lo, hi, m_run, s_run, acc, out, lse)
 
 
@@ -407,17 +441,18 @@ def pointwise_tiled_kernel(phi, qpk, kpk, vpk, w, lo, hi, nr, cv, qtile, n_group
     for g in prange(n_groups):
         wide_vectors()
         S = np.empty((qtile, KBLOCK), dtype=qpk.dtype)
+        spans = np.empty((qtile // MR, 2), dtype=np.int64)
         acc, _, s_run = lse_totals(qtile, max(cp, 1), qpk)
         for tile in range(first_tile(g, n_groups, n_threads), n_tiles, n_groups):
             i0, nt, start, stop = start_tile(tile, qtile, m_q, KBLOCK, acc, s_run, lo, hi)
             for j0 in range(start, stop, KBLOCK):
-                nbt, nbp = _tile_block(S, qpk, i0, nt, kpk, j0, stop, nr)
+                nbt, nbp = _tile_block(S, qpk, i0, nt, kpk, j0, stop, nr, lo, hi, spans)
                 for t in range(nt):
                     row = S[t]
                     a, e = _row_range(lo[i0 + t], hi[i0 + t], j0, nbt, nbp)
                     apply_phi(phi, row[a:e], e - a, w[j0 + a:j0 + e])
-                    _zero_outside(row, a, e, nbp)
-                _tile_values(acc, nt, S, vpk, j0, nbp, nr, cv)
+                    _zero_outside(row, a, e, spans[t // MR, 0], spans[t // MR, 1])
+                _tile_values(acc, nt, S, vpk, j0, nr, cv, spans)
             for t in range(nt):
                 for cc in range(cp):
                     out[i0 + t, cc] = acc[t, cc]
@@ -443,13 +478,65 @@ def query_tile(m: int, n_threads: int, layout: TileLayout = LAYOUT) -> int:
     return max(layout.mr, -(-rows // layout.mr) * layout.mr)
 
 
+def query_layout(lo: np.ndarray, hi: np.ndarray, n: int) -> tuple:
+    """The part of :func:`tiled_layout` that depends on the key ranges alone (a backend
+    caches it per :class:`~transformer_pde.backends.ranges.KeyRanges`).
+
+    Queries sorted by their ranges (by ``lo``, then ``hi``; stable, so a prefix mask sorts
+    by ``hi``) when some query does not see all ``n`` keys, so that a tile's queries see
+    similar keys; ``order = None`` when they are in that order already (unmasked calls,
+    sorted prefixes, block-diagonal ensembles: no permutation of the queries in or of the
+    results out).  Returns ``(order, lop, hip)``: the permutation, and the ranges in that
+    order padded with empty ranges to a multiple of :data:`MR` queries.
+    """
+    m = lo.shape[0]
+    order = None
+    if lo.max(initial=0) > 0 or hi.min(initial=0) < n:   # masked: similar ranges share a tile
+        order = np.lexsort((hi, lo))
+        if (order == np.arange(m)).all():
+            order = None
+        else:
+            lo, hi = lo[order], hi[order]
+    mp = -(-m // MR) * MR
+    lop = np.zeros(mp, dtype=np.int64)
+    lop[:m] = lo
+    hip = np.zeros(mp, dtype=np.int64)
+    hip[:m] = hi
+    return order, lop, hip
+
+
+#: per-thread packing buffers of :func:`tiled_layout` (``scratch=True``)
+_SCRATCH = threading.local()
+#: largest packing buffer kept for reuse, in bytes (larger ones are allocated per call)
+SCRATCH_MAX_BYTES = 1 << 25
+
+
+def _empty(scratch: bool, name: str, shape: tuple, dtype: Any) -> np.ndarray:
+    """``np.empty(shape, dtype)``, or with ``scratch`` this thread's buffer ``name``
+    reused from call to call (grown when too small, up to :data:`SCRATCH_MAX_BYTES`):
+    a fresh array of a few MB is mapped page by page on first write, which measured
+    ~0.5 ms per MB on a 2-core VM, a third of an ensemble's field evaluation."""
+    size = int(np.prod(shape))
+    dtype = np.dtype(dtype)
+    if not scratch or size * dtype.itemsize > SCRATCH_MAX_BYTES:
+        return np.empty(shape, dtype)
+    buf = _SCRATCH.__dict__.get((name, dtype))
+    if buf is None or buf.size < size:
+        buf = np.empty(size, dtype)
+        _SCRATCH.__dict__[(name, dtype)] = buf
+    return buf[:size].reshape(shape)
+
+
 def tiled_layout(dtype: Any, q: np.ndarray, k: np.ndarray, vals: np.ndarray | None,
-                 b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple:
+                 b: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                 queries: tuple | None = None, scratch: bool = False) -> tuple:
     """Pad and pack for the tiled kernels.
 
-    Queries sorted by their ranges (by ``lo``, then ``hi``; masked calls) and padded to a
-    multiple of MR (empty ranges); keys, bias and value coordinates padded with zeros to
-    multiples of ``nr`` (:data:`NR` float64, :data:`NR_F32` float32), then packed in the
+    Queries sorted and padded by :func:`query_layout` (``queries``: its result for these
+    ``lo``, ``hi``, when the caller has it); with ``scratch`` the packed operands are
+    this thread's buffers, overwritten by its next ``scratch`` call (a kernel launch
+    uses them and lets them go); keys, bias and value coordinates padded with
+    zeros to multiples of ``nr`` (:data:`NR` float64, :data:`NR_F32` float32), then packed in the
     operand layouts of the micro-kernels: key panel ``p`` holds
     ``k[p*nr:(p+1)*nr].T`` (r×nr, contiguous), value panel ``p`` holds
     ``v[:, p*nr:(p+1)*nr]`` (N×nr, contiguous), so that the micro-kernels read
@@ -464,30 +551,32 @@ def tiled_layout(dtype: Any, q: np.ndarray, k: np.ndarray, vals: np.ndarray | No
     m, r = q.shape
     n = k.shape[0]
     nr = NR_F32 if dtype == np.float32 else NR
-    order = None
-    if lo.max(initial=0) > 0 or hi.min(initial=0) < n:   # masked: similar ranges share a tile
-        order = np.lexsort((hi, lo))       # stable: a prefix mask sorts by hi as before
-        q, lo, hi = q[order], lo[order], hi[order]
-    mp = -(-m // MR) * MR
+    order, lop, hip = query_layout(lo, hi, n) if queries is None else queries
+    mp = lop.shape[0]
+    qpk = _empty(scratch, "q", (mp // MR, r, MR), dtype)
+    whole = m // MR                        # complete query groups
+    qs = q if order is None else q[order]
+    qpk[:whole] = qs[:whole * MR].reshape(whole, MR, r).transpose(0, 2, 1)
+    if whole < mp // MR:                   # the last group, padded with zero queries
+        qpk[whole:] = 0
+        qpk[whole, :, :m - whole * MR] = qs[whole * MR:].T
     npad = -(-n // nr) * nr
-    qp = np.zeros((mp, r), dtype=dtype)
-    qp[:m] = q
-    qpk = np.ascontiguousarray(qp.reshape(mp // MR, MR, r).transpose(0, 2, 1))
-    lop = np.zeros(mp, dtype=np.int64)
-    lop[:m] = lo
-    hip = np.zeros(mp, dtype=np.int64)
-    hip[:m] = hi
     full = n // nr * nr                    # keys of the complete panels
-    kpk = np.zeros((npad // nr, r, nr), dtype=dtype)
+    kpk = _empty(scratch, "k", (npad // nr, r, nr), dtype)
     kpk[:n // nr] = k[:full].reshape(n // nr, nr, r).transpose(0, 2, 1)
     if full < n:
+        kpk[n // nr] = 0
         kpk[n // nr, :, :n - full] = k[full:].T
-    bp = np.zeros(npad, dtype=dtype)
+    bp = _empty(scratch, "b", (npad,), dtype)
     bp[:n] = b
+    bp[n:] = 0
     c = 0 if vals is None else vals.shape[1]
-    vpk = np.zeros((-(-c // nr), npad, nr), dtype=dtype)
+    vpk = _empty(scratch, "v", (-(-c // nr), npad, nr), dtype)
     for p in range(c // nr):
         vpk[p, :n] = vals[:, p * nr:(p + 1) * nr]
+        vpk[p, n:] = 0
     if c % nr:
         vpk[c // nr, :n, :c % nr] = vals[:, c // nr * nr:]
+        vpk[c // nr, :n, c % nr:] = 0
+        vpk[c // nr, n:] = 0
     return order, qpk, kpk, vpk, bp, lop, hip, nr
