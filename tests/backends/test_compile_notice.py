@@ -21,6 +21,7 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 
 numba = pytest.importorskip("numba")
@@ -204,3 +205,17 @@ def test_real_kernel_from_an_empty_cache_is_said(tmp_path):
                               text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     assert "compiling the Numba kernel" in run.stderr
+
+
+def test_kernels_are_named_with_their_dtype_and_expected_ones_said_at_info(notice, caplog):
+    # two specialisations of one kernel are two distinct lines; inside expected() (warmup,
+    # the background compilation) the start line is INFO, not WARNING
+    caplog.set_level(logging.DEBUG, logger=cn.LOGGER_NAME)
+    f = _package_function()
+    with cn.expected():
+        assert f(np.ones(2))[0] == 2.0
+    assert f(np.ones(2, np.float32))[0] == 2.0
+    said = [(r.levelno, r.getMessage()) for r in _records(caplog)
+            if "compiling the Numba kernel" in r.getMessage()]
+    assert [(lv, m.split()[5:7]) for lv, m in said] == [
+        (logging.INFO, ["add_one", "(float64)"]), (logging.WARNING, ["add_one", "(float32)"])]

@@ -19,7 +19,9 @@ A backend evaluates, for projected queries ``q`` (M, r), keys ``k`` (N, r), valu
 Backends also expose ``asarray(a, dtype)``, ``to_numpy(a)`` and an array namespace ``xp``
 so that the state can live on the backend's device.  :func:`get_backend` is the single
 dispatch point; ``"auto"`` (:data:`DEFAULT_BACKEND`, the default of every entry point)
-picks the fastest installed backend for a problem size.
+picks the fastest installed backend for a problem size, and never waits for a
+compilation: while the Numba kernels are not compiled yet it answers with NumPy and
+compiles them in the background (:func:`compile_kernels`).
 
 The array namespace.  Code outside a backend works on backend arrays with operators,
 array methods and the functions of :data:`XP_FUNCTIONS` of the namespace, which it gets
@@ -45,6 +47,8 @@ otherwise use the primitives, so a backend without it stays complete:
 """
 
 import importlib
+import os
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -52,8 +56,8 @@ import numpy as np
 from ..errors import ArgumentError, ArgumentTypeError, BackendNotAvailable
 
 __all__ = ["Backend", "BackendNotAvailable", "array_namespace", "available_backends",
-           "get_backend", "register_backend", "to_host", "BACKENDS", "DEFAULT_BACKEND",
-           "XP_FUNCTIONS"]
+           "compile_kernels", "get_backend", "kernels_ready", "register_backend", "to_host",
+           "AUTO_COMPILE_ENV", "BACKENDS", "DEFAULT_BACKEND", "XP_FUNCTIONS"]
 
 #: the backend of every entry point that takes ``backend=`` (library and command line):
 #: the fastest installed backend for the run's number of tokens
@@ -173,6 +177,22 @@ def get_backend(name: Any = DEFAULT_BACKEND, *, n_tokens: int | None = None) -> 
     n_tokens : int, optional
         Problem size used by ``"auto"`` (none: NumPy).
 
+    Notes
+    -----
+    ``"auto"`` never blocks on a compilation.  When it would pick Numba but the Numba
+    kernels (:func:`compile_kernels`: softmax, pointwise and Sinkhorn-sweep kernels,
+    streaming and tiled, float64 and float32) are neither compiled in this process nor in
+    Numba's disk cache, it returns the NumPy reference and starts compiling them on one
+    background thread (a daemon; its progress is the compile notice of
+    :mod:`~transformer_pde.backends.compile_notice`, at ``INFO``; a failure there is
+    logged, never raised).  Calls made once they are ready get Numba.  A run resolves its
+    backend once, so it never switches mid-way; a later run does.  Both answers agree to
+    the accuracy of the Numba kernels (about 1e-13 relative in float64, 1e-5 in
+    float32).  With the environment variable :data:`AUTO_COMPILE_ENV` set to
+    ``foreground``, ``"auto"`` compiles in the caller's thread instead (the behaviour of
+    an explicit ``"numba"``, which always does); ``transformer-pde warmup`` compiles
+    everything ahead of time.
+
     Raises
     ------
     ArgumentError
@@ -214,5 +234,96 @@ def _auto_choice(n_tokens: int | None) -> str:
             _load(name)
         except BackendNotAvailable:
             continue
+        if name in _KERNEL_SETS and not kernels_ready(name, start=True):
+            return "numpy"       # compiling in the background: never wait for it
         return name
     return "numpy"
+
+
+#: environment variable: ``foreground`` makes ``"auto"`` compile in the caller's thread
+#: (read at each call; default ``background``)
+AUTO_COMPILE_ENV = "TRANSFORMER_PDE_AUTO_COMPILE"
+
+
+def _numba_kernel_set() -> list[tuple[Any, str, Callable[[], Any]]]:
+    """``(dispatcher, dtype, call)`` for every kernel of the Numba backend: ``call``
+    compiles (or loads) the kernel's specialisation for ``dtype`` by a tiny call."""
+    # deferred: numba is optional and slow to import; reached only once it loaded
+    from .numba import NumbaBackend, streaming, sweep, tiled  # noqa: PLC0415
+
+    out = []
+    for dtype in (np.float64, np.float32):
+        name = np.dtype(dtype).name
+        for family, r, softmax, pointwise in (
+                ("streaming", 2, streaming.softmax_kernel, streaming.pointwise_kernel),
+                ("tiled", 16, tiled.softmax_tiled_kernel, tiled.pointwise_tiled_kernel)):
+            be = NumbaBackend(kernel=family)
+            q = np.linspace(-1.0, 1.0, 8 * r).reshape(8, r).astype(dtype)
+            zero, one = np.zeros(8, dtype), np.full(8, 0.125, dtype)
+            out.append((softmax, name, lambda be=be, q=q, b=zero: be.softmax(q, q, q, b, None)))
+            out.append((pointwise, name,
+                        lambda be=be, q=q, w=one: be.pointwise("sigmoid", q, q, q, w, None)))
+        q = np.ascontiguousarray(q[:, :2])
+        out.append((sweep._sweep_kernel, name,
+                    lambda be=be, q=q, b=zero, w=one: be.sinkhorn_sweep(q, q, q, b, w)))
+    return out
+
+
+#: backend name -> its kernels (:func:`_numba_kernel_set`); ``"auto"`` waits for none
+_KERNEL_SETS: dict[str, Callable[[], list[tuple[Any, str, Callable[[], Any]]]]] = {
+    "numba": _numba_kernel_set}
+_READY: set[str] = set()
+
+
+def compile_kernels(name: str = "numba") -> list[str]:
+    """Compile (or load from Numba's disk cache) every kernel of backend ``name`` in this
+    thread, one call each; returns the kernels compiled, as ``"kernel (dtype)"``.
+
+    The Numba backend's kernels: softmax (and lse), pointwise and Sinkhorn sweep,
+    streaming and tiled, float64 then float32.  A backend with nothing to compile
+    (``"numpy"``, ``"cupy"``) returns ``[]``.
+
+    Raises
+    ------
+    ArgumentError
+        Unknown backend name.
+    BackendNotAvailable
+        The backend's library is missing.
+    """
+    if name not in BACKENDS:
+        raise ArgumentError(f"backend must be one of {sorted(BACKENDS)}, got {name!r}")
+    _load(name)
+    done = []
+    for dispatcher, dtype, call in _KERNEL_SETS.get(name, list)():
+        call()
+        done.append(f"{dispatcher.py_func.__name__} ({dtype})")
+    _READY.add(name)
+    return done
+
+
+def kernels_ready(name: str = "numba", *, start: bool = False) -> bool:
+    """Whether every kernel of backend ``name`` (:func:`compile_kernels`) is compiled in
+    this process or in Numba's disk cache, so that a call does not wait for a compilation.
+
+    With ``start=True`` a backend that is not ready starts compiling on the background
+    thread (:func:`~transformer_pde.backends.compile_notice.compile_in_background`),
+    unless the environment variable :data:`AUTO_COMPILE_ENV` is ``foreground``: then it
+    compiles now, in this thread, and is ready.
+    """
+    if name in _READY or name not in _KERNEL_SETS:
+        return True
+    # deferred: only a backend with kernels (numba, already loaded) reaches here
+    from . import compile_notice  # noqa: PLC0415
+
+    key = f"{name} kernels"
+    state = compile_notice.job_state(key)
+    if state is None and all(compile_notice.cached(d, dt) for d, dt, _ in _KERNEL_SETS[name]()):
+        state = "ready"
+    elif start and state is None:
+        if os.environ.get(AUTO_COMPILE_ENV, "").strip().lower() == "foreground":
+            compile_kernels(name)
+            return True
+        state = compile_notice.compile_in_background(key, lambda: compile_kernels(name))
+    if state == "ready":
+        _READY.add(name)
+    return state == "ready"

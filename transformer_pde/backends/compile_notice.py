@@ -27,19 +27,38 @@ and the progress bars get their description back.  Nested compilations (a kernel
 functions it calls) are one compilation, named after the outermost function.  Silence
 the notice with ``logging.getLogger("transformer_pde.compile").setLevel(logging.ERROR)``,
 or with :func:`uninstall`.
+
+A kernel is named with the dtype of its first array argument (``softmax_kernel
+(float32)``), so two specialisations are two distinct lines.  A compilation that is
+expected (inside :func:`expected`: ``transformer-pde warmup``, the background
+compilation) is said at ``INFO`` instead of ``WARNING``: it blocks no one who did not ask
+for it.
+
+Background compilation.  :func:`compile_in_background` runs a compilation job on the
+one background thread of the process (a daemon; jobs run one at a time, in the order
+given, each once per key); :func:`job_state` tells whether it is queued, running, ready
+or failed.  A job that raises is logged (``WARNING``, with the traceback at ``DEBUG``),
+never raised in the caller's thread.  :func:`cached` tells whether a kernel's
+specialisation for a dtype is compiled in this process or in Numba's disk cache (then a
+call loads it in a fraction of a second).  ``backend="auto"`` uses both
+(:func:`transformer_pde.backends.get_backend`).
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..validation import nonnegative
 
-__all__ = ["BAR_NOTE", "LOGGER_NAME", "NOTICE_AFTER", "install", "installed", "uninstall"]
+__all__ = ["BAR_NOTE", "LOGGER_NAME", "NOTICE_AFTER", "cached", "compile_in_background",
+           "expected", "install", "installed", "job_state", "uninstall"]
 
 #: Name of the logger of the notice.
 LOGGER_NAME = "transformer_pde.compile"
@@ -54,6 +73,26 @@ _PACKAGE = __name__.split(".", 1)[0]
 _LOCK = threading.Lock()
 _LISTENER: Any = None
 _REFUSED = False      # uninstall() was called: implicit install() calls do nothing
+_EXPECTED = threading.local()    # .depth > 0: this thread's compilations are expected
+
+
+@contextmanager
+def expected() -> Iterator[None]:
+    """Within this block, compilations of this thread are expected (asked for: a warm-up,
+    the background compilation): their notice is said at ``INFO``, not ``WARNING``."""
+    _EXPECTED.depth = getattr(_EXPECTED, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _EXPECTED.depth -= 1
+
+
+def _array_dtype(types: Any) -> str | None:
+    """The dtype (``"float64"``) of the first array among Numba argument types, if any."""
+    for t in getattr(types, "args", types) or ():
+        if getattr(t, "ndim", 0) >= 1 and getattr(t, "dtype", None) is not None:
+            return str(t.dtype)
+    return None
 
 
 def _function_name(event: Any) -> str | None:
@@ -63,7 +102,9 @@ def _function_name(event: Any) -> str | None:
     module = getattr(func, "__module__", "") or ""
     if module != _PACKAGE and not module.startswith(_PACKAGE + "."):
         return None
-    return getattr(func, "__qualname__", None) or getattr(func, "__name__", "kernel")
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", "kernel")
+    dtype = _array_dtype(data.get("args"))
+    return name if dtype is None else f"{name} ({dtype})"
 
 
 def _open_bars() -> list[Any]:
@@ -81,8 +122,9 @@ def _open_bars() -> list[Any]:
 class _Compilation:
     """One outermost compilation: the timer that gives the notice, the bars it marked."""
 
-    def __init__(self, name: str, after: float) -> None:
+    def __init__(self, name: str, after: float, level: int = logging.WARNING) -> None:
         self.name = name
+        self.level = level
         self.start = time.perf_counter()
         self.lock = threading.Lock()
         self.said = False
@@ -101,8 +143,8 @@ class _Compilation:
             if self.ended or self.said:
                 return
             self.said = True
-            logger.warning("transformer_pde: compiling the Numba kernel %s for first use "
-                           "(cached afterwards: later runs skip this)", self.name)
+            logger.log(self.level, "transformer_pde: compiling the Numba kernel %s for first "
+                       "use (cached afterwards: later runs skip this)", self.name)
             for bar in _open_bars():
                 try:
                     old = bar.desc
@@ -145,7 +187,8 @@ def _listener_class() -> type:
             if stack or name is None:
                 stack.append(None)     # nested in an outer one, or not ours
                 return
-            stack.append(_Compilation(name, self.after))
+            level = logging.INFO if getattr(_EXPECTED, "depth", 0) else logging.WARNING
+            stack.append(_Compilation(name, self.after, level))
 
         def on_end(self, ev: Any) -> None:
             stack = self.local.__dict__.get("stack")
@@ -214,3 +257,75 @@ def uninstall() -> None:
 def installed() -> bool:
     """Whether the notice is installed."""
     return _LISTENER is not None
+
+
+def cached(dispatcher: Any, dtype: str) -> bool:
+    """Whether the Numba ``dispatcher`` has a specialisation whose first array argument has
+    dtype ``dtype`` (``"float64"``), compiled in this process or in its disk cache for this
+    CPU and source (a call then loads it instead of compiling).
+
+    Reads Numba's cache index (an internal of Numba): anything unexpected there answers
+    ``False``, so the worst case is a compilation in the background that was not needed.
+    """
+    if any(_array_dtype(sig) == dtype for sig in getattr(dispatcher, "signatures", ())):
+        return True
+    try:
+        cache = dispatcher._cache
+        codegen = dispatcher.targetctx.codegen()
+        index = cache._cache_file._load_index()
+        return any(_array_dtype(sig) == dtype and magic == codegen.magic_tuple()
+                   and stamp == cache._index_key(sig, codegen)[2]
+                   for sig, magic, stamp in index)
+    except Exception:  # noqa: BLE001 - an unreadable or changed cache: say "not cached"
+        return False
+
+
+_JOBS: dict[str, str] = {}        # key -> "queued", "running", "ready" or "failed"
+_QUEUE: queue.Queue = queue.Queue()
+_WORKER: threading.Thread | None = None
+
+
+def _work() -> None:
+    while True:
+        key, job = _QUEUE.get()
+        _JOBS[key] = "running"
+        try:
+            with expected():
+                job()
+        except Exception as exc:     # logged, never raised in the user's thread
+            _JOBS[key] = "failed"
+            logger.warning("transformer_pde: the background compilation %s failed (%s: %s); "
+                           "its callers keep the NumPy backend", key, type(exc).__name__, exc)
+            logger.debug("background compilation %s", key, exc_info=True)
+        else:
+            _JOBS[key] = "ready"
+            logger.info("transformer_pde: the background compilation %s is done", key)
+        finally:
+            _QUEUE.task_done()
+
+
+def compile_in_background(key: str, job: Callable[[], None]) -> str:
+    """Run ``job`` (which compiles kernels, e.g. by calling them on tiny inputs) on the
+    background compilation thread, once per ``key``; returns :func:`job_state` of ``key``.
+
+    One daemon thread runs the jobs one at a time in the order given, so a compilation
+    never competes with another for the cores; its compilations are :func:`expected`
+    (said at ``INFO``).  A job that raises is ``"failed"`` and logged at ``WARNING``; it is
+    not run again in this process.
+    """
+    global _WORKER
+    with _LOCK:
+        if key not in _JOBS:
+            _JOBS[key] = "queued"
+            _QUEUE.put((key, job))
+            if _WORKER is None:
+                _WORKER = threading.Thread(target=_work, name="transformer_pde-compile",
+                                           daemon=True)
+                _WORKER.start()
+        return _JOBS[key]
+
+
+def job_state(key: str) -> str | None:
+    """``"queued"``, ``"running"``, ``"ready"`` or ``"failed"`` for a job given to
+    :func:`compile_in_background`; ``None`` for a key never given."""
+    return _JOBS.get(key)

@@ -1,25 +1,33 @@
 r"""``transformer-pde warmup``: compile the package's Numba kernels ahead of their first use.
 
 The compiled kernels are built by Numba the first time they run with a given argument
-type and cached on disk (``NUMBA_CACHE_DIR`` moves the cache).  :func:`warmup` runs one
-tiny call of each main path, so that the compilation happens now, once, instead of in the
-first real run; later runs, in any process, load the cached machine code.  The paths
-(:data:`WARMUP_PATHS`):
+type and cached on disk (``NUMBA_CACHE_DIR`` moves the cache).  :func:`warmup` compiles
+the kernels of the main paths now, once, instead of in the first real run; later runs,
+in any process, load the cached machine code.  The paths (:data:`WARMUP_PATHS`):
 
+* ``backend``: every kernel of the Numba backend
+  (:func:`~transformer_pde.backends.compile_kernels`: softmax and lse, pointwise and the
+  Sinkhorn sweep, streaming and tiled, float64 and float32), which
+  :func:`~transformer_pde.simulate`, :func:`~transformer_pde.velocity`, the Sinkhorn field
+  and the pretrained models run on (``particles`` and ``sinkhorn`` are older names of it);
 * ``gaussian``: :func:`~transformer_pde.gaussian.solve_batch` of softmax members (the
   lockstep kernel of softmax / linear);
-* ``gaussian-general``: the same for a Sinkhorn member (the per-member kernel of l2 /
-  sinkhorn);
-* ``particles``: :func:`~transformer_pde.simulate` on the ``numba`` backend (the softmax
-  field, float64 and float32);
-* ``sinkhorn``: the Sinkhorn field on the ``numba`` backend.
+* ``gaussian-general``: the same for a Sinkhorn member (the kernel of l2 / sinkhorn);
+* ``clusters``: :func:`~transformer_pde.diagnostics.clusters` (the minimum-spanning-tree
+  kernel of up to :data:`~transformer_pde.diagnostics.clustering.EXACT_MST_MAX` tokens).
 
-Without numba there is nothing to compile and the command says so.
+Each kernel compiles once: a kernel already compiled (in this process or in the disk
+cache) is loaded, not compiled again, and not reported.  While it compiles, the command
+shows a line per kernel when it starts and one with its time when it ends (the compile
+notice of :mod:`~transformer_pde.backends.compile_notice`, at ``INFO``: the compilations
+are expected), then a line per path.  Without numba there is nothing to compile and the
+command says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 import warnings
@@ -28,10 +36,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..attention import Attention
+from ..backends import compile_kernels, compile_notice
 from ..errors import EarlyStopWarning
-from ..fields import velocity
-from ..particles.options import FieldOptions
-from ..particles.simulation import simulate
 from .exits import ExitCode, UsageError
 
 __all__ = ["WARMUP_PATHS", "cmd_warmup", "configure_parser", "warmup"]
@@ -53,32 +59,26 @@ def _gaussian(general: bool = False) -> None:
                                  np.zeros((2, 2)), covs, t_max=1.0)
 
 
-def _particles() -> None:
-    rng = np.random.default_rng(0)
-    d = 4
-    att = Attention("softmax", np.eye(d), np.eye(d), np.eye(d))
-    for dtype in (np.float64, np.float32):
-        X0 = rng.standard_normal((64, d)).astype(dtype)
-        simulate(att, X0, t_max=0.02, dt=0.01, field=FieldOptions(backend="numba"))
+def _clusters() -> None:
+    # deferred: the diagnostics import SciPy (seconds); only this path needs them
+    from ..diagnostics import clusters  # noqa: PLC0415
 
-
-def _sinkhorn() -> None:
-    rng = np.random.default_rng(0)
-    d = 4
-    att = Attention("sinkhorn", np.eye(d), np.eye(d), np.eye(d))
-    velocity(att, rng.standard_normal((64, d)), backend="numba")
+    clusters(np.random.default_rng(0).standard_normal((32, 2)))
 
 
 #: The paths :func:`warmup` compiles, by name.
-WARMUP_PATHS: dict[str, Callable[[], None]] = {
-    "gaussian": _gaussian, "gaussian-general": lambda: _gaussian(True),
-    "particles": _particles, "sinkhorn": _sinkhorn}
+WARMUP_PATHS: dict[str, Callable[[], object]] = {
+    "backend": compile_kernels, "gaussian": _gaussian,
+    "gaussian-general": lambda: _gaussian(True), "clusters": _clusters}
+#: older names of a path
+_ALIASES = {"particles": "backend", "sinkhorn": "backend"}
 
 
 def warmup(paths: Sequence[str] | None = None) -> list[tuple[str, float]]:
-    """Compile the Numba kernels of ``paths`` (default: all of :data:`WARMUP_PATHS`) by one
-    tiny call each; returns ``(path, seconds)`` in order (a path already compiled and
-    cached takes a fraction of a second).
+    """Compile the Numba kernels of ``paths`` (default: all of :data:`WARMUP_PATHS`, each
+    once), one kernel at a time; returns ``(path, seconds)`` in order (a path already
+    compiled and cached takes a fraction of a second).  Every kernel that compiles is said
+    when it starts and when it ends, at ``INFO`` on the logger ``"transformer_pde.compile"``.
 
     Raises
     ------
@@ -86,19 +86,29 @@ def warmup(paths: Sequence[str] | None = None) -> list[tuple[str, float]]:
         An unknown path name, or numba not installed.
     """
     names = list(WARMUP_PATHS) if not paths else list(paths)
-    unknown = [p for p in names if p not in WARMUP_PATHS]
+    unknown = [p for p in names if p not in WARMUP_PATHS and p not in _ALIASES]
     if unknown:
         raise UsageError(f"unknown warmup path(s) {unknown}; choose from {list(WARMUP_PATHS)}")
+    names = list(dict.fromkeys(_ALIASES.get(p, p) for p in names))
     try:
         # deferred: numba is optional; its absence is a usage error of this command only
         import numba  # noqa: F401, PLC0415
     except ImportError:
         raise UsageError("numba is not installed: there are no kernels to compile") from None
+    notice_after = compile_notice._LISTENER.after if compile_notice.installed() else None
+    compile_notice.install(after=0.0)           # each kernel said as it starts
     out = []
-    for name in names:
-        t0 = time.perf_counter()
-        WARMUP_PATHS[name]()
-        out.append((name, time.perf_counter() - t0))
+    try:
+        with compile_notice.expected():
+            for name in names:
+                t0 = time.perf_counter()
+                WARMUP_PATHS[name]()
+                out.append((name, time.perf_counter() - t0))
+    finally:
+        if notice_after is None:
+            compile_notice.uninstall()
+        else:
+            compile_notice.install(after=notice_after)
     return out
 
 
@@ -109,8 +119,28 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_warmup)
 
 
+class _Progress(logging.Handler):
+    """The compile notice as ``warmup:`` lines on stdout, as they come."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage().removeprefix("transformer_pde: ")
+        sys.stdout.write(f"warmup: {text}\n")
+        sys.stdout.flush()
+
+
 def cmd_warmup(args: argparse.Namespace) -> int:
-    """``transformer-pde warmup [PATH ...]``: :func:`warmup`, one line per path on stdout."""
-    for name, seconds in warmup(getattr(args, "paths", None)):
-        sys.stdout.write(f"warmup: {name} ready ({seconds:.1f} s)\n")
+    """``transformer-pde warmup [PATH ...]``: :func:`warmup`, a line per kernel as it
+    starts and ends, then a line per path, on stdout."""
+    log = logging.getLogger(compile_notice.LOGGER_NAME)
+    handler, level, propagate = _Progress(logging.INFO), log.level, log.propagate
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    try:
+        for name, seconds in warmup(getattr(args, "paths", None)):
+            sys.stdout.write(f"warmup: {name} ready ({seconds:.1f} s)\n")
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+        log.propagate = propagate
     return ExitCode.OK
