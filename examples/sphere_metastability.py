@@ -19,17 +19,22 @@ k^2 I_k(beta) / (beta I_0(beta)), largest for k* = 3, and three clusters form fi
 
 Run::
 
-    python examples/sphere_metastability.py           # about 40 s on one core
-    python examples/sphere_metastability.py --quick   # a few seconds; smoke test
+    python examples/sphere_metastability.py                           # about 40 s on one core
+    TRANSFORMER_PDE_FAST=1 python examples/sphere_metastability.py    # a few seconds
 
 Writes figures/sphere_metastability.png.
 """
 
 from __future__ import annotations
 
-import argparse
+# %%
+# Parameters
+# ----------
+# ``FAST`` (``TRANSFORMER_PDE_FAST=1``) runs two pairs of groups of 2 tokens to t = 200 and
+# 120 tokens in (c, d); the figure goes into ``OUT`` (``TRANSFORMER_PDE_OUT``, by default the
+# repository's ``figures/``).
+
 import time
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -38,11 +43,19 @@ from scipy.special import ive
 
 import transformer_pde as tp
 from transformer_pde.diagnostics.metastability import interaction_energy, merge_events
-from transformer_pde.paper.scripts import script_argv
+from transformer_pde.paper.scripts import fast_configuration, output_folder, save_figures
 
-#: the repository root when run as a file; in a notebook (no ``__file__``) the working
-#: directory, so the figures go to ``./figures``
-ROOT = Path(__file__).resolve().parents[1] if "__file__" in globals() else Path.cwd()
+FAST = fast_configuration()
+OUT = output_folder()
+BETA = 40.0                                       # beta of the staircase (a, b)
+GAPS = [0.35, 0.5] if FAST else [0.35, 0.5, 0.6, 0.68]   # angles of the pairs (a, b)
+PER_GROUP = 2 if FAST else 4                      # tokens per group (a, b)
+T_MAX = 200.0 if FAST else 1.2e4                  # depth of (a, b)
+DT = 1.0     # RK4 step of (a, b): the fastest rate is a cluster's mass <= 1, so dt <= 2 is stable
+TOL = 1e-2                                        # cluster link length
+BETA_MODES = 5.0                                  # beta of (c, d)
+N_MODES = 120 if FAST else 400                    # tokens of (c, d)
+SEED = 0
 
 
 # %%
@@ -123,7 +136,7 @@ def modes(beta, n, t_max, dt, amp, kmax, seed):
     return traj, ang, ks, coef
 
 
-def figure(a, b, out: Path, beta_a, beta_b, tol) -> None:
+def figure(a, b, beta_a, beta_b, tol):
     traj, energy, merges, predicted, curves, angles = a
     mtraj, ang, ks, coef = b
     rates = mode_rates(beta_b, ks)
@@ -188,39 +201,30 @@ def figure(a, b, out: Path, beta_a, beta_b, tol) -> None:
     ax.set_title(f"(d) SA, β = {beta_b:g}: k* = {kstar} clusters form first")
     fig.suptitle("Metastability of attention on the circle (Q = K = V = I, tokens on S¹)")
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
+    return fig
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="small run for a smoke test")
-    p.add_argument("--beta", type=float, default=40.0, help="beta of the staircase (a, b)")
-    p.add_argument("--per-group", type=int, default=4, help="tokens per group (a, b)")
-    p.add_argument("--t-max", type=float, default=1.2e4)
-    p.add_argument("--dt", type=float, default=1.0, help="RK4 step of (a, b): the fastest "
-                   "rate is a cluster's mass <= 1, so dt <= 2 is stable")
-    p.add_argument("--tol", type=float, default=1e-2, help="cluster link length")
-    p.add_argument("--n-modes", type=int, default=400, help="tokens of (c, d)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=ROOT
-                   / "figures" / "sphere_metastability.png")
-    a = p.parse_args(argv)
-    gaps = [0.35, 0.5, 0.6, 0.68]
-    if a.quick:
-        gaps, a.t_max, a.n_modes, a.per_group = [0.35, 0.5], 200.0, 120, 2
-    t0 = time.perf_counter()
-    res_a = staircase(a.beta, gaps, a.per_group, a.t_max, a.dt, a.tol, a.seed)
-    t1 = time.perf_counter()
-    res_b = modes(5.0, a.n_modes, 16.0, 0.05, 1e-3, 6, a.seed)
-    t2 = time.perf_counter()
-    merges, predicted = res_a[2], res_a[3]
-    print(f"(a) {t1 - t0:.1f} s; merges seen at {np.round(merges.merge_times, 1).tolist()}, "
-          f"predicted {np.round(np.sort(predicted), 1).tolist()}; splits {merges.splits}")
-    print(f"(c) {t2 - t1:.1f} s; rates {np.round(mode_rates(5.0, res_b[2]), 4).tolist()}")
-    figure(res_a, res_b, a.out, a.beta, 5.0, a.tol)
-    print(f"wrote {a.out}")
 
+# %%
+# The runs
+# --------
+# The staircase of (a, b) and the modes of (c, d), with the merge times seen against those
+# the pairing law predicts.
 
-if __name__ == "__main__":
-    main(script_argv())
+t0 = time.perf_counter()
+res_a = staircase(BETA, GAPS, PER_GROUP, T_MAX, DT, TOL, SEED)
+t1 = time.perf_counter()
+res_b = modes(BETA_MODES, N_MODES, 16.0, 0.05, 1e-3, 6, SEED)
+t2 = time.perf_counter()
+merges, predicted = res_a[2], res_a[3]
+print(f"(a) {t1 - t0:.1f} s; merges seen at {np.round(merges.merge_times, 1).tolist()}, "
+      f"predicted {np.round(np.sort(predicted), 1).tolist()}; splits {merges.splits}")
+print(f"(c) {t2 - t1:.1f} s; rates {np.round(mode_rates(BETA_MODES, res_b[2]), 4).tolist()}")
+
+# %%
+# The figure
+# ----------
+# ``sphere_metastability.png`` into ``OUT``; in Jupyter the figure shows below the cell.
+
+save_figures({"sphere_metastability": figure(res_a, res_b, BETA, BETA_MODES, TOL)}, OUT,
+             dpi=120)

@@ -35,17 +35,22 @@ The figure uses beta = 1 (the same as beta = sqrt(d) with Q = K = d^{-1/4} I).
 
 Run::
 
-    python examples/sphere_normalization.py            # under a minute on one core
-    python examples/sphere_normalization.py --quick    # a few seconds; smoke test
+    python examples/sphere_normalization.py                           # under a minute on one core
+    TRANSFORMER_PDE_FAST=1 python examples/sphere_normalization.py    # a few seconds
 
 Writes figures/sphere_normalization.png.
 """
 
 from __future__ import annotations
 
-import argparse
+# %%
+# Parameters
+# ----------
+# ``FAST`` (``TRANSFORMER_PDE_FAST=1``) shortens the runs (depth 8 and 50 instead of 12 and
+# 1000); the figure goes into ``OUT`` (``TRANSFORMER_PDE_OUT``, by default the repository's
+# ``figures/``).
+
 import time
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -53,17 +58,19 @@ from scipy.integrate import solve_ivp
 
 import transformer_pde as tp
 from transformer_pde.blocks.normalization import Normalization
-from transformer_pde.paper.scripts import script_argv
+from transformer_pde.paper.scripts import fast_configuration, output_folder, save_figures
 
-#: the repository root when run as a file; in a notebook (no ``__file__``) the working
-#: directory, so the figures go to ``./figures``
-ROOT = Path(__file__).resolve().parents[1] if "__file__" in globals() else Path.cwd()
+FAST = fast_configuration()
+OUT = output_folder()
+BETA = 1.0          # temperature of the runs
+D = 512             # dimension
+SEED = 0
 
 # %%
 # The schemes: (label, Normalization, final depth, step, colour)
 SWITCH = 1.5
-FAST = ("post", "ngpt", "mix")     # exponential collapse on the sphere (mix: until the switch)
-SLOW = ("pre", "peri", "cod")      # the stream grows: polynomial collapse
+EXPONENTIAL = ("post", "ngpt", "mix")     # exponential collapse on the sphere (mix: until the switch)
+POLYNOMIAL = ("pre", "peri", "cod")       # the stream grows: polynomial collapse
 COLORS = {"post": "C0", "ngpt": "C1", "mix": "C2", "pre": "C3", "peri": "C4", "cod": "C5"}
 
 
@@ -157,7 +164,7 @@ def run(Y0: np.ndarray, beta: float, quick: bool) -> dict:
 
 # %%
 # The figure
-def figure(results: dict, out: Path, beta: float, speed: float, d: int) -> None:
+def figure(results: dict, beta: float, speed: float, d: int):
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
     ax = axes[0]
     for name, (t, m, _, _) in results.items():
@@ -169,7 +176,7 @@ def figure(results: dict, out: Path, beta: float, speed: float, d: int) -> None:
     ax.legend(fontsize=8)
 
     ax = axes[1]
-    for name in FAST:
+    for name in EXPONENTIAL:
         t, m, gap, _ = results[name]
         keep = t <= (results["post"][0][-1])
         ax.semilogy(t[keep], 1 - m[keep], color=COLORS[name], label=name)
@@ -184,7 +191,7 @@ def figure(results: dict, out: Path, beta: float, speed: float, d: int) -> None:
     ax.legend(fontsize=8)
 
     ax = axes[2]
-    for name in (*SLOW, "mix"):
+    for name in (*POLYNOMIAL, "mix"):
         t, m, gap, _ = results[name]
         ax.loglog(t[1:], 1 - m[1:], color=COLORS[name], label=name)
         ax.loglog(t[1:], gap[1:], "k--", lw=0.8)
@@ -200,31 +207,28 @@ def figure(results: dict, out: Path, beta: float, speed: float, d: int) -> None:
                  f"(at β = √{d} the initial tangential speed is {speed:.1e}: frozen)",
                  fontsize=10)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=130)
+    return fig
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="shorter runs (smoke test)")
-    p.add_argument("--beta", type=float, default=1.0)
-    p.add_argument("--d", type=int, default=512)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path,
-                   default=ROOT / "figures" /
-                   "sphere_normalization.png")
-    args = p.parse_args(argv)
-    X0, Y0 = initial_tokens(32, args.d, args.seed)
-    speed = tangential_speed(X0, float(np.sqrt(args.d)))
-    print(f"beta = sqrt({args.d}): max tangential speed at t = 0 is {speed:.3g}")
-    results = run(Y0, args.beta, args.quick)
-    for name, (t, m, gap, secs) in results.items():
-        err = np.max(np.abs((1 - m) - gap) / gap)
-        print(f"{name:5s} t_max = {t[-1]:7.1f}  1 - mean cosine = {1 - m[-1]:.3e}  "
-              f"equiangular law {gap[-1]:.3e}  (max relative gap {err:.2%})  {secs:.1f} s")
-    figure(results, args.out, args.beta, speed, args.d)
-    print(f"wrote {args.out}")
 
+# %%
+# The runs
+# --------
+# The initial tangential speed at :math:`\beta = \sqrt d`, then each scheme against the
+# equiangular law.
 
-if __name__ == "__main__":
-    main(script_argv())
+X0, Y0 = initial_tokens(32, D, SEED)
+speed = tangential_speed(X0, float(np.sqrt(D)))
+print(f"beta = sqrt({D}): max tangential speed at t = 0 is {speed:.3g}")
+results = run(Y0, BETA, FAST)
+for name, (t, m, gap, secs) in results.items():
+    err = np.max(np.abs((1 - m) - gap) / gap)
+    print(f"{name:5s} t_max = {t[-1]:7.1f}  1 - mean cosine = {1 - m[-1]:.3e}  "
+          f"equiangular law {gap[-1]:.3e}  (max relative gap {err:.2%})  {secs:.1f} s")
+
+# %%
+# The figure
+# ----------
+# ``sphere_normalization.png`` into ``OUT``; in Jupyter the figure shows below the cell.
+
+save_figures({"sphere_normalization": figure(results, BETA, speed, D)}, OUT, dpi=130)

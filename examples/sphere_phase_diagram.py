@@ -23,17 +23,22 @@ rho = 1 - eps (``equiangular_time(beta, n=32, rho0=0, rho=1-eps)``).
 
 Run::
 
-    python examples/sphere_phase_diagram.py            # about a minute on two cores
-    python examples/sphere_phase_diagram.py --quick    # a few seconds; smoke test
+    python examples/sphere_phase_diagram.py                           # about a minute on two cores
+    TRANSFORMER_PDE_FAST=1 python examples/sphere_phase_diagram.py    # a few seconds
 
 Writes figures/sphere_phase_diagram.png (and prints the time each panel took).
 """
 
 from __future__ import annotations
 
-import argparse
+# %%
+# Parameters
+# ----------
+# ``FAST`` (``TRANSFORMER_PDE_FAST=1``) runs 3 temperatures x 4 initialisations to t = 5;
+# the figure goes into ``OUT`` (``TRANSFORMER_PDE_OUT``, by default the repository's
+# ``figures/``).  RK4 needs :math:`\beta\,\mathrm{d}t < 2.8` at :math:`\beta = 9`.
+
 import time
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -42,11 +47,20 @@ import transformer_pde as tp
 from transformer_pde.diagnostics.pairs import pair_fraction
 from transformer_pde.particles.ensemble import simulate_ensemble
 from transformer_pde.reductions import equiangular_time, gram_flow, random_gram
-from transformer_pde.paper.scripts import script_argv
+from transformer_pde.paper.scripts import fast_configuration, output_folder, save_figures
 
-#: the repository root when run as a file; in a notebook (no ``__file__``) the working
-#: directory, so the figures go to ``./figures``
-ROOT = Path(__file__).resolve().parents[1] if "__file__" in globals() else Path.cwd()
+FAST = fast_configuration()
+OUT = output_folder()
+N = 32                                  # tokens
+SEEDS = 4 if FAST else 16               # initialisations per beta
+BETAS = np.linspace(0.1, 9.0, 3 if FAST else 24)   # temperatures
+T_MAX = 5.0 if FAST else 30.0           # depth
+DT = 0.15                               # RK4 step (and save step) of the token panels
+SAVE_DT = 0.25                          # save step of the Gram panel
+EPS = 1e-3                              # closeness 1 - <x_i, x_j>
+SEED = 0
+if BETAS[-1] * DT >= 2.8:
+    raise ValueError("DT too large for RK4 stability at the largest beta (need beta * DT < 2.8)")
 
 
 # %%
@@ -85,9 +99,9 @@ def gram_panel(d, betas, n, seeds, t_max, save_dt, eps, rng):
 
 
 # %%
-# The figure
-# ----------
-def figure(panels, betas, curve, n, eps, seeds, out: Path) -> None:
+# Drawing the panels
+# ------------------
+def figure(panels, betas, curve, n, eps, seeds):
     fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.2),
                              sharey=True, constrained_layout=True)
     edges = np.concatenate([[betas[0] - 0.5 * (betas[1] - betas[0])],
@@ -110,50 +124,36 @@ def figure(panels, betas, curve, n, eps, seeds, out: Path) -> None:
                  label=r"P(all $\langle x_i, x_j\rangle \geq 1-\varepsilon$)")
     fig.suptitle(f"Post-LN self-attention on the sphere, n = {n} tokens, ε = {eps:g}, "
                  f"{seeds} random initialisations per β", fontsize=11)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=130)
+    return fig
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="small run for a smoke test")
-    p.add_argument("--n", type=int, default=32, help="number of tokens")
-    p.add_argument("--seeds", type=int, default=16, help="initialisations per beta")
-    p.add_argument("--betas", type=int, default=24, help="number of beta values in [0.1, 9]")
-    p.add_argument("--t-max", type=float, default=30.0)
-    p.add_argument("--dt", type=float, default=0.15, help="RK4 step (and save step) of the "
-                   "token panels")
-    p.add_argument("--save-dt", type=float, default=0.25, help="save step of the Gram panel")
-    p.add_argument("--eps", type=float, default=1e-3, help="closeness 1 - <x_i, x_j>")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path,
-                   default=ROOT / "figures",
-                   help="output folder (or .png file)")
-    a = p.parse_args(argv)
-    if a.quick:
-        a.seeds, a.betas, a.t_max = 4, 6, 10.0
-    betas = np.linspace(0.1, 9.0, a.betas)
-    if betas[-1] * a.dt >= 2.8:
-        p.error("--dt too large for RK4 stability at beta = 9 (need beta * dt < 2.8)")
-    panels = []
-    for d in (8, 128, 1024):
-        rng = np.random.default_rng([a.seed, d])
-        t0 = time.perf_counter()
-        if d < 1024:
-            times, prob = tokens_panel(d, betas, a.n, a.seeds, a.t_max, a.dt, a.eps, rng)
-            how = "simulate_ensemble"
-        else:
-            times, prob = gram_panel(d, betas, a.n, a.seeds, a.t_max, a.save_dt, a.eps, rng)
-            how = "gram_flow"
-        sec = time.perf_counter() - t0
-        panels.append((d, how, times, prob, sec))
-        print(f"d = {d:5d} ({how}): {len(betas)} betas x {a.seeds} seeds in {sec:.1f} s")
-    fine = np.linspace(betas[0], betas[-1], 200)
-    curve = (fine, np.array([equiangular_time(b, a.n, 0.0, 1.0 - a.eps) for b in fine]))
-    out = a.out if a.out.suffix == ".png" else a.out / "sphere_phase_diagram.png"
-    figure(panels, betas, curve, a.n, a.eps, a.seeds, out)
-    print(f"wrote {out}")
 
+# %%
+# The three panels
+# ----------------
+# d = 8 and d = 128 with :func:`~transformer_pde.particles.ensemble.simulate_ensemble`,
+# d = 1024 with the Gram flow; each prints the time it took.
 
-if __name__ == "__main__":
-    main(script_argv())
+panels = []
+for d in (8, 128, 1024):
+    rng = np.random.default_rng([SEED, d])
+    t0 = time.perf_counter()
+    if d < 1024:
+        times, prob = tokens_panel(d, BETAS, N, SEEDS, T_MAX, DT, EPS, rng)
+        how = "simulate_ensemble"
+    else:
+        times, prob = gram_panel(d, BETAS, N, SEEDS, T_MAX, SAVE_DT, EPS, rng)
+        how = "gram_flow"
+    sec = time.perf_counter() - t0
+    panels.append((d, how, times, prob, sec))
+    print(f"d = {d:5d} ({how}): {len(BETAS)} betas x {SEEDS} seeds in {sec:.1f} s")
+fine = np.linspace(BETAS[0], BETAS[-1], 200)
+curve = (fine, np.array([equiangular_time(b, N, 0.0, 1.0 - EPS) for b in fine]))
+
+# %%
+# The figure
+# ----------
+# ``sphere_phase_diagram.png`` into ``OUT``; in Jupyter the figure shows below the cell.
+
+save_figures({"sphere_phase_diagram": figure(panels, BETAS, curve, N, EPS, SEEDS)}, OUT,
+             dpi=130)

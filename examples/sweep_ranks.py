@@ -1,22 +1,38 @@
 """Rank histograms from a sweep's Zarr store (transformer-pde sweep)
 ==================================================================
 
-Runs the study of ``examples/configs/sweep_ranks.toml`` (or reads an existing store with
-``--store``) and draws one histogram of the final covariance rank per (kind, d), from the
+Runs the study of ``examples/configs/sweep_ranks.toml`` (or reads an existing store,
+``STORE``) and draws one histogram of the final covariance rank per (kind, d), from the
 labelled results: the store is an xarray Dataset with the grid axes as coordinates::
 
-    python examples/sweep_ranks.py --out figures
+    python examples/sweep_ranks.py      # writes figures/sweep_ranks.png
 """
 
-import argparse
+# %%
+# Parameters
+# ----------
+# ``FAST`` (``TRANSFORMER_PDE_FAST=1``) runs 2 draws per cell in a temporary folder instead
+# of 12 in ``sweep-ranks/`` of the working directory (resumed when it exists); the figure
+# goes into ``OUT`` (``TRANSFORMER_PDE_OUT``, by default the repository's ``figures/``).
+
+import tempfile
+import tomllib
 from pathlib import Path
 
 import numpy as np
 import matplotlib.pyplot as plt
 
 from transformer_pde import sweep
+from transformer_pde.cli.templates import template_text
+from transformer_pde.paper.scripts import fast_configuration, output_folder, save_figures
 from transformer_pde.sweep.config import run_config
-from transformer_pde.paper.scripts import script_argv
+
+FAST = fast_configuration()
+OUT = output_folder()
+STORE = None        # an existing results.zarr to draw (skips the run)
+WORK = Path(tempfile.mkdtemp()) if FAST else Path("sweep-ranks")   # the run's store goes here
+WORKERS = 1 if FAST else None     # Dask worker processes (None: one per core)
+DRAWS = 2 if FAST else 12         # random draws per (kind, d)
 
 # %%
 # A rank sweep as a configuration
@@ -27,27 +43,32 @@ from transformer_pde.paper.scripts import script_argv
 # :math:`\lfloor d/2\rfloor\times d`, :math:`K = -Q`, :math:`V = I`,
 # :math:`\Sigma_0 = SS^\top`; the Gaussian moment ODE is solved until :math:`\Sigma`
 # converges, and the cell records the number of eigenvalues of the limit above 0.1.  The same
-# file runs from the shell with ``transformer-pde sweep``.
+# file runs from the shell with ``transformer-pde sweep``; it is installed with the package
+# (``transformer-pde init sweep`` writes it), so the notebook reads it from there, with
+# ``DRAWS`` draws.
 
-#: this directory when run as a file; in a notebook (no ``__file__``) the working directory,
-#: which should then be ``examples/``
-HERE = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+CONFIG = template_text("sweep")
+if tomllib.loads(CONFIG)["study"]["draws"] != DRAWS:
+    CONFIG = CONFIG.replace("\ndraws = 12\n", f"\ndraws = {DRAWS}\n")
+    assert tomllib.loads(CONFIG)["study"]["draws"] == DRAWS, "the template's draws moved"
 
 
 # %%
 # Running the sweep
 # -----------------
 # :func:`~transformer_pde.sweep.config.run_config` runs the cells in parallel on a local
-# Dask cluster of ``--workers`` processes (default: one per core) and writes each result into
-# a Zarr store under ``--work``.  A store that already exists there is resumed: only the
-# cells not yet done are run.  With ``--store`` the script skips the run and reads a
+# Dask cluster of ``WORKERS`` processes (default: one per core) and writes each result into
+# a Zarr store under ``WORK``.  A store that already exists there is resumed: only the
+# cells not yet done are run.  With ``STORE`` the script skips the run and reads a
 # finished store.
 
-def results_store(store: str | None, work: str, workers: int | None) -> str | Path:
+def results_store(store: str | Path | None, work: Path, workers: int | None) -> str | Path:
     if store is None:
-        run_config(HERE / "configs" / "sweep_ranks.toml", work, workers=workers,
-                   resume=Path(work, "results.zarr").exists())
-        store = Path(work) / "results.zarr"
+        work.mkdir(parents=True, exist_ok=True)
+        (work / "sweep_ranks.toml").write_text(CONFIG, encoding="utf-8")
+        run_config(work / "sweep_ranks.toml", work, workers=workers,
+                   resume=(work / "results.zarr").exists())
+        store = work / "results.zarr"
     return store
 
 
@@ -81,24 +102,8 @@ def draw(ds):
 # %%
 # Run it
 # ------
-# From the shell, ``python examples/sweep_ranks.py --out DIR`` runs the sweep in
-# ``sweep-ranks/`` (``--work``) and writes ``DIR/sweep_ranks.png``; about a minute on 2
-# cores.  In a notebook, started in ``examples/``, the cell below does the same with the
-# defaults.
+# The sweep (about a minute on 2 cores), then the figure (``sweep_ranks.png`` into ``OUT``;
+# in Jupyter it shows below the cell).
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--store", help="an existing results.zarr (skips the run)")
-    ap.add_argument("--out", default="figures", help="directory of the PNG")
-    ap.add_argument("--work", default="sweep-ranks", help="directory of the run's store")
-    ap.add_argument("--workers", type=int, default=None)
-    args = ap.parse_args(argv)
-    ds = sweep.open_results(results_store(args.store, args.work, args.workers))
-    fig = draw(ds)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out / "sweep_ranks.png", dpi=110)
-
-
-if __name__ == "__main__":
-    main(script_argv())
+ds = sweep.open_results(results_store(STORE, WORK, WORKERS))
+save_figures({"sweep_ranks": draw(ds)}, OUT, dpi=110)

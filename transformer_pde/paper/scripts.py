@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 if TYPE_CHECKING:   # matplotlib is imported by the plotting code that makes the figures
     from matplotlib.figure import Figure
 
 __all__ = ["FAST_VARIABLE", "OUT_VARIABLE", "fast_configuration", "output_folder",
-           "run_figure_script", "save_figures"]
+           "run_figure_script", "save_figures", "show_pngs"]
 
 #: environment variable of the fast configuration (``"1"``: on)
 FAST_VARIABLE = "TRANSFORMER_PDE_FAST"
@@ -67,6 +67,24 @@ def save_figures(figures: Mapping[str, Figure], out: str | os.PathLike | None = 
         fig.savefig(folder / f"{name}.png", dpi=dpi)
         written.append(folder / f"{name}.png")
     return written
+
+
+def show_pngs(paths: Iterable[str | os.PathLike]) -> list[Figure]:
+    """One pyplot figure per PNG file, at the file's size (100 pixels per inch, no axes), so
+    that Jupyter shows the figures a function wrote and closed (the pretrained models'
+    reports); returns the figures."""
+    # deferred: pyplot loads a backend; this module is imported with transformer_pde.paper
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    figures = []
+    for path in paths:
+        image = plt.imread(path)
+        fig = plt.figure(figsize=(image.shape[1] / 100, image.shape[0] / 100), dpi=100)
+        ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
+        ax.imshow(image)
+        ax.set_axis_off()
+        figures.append(fig)
+    return figures
 
 
 #: the name ``transformer_pde.paper`` exports (the examples call :func:`save_figures`)
