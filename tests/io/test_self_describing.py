@@ -199,3 +199,13 @@ def test_cli_data_files_name_their_command(tmp_path, fmt):
     attrs = (json.loads(str(load_npz(path)["provenance"])) if fmt == "npz"
              else labelled.open_dataset(path).attrs)
     _check_cf(attrs, "transformer-pde gaussian")
+
+
+def test_mean_field_solutions_saved_have_readable_long_names(tmp_path):
+    from transformer_pde.meanfield import solve_circle
+
+    sol = solve_circle(lambda th: 1.0 + 0.3 * np.cos(th), 1.0, [0.0, 0.2])
+    ds = labelled.open_dataset(sol.save(tmp_path / "c.nc"))
+    for name, var in ds.variables.items():
+        assert "'" not in var.attrs["long_name"], (name, var.attrs["long_name"])
+    _check_cf(ds.attrs, "CircleSolution.save")

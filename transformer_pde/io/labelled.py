@@ -128,6 +128,19 @@ VARIABLE_ATTRS: dict[str, str] = {
     "value": "value matrix of the attention",
     "beta": "inverse temperature beta",
     "covs0": "initial covariance matrix",
+    # the mean-field solutions (CircleSolution, LineSolution)
+    "theta": "angle on the circle",
+    "mode": "index k of the Fourier mode",
+    "density": "density of the token distribution",
+    "spectrum": "modulus of the Fourier coefficient |mu_k(t)|",
+    "modes": "number of Fourier modes in use",
+    "mass": "total mass of the density (1 up to round-off)",
+    "min_density": "minimum of the density over the grid",
+    "tail": "relative L2 share of the top third of the spectrum",
+    "node": "index of the Lagrangian node",
+    "x": "position X_j(t) of the Lagrangian node",
+    "cdf": "initial distribution function at the node's label, F_0(xi_j)",
+    "label": "initial position xi_j of the node",
 }
 
 #: names of the dimensions: a vector's components, a matrix's rows and columns (the same
