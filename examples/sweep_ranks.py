@@ -15,6 +15,7 @@ labelled results: the store is an xarray Dataset with the grid axes as coordinat
 # of 12 in ``sweep-ranks/`` of the working directory (resumed when it exists); the figure
 # goes into ``OUT`` (``TRANSFORMER_PDE_OUT``, by default the repository's ``figures/``).
 
+import shutil
 import tempfile
 import tomllib
 from pathlib import Path
@@ -107,3 +108,5 @@ def draw(ds):
 
 ds = sweep.open_results(results_store(STORE, WORK, WORKERS))
 save_figures({"sweep_ranks": draw(ds)}, OUT, dpi=110)
+if FAST:
+    shutil.rmtree(WORK)     # the fast run's temporary store
