@@ -17,7 +17,9 @@ import numpy as np
 
 from ..attention import Attention
 from ..errors import ArgumentError
-from ..paper import rank_sweep_trials, rank_trial, solve_paths
+# the paper's functions are called through the module, so that a test (or a user) patching
+# transformer_pde.paper.rank_sweep_trials reaches the cells
+from .. import paper
 from ..results import Status
 from .grid import Grid
 from .particle_runs import softmax_pair_run, sphere_run
@@ -101,7 +103,7 @@ class RankCell(_Cell):
 
     def __call__(self, params: dict, rng: np.random.Generator) -> dict:
         o = self.options(params)
-        tr = rank_trial(str(o["kind"]), int(o["d"]), str(o["value"]), rng,
+        tr = paper.rank_trial(str(o["kind"]), int(o["d"]), str(o["value"]), rng,
                         distribution=str(o["distribution"]), threshold=float(o["threshold"]),
                         converge_tol=float(o["converge_tol"]), t_max=float(o["t_max"]),
                         max_redraws=int(o["max_redraws"]))
@@ -287,7 +289,7 @@ class RankSweepCell(_Cell):
         for (kind, d, value), members in groups.items():
             o = {k: v for k, v in opts[members[0]].items()
                  if k not in ("kind", "d", "value", "trial")}
-            ranks, status = rank_sweep_trials(kind, d, [int(opts[j]["trial"]) for j in members],
+            ranks, status = paper.rank_sweep_trials(kind, d, [int(opts[j]["trial"]) for j in members],
                                               value=value, **o)
             for j, r, s in zip(members, ranks, status, strict=True):
                 out[j] = {"rank": int(r), "status": status_code(s)}
@@ -338,7 +340,7 @@ class ConePathCell:
 
     def run_batch(self, params_list: list, rngs: list) -> list:
         idx = [int(p["run"]) for p in params_list]
-        runs = solve_paths(self.attention, np.asarray(self.covs0, dtype=float)[idx],
+        runs = paper.solve_paths(self.attention, np.asarray(self.covs0, dtype=float)[idx],
                            t_max=float(self.t_max), n_eval=int(self.n_eval),
                            **dict(self.solver))
         n = int(self.n_eval)
