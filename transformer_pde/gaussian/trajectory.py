@@ -141,7 +141,7 @@ class GaussianTrajectory(HasStatus, GaussianFile):
 
     def to_xarray(self) -> Any:
         """The trajectory as a labelled :class:`xarray.Dataset` (``means (time, dim)``,
-        ``covs (time, dim, dim_)``, ``limit``; status, T*, message as attributes):
+        ``covs (time, row, col)``, ``limit``; status, T*, message as attributes):
         :func:`transformer_pde.io.labelled.gaussian_dataset`.  Save it with
         :func:`transformer_pde.io.labelled.save_dataset` (``.nc`` or ``.zarr``)."""
         from ..io.labelled import gaussian_dataset  # noqa: PLC0415  (xarray only when asked)

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError, TransformerPDEError, TransformerPDEWarning
-from ..extras import require
+from ..extras import progress_bar, require
 from ..io.jsonfmt import dumps
 from .store import ResultStore, StoreError, read_fingerprint, stored_failures
 from .cells import STATUS_CODES
@@ -494,9 +494,8 @@ def _check_cell_version(study: Study, store: str | Path, fingerprint: dict) -> N
 def _bar(progress: bool, total: int, done: int, name: str) -> Any:
     if not progress:
         return None
-    from tqdm.auto import tqdm  # noqa: PLC0415 (only with a progress bar: it probes for Jupyter)
-
-    return tqdm(total=total, initial=done, desc=name, unit="cell")
+    # the package's bar: its final state stays readable in an executed notebook
+    return progress_bar(total=total, initial=done, desc=name, unit="cell")
 
 
 def _record(results: ResultStore, res: Any, bar: Any) -> None:
