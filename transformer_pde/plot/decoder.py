@@ -208,7 +208,7 @@ def attention_sink(network: ModelCurve, sink: Mapping[str, Any],
         ax_b.plot(ti, st["first_mean_cosine"], "--", color=c, label=f"{curve.label}: mean")
         ax_b.plot(ti, st["first_min_cosine"], ":", color=c)
     ax_a.axhline(fa["uniform"], color="0.5", lw=1, label="uniform causal attention")
-    ax_a.set_ylim(0.0, 1.02)
+    ax_a.set_ylim(-0.02, 1.02)     # a flow that puts no mass on the first token stays visible
     ax_a.set_ylabel("attention mass on the first token")
     ax_b.set_ylabel("cosine to the first token")
     for ax in (ax_a, ax_b):
