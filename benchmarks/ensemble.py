@@ -28,6 +28,12 @@ Usage::
 
 The machine may be shared: the load average before and after is recorded, and the ratios
 per CPU-second depend far less on what else runs than the wall-clock ones.
+
+What bounds the Numba row: ``kernel`` in the JSON is one field evaluation's softmax
+primitive on the run's projected tokens and key ranges, on one thread (best CPU time
+of ``--repeats`` x 5 calls): the primitive alone (``call``, packing included) and its
+compiled kernel alone (``kernel``), scaled to the run's 4 x steps evaluations, and the
+ratio the old NumPy ensemble's CPU time would have over a run that were only kernel.
 """
 
 from __future__ import annotations
@@ -78,6 +84,42 @@ def time_run(backend: str, att: tp.Attention, X0: np.ndarray, steps: int, dt: fl
     B, n, _ = X0.shape
     return {"backend": backend, "seconds": best, "cpu_seconds": best_cpu,
             "pairs_per_s": 4 * steps * B * n * n / best, "last": last.last}
+
+
+def kernel_bound(att: tp.Attention, X0: np.ndarray, steps: int, repeats: int) -> dict:
+    """CPU seconds of the Numba softmax primitive and of its tiled kernel alone for one
+    field evaluation of the benchmark (initial tokens, one thread), and both scaled to
+    the run's ``4 * steps`` evaluations."""
+    from transformer_pde.backends.numba import NumbaBackend, tiled
+    from transformer_pde.backends.ranges import KeyRanges
+
+    B, n, d = X0.shape
+    X = X0.reshape(B * n, d)
+    q, k, v = (X @ M.T for M in (att.Q, att.K, att.V))
+    bias = np.full(B * n, -np.log(n))
+    ranges = KeyRanges.segments([n] * B)
+    be = NumbaBackend(n_threads=1)
+    lo, hi = ranges.lo.copy(), ranges.hi.copy()
+    _, qpk, kpk, vpk, bp, lop, hip, nr = tiled.tiled_layout(np.float64, q, k, v, bias, lo, hi)
+    out = np.zeros((lop.shape[0], vpk.shape[0] * nr))
+    lse = np.full(lop.shape[0], -np.inf)
+    work = B * n * n
+    qt = tiled.query_tile(lop.shape[0], 1)
+    args = (qpk, kpk, vpk, bp, lop, hip, nr, d, qt, *be._groups(lop.shape[0], qt, work), out, lse)
+
+    def best(fn):
+        fn()
+        t = np.inf
+        for _ in range(5 * repeats):
+            c0 = time.process_time()
+            fn()
+            t = min(t, time.process_time() - c0)
+        return t
+    call = best(lambda: be.softmax(q, k, v, bias, ranges))
+    kern = best(lambda: be._run(tiled.softmax_tiled_kernel, work, *args))
+    evals = 4 * steps
+    return {"call_cpu_s": call, "kernel_cpu_s": kern, "ns_per_pair_kernel": kern / work * 1e9,
+            "run_call_cpu_s": call * evals, "run_kernel_cpu_s": kern * evals}
 
 
 def _table(rows: list[dict], baseline: dict | None) -> str:
@@ -152,6 +194,8 @@ def main(argv=None) -> int:
                                                            "NUMBA_NUM_THREADS")}}
     rows = [time_run(b, att, X0, args.steps, args.dt, args.repeats)
             for b in args.backends.split(",")]
+    if "numba" in args.backends.split(","):
+        meta["kernel"] = kernel_bound(att, X0, args.steps, args.repeats)
     first = rows[0]["last"]
     for r in rows:
         r["max_abs_diff_vs_first"] = float(np.max(np.abs(r.pop("last") - first)))
@@ -166,6 +210,14 @@ def main(argv=None) -> int:
     out_path = args.out or RESULTS / "ensemble.json"
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps({"meta": meta, "rows": rows, "table": table}, indent=1))
+    kb = meta.get("kernel")
+    if kb:
+        old = (baseline or {}).get("cpu_seconds")
+        print(f"Numba, one thread, per run of {4 * args.steps} evaluations: softmax primitive "
+              f"{kb['run_call_cpu_s']:.3f} CPU-s, its kernel alone {kb['run_kernel_cpu_s']:.3f} "
+              f"CPU-s ({kb['ns_per_pair_kernel']:.2f} ns per pair)" + (
+                  f"; a run that were only kernel: {old / kb['run_kernel_cpu_s']:.2f}x the old "
+                  "NumPy ensemble" if old else ""))
     print(f"wrote {out_path}")
     return 0
 

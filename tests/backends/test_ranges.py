@@ -136,10 +136,12 @@ def test_pointwise_over_ranges(backend, dtype, data):
             _check_pointwise(be, p, phi)
 
 
-def test_segments_equal_separate_runs(backend, rng):
+@pytest.mark.parametrize("sizes", [[5, 300, 1, 170], [130] * 5, [7] * 3])
+def test_segments_equal_separate_runs(backend, rng, sizes):
     """Block-diagonal ranges: each segment's result is the one of that segment alone (to
-    rounding: a segment alone is reduced with other blocks and tiles)."""
-    sizes = [5, 300, 1, 170]
+    rounding: a segment alone is reduced with other blocks and tiles).  Equal segments
+    (an ensemble) are the NumPy reference's batched (B, s, s) products and, at 130, cross
+    the Numba kernels' key blocks of 128."""
     n = sum(sizes)
     q, k, v = rng.normal(size=(n, 9)) / 3, rng.normal(size=(n, 9)), rng.normal(size=(n, 2))
     bias = rng.normal(size=n)

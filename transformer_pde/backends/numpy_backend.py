@@ -8,6 +8,9 @@ maximum and exponentiates.  Memory is bounded by processing ``block`` queries at
 (``block * N`` logits); general ranges restrict a block to the keys its queries span
 (block-diagonal ensembles then cost one block of keys per block of queries), prefix
 masks keep every key so that their results stay those of the full-width product.
+Block-diagonal ranges of equal segments (an ensemble of ``B`` systems of ``n`` tokens,
+:meth:`KeyRanges.segments <transformer_pde.backends.ranges.KeyRanges.segments>`) are
+computed as batched ``(B, n, n)`` products, no mask needed.
 """
 
 from __future__ import annotations
@@ -29,6 +32,42 @@ def _blocks(m: int, n: int):
     step = max(1, _MAX_BLOCK_ELEMS // max(n, 1))
     for start in range(0, m, step):
         yield slice(start, min(m, start + step))
+
+
+def _equal_segments(ranges: KeyRanges | None, m: int, n: int) -> int:
+    """The size ``s`` of the segments when ``ranges`` are block-diagonal with equal
+    segments (query ``i`` sees exactly the keys ``[s (i // s), s (i // s + 1))``, ``m = n``
+    a multiple of ``s``), else 0."""
+    if ranges is None or ranges.is_prefix or m != n or m == 0:
+        return 0
+    s = int(ranges.hi[0])
+    if s < 1 or n % s:
+        return 0
+    lo = np.repeat(np.arange(0, n, s), s)
+    return s if np.array_equal(ranges.lo, lo) and np.array_equal(ranges.hi, lo + s) else 0
+
+
+def _parts(ranges: KeyRanges | None, m: int, n: int, q: np.ndarray, *keyed: Any):
+    """The blocks of queries ``(sl, rb, qb, keyed_b)``: query slice, its ranges for the
+    keys given (``None``: all visible), its queries and the per-key arrays ``keyed`` it
+    needs (``None`` entries stay ``None``).
+
+    Equal block-diagonal segments of ``s`` (:func:`_equal_segments`): whole segments,
+    every array reshaped to ``(b, s, ...)`` (a batch of independent systems).  Otherwise
+    ``_blocks`` of queries with :meth:`NumpyBackend._span`.
+    """
+    s = _equal_segments(ranges, m, n)
+    if s:
+        step = max(1, _MAX_BLOCK_ELEMS // (s * s)) * s
+        for a in range(0, m, step):
+            sl = slice(a, min(m, a + step))
+            b = (sl.stop - a) // s
+            yield sl, None, q[sl].reshape(b, s, q.shape[1]), tuple(
+                None if x is None else x[sl].reshape((b, s) + x.shape[1:]) for x in keyed)
+        return
+    for sl in _blocks(m, n):
+        rb, kb = NumpyBackend._span(ranges, sl, *keyed)
+        yield sl, rb, q[sl], kb
 
 
 def _mask(rb: KeyRanges | None, n: int) -> np.ndarray | None:
@@ -54,12 +93,12 @@ def _shifted_exp(logits: np.ndarray, scale: float = 1.0):
     (no visible key) gets ``lse = -inf``; otherwise the maximal entry contributes 1, so
     ``s >= 1``.
     """
-    mx = logits.max(axis=1, initial=-np.inf)
+    mx = logits.max(axis=-1, initial=-np.inf)
     ok = np.isfinite(mx)
     mx = np.where(ok, mx, 0.0)
     with np.errstate(over="ignore"):
-        p = np.exp((logits - mx[:, None]) * scale if scale != 1.0 else logits - mx[:, None])
-    s = p.sum(axis=1)
+        p = np.exp((logits - mx[..., None]) * scale if scale != 1.0 else logits - mx[..., None])
+    s = p.sum(axis=-1)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         lse = np.where(ok & (s > 0), mx * scale + np.log(s), -np.inf)
     return p, s, lse
@@ -119,12 +158,15 @@ class NumpyBackend:
         return np.asarray(a)
 
     def _logits(self, qb, k, bias, rb, scale=1.0):
-        """Logits of the query block ``qb`` with the keys ``k``; ``rb``: the block's ranges."""
+        """Logits of the query block ``qb`` with the keys ``k``; ``rb``: the block's ranges
+        (a batch ``(b, s, r)`` of blocks: no ranges)."""
         inv = 1.0 / scale
-        logits = (qb * inv) @ k.T if scale != 1.0 else qb @ k.T
+        kt = np.swapaxes(k, -1, -2)
+        logits = (qb * inv) @ kt if scale != 1.0 else qb @ kt
         if bias is not None:
-            logits = logits + (bias[None, :] * inv if scale != 1.0 else bias[None, :])
-        mask = _mask(rb, k.shape[0])
+            b = bias[..., None, :]
+            logits = logits + (b * inv if scale != 1.0 else b)
+        mask = _mask(rb, k.shape[-2])
         if mask is not None:
             logits = np.where(mask, -np.inf, logits)
         return logits
@@ -154,12 +196,13 @@ class NumpyBackend:
         out = np.zeros((m, v.shape[1]), dtype=dtype)
         lse = np.full(m, -np.inf, dtype=dtype)
         scale = overflow_scale(q, k, bias)
-        for sl in _blocks(m, n):
-            rb, (kb, vb, bb) = self._span(ranges, sl, k, v, bias)
-            p, s, lse[sl] = _shifted_exp(self._logits(q[sl], kb, bb, rb, scale), scale)
+        for sl, rb, qb, (kb, vb, bb) in _parts(ranges, m, n, q, k, v, bias):
+            p, s, lb = _shifted_exp(self._logits(qb, kb, bb, rb, scale), scale)
+            lse[sl] = lb.reshape(-1)
             with np.errstate(invalid="ignore"):
                 # lse = +inf (the normaliser itself overflows) still has visible mass
-                out[sl] = np.where((lse[sl] > -np.inf)[:, None], (p @ vb) / s[:, None], 0.0)
+                out[sl] = np.where((lb > -np.inf)[..., None], (p @ vb) / s[..., None],
+                                   0.0).reshape(out[sl].shape)
         return out, lse
 
     def lse(self, q, k, bias, ranges):
@@ -167,9 +210,8 @@ class NumpyBackend:
         ranges = check_ranges(ranges, m, n)
         lse = np.full(m, -np.inf, dtype=np.result_type(q, k))
         scale = overflow_scale(q, k, bias)
-        for sl in _blocks(m, n):
-            rb, (kb, bb) = self._span(ranges, sl, k, bias)
-            lse[sl] = _shifted_exp(self._logits(q[sl], kb, bb, rb, scale), scale)[2]
+        for sl, rb, qb, (kb, bb) in _parts(ranges, m, n, q, k, bias):
+            lse[sl] = _shifted_exp(self._logits(qb, kb, bb, rb, scale), scale)[2].reshape(-1)
         return lse
 
     def pointwise(self, phi, q, k, v, w, ranges):
@@ -178,17 +220,17 @@ class NumpyBackend:
         ranges = check_ranges(ranges, m, n)
         out = np.zeros((m, v.shape[1]), dtype=np.result_type(q, k, v))
         scale = overflow_scale(q, k, None)
-        for sl in _blocks(m, n):
-            rb, (kb, vb, wb) = self._span(ranges, sl, k, v, w)
-            s = self._logits(q[sl], kb, None, None, scale)
+        for sl, rb, qb, (kb, vb, wb) in _parts(ranges, m, n, q, k, v, w):
+            s = self._logits(qb, kb, None, None, scale)
             with np.errstate(over="ignore", invalid="ignore"):
                 if scale != 1.0 and phi != "sigmoid":
                     # identity and relu are positively homogeneous: phi(2^e s) = 2^e phi(s)
-                    kern = f(s) * wb[None, :]
+                    kern = f(s) * wb[..., None, :]
                 else:
-                    kern = f(s * scale if scale != 1.0 else s) * wb[None, :]
-                mask = _mask(rb, kb.shape[0])
+                    kern = f(s * scale if scale != 1.0 else s) * wb[..., None, :]
+                mask = _mask(rb, kb.shape[-2])
                 if mask is not None:
                     kern = np.where(mask, 0.0, kern)
-                out[sl] = kern @ vb if scale == 1.0 or phi == "sigmoid" else (kern @ vb) * scale
+                res = kern @ vb if scale == 1.0 or phi == "sigmoid" else (kern @ vb) * scale
+                out[sl] = res.reshape(out[sl].shape)
         return out
