@@ -47,13 +47,13 @@ otherwise use the primitives, so a backend without it stays complete:
 """
 
 import importlib
-import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError, BackendNotAvailable
+from . import compile_notice
 
 __all__ = ["Backend", "BackendNotAvailable", "array_namespace", "available_backends",
            "compile_kernels", "get_backend", "kernels_ready", "register_backend", "to_host",
@@ -242,7 +242,7 @@ def _auto_choice(n_tokens: int | None) -> str:
 
 #: environment variable: ``foreground`` makes ``"auto"`` compile in the caller's thread
 #: (read at each call; default ``background``)
-AUTO_COMPILE_ENV = "TRANSFORMER_PDE_AUTO_COMPILE"
+AUTO_COMPILE_ENV = compile_notice.COMPILE_ENV
 
 
 def _numba_kernel_set() -> list[tuple[Any, str, Callable[[], Any]]]:
@@ -306,24 +306,20 @@ def kernels_ready(name: str = "numba", *, start: bool = False) -> bool:
     this process or in Numba's disk cache, so that a call does not wait for a compilation.
 
     With ``start=True`` a backend that is not ready starts compiling on the background
-    thread (:func:`~transformer_pde.backends.compile_notice.compile_in_background`),
-    unless the environment variable :data:`AUTO_COMPILE_ENV` is ``foreground``: then it
-    compiles now, in this thread, and is ready.
+    thread (:func:`~transformer_pde.backends.compile_notice.ready_or_background`), unless
+    the environment variable :data:`AUTO_COMPILE_ENV` is ``foreground``: then it compiles
+    now, in this thread, and is ready.
     """
     if name in _READY or name not in _KERNEL_SETS:
         return True
-    # deferred: only a backend with kernels (numba, already loaded) reaches here
-    from . import compile_notice  # noqa: PLC0415
-
     key = f"{name} kernels"
-    state = compile_notice.job_state(key)
-    if state is None and all(compile_notice.cached(d, dt) for d, dt, _ in _KERNEL_SETS[name]()):
-        state = "ready"
-    elif start and state is None:
-        if os.environ.get(AUTO_COMPILE_ENV, "").strip().lower() == "foreground":
-            compile_kernels(name)
-            return True
-        state = compile_notice.compile_in_background(key, lambda: compile_kernels(name))
-    if state == "ready":
+    kernels = [(d, dtype) for d, dtype, _ in _KERNEL_SETS[name]()]
+    if start:
+        ready = compile_notice.ready_or_background(key, kernels, lambda: compile_kernels(name))
+    else:
+        ready = (compile_notice.job_state(key) == "ready"
+                 or compile_notice.job_state(key) is None
+                 and all(compile_notice.cached(d, dtype) for d, dtype in kernels))
+    if ready:
         _READY.add(name)
-    return state == "ready"
+    return ready

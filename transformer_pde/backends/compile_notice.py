@@ -40,13 +40,15 @@ given, each once per key); :func:`job_state` tells whether it is queued, running
 or failed.  A job that raises is logged (``WARNING``, with the traceback at ``DEBUG``),
 never raised in the caller's thread.  :func:`cached` tells whether a kernel's
 specialisation for a dtype is compiled in this process or in Numba's disk cache (then a
-call loads it in a fraction of a second).  ``backend="auto"`` uses both
-(:func:`transformer_pde.backends.get_backend`).
+call loads it in a fraction of a second).  :func:`ready_or_background` joins them for a
+caller with a fallback that needs no compilation: ``backend="auto"``
+(:func:`transformer_pde.backends.get_backend`) answers with NumPy meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import sys
 import threading
@@ -57,8 +59,9 @@ from typing import Any
 
 from ..validation import nonnegative
 
-__all__ = ["BAR_NOTE", "LOGGER_NAME", "NOTICE_AFTER", "cached", "compile_in_background",
-           "expected", "install", "installed", "job_state", "uninstall"]
+__all__ = ["BAR_NOTE", "COMPILE_ENV", "LOGGER_NAME", "NOTICE_AFTER", "cached",
+           "compile_in_background", "expected", "install", "installed", "job_state",
+           "ready_or_background", "running", "uninstall"]
 
 #: Name of the logger of the notice.
 LOGGER_NAME = "transformer_pde.compile"
@@ -66,6 +69,9 @@ LOGGER_NAME = "transformer_pde.compile"
 NOTICE_AFTER = 1.0
 #: What an open progress bar shows after its description while a compilation runs.
 BAR_NOTE = "compiling Numba kernels"
+#: Environment variable: ``foreground`` makes :func:`ready_or_background` compile in the
+#: caller's thread (read at each call; default ``background``).
+COMPILE_ENV = "TRANSFORMER_PDE_AUTO_COMPILE"
 
 logger = logging.getLogger(LOGGER_NAME)
 
@@ -329,3 +335,31 @@ def job_state(key: str) -> str | None:
     """``"queued"``, ``"running"``, ``"ready"`` or ``"failed"`` for a job given to
     :func:`compile_in_background`; ``None`` for a key never given."""
     return _JOBS.get(key)
+
+
+def running() -> bool:
+    """Whether a background compilation is queued or running.  A process that forks
+    meanwhile gives its child a Numba compiler lock held by a thread the child does not
+    have: start workers with ``spawn`` then (or wait for :func:`job_state` to be final)."""
+    return any(state in ("queued", "running") for state in list(_JOBS.values()))
+
+
+def ready_or_background(key: str, kernels: list[tuple[Any, str]],
+                        job: Callable[[], Any]) -> bool:
+    """Whether every ``(dispatcher, dtype)`` of ``kernels`` can run without compiling now:
+    :func:`cached`, or compiled by ``job`` on the background thread
+    (:func:`compile_in_background` under ``key``, started here if it was not).
+
+    A caller that gets ``False`` takes a path that needs no compilation meanwhile, so it
+    never waits for a compiler (Numba compiles one function at a time in a process: a call
+    that compiled in the foreground would also wait for the background one).  With the
+    environment variable :data:`COMPILE_ENV` set to ``foreground`` the job runs in the
+    caller's thread instead and the answer is ``True``.
+    """
+    state = job_state(key)
+    if state is None and all(cached(d, dtype) for d, dtype in kernels):
+        return True
+    if state is None and os.environ.get(COMPILE_ENV, "").strip().lower() == "foreground":
+        job()
+        return True
+    return compile_in_background(key, job) == "ready"
