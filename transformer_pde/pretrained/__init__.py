@@ -17,8 +17,10 @@
 No deep-learning framework is used.  A BERT layer is exactly one explicit Euler step of
 size 1 of the library's block flow with Lie splitting and post-norm projections; a decoder
 block is one such step of the pre-norm flow.  Both models' ``simulate`` methods give the
-networks' continuous-depth versions, and :func:`flow_report` runs, measures and draws the
-token flows of a text through an encoder.
+networks' continuous-depth versions, :func:`flow_report` and :func:`decoder_flow_report`
+run, measure and draw the token flows of a text, and the models' ``plot_*`` methods
+(``decoder.plot_attention_sink(text)``, ``encoder.plot_statistics(text)``, ...) draw each
+figure of those reports in one call, running only what it draws.
 
 Pre-LN encoders in Hugging Face layout and decoder directories are refused with an error
 that says what would be needed (decoders: their GGUF file).
