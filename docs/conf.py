@@ -6,10 +6,12 @@ Build (warnings are errors in CI)::
 
 The site needs no network: intersphinx reads the small inventories committed in
 ``docs/_inventories`` (``python docs/make_inventories.py`` rewrites them), and MathJax is
-served from the build (``sphinx-mathjax-offline``).  The gallery runs ``examples/``; set
-``TRANSFORMER_PDE_GALLERY`` to a regular expression to run only the matching examples (CI
-runs the fast ones, see ``FAST_EXAMPLES``); the others are shown with the figures committed
-in ``figures/``.
+served from the build (``sphinx-mathjax-offline``).  The gallery runs every example of
+``examples/`` in its fast configuration (``TRANSFORMER_PDE_FAST=1``); set
+``TRANSFORMER_PDE_GALLERY=all`` for the full configuration (the committed figures; about
+17 minutes on 2 cores), ``none`` to run none, or a regular expression to run only the
+matching examples (see ``docs/gallery_support.py``); the examples that do not run are shown
+with the figures committed in ``figures/``.
 """
 
 from __future__ import annotations
@@ -80,7 +82,9 @@ if os.environ.get("READTHEDOCS") == "True":
 intersphinx_timeout = 10
 
 # --- Gallery of examples/ ----------------------------------------------------------------
-GALLERY_PATTERN, GALLERY_RUNS = gallery_support.selection()
+GALLERY_PATTERN, GALLERY_RUNS, GALLERY_FAST = gallery_support.selection()
+# the examples run in this process and read their configuration from the environment
+os.environ["TRANSFORMER_PDE_FAST"] = "1" if GALLERY_FAST else "0"
 sphinx_gallery_conf = {
     "examples_dirs": str(ROOT / "examples"),
     "gallery_dirs": "auto_examples",

