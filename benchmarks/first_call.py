@@ -23,7 +23,7 @@ included).  The paths:
   minimum-spanning-tree kernel);
 * ``demo``: the command ``transformer-pde demo`` (its defaults) into a temporary folder.
 
-Targets (issue 41): the README example within 10 s of wall time, and the first call of
+Targets: the README example within 10 s of wall time, and the first call of
 every path within 10 s of CPU of compilation, or not blocking on it.  ``transformer-pde
 warmup`` compiles everything ahead of time.  One run takes a few minutes (the cold runs
 compile); the machine may be shared, so the load average is printed and stored.
