@@ -11,9 +11,10 @@ labelled results: the store is an xarray Dataset with the grid axes as coordinat
 # %%
 # Parameters
 # ----------
-# ``FAST`` (``TRANSFORMER_PDE_FAST=1``) runs 2 draws per cell in a temporary folder instead
-# of 12 in ``sweep-ranks/`` of the working directory (resumed when it exists); the figure
-# goes into ``OUT`` (``TRANSFORMER_PDE_OUT``, by default the repository's ``figures/``).
+# ``FAST`` (``TRANSFORMER_PDE_FAST=1``) runs 2 draws per (kind, d) in a temporary folder
+# instead of 12 in ``sweep-ranks/`` of the working directory (resumed when it exists); the
+# figure goes into ``OUT`` (``TRANSFORMER_PDE_OUT``, by default the repository's
+# ``figures/``).
 
 import shutil
 import tempfile
