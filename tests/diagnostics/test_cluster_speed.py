@@ -105,3 +105,16 @@ def test_cluster_counts_of_a_run_equal_the_dense_ones(monkeypatch):
     monkeypatch.setattr(clustering, "_mst_edges", lambda Z: _dense_reference(Z))
     np.testing.assert_array_equal(counts, cluster_counts(traj))
     assert counts[0] == 1 and counts[-1] > 1     # one cloud becomes separate clusters
+
+
+@pytest.mark.parametrize("name", ["blobs-d2", "coincident", "lattice"])
+def test_clusters_while_the_kernel_compiles_equal_the_compiled_ones(name, monkeypatch):
+    # a cold cache: clusters() does not wait for the compiler, it takes scipy's dense tree
+    # (the same exact minimum spanning tree) while the kernel compiles in the background
+    X = CONFIGS[name]
+    ref = clusters(X)
+    monkeypatch.setattr(clustering, "_prim_tree_ready", lambda: False)
+    monkeypatch.setattr(clustering, "_prim_tree", None)      # must not be called
+    new = clusters(X)
+    np.testing.assert_array_equal(new.labels, ref.labels)
+    assert new.scale == ref.scale and new.n_clusters == ref.n_clusters

@@ -14,6 +14,7 @@ from scipy.spatial.distance import pdist, squareform
 
 from .. import results_display as display
 from .. import validation
+from ..backends import compile_notice
 from ..errors import ArgumentError
 from ..results import ResultKind, require_kind
 
@@ -157,6 +158,19 @@ if _nb is not None:
     _prim_tree = _nb.njit(cache=True)(_prim_tree)
 
 
+def _compile_prim_tree() -> None:
+    """Compile (or load from the cache) :func:`_prim_tree` for float64 points."""
+    _prim_tree(np.zeros((2, 2)))
+
+
+def _prim_tree_ready() -> bool:
+    """Whether :func:`_prim_tree` runs without compiling now; if not, it is compiled on the
+    package's background thread meanwhile (the caller takes the dense tree, the same exact
+    minimum spanning tree, so the clusters do not depend on it)."""
+    return compile_notice.ready_or_background("clusters kernel", [(_prim_tree, "float64")],
+                                              _compile_prim_tree)
+
+
 def _dense_tree(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The tree of :func:`_prim_tree` without numba: scipy's minimum spanning tree of the
     dense distance matrix (:math:`O(n^2)` memory, slower)."""
@@ -176,7 +190,7 @@ def _mst_edges(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
     n = X.shape[0]
     if n <= EXACT_MST_MAX:
-        if _nb is None:
+        if _nb is None or not _prim_tree_ready():
             return _dense_tree(X)
         return _prim_tree(np.ascontiguousarray(X, dtype=np.float64))
     tree = cKDTree(X)
