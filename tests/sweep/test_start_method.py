@@ -37,6 +37,16 @@ def test_fork_on_linux_unless_numbas_thread_pool_runs(monkeypatch):
     assert run_module._embedded_start_method() == "spawn"
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="fork is used on Linux only")
+def test_no_fork_while_a_kernel_compiles_in_the_background(monkeypatch):
+    # a forked child would inherit Numba's compiler lock held by the compiling thread
+    _numba_pool(monkeypatch, False)
+    monkeypatch.setattr(run_module.compile_notice, "running", lambda: True)
+    assert run_module._embedded_start_method() == "spawn"
+    monkeypatch.setattr(run_module.compile_notice, "running", lambda: False)
+    assert run_module._embedded_start_method() == "fork"
+
+
 def test_explicit_dask_setting_and_other_platforms_keep_their_method(monkeypatch):
     _numba_pool(monkeypatch, False)
     with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backends import compile_notice
 from ..errors import ArgumentError, ArgumentTypeError, TransformerPDEError, TransformerPDEWarning
 from ..extras import progress_bar, require
 from ..io.jsonfmt import dumps
@@ -93,6 +94,9 @@ def _embedded_start_method() -> str:
     (a user's explicit ``"forkserver"`` is kept) and Numba's thread pool has not been
     started in this process: the OpenMP and workqueue pools are not fork-safe (a forked
     child entering a parallel region is terminated, or waits for threads it does not have).
+    Nor while a kernel compiles on the package's background thread
+    (:func:`~transformer_pde.backends.compile_notice.running`): a forked child would inherit
+    Numba's compiler lock held by a thread it does not have, and hang at its first compile.
     """
     try:
         import dask  # noqa: PLC0415  (an optional dependency, imported by _connect anyway)
@@ -101,7 +105,8 @@ def _embedded_start_method() -> str:
     else:
         configured = str(dask.config.get("distributed.worker.multiprocessing-method", "spawn"))
     if (configured != "spawn" or sys.platform != "linux"
-            or "fork" not in multiprocessing.get_all_start_methods()):
+            or "fork" not in multiprocessing.get_all_start_methods()
+            or compile_notice.running()):
         return configured
     if "numba" in sys.modules:
         parallel = sys.modules.get("numba.np.ufunc.parallel")
