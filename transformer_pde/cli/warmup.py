@@ -30,14 +30,11 @@ import argparse
 import logging
 import sys
 import time
-import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..attention import Attention
 from ..backends import compile_kernels, compile_notice
-from ..errors import EarlyStopWarning
 from .exits import ExitCode, UsageError
 
 __all__ = ["WARMUP_PATHS", "cmd_warmup", "configure_parser", "warmup"]
@@ -45,18 +42,9 @@ __all__ = ["WARMUP_PATHS", "cmd_warmup", "configure_parser", "warmup"]
 
 def _gaussian(general: bool = False) -> None:
     # deferred: SciPy takes seconds to import; only this path needs it
-    from .. import gaussian  # noqa: PLC0415
+    from ..gaussian.batch import compile_kernel  # noqa: PLC0415
 
-    Q = np.array([[0.4, 0.1], [-0.2, 0.6]])
-    covs = np.array([[[0.6, 0.1], [0.1, 0.4]], [[0.3, 0.0], [0.0, 0.7]]])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", EarlyStopWarning)
-        if general:
-            gaussian.solve_batch(Attention("sinkhorn", Q, np.eye(2), np.eye(2)),
-                                 np.zeros((1, 2)), covs[:1], t_max=0.1)
-        else:
-            gaussian.solve_batch(Attention("softmax", Q, np.eye(2), np.eye(2)),
-                                 np.zeros((2, 2)), covs, t_max=1.0)
+    compile_kernel(general)
 
 
 def _clusters() -> None:

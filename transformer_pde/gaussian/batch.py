@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -14,11 +15,12 @@ import numpy as np
 
 from .. import validation
 from ..attention import Attention, Layers
+from ..backends import compile_notice
 from .. import results_display as display
 from ..errors import ArgumentError, ArgumentTypeError, EarlyStopWarning
 from ..io.saving import GAUSSIAN_BATCH_FORMAT, GAUSSIAN_FORMAT, read_gaussian
 from ..results import ResultKind, Status
-from . import member
+from . import lockstep, member
 from .affine import check_attention, check_mean_cov, psd_factor
 from .system import (
     CLASSIFY_SIZE,
@@ -32,7 +34,51 @@ from .system import (
 )
 from .trajectory import STIFF_METHOD, GaussianFile, GaussianTrajectory, solve_from_factor
 
-__all__ = ["GaussianBatch", "load", "solve_batch"]
+__all__ = ["GaussianBatch", "compile_kernel", "load", "solve_batch"]
+
+#: the most members :func:`solve_batch` integrates in the interpreter while its kernel
+#: compiles on the background thread (a cold cache); an interpreted step costs about a
+#: hundred compiled ones, so a larger batch waits for the compiler instead
+_INTERPRET_WHILE_COMPILING = 16
+#: set while :func:`compile_kernel` runs: its own small solve compiles, never falls back
+_COMPILING = threading.local()
+
+
+def compile_kernel(general: bool = False) -> None:
+    """Compile, or load from Numba's disk cache, the kernel of :func:`solve_batch`: the one
+    of softmax and linear members, or with ``general`` the one of l2 and Sinkhorn members
+    (``transformer-pde warmup`` calls it; so does the background thread of a first small
+    call)."""
+    Q = np.array([[0.4, 0.1], [-0.2, 0.6]])
+    covs = np.array([[[0.6, 0.1], [0.1, 0.4]], [[0.3, 0.0], [0.0, 0.7]]])
+    _COMPILING.on = True
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", EarlyStopWarning)
+            if general:
+                solve_batch(Attention("sinkhorn", Q, np.eye(2), np.eye(2)), np.zeros((1, 2)),
+                            covs[:1], t_max=0.1)
+            else:
+                solve_batch(Attention("softmax", Q, np.eye(2), np.eye(2)), np.zeros((2, 2)),
+                            covs, t_max=1.0)
+    finally:
+        _COMPILING.on = False
+
+
+def _compiled(use_numba: bool, kind: str, n_members: int) -> bool:
+    """Whether this call runs the compiled kernel: ``use_numba``, unless the kernel is
+    neither compiled nor in the disk cache and the batch is small — then the same
+    integrator runs in the interpreter (the same steps; results equal to rounding) while
+    the kernel compiles on the background thread, so a first call never waits for it."""
+    if not (use_numba and lockstep.AVAILABLE) or n_members > _INTERPRET_WHILE_COMPILING \
+            or getattr(_COMPILING, "on", False):
+        return use_numba
+    general = kind in ("l2", "sinkhorn")
+    kernel = lockstep.lanes_general if general else lockstep.lanes_affine
+    what = "l2 / sinkhorn" if general else "softmax / linear"
+    return compile_notice.ready_or_background(f"solve_batch kernel ({what})",
+                                              [(kernel, "float64")],
+                                              lambda: compile_kernel(general))
 
 logger = logging.getLogger(__name__)
 
@@ -209,7 +255,9 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
         :data:`~transformer_pde.gaussian.member.PAR_MIN_MEMBERS` members on, chunks of
         members run on numba's threads (members are independent, so the results are
         identical for any thread count).  The first call compiles the kernel (cached on
-        disk; ``transformer-pde warmup`` compiles it ahead of time).  ``False`` (or without
+        disk; ``transformer-pde warmup`` compiles it ahead of time); a batch of at most 16
+        members does not wait for that: while the kernel compiles on a background thread
+        it runs on the interpreter as with ``False``.  ``False`` (or without
         numba): the same integrator run by the interpreter member by member: the same
         steps and statuses, states equal up to rounding (a few ulps per step), at a much
         higher cost per member.
@@ -245,6 +293,7 @@ def solve_batch(att: Attention | Sequence[Attention], means0: Any, covs0: Any, *
     warn = check_flag("warn", warn)
     max_steps = validation.integer("max_steps", max_steps, minimum=1)
     sysm = MomentSystem(atts, B)
+    use_numba = _compiled(use_numba, sysm.kind, B)
     all_idx = np.arange(B)
     Y = sysm.pack(np.zeros(B), m0, psd_factor(c0), all_idx)
     log_thr = math.log(blowup_threshold)
