@@ -81,20 +81,24 @@ def _parts(q, k, v, min_time: float) -> dict:
     def logits_only(qpk, kpk, n, nr, S):
         m_q = qpk.shape[0] * tiled.MR
         qt = S.shape[0]
+        spans = np.zeros((qt // tiled.MR, 2), dtype=np.int64)
         for i0 in range(0, m_q, qt):
             nt = min(qt, m_q - i0)
             for j0 in range(0, n, tiled.KBLOCK):
                 nbp = (min(tiled.KBLOCK, n - j0) + nr - 1) // nr * nr
-                tiled._tile_logits(S, qpk, i0, nt, kpk, j0, nbp, nr)
+                spans[:, 1] = nbp             # every group sees the whole block
+                tiled._tile_logits(S, qpk, i0, nt, kpk, j0, nbp, nr, spans)
 
     @njit
     def values_only(m_q, vpk, n, nr, cv, S, acc):
         qt = S.shape[0]
+        spans = np.zeros((qt // tiled.MR, 2), dtype=np.int64)
         for i0 in range(0, m_q, qt):
             nt = min(qt, m_q - i0)
             for j0 in range(0, n, tiled.KBLOCK):
                 nbp = (min(tiled.KBLOCK, n - j0) + nr - 1) // nr * nr
-                tiled._tile_values(acc, nt, S, vpk, j0, nbp, nr, cv)
+                spans[:, 1] = nbp             # every group sees the whole block
+                tiled._tile_values(acc, nt, S, vpk, j0, nr, cv, spans)
 
     one = NumbaBackend(n_threads=1)
     m, n = q.shape[0], k.shape[0]
