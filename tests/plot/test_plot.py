@@ -188,34 +188,3 @@ def test_rank_histogram_heights():
         plot.rank_histogram([4], d=3)
     with pytest.raises(ValueError, match="integers"):
         plot.rank_histogram([1.5])
-
-
-# --------------------------------------------------------------------------- paper scripts
-@pytest.mark.slow
-@pytest.mark.parametrize("script, args, names", [
-    ("paper_cone_convergence.py", [], ["cone_convergence_zero", "cone_convergence_line",
-                                       "cone_convergence_plane"]),
-    ("paper_blowup_slices.py", [], ["blowup_slice_symmetric", "blowup_slice_rotation"]),
-    ("paper_initial_data.py", [], ["initial_data_dichotomy"]),
-    ("paper_rank_histograms.py", ["--draws", "10"], ["rank_histograms"]),
-    ("paper_zero.py", [], ["paper_zero"]),
-    ("paper_line.py", [], ["paper_line"]),
-    ("paper_plane.py", [], ["paper_plane"]),
-    ("paper_twolines.py", [], ["paper_twolines"]),
-    ("paper_blowup.py", ["--stride", "20"], ["paper_blowup"]),
-    ("paper_initial.py", [], ["paper_initial"]),
-    ("paper_ranks.py", ["--trials", "2", "--dims", "2"], ["paper_ranks"]),
-])
-def test_paper_figure_scripts(tmp_path, script, args, names):
-    import subprocess_runs
-    import sys
-    from pathlib import Path
-
-    from PIL import Image
-
-    path = Path(__file__).resolve().parents[2] / "examples" / script
-    subprocess_runs.run([sys.executable, str(path), "--out", str(tmp_path), *args], check=True,
-                        capture_output=True, timeout=300)
-    for name in names:
-        with Image.open(tmp_path / f"{name}.png") as im:
-            assert im.format == "PNG" and im.width > 300

@@ -22,7 +22,8 @@ measures.  This subpackage holds what its figures need:
 - :func:`draw_rank_trial`, :func:`rank_trial`, :func:`count_rank`, :func:`paper_rank_study` --
   the paper's rank study (:math:`K = -Q` of rank :math:`\lfloor d/2\rfloor`, converged runs
   only, eigenvalues above 0.1);
-- :func:`run_figure_script` -- the command line of the ``examples/`` figure scripts.
+- :func:`save_figures`, :func:`fast_configuration`, :func:`output_folder`, :func:`show_pngs`
+  -- what the ``examples/`` scripts share.
 """
 
 from .euler import EulerResult, euler_reference, euler_run, moment_rhs
@@ -35,13 +36,14 @@ from .rankstudy import (RANK_THRESHOLD, RankStudyResult, RankTrial, count_rank,
 from .paths import STATUS_COLOURS, slice_covariances, solve_paths
 from .ranks import RankSweep, rank_figure, rank_sweep, rank_sweep_trials
 from .scalings import paper_attention
-from .scripts import run_figure_script
+from .scripts import fast_configuration, output_folder, save_figures, show_pngs
 
 __all__ = ["CovarianceGrid", "EXTRA_RUNS", "EulerResult", "FIGURE_NAMES", "Figure", "PaperRun",
            "RANK_THRESHOLD", "RankStudyResult", "RankSweep", "RankTrial", "STATUS_COLOURS",
            "StopRule", "count_rank", "draw_rank_covariance", "draw_rank_parameters",
-           "draw_rank_trial", "draw_run", "euler_reference", "euler_run", "init_grid",
+           "draw_rank_trial", "draw_run", "euler_reference", "euler_run", "fast_configuration",
+           "init_grid", "output_folder",
            "moment_rhs", "paper_attention", "paper_figure", "paper_figure_plot",
            "paper_rank_study", "paper_run", "paper_runs", "rank_figure", "rank_sweep",
-           "rank_sweep_trials", "rank_trial", "run_figure_script", "run_paths",
+           "rank_sweep_trials", "rank_trial", "run_paths", "save_figures", "show_pngs",
            "slice_covariances", "solve_paths", "solve_run"]

@@ -23,7 +23,7 @@ if TYPE_CHECKING:   # matplotlib is imported by the plotting code that makes the
     from matplotlib.figure import Figure
 
 __all__ = ["FAST_VARIABLE", "OUT_VARIABLE", "fast_configuration", "output_folder",
-           "run_figure_script", "save_figures", "show_pngs"]
+           "save_figures", "show_pngs"]
 
 #: environment variable of the fast configuration (``"1"``: on)
 FAST_VARIABLE = "TRANSFORMER_PDE_FAST"
@@ -86,6 +86,3 @@ def show_pngs(paths: Iterable[str | os.PathLike]) -> list[Figure]:
         figures.append(fig)
     return figures
 
-
-#: the name ``transformer_pde.paper`` exports (the examples call :func:`save_figures`)
-run_figure_script = save_figures
