@@ -232,14 +232,15 @@ def test_strategy_argument_errors():
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_clustering_example_runs(tmp_path):
+def test_clustering_example_runs(tmp_path, monkeypatch):
+    # the example as a plain script, in its fast configuration, writing into tmp_path
+    monkeypatch.setenv("TRANSFORMER_PDE_FAST", "1")
+    monkeypatch.setenv("TRANSFORMER_PDE_OUT", str(tmp_path))
     spec = importlib.util.spec_from_file_location("clustering_2d",
                                                   ROOT / "examples" / "clustering_2d.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    out = mod.main(["--n", "24", "--t-max", "1", "--dt", "0.25",
-                    "--out", str(tmp_path / "c.png")])
-    assert out.stat().st_size > 10_000
+    assert (tmp_path / "clustering_2d.png").stat().st_size > 10_000
     # three well-separated groups are three clusters, one group is one
     Z = np.concatenate([np.zeros((3, 2)), np.ones((3, 2)), [[5.0, 0.0]]])
     assert tp.diagnostics.clusters(Z, tol=mod.CLUSTER_TOL).labels.max() + 1 == 3
