@@ -317,9 +317,7 @@ def kernels_ready(name: str = "numba", *, start: bool = False) -> bool:
     if start:
         ready = compile_notice.ready_or_background(key, kernels, lambda: compile_kernels(name))
     else:
-        ready = (compile_notice.job_state(key) == "ready"
-                 or compile_notice.job_state(key) is None
-                 and all(compile_notice.cached(d, dtype) for d, dtype in kernels))
+        ready = compile_notice.runnable(key, kernels)
     if ready:
         _READY.add(name)
     return ready

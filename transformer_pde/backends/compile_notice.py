@@ -61,7 +61,7 @@ from ..validation import nonnegative
 
 __all__ = ["BAR_NOTE", "COMPILE_ENV", "LOGGER_NAME", "NOTICE_AFTER", "cached",
            "compile_in_background", "expected", "install", "installed", "job_state",
-           "ready_or_background", "running", "uninstall"]
+           "ready_or_background", "runnable", "running", "uninstall"]
 
 #: Name of the logger of the notice.
 LOGGER_NAME = "transformer_pde.compile"
@@ -344,6 +344,14 @@ def running() -> bool:
     return any(state in ("queued", "running") for state in list(_JOBS.values()))
 
 
+def runnable(key: str, kernels: list[tuple[Any, str]]) -> bool:
+    """Whether every ``(dispatcher, dtype)`` of ``kernels`` runs now without compiling: the
+    background job under ``key`` is done, or none was given and each is :func:`cached`."""
+    state = job_state(key)
+    return state == "ready" or (state is None
+                                and all(cached(d, dtype) for d, dtype in kernels))
+
+
 def ready_or_background(key: str, kernels: list[tuple[Any, str]],
                         job: Callable[[], Any]) -> bool:
     """Whether every ``(dispatcher, dtype)`` of ``kernels`` can run without compiling now:
@@ -356,10 +364,9 @@ def ready_or_background(key: str, kernels: list[tuple[Any, str]],
     environment variable :data:`COMPILE_ENV` set to ``foreground`` the job runs in the
     caller's thread instead and the answer is ``True``.
     """
-    state = job_state(key)
-    if state is None and all(cached(d, dtype) for d, dtype in kernels):
+    if runnable(key, kernels):
         return True
-    if state is None and os.environ.get(COMPILE_ENV, "").strip().lower() == "foreground":
+    if job_state(key) is None and os.environ.get(COMPILE_ENV, "").strip().lower() == "foreground":
         job()
         return True
     return compile_in_background(key, job) == "ready"
