@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import transformer_pde as tp
+from block_constraints import Centre
 from transformer_pde.errors import ArgumentError, ArgumentTypeError, EarlyStopWarning
 from transformer_pde.particles.ensemble import (EnsembleTrajectory, ensemble_moments,
                                                 simulate_ensemble)
@@ -200,18 +201,6 @@ def test_ensemble_refusals(rng):
                                        masked=True), X0, **kw)
     with pytest.raises(ArgumentTypeError, match="limits"):
         simulate_ensemble(soft, X0, limits=5, **kw)
-
-    class Centre:   # a constraint that is not token-wise: it would mix the systems
-        name = "centre"
-
-        def tangent(self, X, F):
-            return F - F.mean(axis=0)
-
-        def retract(self, X, t, *, left=False):
-            return X - X.mean(axis=0)
-
-        def initial(self, X0):
-            return X0
 
     with pytest.raises(ArgumentError, match="token-wise"):
         simulate_ensemble(soft, X0, block=tp.Block(constraint=Centre()), **kw)

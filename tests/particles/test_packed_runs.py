@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import transformer_pde as tp
+from block_constraints import Centre
 from transformer_pde.errors import ArgumentError, CheckpointError
 
 SIZES = [5, 2, 7, 1]
@@ -102,18 +103,6 @@ def test_segment_refusals(rng):
     kw = dict(t_max=0.1, dt=0.1, field=tp.FieldOptions(backend="numpy"))
     with pytest.raises(ArgumentError, match="segments"):
         tp.simulate(att, X0, segments=[2, 2], **kw)
-
-    class Centre:   # a constraint that is not token-wise: it would mix the segments
-        name = "centre"
-
-        def tangent(self, X, F):
-            return F - F.mean(axis=0)
-
-        def retract(self, X, t, *, left=False):
-            return X - X.mean(axis=0)
-
-        def initial(self, X0):
-            return X0
 
     with pytest.raises(ArgumentError, match="token-wise"):
         tp.simulate(att, X0, segments=[3, 3], block=tp.Block(constraint=Centre()), **kw)
