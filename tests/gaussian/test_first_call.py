@@ -30,9 +30,10 @@ def test_a_small_batch_runs_interpreted_while_its_kernel_compiles(monkeypatch):
     monkeypatch.setattr(batch.compile_notice, "ready_or_background", not_ready)
     waiting = _solve()
     assert calls == ["solve_batch kernel (softmax / linear)"]
-    # the same integrator, interpreted: the same steps, states equal to rounding
-    np.testing.assert_array_equal(waiting.n_steps, compiled.n_steps)
+    # the same integrator, interpreted: the same statuses, states equal to rounding (a
+    # step decision on the edge of the tolerance may flip with the last bits: one step)
     np.testing.assert_array_equal(waiting.status, compiled.status)
+    assert np.all(np.abs(waiting.n_steps - compiled.n_steps) <= 1)
     np.testing.assert_allclose(waiting.traj_covs, compiled.traj_covs, rtol=1e-12, atol=1e-14)
 
 
