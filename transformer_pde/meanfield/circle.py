@@ -9,10 +9,11 @@ the mean-field limit, a density :math:`\mu(t, \theta)` solving the continuity eq
 
 with :math:`K(\theta) = e^{\beta\cos\theta}`, :math:`c` the ``shift`` of the
 unnormalised kernel and :math:`D = \sigma^2/2 \ge 0` the diffusion of independent noise
-:math:`\sigma\,dW` on every token (the McKean–Vlasov equation; :math:`D = 0` by default).
-:func:`solve_circle` integrates it pseudo-spectrally
-(:mod:`~transformer_pde.meanfield.spectral`) with the adaptive DOP853 pair of the package's
-time loop (:class:`~transformer_pde.integrate.TimeLoop`), doubling the number of Fourier modes whenever the top third of the spectrum grows above a tolerance, and
+:math:`\sigma\,dW` on every token (the McKean–Vlasov equation; :math:`D = 0` by
+default).  :func:`solve_circle` integrates it pseudo-spectrally
+(:mod:`~transformer_pde.meanfield.spectral`) with the adaptive DOP853 pair of the
+package's time loop (:class:`~transformer_pde.integrate.TimeLoop`), doubling the number
+of Fourier modes whenever the top third of the spectrum grows above a tolerance, and
 returns a :class:`CircleSolution`.
 """
 
