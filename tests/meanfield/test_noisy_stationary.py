@@ -158,6 +158,12 @@ def test_shift_scales_the_couplings_only():
     np.testing.assert_array_equal(c.coefficients, a.coefficients)
 
 
+def test_the_summary_names_the_branch(branches):
+    text = repr(branches[(4.0, 2)])
+    assert text.startswith("StationaryBranch(status='ok', beta=4, d=2")
+    assert "fold" in text and "coexistence" in text
+
+
 def test_bad_arguments_name_themselves():
     with pytest.raises(ArgumentError, match="max_order"):
         stationary_branch(2.0, 2, max_order=1.0)

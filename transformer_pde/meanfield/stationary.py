@@ -149,7 +149,7 @@ class StationaryBranch(display.Summarised, HasStatus):
         basis = _basis(self.d, self.rho.size - 1, np.asarray(t, dtype=float))
         x = self.coupling[index] / self.critical
         u = x * np.tensordot(self.rho[1:] * self.coefficients[index, 1:], basis[1:], axes=1)
-        q = _Quadrature(self.d, 4 * self.rho.size + 64, self.rho.size - 1)
+        q = _Quadrature(self.d, max(4 * self.rho.size + 64, 256), self.rho.size - 1)
         uq = x * (self.rho[1:] * self.coefficients[index, 1:]) @ q.basis[1:]
         top = float(uq.max())
         return u - top - math.log(float(q.weights @ np.exp(uq - top)))
