@@ -18,7 +18,7 @@ at a fixed time decays like N^{-1/2}.
 
 Run::
 
-    python examples/noisy_phase_transition.py                        # a few minutes
+    python examples/noisy_phase_transition.py                        # about 15 minutes
     TRANSFORMER_PDE_FAST=1 python examples/noisy_phase_transition.py  # seconds
 
 Writes figures/noisy_phase_transition.png.
@@ -189,7 +189,7 @@ def figure(results, study, ns):
         kind = "continuous" if beta < transition_beta(2) else "discontinuous"
         ax.set_title(f"({label}) β = {beta:g}: {kind} "
                      f"(σ# = {critical_noise(beta, 2):.3g})")
-        ax.legend(fontsize=7, loc="upper right")
+        ax.legend(fontsize=7, loc="upper right" if beta < transition_beta(2) else "center left")
     ax = axes[2]
     mean = study.mean(axis=1)
     slope, se = fit_rate(np.repeat(ns, study.shape[1]), study.ravel())
@@ -197,6 +197,8 @@ def figure(results, study, ns):
               label="one run")
     ax.loglog(ns, mean, "o-", color="tab:purple", label=f"mean; fit N^{slope:.2f}±{se:.2f}")
     ax.loglog(ns, mean[0] * (np.asarray(ns) / ns[0]) ** -0.5, "k--", lw=1, label=r"$N^{-1/2}$")
+    ax.set_xticks(ns, [str(n) for n in ns])
+    ax.minorticks_off()
     ax.set_xlabel("tokens N")
     ax.set_ylabel(r"$W_1$(tokens, PDE) at $t = 2/\lambda_1$")
     ax.set_title(f"(c) β = {STUDY_BETA:g}, σ = {STUDY_RATIO:g} σ#: particles → PDE")
