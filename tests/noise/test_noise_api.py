@@ -191,3 +191,22 @@ def test_ensemble_members_and_segments_are_independent_systems():
                       noise=Noise(common=A), block=tp.Block(constraint=tp.Sphere()),
                       segments=[4, 4, 4], field=NP)
     assert np.array_equal(packed.last.reshape(3, 4, 3), last)
+
+
+def test_unequal_segments_each_get_their_own_common_noise():
+    """Zero field, common noise only, Euler–Maruyama in R^d: every step multiplies the
+    tokens of segment s by the same matrix I + h T + M_s, so X_s(T) = Phi_s X_s(0) with one
+    Phi_s per segment: a token that is a combination of its segment's basis tokens stays
+    that combination (to rounding), and the two segments' Phi differ."""
+    att = tp.Attention("softmax", np.eye(2), np.eye(2), np.zeros((2, 2)))
+    X0 = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 2.0],
+                   [1.0, 0.0], [0.0, 1.0], [3.0, -1.0], [0.5, 0.5]])
+    A = np.array([[[0.3, -1.0], [1.0, 0.1]], [[0.2, 0.0], [0.0, -0.4]]])
+    tr = simulate(att, X0, t_max=1.0, dt=0.05, solver="euler_maruyama", segments=[3, 4],
+                  noise=Noise(common=A, seed=3), field=NP)
+    X = tr.last
+    phi0, phi1 = X[0:2].T, X[3:5].T          # columns: the images of e1, e2
+    np.testing.assert_allclose(X[2], phi0 @ [1.0, 2.0], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(X[5], phi1 @ [3.0, -1.0], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(X[6], phi1 @ [0.5, 0.5], rtol=0, atol=1e-12)
+    assert not np.allclose(phi0, phi1, atol=1e-3)
