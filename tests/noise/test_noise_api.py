@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from block_constraints import Centre
 
 import transformer_pde as tp
 from transformer_pde import Noise, simulate, simulate_ensemble
@@ -210,3 +211,12 @@ def test_unequal_segments_each_get_their_own_common_noise():
     np.testing.assert_allclose(X[5], phi1 @ [3.0, -1.0], rtol=0, atol=1e-12)
     np.testing.assert_allclose(X[6], phi1 @ [0.5, 0.5], rtol=0, atol=1e-12)
     assert not np.allclose(phi0, phi1, atol=1e-3)
+
+
+def test_normalisation_schemes_and_other_constraints_are_refused():
+    X = _sphere(3, 2)
+    for block, what in ((tp.Block(normalization="pre"), "normalization"),
+                        (tp.Block(constraint=Centre()), "Centre")):
+        with pytest.raises(ArgumentError, match=f"noise: .*{what}"):
+            simulate(_att(), X, t_max=0.1, dt=0.01, solver="euler_maruyama",
+                     noise=Noise(sigma=0.1), block=block, field=NP)
