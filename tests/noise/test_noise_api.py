@@ -220,3 +220,27 @@ def test_normalisation_schemes_and_other_constraints_are_refused():
         with pytest.raises(ArgumentError, match=f"noise: .*{what}"):
             simulate(_att(), X, t_max=0.1, dt=0.01, solver="euler_maruyama",
                      noise=Noise(sigma=0.1), block=block, field=NP)
+
+
+def test_same_path_on_every_numba_thread_count():
+    from transformer_pde.backends.numba import NumbaBackend
+
+    X0 = _sphere(30, 3, seed=6)
+    kw = dict(t_max=0.5, dt=0.05, solver="euler_maruyama",
+              noise=Noise(sigma=0.3, common=0.2 * np.eye(3), seed=1),
+              block=tp.Block(constraint=tp.Sphere()))
+    a, b = (simulate(_att(3), X0, field=tp.FieldOptions(backend=NumbaBackend(n_threads=k)),
+                     **kw) for k in (1, 2))
+    assert np.max(np.abs(a.states - b.states)) < 1e-12
+
+
+def test_float32_runs_draw_the_float64_path_and_cast_it():
+    """The increments are drawn in float64 and cast: a float32 run follows the float64 run
+    of the same path to float32 rounding (1e-5 after 20 steps)."""
+    X0 = np.random.default_rng(7).normal(size=(10, 2))
+    kw = dict(t_max=1.0, dt=0.05, solver="heun_stratonovich", field=NP,
+              noise=Noise(sigma=0.3, common=0.2 * np.eye(2), seed=1))
+    a = simulate(_att(), X0.astype(np.float32), **kw)
+    b = simulate(_att(), X0, **kw)
+    assert a.states.dtype == np.float32
+    np.testing.assert_allclose(a.states, b.states, rtol=0, atol=1e-5)
