@@ -106,6 +106,9 @@ def test_milstein_refuses_non_commuting_matrices_and_the_sphere():
     with pytest.raises(ArgumentError, match="commuting"):
         simulate(_att(), np.ones((3, 2)), t_max=0.1, dt=0.01, solver="milstein",
                  noise=Noise(common=A), field=NP)
+    with pytest.raises(ArgumentError, match="individual noise .* do not commute"):
+        simulate(_att(), np.ones((3, 2)), t_max=0.1, dt=0.01, solver="milstein",
+                 noise=Noise(sigma=0.1, common=np.eye(2)), field=NP)
     with pytest.raises(ArgumentError, match="sphere"):
         simulate(_att(), _sphere(3, 2), t_max=0.1, dt=0.01, solver="milstein",
                  noise=Noise(sigma=0.1), block=tp.Block(constraint=tp.Sphere()), field=NP)
