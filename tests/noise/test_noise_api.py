@@ -247,3 +247,17 @@ def test_float32_runs_draw_the_float64_path_and_cast_it():
     b = simulate(_att(), X0, **kw)
     assert a.states.dtype == np.float32
     np.testing.assert_allclose(a.states, b.states, rtol=0, atol=1e-5)
+
+
+def test_an_mlp_block_without_splitting_carries_the_noise():
+    """With splitting 'none' the noise drives the combined field: zero noise is the
+    deterministic block run to the bit, and noise moves it."""
+    mlp = tp.MLP(0.5 * np.eye(2), 0.5 * np.eye(2))
+    block = tp.Block(mlp=mlp, splitting="none")
+    X0 = np.random.default_rng(8).normal(size=(6, 2))
+    kw = dict(t_max=0.5, dt=0.05, block=block, field=NP)
+    quiet = simulate(_att(), X0, solver="euler_maruyama", noise=Noise(), **kw)
+    plain = simulate(_att(), X0, solver="euler", **kw)
+    noisy = simulate(_att(), X0, solver="euler_maruyama", noise=Noise(sigma=0.2), **kw)
+    assert np.array_equal(quiet.states, plain.states)
+    assert not np.allclose(noisy.last, plain.last, atol=1e-3)
