@@ -93,6 +93,11 @@ def test_steps_off_the_grid_are_refused():
     with pytest.raises(ArgumentError, match="t_max"):
         simulate(_att(), X, t_max=0.105, dt=0.01, solver="euler_maruyama",
                  noise=Noise(sigma=0.1), field=NP)
+    with pytest.raises(ArgumentError, match="t_max"):   # the loop would add a short step
+        simulate(_att(), X, t_max=0.1 + 1e-10, dt=0.01, solver="euler_maruyama",
+                 noise=Noise(sigma=0.1), field=NP)
+    simulate(_att(), X, t_max=0.07, dt=0.01, solver="euler_maruyama",   # 7.000000000000001
+             noise=Noise(sigma=0.1), field=NP)
     with pytest.raises(ArgumentError, match="saveat.ts"):
         simulate(_att(), X, t_max=0.1, dt=0.01, solver="euler_maruyama",
                  saveat=tp.SaveAt(ts=[0.0, 0.055, 0.1]), noise=Noise(sigma=0.1), field=NP)
