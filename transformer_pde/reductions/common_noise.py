@@ -319,7 +319,7 @@ def antipodal_probability(beta: Any, d: Any, rho0: Any, sigma: Any = 1.0, *,
     >>> p = antipodal_probability(1.0, 3, 0.0, 1.0, drift=0.0)    # no attention: angle / pi
     >>> abs(p - 0.5) < 1e-12
     True
-    >>> antipodal_probability(1.0, 3, 0.0, 0.5) == 0.0             # sigma^2 (1 + e^2) < 2
+    >>> antipodal_probability(0.5, 3, 0.0, 0.5) == 0.0    # sigma^2 (1 + e^{2 beta}) < 2 drift
     True
     """
     pair = _Pair(beta, d, sigma, placement, model, drift, shift)
