@@ -26,6 +26,7 @@ from ..backends import DEFAULT_BACKEND, to_host
 from ..blocks import Block
 from ..errors import ArgumentError, ArgumentTypeError
 from ..integrate.loop import Limits, Monitor, SaveAt
+from ..noise import Noise
 from ..results import ResultKind, check_warn, warn_stop
 from .. import results_display as display
 from .. import validation
@@ -156,7 +157,8 @@ def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
                       solver: Any = "rk4", saveat: SaveAt | None = None,
                       weights: Any = None, positions: Any = None, block: Any = None,
                       backend: Any = DEFAULT_BACKEND, limits: Limits | None = None,
-                      monitor: Monitor | None = None, warn: bool = True) -> EnsembleTrajectory:
+                      monitor: Monitor | None = None, warn: bool = True,
+                      noise: Noise | None = None) -> EnsembleTrajectory:
     r"""Integrate :math:`B` independent token systems of the same attention together.
 
     System :math:`b` starts from ``X0[b]`` and follows the flow that
@@ -205,6 +207,11 @@ def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
         Issue an :class:`~transformer_pde.errors.EarlyStopWarning` when the run ends
         without an answer (``nonfinite``, ``failed``, ``max_steps``, ``interrupted``);
         ``False`` leaves the status as the only report.
+    noise : Noise, optional
+        Brownian noise as for :func:`~transformer_pde.simulate` (with a stochastic
+        ``solver``).  Every system is driven by its own part of the path of
+        ``(noise.seed, noise.path)``: independent individual noise and its own common
+        Brownian motions :math:`B_k`, so the members are independent samples.
 
     Returns
     -------
@@ -252,7 +259,7 @@ def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
                     saveat=saveat, weights=np.tile(w, B),
                     positions=None if pos is None else np.tile(pos, B), block=block,
                     field=FieldOptions(backend=backend), limits=limits, monitor=monitor,
-                    warn=False, segments=[n] * B)
+                    warn=False, segments=[n] * B, noise=noise)
     warn_stop(traj.status, traj.message, warn=warn)
     info = {k: v for k, v in traj.info.items() if k != "segments"}
     info.update(n_systems=B, n_tokens=n)
