@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from block_constraints import Centre
 
 import transformer_pde as tp
 from transformer_pde import Noise, simulate, simulate_ensemble
@@ -92,6 +93,11 @@ def test_steps_off_the_grid_are_refused():
     with pytest.raises(ArgumentError, match="t_max"):
         simulate(_att(), X, t_max=0.105, dt=0.01, solver="euler_maruyama",
                  noise=Noise(sigma=0.1), field=NP)
+    with pytest.raises(ArgumentError, match="t_max"):   # the loop would add a short step
+        simulate(_att(), X, t_max=0.1 + 1e-10, dt=0.01, solver="euler_maruyama",
+                 noise=Noise(sigma=0.1), field=NP)
+    simulate(_att(), X, t_max=0.07, dt=0.01, solver="euler_maruyama",   # 7.000000000000001
+             noise=Noise(sigma=0.1), field=NP)
     with pytest.raises(ArgumentError, match="saveat.ts"):
         simulate(_att(), X, t_max=0.1, dt=0.01, solver="euler_maruyama",
                  saveat=tp.SaveAt(ts=[0.0, 0.055, 0.1]), noise=Noise(sigma=0.1), field=NP)
@@ -105,6 +111,9 @@ def test_milstein_refuses_non_commuting_matrices_and_the_sphere():
     with pytest.raises(ArgumentError, match="commuting"):
         simulate(_att(), np.ones((3, 2)), t_max=0.1, dt=0.01, solver="milstein",
                  noise=Noise(common=A), field=NP)
+    with pytest.raises(ArgumentError, match="individual noise .* do not commute"):
+        simulate(_att(), np.ones((3, 2)), t_max=0.1, dt=0.01, solver="milstein",
+                 noise=Noise(sigma=0.1, common=np.eye(2)), field=NP)
     with pytest.raises(ArgumentError, match="sphere"):
         simulate(_att(), _sphere(3, 2), t_max=0.1, dt=0.01, solver="milstein",
                  noise=Noise(sigma=0.1), block=tp.Block(constraint=tp.Sphere()), field=NP)
@@ -191,3 +200,69 @@ def test_ensemble_members_and_segments_are_independent_systems():
                       noise=Noise(common=A), block=tp.Block(constraint=tp.Sphere()),
                       segments=[4, 4, 4], field=NP)
     assert np.array_equal(packed.last.reshape(3, 4, 3), last)
+
+
+def test_unequal_segments_each_get_their_own_common_noise():
+    """Zero field, common noise only, Euler–Maruyama in R^d: every step multiplies the
+    tokens of segment s by the same matrix I + h T + M_s, so X_s(T) = Phi_s X_s(0) with one
+    Phi_s per segment: a token that is a combination of its segment's basis tokens stays
+    that combination (to rounding), and the two segments' Phi differ."""
+    att = tp.Attention("softmax", np.eye(2), np.eye(2), np.zeros((2, 2)))
+    X0 = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 2.0],
+                   [1.0, 0.0], [0.0, 1.0], [3.0, -1.0], [0.5, 0.5]])
+    A = np.array([[[0.3, -1.0], [1.0, 0.1]], [[0.2, 0.0], [0.0, -0.4]]])
+    tr = simulate(att, X0, t_max=1.0, dt=0.05, solver="euler_maruyama", segments=[3, 4],
+                  noise=Noise(common=A, seed=3), field=NP)
+    X = tr.last
+    phi0, phi1 = X[0:2].T, X[3:5].T          # columns: the images of e1, e2
+    np.testing.assert_allclose(X[2], phi0 @ [1.0, 2.0], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(X[5], phi1 @ [3.0, -1.0], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(X[6], phi1 @ [0.5, 0.5], rtol=0, atol=1e-12)
+    assert not np.allclose(phi0, phi1, atol=1e-3)
+
+
+def test_normalisation_schemes_and_other_constraints_are_refused():
+    X = _sphere(3, 2)
+    for block, what in ((tp.Block(normalization="pre"), "normalization"),
+                        (tp.Block(constraint=Centre()), "Centre")):
+        with pytest.raises(ArgumentError, match=f"noise: .*{what}"):
+            simulate(_att(), X, t_max=0.1, dt=0.01, solver="euler_maruyama",
+                     noise=Noise(sigma=0.1), block=block, field=NP)
+
+
+def test_same_path_on_every_numba_thread_count():
+    from transformer_pde.backends.numba import NumbaBackend
+
+    X0 = _sphere(30, 3, seed=6)
+    kw = dict(t_max=0.5, dt=0.05, solver="euler_maruyama",
+              noise=Noise(sigma=0.3, common=0.2 * np.eye(3), seed=1),
+              block=tp.Block(constraint=tp.Sphere()))
+    a, b = (simulate(_att(3), X0, field=tp.FieldOptions(backend=NumbaBackend(n_threads=k)),
+                     **kw) for k in (1, 2))
+    assert np.max(np.abs(a.states - b.states)) < 1e-12
+
+
+def test_float32_runs_draw_the_float64_path_and_cast_it():
+    """The increments are drawn in float64 and cast: a float32 run follows the float64 run
+    of the same path to float32 rounding (1e-5 after 20 steps)."""
+    X0 = np.random.default_rng(7).normal(size=(10, 2))
+    kw = dict(t_max=1.0, dt=0.05, solver="heun_stratonovich", field=NP,
+              noise=Noise(sigma=0.3, common=0.2 * np.eye(2), seed=1))
+    a = simulate(_att(), X0.astype(np.float32), **kw)
+    b = simulate(_att(), X0, **kw)
+    assert a.states.dtype == np.float32
+    np.testing.assert_allclose(a.states, b.states, rtol=0, atol=1e-5)
+
+
+def test_an_mlp_block_without_splitting_carries_the_noise():
+    """With splitting 'none' the noise drives the combined field: zero noise is the
+    deterministic block run to the bit, and noise moves it."""
+    mlp = tp.MLP(0.5 * np.eye(2), 0.5 * np.eye(2))
+    block = tp.Block(mlp=mlp, splitting="none")
+    X0 = np.random.default_rng(8).normal(size=(6, 2))
+    kw = dict(t_max=0.5, dt=0.05, block=block, field=NP)
+    quiet = simulate(_att(), X0, solver="euler_maruyama", noise=Noise(), **kw)
+    plain = simulate(_att(), X0, solver="euler", **kw)
+    noisy = simulate(_att(), X0, solver="euler_maruyama", noise=Noise(sigma=0.2), **kw)
+    assert np.array_equal(quiet.states, plain.states)
+    assert not np.allclose(noisy.last, plain.last, atol=1e-3)

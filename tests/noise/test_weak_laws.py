@@ -180,3 +180,22 @@ def test_isotropic_matrix_noise_in_rd_has_the_schemes_mean(solver, convention, f
 
 
 SIG_M = 0.5
+
+
+@pytest.mark.parametrize("solver", ["euler_maruyama", "heun_stratonovich"])
+@pytest.mark.parametrize("kind", ["individual", "matrix-ito"])
+def test_richardson_extrapolated_sphere_means_are_laplace_beltrami(solver, kind):
+    r"""Both schemes have weak order 1, so on the same paths the extrapolation
+    2 x_{h/2}(T) - x_h(T) has the mean exp(-(d-1) sigma^2 T/2) x0 up to O(h^2)
+    (below 1e-3 here, measured from the E-M quadrature above).  The standard error is
+    that of the per-path extrapolations (sample standard deviation / sqrt(B)); tolerance
+    5.5 of them plus 2e-3."""
+    B, T, h = 10000, 0.5, 0.025
+    base = Noise(sigma=SIG_S, seed=6, base_dt=h) if kind == "individual" else \
+        Noise(common=_matrix_noise(SIG_S), convention="ito", seed=7, base_dt=h)
+    X = [_run(D, np.zeros((D, D)), E1, B, T, dt, solver, base, sphere=True) @ E1
+         for dt in (h, h / 2)]
+    extrap = 2 * X[1] - X[0]
+    exact = np.exp(-(D - 1) * SIG_S ** 2 * T / 2)
+    se = extrap.std(ddof=1) / np.sqrt(B)
+    assert abs(extrap.mean() - exact) <= Z * se + 2e-3, (extrap.mean(), exact, se)

@@ -459,10 +459,10 @@ def _check_noise(out: dict[str, Any]) -> None:
         raise ConfigError(f"{key}: {exc}") from None
     block = out["block"]
     sphere = block is not None and getattr(block.constraint, "name", None) == "sphere"
-    if scheme.needs_commuting and not noise.commuting():
-        raise ConfigError(f"noise.solver: {scheme.name!r} needs commuting matrices "
-                          "noise.common (A_k A_l = A_l A_k); use 'euler_maruyama' or "
-                          "'heun_stratonovich'")
+    if scheme.needs_commuting and not noise.commutative():
+        raise ConfigError(f"noise.solver: {scheme.name!r} needs commuting noise (sigma alone, "
+                          "or commuting matrices noise.common alone: A_k A_l = A_l A_k); use "
+                          "'euler_maruyama' or 'heun_stratonovich'")
     if sphere and not scheme.on_sphere:
         raise ConfigError(f"noise.solver: {scheme.name!r} is not defined on the sphere; use "
                           "'euler_maruyama' or 'heun_stratonovich'")

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError
+from ..integrate.controller import STEP_TOL
 
 __all__ = ["BrownianPath", "check_grid", "refinement_level"]
 
@@ -62,11 +63,14 @@ def check_grid(t_max: float, dt: float, ts: Any = None) -> None:
     the path at a time off the grid)."""
     for name, values in (("t_max", [t_max]), ("saveat.ts", [] if ts is None else ts)):
         for t in values:
-            k = round(float(t) / dt)
-            if abs(float(t) / dt - k) > 1e-6:
+            # the loop cuts a segment into ceil(L/dt - STEP_TOL) steps: a time more than
+            # STEP_TOL steps past a grid point would get a short extra step
+            x = float(t) / dt
+            k = round(x)
+            if not -1e-6 <= x - k <= STEP_TOL:
                 raise ArgumentError(
                     f"{name}: with noise every step has the size dt={dt!r}, so {name} must be "
-                    f"a multiple of dt; {float(t)!r} is {float(t) / dt:.6g} steps")
+                    f"a multiple of dt; {float(t)!r} is {float(t) / dt:.12g} steps")
 
 
 class BrownianPath:

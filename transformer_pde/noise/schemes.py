@@ -13,12 +13,15 @@ step of size :math:`h` with the Brownian increments of the step, through a
 * :class:`HeunStratonovich` (predictor–corrector, a Stratonovich scheme):
   :math:`\bar X = X + h\tilde F(X) + G(X)\Delta Z`,
   :math:`X' = X + \tfrac h2(\tilde F(X) + \tilde F(\bar X)) + \tfrac12(G(X) + G(\bar X))\Delta Z`
-  with :math:`\tilde F = F - T_{\rm strat}`; strong order 1 for additive or commuting
-  noise, 1/2 otherwise; weak order 1.
-* :class:`Milstein` (Stratonovich form, for additive noise or commuting :math:`A_k`):
+  with :math:`\tilde F = F - T_{\rm strat}`; strong order 1 for commuting noise (additive
+  alone, or commuting matrices alone), 1/2 otherwise; weak order 1.
+* :class:`Milstein` (Stratonovich form, for commuting noise: additive noise alone, or
+  common noise alone with commuting :math:`A_k`):
   :math:`X' = X + h\tilde F + G(X)\Delta Z + \tfrac12 M^2 X`,
-  :math:`M = \sum_k A_k\Delta B_k`; strong order 1.  Refused for non-commuting matrices and
-  on the sphere (the projected noise does not commute).
+  :math:`M = \sum_k A_k\Delta B_k`; strong order 1.  Refused for non-commuting noise
+  (non-commuting matrices, or individual and common noise together: their Lie bracket
+  :math:`\sigma A_k e_j` does not vanish) and on the sphere (the projected noise does not
+  commute).
 
 Plain names select a scheme (:data:`SDE_SOLVERS`, :func:`get_sde_solver`).  A scheme is
 not a :class:`~transformer_pde.integrate.solvers.Solver` by itself: a run wraps it with
@@ -46,13 +49,14 @@ class SDEScheme:
     multistep = False
     #: ``"ito"`` or ``"stratonovich"``: which SDE the plain scheme approximates
     form = "ito"
-    #: the scheme needs commuting noise (additive, or commuting common matrices)
+    #: the scheme needs commuting noise (:meth:`~transformer_pde.noise.Noise.commutative`)
     needs_commuting = False
     #: the scheme is defined on the sphere (tangent increments and the retraction)
     on_sphere = True
 
     def strong_order(self, additive: bool, commuting: bool) -> float:
-        """The strong order for additive noise or commuting common matrices."""
+        """The strong order for additive noise (``additive``) or commuting noise fields
+        (``commuting``)."""
         raise NotImplementedError
 
     def step(self, f: Callable, g: Any, t: float, y: Any, h: float, inc: Any) -> Any:

@@ -118,6 +118,14 @@ class Noise:
         comm = np.einsum("kij,ljm->klim", A, A) - np.einsum("lij,kjm->klim", A, A)
         return float(np.max(np.abs(comm))) <= rtol * scale
 
+    def commutative(self) -> bool:
+        r"""Whether the noise fields commute on :math:`\mathbb R^d`: additive noise alone
+        (no common term), or common noise alone (:math:`\sigma = 0`) with commuting
+        matrices.  Individual noise :math:`\sigma e_j` and a common field :math:`A_k x`
+        have the Lie bracket :math:`\sigma A_k e_j \ne 0`, so together they do not
+        commute."""
+        return self.common is None or (self.sigma == 0.0 and self.commuting())
+
     def describe(self) -> dict[str, Any]:
         """JSON-friendly summary for a trajectory's ``info["noise"]``."""
         return {"sigma": self.sigma, "n_common": self.n_common, "convention": self.convention,

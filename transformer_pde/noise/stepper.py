@@ -46,7 +46,11 @@ class SDEStepper:
         self.scheme, self.term, self.path = scheme, term, path
         self.name = scheme.name
         noise = term.noise
-        self.order = scheme.strong_order(noise.common is None, noise.commuting())
+        # on the sphere the projected individual noise is multiplicative and its fields
+        # P_x e_j do not commute; projected commuting matrices still commute
+        additive = noise.common is None and not term.sphere
+        commuting = noise.commutative() and not (term.sphere and noise.sigma > 0)
+        self.order = scheme.strong_order(additive, commuting)
         self.on_sphere = term.sphere
         self._milstein = scheme.needs_commuting
         self._next = 0
@@ -105,10 +109,12 @@ def sde_stepper(solver: Any, noise: Noise, *, sizes: Any, d: int, dt: float, t_m
         Milstein with non-commuting matrices or on the sphere."""
     scheme = get_sde_solver(solver)
     noise.check_dimension(d)
-    if scheme.needs_commuting and not noise.commuting():
+    if scheme.needs_commuting and not noise.commutative():
+        why = ("the matrices of noise.common do not commute" if not noise.commuting() else
+               "individual noise (sigma > 0) and a common term do not commute")
         raise ArgumentError(
-            f"solver={scheme.name!r} needs commuting noise (A_k A_l = A_l A_k) and the "
-            "matrices of noise.common do not commute; use 'euler_maruyama' or "
+            f"solver={scheme.name!r} needs commuting noise (additive noise alone, or common "
+            f"noise alone with A_k A_l = A_l A_k): {why}; use 'euler_maruyama' or "
             "'heun_stratonovich' (strong order 1/2)")
     if sphere and not scheme.on_sphere:
         raise ArgumentError(
