@@ -142,7 +142,9 @@ def scale_function_ratio(beta, d, rho0, sigma, **kw):
     (1.0, 3, 1.2, {}), (3.0, 3, 0.5, {}), (0.5, 4, 2.0, {"drift": 0.3}),
     (2.5, 6, 1.0, {"placement": "value", "drift": 0.0}),
     (4.0, 3, 0.7, {"placement": "value", "drift": 1.0}),
-    (1.0, 3, 1.5, {"model": "usa", "shift": 1.0})])
+    (1.0, 3, 1.5, {"model": "usa", "shift": 1.0}),
+    (8.0, 3, 0.02, {}),                                   # c_+ = 1250: Jacobi weights in logs
+    (6.0, 1000, 1.0, {"placement": "value", "drift": 0.0})])
 def test_against_the_scale_function_by_adaptive_quadrature(beta, d, sigma, kw):
     # an independent evaluation (an ODE for log s', adaptive quadrature, power-law tails):
     # agreement 1e-5 relative, the accuracy of the reference's tails (O(delta) = 1e-6 times
@@ -182,6 +184,14 @@ def test_limits_in_sigma_and_beta():
     p1 = antipodal_probability(3.0, 5, RHO0, 0.3, placement="value", drift=0.0)
     p2 = antipodal_probability(3.0, 5, RHO0, 3.0, placement="value", drift=0.0)
     assert np.allclose(p1, p2, rtol=1e-12, atol=1e-300)
+
+
+def test_large_exponents_stay_finite():
+    # sigma = 0.01: c_+ = (drift / sigma^2 - 1)/2 ~ 5000, the Jacobi rule's mass 2^{5001}/5001
+    # overflows a float (it is kept in logarithms); P stays a probability, decreasing in rho0
+    assert scale_exponents(8.0, 3, 0.01)[1] > 4000
+    p = antipodal_probability(8.0, 3, np.array([-0.999999, -0.99, -0.5, 0.0]), 0.01)
+    assert np.all(np.isfinite(p)) and np.all(np.diff(p) < 0) and 0 < p[-1] < p[0] < 1
 
 
 def test_bounds_monotonicity_and_ends():

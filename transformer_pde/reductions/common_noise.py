@@ -43,7 +43,8 @@ from typing import Any
 
 import numpy as np
 from scipy.optimize import brentq
-from scipy.special import roots_jacobi, roots_legendre
+from scipy.linalg import eigh_tridiagonal
+from scipy.special import gammaln, roots_legendre
 
 from ..errors import ArgumentError, SolverNotConverged
 from ..validation import choice, integer, nonnegative, positive, real_array
@@ -367,6 +368,9 @@ def _quadrature(pair: _Pair, rho0: np.ndarray, c_minus: float, c_plus: float) ->
                                       _graded(rho0, width)]))
     results = [_probabilities(pair, edges, rho0, c_minus, c_plus, n) for n in _ORDERS]
     (p1, q1), (p2, q2) = results
+    if not all(np.all(np.isfinite(v)) for v in (p1, q1, p2, q2)):
+        raise SolverNotConverged("antipodal_probability: the quadrature overflowed (drift / "
+                                 f"sigma^2 = {pair.lam:.3g}, beta = {pair.beta:g}, d = {pair.d})")
     small1, small2 = np.minimum(p1, q1), np.minimum(p2, q2)
     scale = np.maximum(np.abs(small2), np.finfo(float).tiny)
     if np.any(np.abs(small1 - small2) > RTOL * scale + 1e-300):
@@ -374,6 +378,24 @@ def _quadrature(pair: _Pair, rho0: np.ndarray, c_minus: float, c_plus: float) ->
                                  f"{_ORDERS[0]} and {_ORDERS[1]} nodes per panel disagree "
                                  f"(max relative {np.max(np.abs(small1 - small2) / scale):.2e})")
     return np.where(p2 <= q2, p2, 1.0 - q2)
+
+
+def _jacobi_rule(n: int, alpha: float, beta: float) -> tuple[np.ndarray, np.ndarray]:
+    r"""Gauss–Jacobi nodes and log-weights for :math:`(1-y)^\alpha(1+y)^\beta` on
+    :math:`[-1, 1]` (Golub–Welsch; the total mass in logarithms, so that a large
+    :math:`\alpha` does not overflow as it does in ``scipy.special.roots_jacobi``)."""
+    k = np.arange(1, n)
+    s = 2 * k + alpha + beta
+    diag = np.empty(n)
+    diag[0] = (beta - alpha) / (alpha + beta + 2)
+    diag[1:] = (beta * beta - alpha * alpha) / (s * (s + 2))
+    off = np.sqrt(4 * k * (k + alpha) * (k + beta) * (k + alpha + beta)
+                  / (s * s * (s + 1) * (s - 1)))
+    x, V = eigh_tridiagonal(diag, off)
+    log_mass = ((alpha + beta + 1) * math.log(2.0) + gammaln(alpha + 1) + gammaln(beta + 1)
+                - gammaln(alpha + beta + 2))
+    with np.errstate(divide="ignore"):       # a weight below the float range: log 0 = -inf
+        return x, log_mass + 2.0 * np.log(np.abs(V[0]))
 
 
 def _graded(rho0: np.ndarray, width: float) -> np.ndarray:
@@ -410,12 +432,12 @@ def _probabilities(pair: _Pair, edges: np.ndarray, rho0: np.ndarray, c_minus: fl
     # the left panel integrates (1 + y)^{-c_-} g = g(-1)(1 + y)^{-c_-} + (1 + y)^{1-c_-}
     # (g - g(-1))/(1 + y): the first exactly, the second with the weight (1 + y)^{1-c_-}
     # (a Jacobi weight near (1 + y)^{-1} has inaccurate nodes when c_- -> 1)
-    nodes = {"mid": (x, wx), "left": roots_jacobi(n, 0.0, 1.0 - c_minus),
-             "right": roots_jacobi(n, c_plus, 0.0)}
+    nodes = {"mid": (x, np.log(wx)), "left": _jacobi_rule(n, 0.0, 1.0 - c_minus),
+             "right": _jacobi_rule(n, c_plus, 0.0)}
     kind = np.full(lo.size, "mid", dtype=object)
     kind[0], kind[-1] = "left", "right"
     logs = np.full((lo.size, n), -np.inf)
-    for name, (y, wy) in nodes.items():
+    for name, (y, log_wy) in nodes.items():
         sel = kind == name
         M = _integration_matrix(x, wx, y)
         H = H_start[sel, None] + half[sel, None] * (hx[sel] @ M.T)
@@ -436,10 +458,10 @@ def _probabilities(pair: _Pair, edges: np.ndarray, rho0: np.ndarray, c_minus: fl
         if name == "left":      # g(-1) = e^{-H(-1)} = 1
             g = np.expm1(log_f[0])                                # g - g(-1)
             bracket = (2.0 ** (1.0 - c_minus) / (1.0 - c_minus)
-                       + float(np.sum(wy * g / (1.0 + y))))
+                       + float(np.sum(np.exp(log_wy) * g / (1.0 + y))))
             logs[0, 0] = float(log_pref[0]) + math.log(bracket)
         else:
-            logs[sel] = np.log(wy)[None, :] + log_f + log_pref[:, None]
+            logs[sel] = log_wy[None, :] + log_f + log_pref[:, None]
     K = np.max(logs)
     panel = np.exp(logs - K).sum(axis=1)
     prefix = np.concatenate([[0.0], np.cumsum(panel)])           # int_{-1}^{edges[k]}
