@@ -265,3 +265,5 @@ def test_bad_arguments_name_the_argument():
         antipodal_probability("1", 3, 0.0)
     with pytest.raises(ArgumentError, match="shift"):
         antipodal_probability(1.0, 3, 0.0, shift=1.0)
+    with pytest.raises(ArgumentError, match="panels for beta=1e"):   # scales below 1e-5
+        antipodal_probability(1e6, 3, 0.0)

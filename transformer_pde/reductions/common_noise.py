@@ -361,9 +361,10 @@ def _quadrature(pair: _Pair, rho0: np.ndarray, c_minus: float, c_plus: float) ->
     width = _panel_width(pair, c_minus, c_plus)
     npan = int(math.ceil(2.0 / width))
     if npan > _MAX_PANELS:
-        raise ArgumentError(f"drift / sigma^2 = {pair.lam:.3g} (or beta, d) too large for the "
-                            "quadrature: the antipodal probability is below the float range "
-                            "there (use a larger sigma)")
+        raise ArgumentError(f"antipodal_probability needs more than {_MAX_PANELS} panels "
+                            f"for beta={pair.beta:g}, d={pair.d}, drift / sigma^2="
+                            f"{pair.lam:.3g} (the integrand varies on scales below "
+                            f"{2 / _MAX_PANELS:.0e}): lower beta or d, or raise sigma")
     edges = np.unique(np.concatenate([np.linspace(-1.0, 1.0, npan + 1), rho0,
                                       _graded(rho0, width)]))
     results = [_probabilities(pair, edges, rho0, c_minus, c_plus, n) for n in _ORDERS]
