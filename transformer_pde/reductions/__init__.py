@@ -22,11 +22,16 @@ Symmetric configurations and linearisations turn the particle flow of tokens on
   context (:func:`long_context_cosine`, :func:`long_context_limit`).
 * :mod:`~transformer_pde.reductions.pairs` — the causal pair and the pairing angle
   (:func:`causal_pair`, :func:`pairing_angle`).
+* :mod:`~transformer_pde.reductions.common_noise` — two tokens driven by a common matrix
+  noise: the diffusion of their cosine and the probability that they end antipodal
+  (:func:`antipodal_probability`, :func:`critical_beta`).
 * :mod:`~transformer_pde.reductions.args` — the argument checks they share.
 
 The derivations are on the documentation page *Exact reductions on the sphere*.
 """
 
+from .common_noise import (antipodal_probability, common_noise_matrices, critical_beta,
+                           pair_coefficients, scale_exponents)
 from .equiangular_flow import SCHEMES, EquiangularSolution, equiangular, equiangular_rates
 from .gram import GramFlow, gram_field, gram_flow, gram_from_tokens, random_gram
 from .hitting import equiangular_time
@@ -42,3 +47,5 @@ __all__ = ["CausalPair", "EquiangularSolution", "GramFlow", "SCHEMES", "causal_p
            "mode_growth_rate", "most_unstable_degree", "pairing_angle", "random_gram"]
 __all__ += ["amplitude_coefficient", "critical_noise", "noisy_mode_growth_rate",
             "transition_beta", "transition_kind"]
+__all__ += ["antipodal_probability", "common_noise_matrices", "critical_beta",
+            "pair_coefficients", "scale_exponents"]
