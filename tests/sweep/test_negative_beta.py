@@ -1,0 +1,74 @@
+"""The synchronisation study (sweep.SyncCell) on a tiny grid.
+
+Near the three-cluster state (spread 0.05) the verdicts are known from the linearisation
+(diagnostics.polygon_spectrum): stable for beta < -2/3 (every run stops there, with a
+negative largest eigenvalue), unstable above (every run synchronises).  The batched cells
+equal the cell-by-cell ones, and each cell equals synchronization_runs on its own stream.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from transformer_pde import diagnostics, sweep
+from transformer_pde.errors import ArgumentError
+from transformer_pde.sweep.study import DONE
+
+
+def _study(**options):
+    cell = sweep.SyncCell(init="triangle", spread=0.05, t_max=150.0, dt=0.1, **options)
+    grid = sweep.Grid({"beta": [-1.0, -0.4], "n": [3, 6]}, draws=3, seed=2)
+    return sweep.Study(grid, cell)
+
+
+def test_sync_cell_on_a_tiny_grid_follows_the_linearisation():
+    ds = sweep.run(_study(), scheduler="serial", progress=False)
+    assert np.all(ds["cell_status"].values == DONE)
+    stuck, free = ds.sel(beta=-1.0), ds.sel(beta=-0.4)
+    assert np.all(stuck["verdict"].values == diagnostics.synchronization.EQUILIBRIUM)
+    assert np.all(stuck["clusters"].values == 3)
+    # the largest eigenvalue at the equilibrium: max(mu, nu) of the triangle (n = 6: nu
+    # counts), mu alone for n = 3; to the distance from the equilibrium (speed < 1e-8)
+    mu, nu = diagnostics.polygon_spectrum(3, -1.0)
+    np.testing.assert_allclose(stuck["max_eig"].sel(n=3).values, mu.max(), atol=1e-6)
+    np.testing.assert_allclose(stuck["max_eig"].sel(n=6).values, max(mu.max(), nu), atol=1e-6)
+    assert np.all(free["verdict"].values == diagnostics.synchronization.SYNCHRONISED)
+    assert np.all(np.isnan(free["max_eig"].values))
+    assert np.all(free["gap"].values > np.pi + 1e-2)
+    assert np.all(ds["status"].values == sweep.status_code("ok"))
+
+
+def test_sync_cell_batched_equals_cell_by_cell_and_its_own_run():
+    study = _study()
+    batched = sweep.run(study, scheduler="serial", progress=False)
+    single = sweep.run(study, scheduler="serial", progress=False, batch_size=1)
+    for name in ("verdict", "t_decided", "clusters"):
+        np.testing.assert_array_equal(batched[name].values, single[name].values)
+    for name in ("order", "gap", "speed"):
+        np.testing.assert_allclose(batched[name].values, single[name].values,
+                                   rtol=1e-12, atol=1e-15)
+    c = study.grid.cell(7)                        # beta = -0.4, n = 3, draw 1
+    X0 = diagnostics.circle_initial_states(c.rng(), 1, 3, "triangle", 0.05)
+    r = diagnostics.synchronization_runs(-0.4, X0, t_max=150.0, dt=0.1)
+    got = batched.isel(beta=1, n=0, draw=1)
+    assert (c.params, c.draw) == ({"beta": -0.4, "n": 3}, 1)
+    assert int(got["verdict"]) == r.verdict[0] and float(got["t_decided"]) == r.t_decided[0]
+
+
+def test_sync_cell_bad_options():
+    with pytest.raises(ArgumentError, match="gamma"):
+        sweep.Study(sweep.Grid({"gamma": [1.0]}), sweep.SyncCell())
+    with pytest.raises(ArgumentError, match="init"):
+        sweep.SyncCell(init="ring")({}, np.random.default_rng(0))
+    with pytest.raises(ArgumentError, match="kind"):
+        sweep.SyncCell(kind="l2")({}, np.random.default_rng(0))
+    # in a study a bad option fails the cell with its message; the study goes on
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sweep.CellFailureWarning)
+        ds = sweep.run(sweep.Study(sweep.Grid({"kind": ["l2"]}), sweep.SyncCell(n=3, t_max=1.0)),
+                       scheduler="serial", progress=False)
+    assert int(ds["cell_status"].values.ravel()[0]) == sweep.FAILED
+    assert sweep.CELLS["synchronization"] is sweep.SyncCell
