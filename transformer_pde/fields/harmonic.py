@@ -168,12 +168,11 @@ def harmonic_modes(beta: float, d: int, tol: float) -> Modes:
     return Modes(d, order, coef, tail, kbar)
 
 
-def roundoff(modes: Modes, n: int, eval_depth: int) -> float:
-    r""":math:`R = \lambda u\sqrt{D}`: the round-off bound (per unit mass) of the moments of
-    ``n`` tokens summed pairwise (depth :math:`2\lceil\log_2 n\rceil + 32`) and of a mode
-    sum of depth ``eval_depth``, with :math:`2\bar k + 10` for the recurrences."""
-    depth = 2 * math.ceil(math.log2(max(n, 2))) + 32 + eval_depth + 2.0 * modes.kbar + 10.0
-    return LAMBDA * _U * math.sqrt(depth)
+def roundoff(modes: Modes, depth: float) -> float:
+    r""":math:`R = \lambda u\sqrt{D + 2\bar k + 10}`: the round-off bound (per unit mass)
+    of sums of summation depth ``depth`` :math:`= D` (moments and mode sum), with
+    :math:`2\bar k + 10` for the recurrences of the powers and Legendre functions."""
+    return LAMBDA * _U * math.sqrt(depth + 2.0 * modes.kbar + 10.0)
 
 
 def isotropic_sign(att: Attention, name: str = "field") -> float:
@@ -262,8 +261,8 @@ class HarmonicField:
         self.modes = harmonic_modes(self.beta, self.d, self.tol)
         nmax = max(e - s for s, e in self.bounds)
         K = self.modes.order
-        eval_depth = 2 * math.ceil(math.log2(max((K + 1) ** (self.d - 1), 2))) + 16
-        self.R = roundoff(self.modes, nmax, eval_depth)
+        self._numba = getattr(backend, "name", "") == "numba"
+        self.R = roundoff(self.modes, self._depth(nmax))
         self.c = 2.0 if self.kind == "softmax" else 1.0
         best = self.c * (self.modes.tail + self.R)
         if best > self.tol:
@@ -273,7 +272,17 @@ class HarmonicField:
                 f"tolerance is about {best:.1e}; raise harmonic_tol or use method='direct'")
         self.info = {"harmonic_modes": K, "harmonic_evaluations": 0,
                      "harmonic_direct_queries": 0}
-        self._numba = getattr(backend, "name", "") == "numba"
+
+    def _depth(self, nmax: int) -> int:
+        """Summation depth of the moments of ``nmax`` tokens and of the mode sums, as the
+        backend's code sums them (see :func:`roundoff`)."""
+        K, lg = self.modes.order, math.ceil(math.log2(max(nmax, 2)))
+        if self._numba:
+            from ..backends.numba import harmonic as nb  # noqa: PLC0415 (Numba is optional)
+            blk = nb.BLOCK if self.d == 2 else nb.sphere_block(self.n, (K + 1) ** 2)
+            return nb.SUB + blk // nb.SUB + lg + 16 + (K + 1 if self.d == 2 else 3 * K + 3)
+        # NumPy: pairwise sums of chunks and of the chunks' sums; pairwise mode sums
+        return lg + 32 + math.ceil(math.log2((K + 1) ** (self.d - 1) + 1)) + 16
 
     # ------------------------------------------------------------------ evaluation
     def __call__(self, X: Any, queries: Any = None) -> Any:
