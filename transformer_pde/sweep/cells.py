@@ -417,9 +417,7 @@ class SyncCell(_Cell):
             n, beta, kind = int(o["n"]), float(o["beta"]), str(o["kind"])
             X0 = np.stack([diagnostics.circle_initial_states(
                 rngs[j], 1, n, str(o["init"]), float(o["spread"]))[0] for j in members])
-            method = str(o["method"])
-            field = FieldOptions(backend=str(o["backend"]), **(
-                {} if method == "direct" else {"method": method}))
+            field = FieldOptions(backend=str(o["backend"]), method=str(o["method"]))
             r = diagnostics.synchronization_runs(
                 beta, X0, kind=kind, t_max=float(o["t_max"]), dt=float(o["dt"]),
                 check_every=float(o["check_every"]), margin=float(o["margin"]),
