@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 import pytest
 
+import transformer_pde as tp
 from transformer_pde import diagnostics, sweep
 from transformer_pde.errors import ArgumentError
 from transformer_pde.sweep.study import DONE
@@ -72,3 +73,18 @@ def test_sync_cell_bad_options():
                        scheduler="serial", progress=False)
     assert int(ds["cell_status"].values.ravel()[0]) == sweep.FAILED
     assert sweep.CELLS["synchronization"] is sweep.SyncCell
+
+
+def test_harmonic_field_gives_the_direct_verdicts():
+    """The exact Fourier field (method="harmonic", tolerance 1e-13 per value) against the
+    direct sum: the same verdicts and decision times, states within 1e-7 (1e-13 per field
+    value, summed over ~800 RK4 stages and amplified by the unstable directions of the flow,
+    rate <= 0.6 over t <= 15; 8e-9 seen), far inside the certificate's 1e-2 margin."""
+    X0 = diagnostics.circle_initial_states(np.random.default_rng(4), 3, 12)
+    runs = [diagnostics.synchronization_runs(
+        -0.5, X0, t_max=30.0, field=tp.FieldOptions(backend="numpy", method=m))
+        for m in ("direct", "harmonic")]
+    np.testing.assert_array_equal(runs[0].verdict, runs[1].verdict)
+    np.testing.assert_array_equal(runs[0].t_decided, runs[1].t_decided)
+    np.testing.assert_allclose(runs[0].states, runs[1].states, atol=1e-7)
+    assert np.all(runs[0].verdict == diagnostics.synchronization.SYNCHRONISED)
