@@ -12,13 +12,13 @@ dynamics of Polyanskiy--Rigollet--Yao, arXiv 2507.22857) and
 means that all tokens converge to one point.
 
 **Criterion.**  :func:`largest_gap` is the largest angle between consecutive tokens.  When
-it exceeds :math:`\pi` the tokens lie in an open half-circle, and then they synchronise:
-the extreme token :math:`\theta_{\max}` sees every other token at an angle in
-:math:`(-\pi, 0]`, where :math:`g \le 0`, so it moves inwards (and :math:`\theta_{\min}`
-outwards), the arc holding the tokens shrinks, and the flow -- a gradient flow of an
-analytic energy, which converges to one equilibrium -- can only stop at an equilibrium
-inside an arc shorter than :math:`\pi`, and the only one is a single point (its extreme
-token would move otherwise).  For both kinds, since :math:`Z_i > 0`.  So
+it exceeds :math:`\pi` the tokens lie in an arc of width :math:`\ell < \pi`, and then they
+synchronise: the extreme token :math:`\theta_{\max}` sees every other token at an angle
+in :math:`(-\ell, 0]`, where :math:`g \le 0`, and the token :math:`\theta_{\min}` at the angle
+:math:`-\ell`, so :math:`\dot\theta_{\max} \le -c\sin\ell` and likewise
+:math:`\dot\theta_{\min} \ge c\sin\ell`, with :math:`c = \min_j w_j\, e^{-|\beta|} /
+\max_i Z_i > 0`.  Hence :math:`\dot\ell \le -2c\sin\ell`: the arc shrinks to a point,
+exponentially fast.  For both kinds (:math:`Z_i \le e^{|\beta|}`).  So
 ``largest_gap > pi + margin`` is a *certificate* of synchronisation of the computed state
 (the margin covers the integration error of the state).  A run is classified
 (:func:`synchronization_runs`) as
