@@ -19,7 +19,7 @@ moved by N(0, 0.3^2)), also at n = 10^4 and 10^5 with the exact harmonic field
 (``FieldOptions(method="harmonic")``, O(n K) per evaluation); (c) the eigenvalues of that
 equilibrium.  Run::
 
-    python examples/negative_beta_sync.py                            # minutes
+    python examples/negative_beta_sync.py                            # ~9 minutes on 2 cores
     TRANSFORMER_PDE_FAST=1 python examples/negative_beta_sync.py     # seconds
     TRANSFORMER_PDE_DASK=1 python examples/negative_beta_sync.py     # the cells on Dask
 
@@ -108,6 +108,13 @@ for name, ds, seconds in (("uniform", uniform, t1 - t0), ("triangle", triangle, 
         cells = [f"{float(sync.sel(beta=b, n=n)):.2f} ({float(undecided.sel(beta=b, n=n)):.2f})"
                  for n in ds["n"].values]
         print(f"  {b:+.2f}  " + "  ".join(cells))
+    stopped = (ds["verdict"] == diagnostics.synchronization.EQUILIBRIUM).values
+    if stopped.any():
+        eig = ds["max_eig"].values[stopped]
+        worst = (f"largest eigenvalue of the linearisation at most {np.nanmax(eig):.3f}"
+                 if np.isfinite(eig).any() else "linearisation not computed (n > 256)")
+        print(f"  {int(stopped.sum())} runs stopped at an equilibrium: clusters "
+              f"{sorted(set(ds['clusters'].values[stopped].tolist()))}, {worst}")
 
 
 # %%
