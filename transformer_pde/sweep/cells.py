@@ -17,6 +17,7 @@ import numpy as np
 
 from ..attention import Attention
 from ..errors import ArgumentError
+from ..particles import FieldOptions
 # the paper's functions are called through the module, so that a test (or a user) patching
 # transformer_pde.paper.rank_sweep_trials reaches the cells
 from .. import paper
@@ -405,7 +406,6 @@ class SyncCell(_Cell):
     def run_batch(self, params_list: list, rngs: list) -> list:
         """The cells of one task, grouped by their options: one ensemble run each."""
         from .. import diagnostics  # noqa: PLC0415 (numba, scipy: ~1 s, paid where a cell runs)
-        from ..particles import FieldOptions  # noqa: PLC0415 (with diagnostics, as above)
 
         opts = [self.options(p) for p in params_list]
         groups: dict[str, list[int]] = {}
