@@ -93,6 +93,22 @@ def test_triangle_stable_exactly_below_minus_two_thirds():
     assert above[0].max() > 0
 
 
+def test_which_polygons_are_stable():
+    """On a grid of beta in [-6, 0.2] (step 0.02): p = 3, 5, 7 clusters are stable below
+    -2/3, about -2.11 and about -4.43 (the figures the guide quotes), p = 2, 4, 6, 8
+    never."""
+    def stable(p, beta):
+        mu, nu = polygon_spectrum(p, beta)
+        return max(mu.max(), nu) < 0
+    grid = np.round(np.arange(-6.0, 0.2001, 0.02), 2)
+    for p in (2, 4, 6, 8):
+        assert not any(stable(p, b) for b in grid)
+    for p, threshold in ((3, -2 / 3), (5, -2.11), (7, -4.43)):
+        for b in grid:
+            if abs(b - threshold) > 0.011:
+                assert stable(p, b) == (b < threshold), (p, b)
+
+
 @pytest.mark.parametrize("kind", ["exp", "softmax"])
 @pytest.mark.parametrize("p,per,beta", [(3, 1, -1.0), (3, 2, -1.0), (3, 2, -0.4),
                                         (4, 2, -0.8), (5, 1, -2.5), (5, 2, 0.3)])
