@@ -30,7 +30,7 @@ works in float64 and a truncation tail is a fraction of the kernel's scale
 :math:`e^{|\beta|}`.
 
 **Mode count.**  :math:`K` (or :math:`L`) is the smallest order whose tail
-:math:`E_K = \sum_{|k| > K}\omega_k` is at most ``tol / 16``.  Tail bound (proved):
+:math:`E_K = \sum_{|k| > K}\omega_k` is at most ``tol / 64``.  Tail bound (proved):
 the power series :math:`I_\nu(x) = \sum_m (x/2)^{2m+\nu}/(m!\,\Gamma(m+\nu+1))` gives,
 term by term, :math:`I_{\nu+1}(x) \le \frac{x}{2(\nu+1)} I_\nu(x)` for :math:`x \ge 0`;
 hence beyond :math:`k^* \ge |\beta|` the terms fall at least by half and
@@ -139,7 +139,7 @@ def _omega(beta: float, d: int, n: int) -> np.ndarray:
 
 def harmonic_modes(beta: float, d: int, tol: float) -> Modes:
     r"""The modes of the kernel :math:`e^{\beta\langle x, y\rangle}` on :math:`S^{d-1}`
-    (``d`` = 2 or 3) whose dropped tail :math:`E_K` is at most ``tol / 16``.
+    (``d`` = 2 or 3) whose dropped tail :math:`E_K` is at most ``tol / 64``.
 
     Examples
     --------
@@ -155,7 +155,7 @@ def harmonic_modes(beta: float, d: int, tol: float) -> Modes:
     tails = np.cumsum(om[kstar::-1])[::-1] + far
     mult = 2.0 if d == 2 else 1.0         # the circle's modes come in pairs +-k
     # E_K = mult * tails[K + 1]
-    ok = np.nonzero(mult * tails[1:] <= tol / 16.0)[0]
+    ok = np.nonzero(mult * tails[1:] <= tol / 64.0)[0]
     if ok.size == 0:
         raise ArgumentError(f"harmonic_tol={tol:g}: no mode count up to {kstar} reaches it "
                             f"at beta={beta:g}")
