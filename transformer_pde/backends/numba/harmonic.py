@@ -56,41 +56,70 @@ def _circle_block_moments(zr, zi, w, starts, ends, count):   # pragma: no cover 
     nb = starts.shape[0]
     out = np.zeros((nb, count), dtype=np.complex128)
     for b in prange(nb):
-        acc = np.zeros(count, dtype=np.complex128)
-        sub = np.zeros(count, dtype=np.complex128)
+        accr = np.zeros(count)
+        acci = np.zeros(count)
+        pr = np.empty(SUB)
+        pi = np.empty(SUB)
         j = starts[b]
         while j < ends[b]:
-            stop = min(ends[b], j + SUB)
-            sub[:] = 0.0
-            for i in range(j, stop):
-                zc = complex(zr[i], -zi[i])
-                p = complex(w[i], 0.0)
-                for k in range(count):
-                    sub[k] += p
-                    p = p * zc
+            m = min(ends[b], j + SUB) - j
+            for i in range(m):                 # the powers of a sub-block, side by side
+                pr[i] = w[j + i]
+                pi[i] = 0.0
             for k in range(count):
-                acc[k] += sub[k]
-            j = stop
-        out[b, :] = acc
+                sr = 0.0
+                si = 0.0
+                for i in range(m):
+                    sr += pr[i]
+                    si += pi[i]
+                accr[k] += sr
+                acci[k] += si
+                for i in range(m):             # p <- p * conj(z)
+                    a, c = pr[i], pi[i]
+                    pr[i] = a * zr[j + i] + c * zi[j + i]
+                    pi[i] = c * zr[j + i] - a * zi[j + i]
+            j += m
+        for k in range(count):
+            out[b, k] = complex(accr[k], acci[k])
     return out
 
 
 @njit(parallel=True, cache=True)
-def _circle_eval(qr, qi, qseg, M, coef, F, N):   # pragma: no cover (compiled)
+def _circle_eval(qr, qi, qseg, Mr, Mi, coef, F, N):   # pragma: no cover (compiled)
+    # queries in groups of SUB side by side (independent chains, vectorisable); each
+    # query sums its modes in order k = 0..K.  Mr, Mi: real and imaginary moments (S, K+2)
     K = coef.shape[0] - 1
-    for i in prange(qr.shape[0]):
-        m = M[qseg[i]]
-        q = complex(qr[i], qi[i])
-        f = coef[0] * m[0].real
-        num = coef[0] * m[1].conjugate()
-        p = complex(1.0, 0.0)
+    m = qr.shape[0]
+    for g in prange((m + SUB - 1) // SUB):
+        i0 = g * SUB
+        n = min(m, i0 + SUB) - i0
+        pr, pi = np.ones(SUB), np.zeros(SUB)
+        f, nr, ni = np.empty(SUB), np.empty(SUB), np.empty(SUB)
+        sg = np.empty(SUB, dtype=np.int64)
+        for i in range(n):
+            s = qseg[i0 + i]
+            sg[i] = s
+            f[i] = coef[0] * Mr[s, 0]
+            nr[i] = coef[0] * Mr[s, 1]
+            ni[i] = -coef[0] * Mi[s, 1]
         for k in range(1, K + 1):
-            p = p * q
-            f += 2.0 * coef[k] * (p * m[k]).real
-            num += coef[k] * (p * m[k - 1] + (p * m[k + 1]).conjugate())
-        F[i] = f
-        N[i, 0] = num.real
-        N[i, 1] = num.imag
+            a = coef[k]
+            for i in range(n):
+                s = sg[i]
+                x, y = pr[i], pi[i]
+                u, v = qr[i0 + i], qi[i0 + i]
+                x, y = x * u - y * v, x * v + y * u           # p = q^k
+                pr[i], pi[i] = x, y
+                # 2 a Re(p M_k);  a (p M_{k-1} + conj(p M_{k+1}))
+                f[i] += 2.0 * a * (x * Mr[s, k] - y * Mi[s, k])
+                nr[i] += a * ((x * Mr[s, k - 1] - y * Mi[s, k - 1])
+                              + (x * Mr[s, k + 1] - y * Mi[s, k + 1]))
+                ni[i] += a * ((x * Mi[s, k - 1] + y * Mr[s, k - 1])
+                              - (x * Mi[s, k + 1] + y * Mr[s, k + 1]))
+        for i in range(n):
+            F[i0 + i] = f[i]
+            N[i0 + i, 0] = nr[i]
+            N[i0 + i, 1] = ni[i]
 
 
 @njit(cache=True)
@@ -201,7 +230,8 @@ def harmonic_sums(d: int, X: np.ndarray, w: np.ndarray, bounds: list, Q: np.ndar
                                       order + 2)
         M = np.ascontiguousarray(_pairwise(parts, spans))
         F, N = np.empty(m), np.empty((m, 2))
-        _circle_eval(Q[:, 0].copy(), Q[:, 1].copy(), qseg, M, np.asarray(coef, float), F, N)
+        _circle_eval(Q[:, 0].copy(), Q[:, 1].copy(), qseg, np.ascontiguousarray(M.real),
+                     np.ascontiguousarray(M.imag), np.asarray(coef, float), F, N)
         return F, N
     nlm = (order + 1) ** 2
     A, B = _recurrence(order)
