@@ -269,3 +269,17 @@ def test_bad_arguments(rng):
     Y = X * (1 + 5e-7)
     np.testing.assert_allclose(velocity(att, Y, method="harmonic"),
                                velocity(att, X, method="harmonic"), atol=1e-15)
+
+
+@pytest.mark.parametrize("be_name", HARMONIC_BACKENDS)
+@pytest.mark.parametrize("beta, shift", [(100.0, 0.0), (1000.0, 295.0)])
+def test_exp_field_beyond_the_exponential_range(be_name, beta, shift, rng):
+    # e^{|beta| - shift} = e^{705} alone is near the float64 limit (1.8e308) while the field
+    # is finite: the harmonic field scales by a power of two apart, like the direct one.
+    # 1e-12 relative: both carry |beta| u ~ 1e-13 from the exponent
+    X = clustered_tokens(rng, 60, 2, clusters=2)
+    att = tp.Attention("exp", np.eye(2), np.eye(2), np.eye(2), beta=beta, shift=shift)
+    ref = velocity(att, X, backend="numpy")
+    out = velocity(att, X, backend=be_name, method="harmonic")
+    assert np.all(np.isfinite(out)) and np.abs(ref).max() > 1e300 * (shift > 0)
+    assert np.abs(out - ref).max() <= 1e-12 * np.abs(ref).max()

@@ -269,7 +269,7 @@ class FieldEvaluator:
                                 "segment's field at its own tokens only; evaluate one segment "
                                 "alone (an evaluator without segments) at queries")
         if self._harmonic is not None:   # isotropic: one head, no W_O or biases
-            out = self._harmonic(X, queries)
+            out = self._harmonic(P, X, queries)
             if self.check_finite:
                 self._check(out, P, 0)
             return out

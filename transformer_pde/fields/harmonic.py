@@ -79,12 +79,12 @@ from typing import Any
 import numpy as np
 from scipy.special import ive
 
-from ..attention import Attention
+from ..attention import Attention, AttentionParams
 from ..backends import to_host
 from ..backends.ranges import KeyRanges
 from ..errors import ArgumentError
 from . import harmonic_sphere
-from .kinds import _times_exp
+from .kinds import HEAD_FIELDS, FieldContext
 
 __all__ = ["DEFAULT_HARMONIC_TOL", "HARMONIC_KINDS", "LAMBDA", "METHODS", "HarmonicField", "Modes", "harmonic_modes",
            "isotropic_sign", "roundoff"]
@@ -285,8 +285,9 @@ class HarmonicField:
         return lg + 32 + math.ceil(math.log2((K + 1) ** (self.d - 1) + 1)) + 16
 
     # ------------------------------------------------------------------ evaluation
-    def __call__(self, X: Any, queries: Any = None) -> Any:
-        """The field of the tokens ``X`` (backend array) at ``X`` or at ``queries``."""
+    def __call__(self, P: AttentionParams, X: Any, queries: Any = None) -> Any:
+        """The field of the tokens ``X`` (backend array) at ``X`` or at ``queries``
+        (``P``: the attention's parameters, for the queries answered by the direct sum)."""
         be = self.be
         dtype = X.dtype
         Xh = unit_rows(np.asarray(to_host(X), dtype=np.float64), "X")
@@ -298,23 +299,15 @@ class HarmonicField:
         F, Nn = self._sums(Xh, Qh, qseg)
         with np.errstate(divide="ignore", invalid="ignore"):
             bound = np.where(F > 0, self.c * (self.modes.tail + self.R) / F, np.inf)
+            if self.kind == "softmax":
+                out = Nn * (self.sign / F)[:, None]
+            else:                   # e^{|beta| - shift} N, the power of two apart (exact)
+                e = max(0, math.floor((abs(self.beta) - self.shift) / math.log(2.0)) - 1000)
+                r = abs(self.beta) - self.shift - e * math.log(2.0)
+                out = np.ldexp(Nn * (self.sign * math.exp(r)), e)
         bad = np.nonzero(~(bound <= self.tol))[0]
-        scale = self.sign
-        if self.kind == "softmax":
-            with np.errstate(divide="ignore", invalid="ignore"):
-                out = Nn / F[:, None]
-            lse = None
-        else:
-            out = Nn
-            lse = np.full(Qh.shape[0], abs(self.beta) - self.shift)
         if bad.size:
-            o2, l2 = self._direct(Xh, Qh[bad], qseg[bad])
-            out[bad] = o2
-            if lse is not None:
-                lse[bad] = l2 - self.shift
-        out = out * scale
-        if lse is not None:
-            out = _times_exp(np, out, lse)
+            out[bad] = self._direct(P, Xh, Qh[bad], qseg[bad])
         self.info["harmonic_evaluations"] += 1
         self.info["harmonic_direct_queries"] += int(bad.size)
         return be.asarray(np.ascontiguousarray(out), dtype)
@@ -330,21 +323,21 @@ class HarmonicField:
             return _circle_sums(Xh, self.w, self.bounds, Qh, qseg, self.modes.coef)
         return harmonic_sphere.sphere_sums(Xh, self.w, self.bounds, Qh, qseg, self.modes.coef)
 
-    def _direct(self, Xh: np.ndarray, Qb: np.ndarray, qseg: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray]:
-        """The direct sum (softmax average and lse) of the queries ``Qb`` over their
-        segments' keys."""
+    def _direct(self, P: AttentionParams, Xh: np.ndarray, Qb: np.ndarray, qseg: np.ndarray
+                ) -> np.ndarray:
+        """The direct field (the kind's registered head field) at the queries ``Qb``, each
+        over its segment's keys."""
         be = self.be
         lo = np.array([self.bounds[s][0] for s in qseg], dtype=np.int64)
         hi = np.array([self.bounds[s][1] for s in qseg], dtype=np.int64)
-        ranges = None if len(self.bounds) == 1 and lo.size and lo[0] == 0 \
-            and hi[0] == self.n else KeyRanges(lo, hi, self.n)
         with np.errstate(divide="ignore"):
             logw = np.log(self.w)
-        k = be.asarray(Xh, np.float64)
-        out, lse = be.softmax(be.asarray(Qb * self.beta, np.float64), k, k,
-                              be.asarray(logw, np.float64), ranges)
-        return np.asarray(to_host(out)), np.asarray(to_host(lse))
+        ctx = FieldContext(be, be.asarray(self.w, np.float64), be.asarray(logw, np.float64),
+                           KeyRanges(lo, hi, self.n))
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = HEAD_FIELDS[self.kind](ctx, P, 0, P.score_heads[0],
+                                         be.asarray(Qb, np.float64), be.asarray(Xh, np.float64))
+        return np.asarray(to_host(out))
 
     def get_info(self) -> dict[str, int]:
         return dict(self.info)
