@@ -34,14 +34,14 @@ _SPHERE_BYTES = 1 << 28
 
 def _blocks(bounds: list, block: int) -> tuple[np.ndarray, np.ndarray, list]:
     """Block starts and ends over the segments, and each segment's block range."""
-    starts, ends, spans = [], [], []
+    starts, ends, spans, b0 = [], [], [], 0
     for s, e in bounds:
-        b0 = len(starts)
-        for a in range(s, e, block):
-            starts.append(a)
-            ends.append(min(e, a + block))
-        spans.append((b0, len(starts)))
-    return np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64), spans
+        a = np.arange(s, e, block, dtype=np.int64)
+        starts.append(a)
+        ends.append(np.minimum(a + block, e))
+        spans.append((b0, b0 + a.size))
+        b0 += a.size
+    return np.concatenate(starts), np.concatenate(ends), spans
 
 
 def sphere_block(n: int, nlm: int) -> int:
