@@ -30,7 +30,9 @@ works in float64 and a truncation tail is a fraction of the kernel's scale
 :math:`e^{|\beta|}`.
 
 **Mode count.**  :math:`K` (or :math:`L`) is the smallest order whose tail
-:math:`E_K = \sum_{|k| > K}\omega_k` is at most ``tol / 64``.  Tail bound (proved):
+:math:`E_K = \sum_{|k| > K}\omega_k` is at most :math:`\min(\mathrm{tol}/64, u)`
+(:math:`u = 2^{-53}`: a few modes more make truncation negligible next to round-off,
+whatever the tolerance).  Tail bound (proved):
 the power series :math:`I_\nu(x) = \sum_m (x/2)^{2m+\nu}/(m!\,\Gamma(m+\nu+1))` gives,
 term by term, :math:`I_{\nu+1}(x) \le \frac{x}{2(\nu+1)} I_\nu(x)` for :math:`x \ge 0`;
 hence beyond :math:`k^* \ge |\beta|` the terms fall at least by half and
@@ -139,13 +141,14 @@ def _omega(beta: float, d: int, n: int) -> np.ndarray:
 
 def harmonic_modes(beta: float, d: int, tol: float) -> Modes:
     r"""The modes of the kernel :math:`e^{\beta\langle x, y\rangle}` on :math:`S^{d-1}`
-    (``d`` = 2 or 3) whose dropped tail :math:`E_K` is at most ``tol / 64``.
+    (``d`` = 2 or 3) whose dropped tail :math:`E_K` is at most :math:`\min(\mathrm{tol}/64,
+    2^{-53})`.
 
     Examples
     --------
     >>> m = harmonic_modes(5.0, 2, 1e-13)
-    >>> m.order, m.tail <= 1e-13 / 16
-    (26, True)
+    >>> m.order, m.tail <= 2.0 ** -53
+    (23, True)
     """
     x = abs(float(beta))
     kstar = int(math.ceil(x)) + int(math.ceil(10.0 * math.sqrt(x))) + 48
@@ -155,7 +158,7 @@ def harmonic_modes(beta: float, d: int, tol: float) -> Modes:
     tails = np.cumsum(om[kstar::-1])[::-1] + far
     mult = 2.0 if d == 2 else 1.0         # the circle's modes come in pairs +-k
     # E_K = mult * tails[K + 1]
-    ok = np.nonzero(mult * tails[1:] <= tol / 64.0)[0]
+    ok = np.nonzero(mult * tails[1:] <= min(tol / 64.0, _U))[0]
     if ok.size == 0:
         raise ArgumentError(f"harmonic_tol={tol:g}: no mode count up to {kstar} reaches it "
                             f"at beta={beta:g}")
@@ -280,7 +283,9 @@ class HarmonicField:
         if self._numba:
             from ..backends.numba import harmonic as nb  # noqa: PLC0415 (Numba is optional)
             blk = nb.BLOCK if self.d == 2 else nb.sphere_block(self.n, (K + 1) ** 2)
-            return nb.SUB + blk // nb.SUB + lg + 16 + (K + 1 if self.d == 2 else 3 * K + 3)
+            lgb = math.ceil(math.log2(max(-(-nmax // blk), 2)))    # pairwise over blocks
+            modes = nb.MODE_RUN + K // nb.MODE_RUN + 2 if self.d == 2 else 3 * K + 3
+            return nb.SUB + blk // nb.SUB + lgb + 16 + modes
         # NumPy: pairwise sums of chunks and of the chunks' sums; pairwise mode sums
         return lg + 32 + math.ceil(math.log2((K + 1) ** (self.d - 1) + 1)) + 16
 

@@ -10,9 +10,9 @@ the circle the powers :math:`\bar z_j^k` come from the recurrence
 :math:`\bar z^{k} = \bar z^{k-1}\bar z`; on the sphere the real harmonics of a token from
 the associated Legendre recurrences of :mod:`~transformer_pde.fields.harmonic_sphere`.
 
-Mode sums.  A parallel loop over queries; on the circle the modes are summed in order
-(depth :math:`K + 1`), on the sphere first over :math:`m` within a degree, then over the
-degrees (depth :math:`\le 3L + 3`).  No fast-math: the kernels keep IEEE arithmetic.
+Mode sums.  A parallel loop over queries; on the circle the modes are summed in runs of
+:data:`MODE_RUN` (depth about :math:`8 + K/8`), on the sphere first over :math:`m` within
+a degree, then over the degrees (depth :math:`\le 3L + 3`).  No fast-math: the kernels keep IEEE arithmetic.
 """
 
 from __future__ import annotations
@@ -22,12 +22,14 @@ import math
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["BLOCK", "SUB", "harmonic_sums", "sphere_block"]
+__all__ = ["BLOCK", "MODE_RUN", "SUB", "harmonic_sums", "sphere_block"]
 
 #: tokens per sub-block (summed sequentially)
 SUB = 16
 #: tokens per block on the circle (a parallel task; SUB * SUB: depth 2 * SUB)
 BLOCK = SUB * SUB
+#: modes per run of the circle's mode sums (depth MODE_RUN + K / MODE_RUN)
+MODE_RUN = 8
 #: most bytes of the sphere's per-block moment sums before the blocks grow
 _SPHERE_BYTES = 1 << 28
 
@@ -87,7 +89,8 @@ def _circle_block_moments(zr, zi, w, starts, ends, count):   # pragma: no cover 
 @njit(parallel=True, cache=True)
 def _circle_eval(qr, qi, qseg, Mr, Mi, coef, F, N):   # pragma: no cover (compiled)
     # queries in groups of SUB side by side (independent chains, vectorisable); each
-    # query sums its modes in order k = 0..K.  Mr, Mi: real and imaginary moments (S, K+2)
+    # query sums its modes k = 1..K in runs of MODE_RUN (a run sequentially, then the runs
+    # sequentially).  Mr, Mi: real and imaginary moments (S, K+2)
     K = coef.shape[0] - 1
     m = qr.shape[0]
     for g in prange((m + SUB - 1) // SUB):
@@ -95,6 +98,7 @@ def _circle_eval(qr, qi, qseg, Mr, Mi, coef, F, N):   # pragma: no cover (compil
         n = min(m, i0 + SUB) - i0
         pr, pi = np.ones(SUB), np.zeros(SUB)
         f, nr, ni = np.empty(SUB), np.empty(SUB), np.empty(SUB)
+        fp, nrp, nip = np.zeros(SUB), np.zeros(SUB), np.zeros(SUB)
         sg = np.empty(SUB, dtype=np.int64)
         for i in range(n):
             s = qseg[i0 + i]
@@ -111,11 +115,19 @@ def _circle_eval(qr, qi, qseg, Mr, Mi, coef, F, N):   # pragma: no cover (compil
                 x, y = x * u - y * v, x * v + y * u           # p = q^k
                 pr[i], pi[i] = x, y
                 # 2 a Re(p M_k);  a (p M_{k-1} + conj(p M_{k+1}))
-                f[i] += 2.0 * a * (x * Mr[s, k] - y * Mi[s, k])
-                nr[i] += a * ((x * Mr[s, k - 1] - y * Mi[s, k - 1])
-                              + (x * Mr[s, k + 1] - y * Mi[s, k + 1]))
-                ni[i] += a * ((x * Mi[s, k - 1] + y * Mr[s, k - 1])
-                              - (x * Mi[s, k + 1] + y * Mr[s, k + 1]))
+                fp[i] += 2.0 * a * (x * Mr[s, k] - y * Mi[s, k])
+                nrp[i] += a * ((x * Mr[s, k - 1] - y * Mi[s, k - 1])
+                               + (x * Mr[s, k + 1] - y * Mi[s, k + 1]))
+                nip[i] += a * ((x * Mi[s, k - 1] + y * Mr[s, k - 1])
+                               - (x * Mi[s, k + 1] + y * Mr[s, k + 1]))
+            if k % MODE_RUN == 0 or k == K:
+                for i in range(n):
+                    f[i] += fp[i]
+                    nr[i] += nrp[i]
+                    ni[i] += nip[i]
+                    fp[i] = 0.0
+                    nrp[i] = 0.0
+                    nip[i] = 0.0
         for i in range(n):
             F[i0 + i] = f[i]
             N[i0 + i, 0] = nr[i]
