@@ -8,6 +8,7 @@ equal the cell-by-cell ones, and each cell equals synchronization_runs on its ow
 
 from __future__ import annotations
 
+import tomllib
 import warnings
 
 import numpy as np
@@ -16,6 +17,7 @@ import pytest
 import transformer_pde as tp
 from transformer_pde import diagnostics, sweep
 from transformer_pde.errors import ArgumentError
+from transformer_pde.sweep.config import study_from_config
 from transformer_pde.sweep.study import DONE
 
 
@@ -88,3 +90,14 @@ def test_harmonic_field_gives_the_direct_verdicts():
     np.testing.assert_array_equal(runs[0].t_decided, runs[1].t_decided)
     np.testing.assert_allclose(runs[0].states, runs[1].states, atol=1e-7)
     assert np.all(runs[0].verdict == diagnostics.synchronization.SYNCHRONISED)
+
+
+def test_sync_cell_from_a_study_configuration():
+    """``cell = "synchronization"`` in a study file builds the same study as the code."""
+    cfg = tomllib.loads('[study]\ncell = "synchronization"\ndraws = 2\nseed = 2\n'
+                        '[study.axes]\nbeta = [-1.0, -0.4]\nn = [3, 6]\n'
+                        '[cell]\ninit = "triangle"\nspread = 0.05\nt_max = 150.0\ndt = 0.1\n')
+    study = study_from_config(cfg)
+    assert study.cell == sweep.SyncCell(init="triangle", spread=0.05, t_max=150.0, dt=0.1)
+    assert study.grid.to_dict() == sweep.Grid({"beta": [-1.0, -0.4], "n": [3, 6]},
+                                              draws=2, seed=2).to_dict()
