@@ -206,7 +206,7 @@ class RunSpec:
         fopts = _option("field", field, FieldOptions, FieldOptions())
         limits = _option("limits", limits, Limits, Limits())
         monitor = _option("monitor", monitor, Monitor, Monitor())
-        fopts.check(att)
+        fopts.check(att, block)
         if saveat.ts is not None and saveat.ts[-1] > t_max:
             raise ArgumentError(f"SaveAt(ts=...) asks for t={saveat.ts[-1]:g} > t_max={t_max:g}")
         dtype = fopts.dtype
@@ -292,7 +292,7 @@ def _checkpoint(spec: RunSpec, X0: np.ndarray, ev: FieldEvaluator, solver: Any
     check_path(path, resume=spec.monitor.resume)
     identity = run_identity(
         att=spec.att, X0=X0, weights=ev.weights, positions=ev.positions, dtype=spec.dtype,
-        backend=spec.backend.name, field_options=spec.field.sinkhorn_kwargs(), solver=solver,
+        backend=spec.backend.name, field_options=spec.field.evaluator_kwargs(), solver=solver,
         t_max=spec.t_max, dt=spec.dt, saveat=spec.saveat, block=spec.block, limits=spec.limits,
         segments=ev.sizes)
     if not (spec.monitor.resume and path.exists()):
@@ -493,7 +493,7 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
     warn = check_warn(warn)
     ev = FieldEvaluator(att, spec.X0.shape[0], weights=weights, positions=positions,
                         segments=spec.segments, dtype=spec.dtype, backend=spec.backend,
-                        **spec.field.sinkhorn_kwargs())
+                        **spec.field.evaluator_kwargs())
     solver, stepper, X0 = _solver(solver, spec, ev.sizes)
     parts = RunParts(solver, ev, Saver(spec.backend, spec.saveat.fn, ev.weights, ev.sizes))
     tables = layer_tables(att, stepper.tables if stepper is not None else None)
