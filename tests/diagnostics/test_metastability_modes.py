@@ -67,6 +67,8 @@ def test_bad_arguments_name_the_argument():
     modes = np.ones((5, 2), complex)
     with pytest.raises(ArgumentError, match="d = 2"):
         circle_modes(np.ones((3, 3)), [1])
+    with pytest.raises(ArgumentError, match="origin"):
+        circle_modes(np.zeros((3, 2)), [1])
     with pytest.raises(ArgumentError, match="ks"):
         circle_modes(np.ones((3, 2)), [1.5])
     with pytest.raises(ArgumentError, match="times"):

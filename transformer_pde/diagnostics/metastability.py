@@ -271,7 +271,8 @@ def circle_modes(traj_or_states: Any, ks: Any, *, weights: Any = None) -> np.nda
     Raises
     ------
     ArgumentTypeError, ArgumentError
-        Malformed states (not 2 coordinates), ``ks`` not integers, bad ``weights``.
+        Malformed states (not 2 coordinates, a token at the origin), ``ks`` not
+        integers, bad ``weights``.
     """
     X, w_traj, _ = _states(traj_or_states, "traj_or_states")
     if X.shape[2] != 2:
@@ -282,6 +283,8 @@ def circle_modes(traj_or_states: Any, ks: Any, *, weights: Any = None) -> np.nda
         raise ArgumentError(f"ks must be one integer or a vector of integers, got {ks!r:.60}")
     k = np.atleast_1d(k)
     w = validation.weights("weights", w_traj if weights is None else weights, X.shape[1])
+    if np.any((X[..., 0] == 0) & (X[..., 1] == 0)):
+        raise ArgumentError("traj_or_states: a token at the origin has no angle")
     theta = np.arctan2(X[..., 1], X[..., 0])
     return np.stack([np.exp(-1j * kk * theta) @ w for kk in k], axis=-1)
 
