@@ -19,7 +19,7 @@ from ..errors import ArgumentError, ArgumentTypeError, ScoreOverflowError
 from ..sinkhorn import SinkhornRecord, SinkhornWarmStart
 from ..sinkhorn.options import DEFAULT_MAX_ITER, DEFAULT_TOL
 from ..validation import type_name as _what
-from .harmonic import DEFAULT_HARMONIC_TOL, METHODS, HarmonicField
+from .harmonic import DEFAULT_HARMONIC_TOL, METHODS, HarmonicField, isotropic_sign
 from .kinds import BUILTIN_FIELDS, HEAD_FIELDS, FieldContext
 
 __all__ = ["FieldEvaluator", "velocity"]
@@ -100,6 +100,10 @@ class FieldEvaluator:
         sinkhorn_max_iter = validation.integer("sinkhorn_max_iter", sinkhorn_max_iter, minimum=1)
         if not isinstance(check_finite, (bool, np.bool_)):
             raise ArgumentTypeError(f"check_finite must be a bool, got {check_finite!r:.60}")
+        self.method = validation.choice("method", method, METHODS)
+        harmonic_tol = validation.positive("harmonic_tol", harmonic_tol)
+        if self.method == "harmonic":
+            isotropic_sign(att)      # before the checks of positions, masks, rotary
         self.att = att
         self.n = validation.integer("n_tokens", n_tokens, minimum=1)
         self.dtype = float_dtype(dtype)
@@ -125,8 +129,6 @@ class FieldEvaluator:
         self.ctx = FieldContext(be, be.asarray(w_sorted, self.dtype), be.asarray(logw, self.dtype),
                                 self._ranges, float(sinkhorn_tol), int(sinkhorn_max_iter),
                                 segments=vis.bounds)
-        self.method = validation.choice("method", method, METHODS)
-        harmonic_tol = validation.positive("harmonic_tol", harmonic_tol)
         self._harmonic = None
         if self.method == "harmonic":
             if self.dtype != np.float64:
@@ -267,7 +269,7 @@ class FieldEvaluator:
                                 "segment's field at its own tokens only; evaluate one segment "
                                 "alone (an evaluator without segments) at queries")
         if self._harmonic is not None:   # isotropic: one head, no W_O or biases
-            out = self._harmonic(X, queries)
+            out = self._harmonic(P, X, queries)
             if self.check_finite:
                 self._check(out, P, 0)
             return out

@@ -30,7 +30,9 @@ works in float64 and a truncation tail is a fraction of the kernel's scale
 :math:`e^{|\beta|}`.
 
 **Mode count.**  :math:`K` (or :math:`L`) is the smallest order whose tail
-:math:`E_K = \sum_{|k| > K}\omega_k` is at most ``tol / 16``.  Tail bound (proved):
+:math:`E_K = \sum_{|k| > K}\omega_k` is at most :math:`\min(\mathrm{tol}/64, u)`
+(:math:`u = 2^{-53}`: a few modes more make truncation negligible next to round-off,
+whatever the tolerance).  Tail bound (proved):
 the power series :math:`I_\nu(x) = \sum_m (x/2)^{2m+\nu}/(m!\,\Gamma(m+\nu+1))` gives,
 term by term, :math:`I_{\nu+1}(x) \le \frac{x}{2(\nu+1)} I_\nu(x)` for :math:`x \ge 0`;
 hence beyond :math:`k^* \ge |\beta|` the terms fall at least by half and
@@ -79,12 +81,12 @@ from typing import Any
 import numpy as np
 from scipy.special import ive
 
-from ..attention import Attention
+from ..attention import Attention, AttentionParams
 from ..backends import to_host
 from ..backends.ranges import KeyRanges
 from ..errors import ArgumentError
 from . import harmonic_sphere
-from .kinds import _times_exp
+from .kinds import HEAD_FIELDS, FieldContext
 
 __all__ = ["DEFAULT_HARMONIC_TOL", "HARMONIC_KINDS", "LAMBDA", "METHODS", "HarmonicField", "Modes", "harmonic_modes",
            "isotropic_sign", "roundoff"]
@@ -139,13 +141,14 @@ def _omega(beta: float, d: int, n: int) -> np.ndarray:
 
 def harmonic_modes(beta: float, d: int, tol: float) -> Modes:
     r"""The modes of the kernel :math:`e^{\beta\langle x, y\rangle}` on :math:`S^{d-1}`
-    (``d`` = 2 or 3) whose dropped tail :math:`E_K` is at most ``tol / 16``.
+    (``d`` = 2 or 3) whose dropped tail :math:`E_K` is at most :math:`\min(\mathrm{tol}/64,
+    2^{-53})`.
 
     Examples
     --------
     >>> m = harmonic_modes(5.0, 2, 1e-13)
-    >>> m.order, m.tail <= 1e-13 / 16
-    (26, True)
+    >>> m.order, m.tail <= 2.0 ** -53
+    (23, True)
     """
     x = abs(float(beta))
     kstar = int(math.ceil(x)) + int(math.ceil(10.0 * math.sqrt(x))) + 48
@@ -155,7 +158,7 @@ def harmonic_modes(beta: float, d: int, tol: float) -> Modes:
     tails = np.cumsum(om[kstar::-1])[::-1] + far
     mult = 2.0 if d == 2 else 1.0         # the circle's modes come in pairs +-k
     # E_K = mult * tails[K + 1]
-    ok = np.nonzero(mult * tails[1:] <= tol / 16.0)[0]
+    ok = np.nonzero(mult * tails[1:] <= min(tol / 64.0, _U))[0]
     if ok.size == 0:
         raise ArgumentError(f"harmonic_tol={tol:g}: no mode count up to {kstar} reaches it "
                             f"at beta={beta:g}")
@@ -280,13 +283,16 @@ class HarmonicField:
         if self._numba:
             from ..backends.numba import harmonic as nb  # noqa: PLC0415 (Numba is optional)
             blk = nb.BLOCK if self.d == 2 else nb.sphere_block(self.n, (K + 1) ** 2)
-            return nb.SUB + blk // nb.SUB + lg + 16 + (K + 1 if self.d == 2 else 3 * K + 3)
+            lgb = math.ceil(math.log2(max(-(-nmax // blk), 2)))    # pairwise over blocks
+            modes = nb.MODE_RUN + K // nb.MODE_RUN + 2 if self.d == 2 else 3 * K + 3
+            return nb.SUB + blk // nb.SUB + lgb + 16 + modes
         # NumPy: pairwise sums of chunks and of the chunks' sums; pairwise mode sums
         return lg + 32 + math.ceil(math.log2((K + 1) ** (self.d - 1) + 1)) + 16
 
     # ------------------------------------------------------------------ evaluation
-    def __call__(self, X: Any, queries: Any = None) -> Any:
-        """The field of the tokens ``X`` (backend array) at ``X`` or at ``queries``."""
+    def __call__(self, P: AttentionParams, X: Any, queries: Any = None) -> Any:
+        """The field of the tokens ``X`` (backend array) at ``X`` or at ``queries``
+        (``P``: the attention's parameters, for the queries answered by the direct sum)."""
         be = self.be
         dtype = X.dtype
         Xh = unit_rows(np.asarray(to_host(X), dtype=np.float64), "X")
@@ -298,23 +304,15 @@ class HarmonicField:
         F, Nn = self._sums(Xh, Qh, qseg)
         with np.errstate(divide="ignore", invalid="ignore"):
             bound = np.where(F > 0, self.c * (self.modes.tail + self.R) / F, np.inf)
+            if self.kind == "softmax":
+                out = Nn * (self.sign / F)[:, None]
+            else:                   # e^{|beta| - shift} N, the power of two apart (exact)
+                e = max(0, math.floor((abs(self.beta) - self.shift) / math.log(2.0)) - 1000)
+                r = abs(self.beta) - self.shift - e * math.log(2.0)
+                out = np.ldexp(Nn * (self.sign * math.exp(r)), e)
         bad = np.nonzero(~(bound <= self.tol))[0]
-        scale = self.sign
-        if self.kind == "softmax":
-            with np.errstate(divide="ignore", invalid="ignore"):
-                out = Nn / F[:, None]
-            lse = None
-        else:
-            out = Nn
-            lse = np.full(Qh.shape[0], abs(self.beta) - self.shift)
         if bad.size:
-            o2, l2 = self._direct(Xh, Qh[bad], qseg[bad])
-            out[bad] = o2
-            if lse is not None:
-                lse[bad] = l2 - self.shift
-        out = out * scale
-        if lse is not None:
-            out = _times_exp(np, out, lse)
+            out[bad] = self._direct(P, Xh, Qh[bad], qseg[bad])
         self.info["harmonic_evaluations"] += 1
         self.info["harmonic_direct_queries"] += int(bad.size)
         return be.asarray(np.ascontiguousarray(out), dtype)
@@ -330,21 +328,21 @@ class HarmonicField:
             return _circle_sums(Xh, self.w, self.bounds, Qh, qseg, self.modes.coef)
         return harmonic_sphere.sphere_sums(Xh, self.w, self.bounds, Qh, qseg, self.modes.coef)
 
-    def _direct(self, Xh: np.ndarray, Qb: np.ndarray, qseg: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray]:
-        """The direct sum (softmax average and lse) of the queries ``Qb`` over their
-        segments' keys."""
+    def _direct(self, P: AttentionParams, Xh: np.ndarray, Qb: np.ndarray, qseg: np.ndarray
+                ) -> np.ndarray:
+        """The direct field (the kind's registered head field) at the queries ``Qb``, each
+        over its segment's keys."""
         be = self.be
         lo = np.array([self.bounds[s][0] for s in qseg], dtype=np.int64)
         hi = np.array([self.bounds[s][1] for s in qseg], dtype=np.int64)
-        ranges = None if len(self.bounds) == 1 and lo.size and lo[0] == 0 \
-            and hi[0] == self.n else KeyRanges(lo, hi, self.n)
         with np.errstate(divide="ignore"):
             logw = np.log(self.w)
-        k = be.asarray(Xh, np.float64)
-        out, lse = be.softmax(be.asarray(Qb * self.beta, np.float64), k, k,
-                              be.asarray(logw, np.float64), ranges)
-        return np.asarray(to_host(out)), np.asarray(to_host(lse))
+        ctx = FieldContext(be, be.asarray(self.w, np.float64), be.asarray(logw, np.float64),
+                           KeyRanges(lo, hi, self.n))
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = HEAD_FIELDS[self.kind](ctx, P, 0, P.score_heads[0],
+                                         be.asarray(Qb, np.float64), be.asarray(Xh, np.float64))
+        return np.asarray(to_host(out))
 
     def get_info(self) -> dict[str, int]:
         return dict(self.info)

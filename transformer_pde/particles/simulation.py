@@ -425,7 +425,8 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
         (:meth:`~transformer_pde.blocks.BlockStepper.attempt`).  With segments its
         constraint must be token-wise (``Sphere``, ``PostLayerNorm``).
     field : FieldOptions, optional
-        Backend (default ``"auto"``), dtype, Sinkhorn tolerances.
+        Backend (default ``"auto"``), dtype, Sinkhorn tolerances, the evaluation method
+        (``method="harmonic"``: the exact harmonic field of isotropic attention).
     limits : Limits, optional
         ``max_norm`` (blow-up event), ``max_steps``, ``max_memory``; runs that would exceed
         the last two are refused before they start.

@@ -10,9 +10,9 @@ the circle the powers :math:`\bar z_j^k` come from the recurrence
 :math:`\bar z^{k} = \bar z^{k-1}\bar z`; on the sphere the real harmonics of a token from
 the associated Legendre recurrences of :mod:`~transformer_pde.fields.harmonic_sphere`.
 
-Mode sums.  A parallel loop over queries; on the circle the modes are summed in order
-(depth :math:`K + 1`), on the sphere first over :math:`m` within a degree, then over the
-degrees (depth :math:`\le 3L + 3`).  No fast-math: the kernels keep IEEE arithmetic.
+Mode sums.  A parallel loop over queries; on the circle the modes are summed in runs of
+:data:`MODE_RUN` (depth about :math:`8 + K/8`), on the sphere first over :math:`m` within
+a degree, then over the degrees (depth :math:`\le 3L + 3`).  No fast-math: the kernels keep IEEE arithmetic.
 """
 
 from __future__ import annotations
@@ -22,26 +22,28 @@ import math
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["BLOCK", "SUB", "harmonic_sums", "sphere_block"]
+__all__ = ["BLOCK", "MODE_RUN", "SUB", "harmonic_sums", "sphere_block"]
 
 #: tokens per sub-block (summed sequentially)
 SUB = 16
 #: tokens per block on the circle (a parallel task; SUB * SUB: depth 2 * SUB)
 BLOCK = SUB * SUB
+#: modes per run of the circle's mode sums (depth MODE_RUN + K / MODE_RUN)
+MODE_RUN = 8
 #: most bytes of the sphere's per-block moment sums before the blocks grow
 _SPHERE_BYTES = 1 << 28
 
 
 def _blocks(bounds: list, block: int) -> tuple[np.ndarray, np.ndarray, list]:
     """Block starts and ends over the segments, and each segment's block range."""
-    starts, ends, spans = [], [], []
+    starts, ends, spans, b0 = [], [], [], 0
     for s, e in bounds:
-        b0 = len(starts)
-        for a in range(s, e, block):
-            starts.append(a)
-            ends.append(min(e, a + block))
-        spans.append((b0, len(starts)))
-    return np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64), spans
+        a = np.arange(s, e, block, dtype=np.int64)
+        starts.append(a)
+        ends.append(np.minimum(a + block, e))
+        spans.append((b0, b0 + a.size))
+        b0 += a.size
+    return np.concatenate(starts), np.concatenate(ends), spans
 
 
 def sphere_block(n: int, nlm: int) -> int:
@@ -56,41 +58,80 @@ def _circle_block_moments(zr, zi, w, starts, ends, count):   # pragma: no cover 
     nb = starts.shape[0]
     out = np.zeros((nb, count), dtype=np.complex128)
     for b in prange(nb):
-        acc = np.zeros(count, dtype=np.complex128)
-        sub = np.zeros(count, dtype=np.complex128)
+        accr = np.zeros(count)
+        acci = np.zeros(count)
+        pr = np.empty(SUB)
+        pi = np.empty(SUB)
         j = starts[b]
         while j < ends[b]:
-            stop = min(ends[b], j + SUB)
-            sub[:] = 0.0
-            for i in range(j, stop):
-                zc = complex(zr[i], -zi[i])
-                p = complex(w[i], 0.0)
-                for k in range(count):
-                    sub[k] += p
-                    p = p * zc
+            m = min(ends[b], j + SUB) - j
+            for i in range(m):                 # the powers of a sub-block, side by side
+                pr[i] = w[j + i]
+                pi[i] = 0.0
             for k in range(count):
-                acc[k] += sub[k]
-            j = stop
-        out[b, :] = acc
+                sr = 0.0
+                si = 0.0
+                for i in range(m):
+                    sr += pr[i]
+                    si += pi[i]
+                accr[k] += sr
+                acci[k] += si
+                for i in range(m):             # p <- p * conj(z)
+                    a, c = pr[i], pi[i]
+                    pr[i] = a * zr[j + i] + c * zi[j + i]
+                    pi[i] = c * zr[j + i] - a * zi[j + i]
+            j += m
+        for k in range(count):
+            out[b, k] = complex(accr[k], acci[k])
     return out
 
 
 @njit(parallel=True, cache=True)
-def _circle_eval(qr, qi, qseg, M, coef, F, N):   # pragma: no cover (compiled)
+def _circle_eval(qr, qi, qseg, Mr, Mi, coef, F, N):   # pragma: no cover (compiled)
+    # queries in groups of SUB side by side (independent chains, vectorisable); each
+    # query sums its modes k = 1..K in runs of MODE_RUN (a run sequentially, then the runs
+    # sequentially).  Mr, Mi: real and imaginary moments (S, K+2)
     K = coef.shape[0] - 1
-    for i in prange(qr.shape[0]):
-        m = M[qseg[i]]
-        q = complex(qr[i], qi[i])
-        f = coef[0] * m[0].real
-        num = coef[0] * m[1].conjugate()
-        p = complex(1.0, 0.0)
+    m = qr.shape[0]
+    for g in prange((m + SUB - 1) // SUB):
+        i0 = g * SUB
+        n = min(m, i0 + SUB) - i0
+        pr, pi = np.ones(SUB), np.zeros(SUB)
+        f, nr, ni = np.empty(SUB), np.empty(SUB), np.empty(SUB)
+        fp, nrp, nip = np.zeros(SUB), np.zeros(SUB), np.zeros(SUB)
+        sg = np.empty(SUB, dtype=np.int64)
+        for i in range(n):
+            s = qseg[i0 + i]
+            sg[i] = s
+            f[i] = coef[0] * Mr[s, 0]
+            nr[i] = coef[0] * Mr[s, 1]
+            ni[i] = -coef[0] * Mi[s, 1]
         for k in range(1, K + 1):
-            p = p * q
-            f += 2.0 * coef[k] * (p * m[k]).real
-            num += coef[k] * (p * m[k - 1] + (p * m[k + 1]).conjugate())
-        F[i] = f
-        N[i, 0] = num.real
-        N[i, 1] = num.imag
+            a = coef[k]
+            for i in range(n):
+                s = sg[i]
+                x, y = pr[i], pi[i]
+                u, v = qr[i0 + i], qi[i0 + i]
+                x, y = x * u - y * v, x * v + y * u           # p = q^k
+                pr[i], pi[i] = x, y
+                # 2 a Re(p M_k);  a (p M_{k-1} + conj(p M_{k+1}))
+                fp[i] += 2.0 * a * (x * Mr[s, k] - y * Mi[s, k])
+                nrp[i] += a * ((x * Mr[s, k - 1] - y * Mi[s, k - 1])
+                               + (x * Mr[s, k + 1] - y * Mi[s, k + 1]))
+                nip[i] += a * ((x * Mi[s, k - 1] + y * Mr[s, k - 1])
+                               - (x * Mi[s, k + 1] + y * Mr[s, k + 1]))
+            if k % MODE_RUN == 0 or k == K:
+                for i in range(n):
+                    f[i] += fp[i]
+                    nr[i] += nrp[i]
+                    ni[i] += nip[i]
+                    fp[i] = 0.0
+                    nrp[i] = 0.0
+                    nip[i] = 0.0
+        for i in range(n):
+            F[i0 + i] = f[i]
+            N[i0 + i, 0] = nr[i]
+            N[i0 + i, 1] = ni[i]
 
 
 @njit(cache=True)
@@ -201,7 +242,8 @@ def harmonic_sums(d: int, X: np.ndarray, w: np.ndarray, bounds: list, Q: np.ndar
                                       order + 2)
         M = np.ascontiguousarray(_pairwise(parts, spans))
         F, N = np.empty(m), np.empty((m, 2))
-        _circle_eval(Q[:, 0].copy(), Q[:, 1].copy(), qseg, M, np.asarray(coef, float), F, N)
+        _circle_eval(Q[:, 0].copy(), Q[:, 1].copy(), qseg, np.ascontiguousarray(M.real),
+                     np.ascontiguousarray(M.imag), np.asarray(coef, float), F, N)
         return F, N
     nlm = (order + 1) ** 2
     A, B = _recurrence(order)
