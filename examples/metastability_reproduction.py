@@ -261,8 +261,8 @@ def figure():
                     lw=0.8)
     ax.set_ylim(np.abs(modes[0]).min() / 3, 1.5)
     ax.set_xlabel("t")
-    ax.set_ylabel("|c_k(t)|")
-    ax.set_title("(b) Fourier modes; dashed: |c_k(0)| e^{λ_k t}")
+    ax.set_ylabel(r"$|c_k(t)|$")
+    ax.set_title(r"(b) Fourier modes; dashed: $|c_k(0)|\,e^{\lambda_k t}$")
     ax.legend(fontsize=8, loc="lower right")
 
     ax = axes[1, 0]
@@ -288,7 +288,7 @@ def figure():
                   label=f"t = {t}: slope {st.slope:.2f} ± {st.slope_se:.2f}")
     ns = np.asarray(NS, float)
     ax.loglog(ns, np.nanmean(studies[0].w1, axis=1)[0] * np.sqrt(ns[0] / ns), "k--", lw=0.8,
-              label="N^{-1/2}")
+              label=r"$N^{-1/2}$")
     ax.set_xlabel("N")
     ax.set_ylabel("W1(particles, PDE)")
     ax.set_title("(d) particles vs the mean-field PDE (uniform)")
