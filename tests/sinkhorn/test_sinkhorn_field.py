@@ -476,3 +476,11 @@ def test_summary_answers_or_names_the_entry(info):
     if its:  # every count was an integer (2.0 counts as 2), none truncated
         assert all(float(i).is_integer() and i >= 0 for i in its), its
         assert s["total"] == sum(its)
+
+
+@pytest.mark.parametrize("count", [2 ** 63, 9.223372036854776e18, 1e300])
+def test_summary_refuses_counts_beyond_int64(count):
+    """An integer-valued count past the int64 range the summary sums in is refused by
+    name (it was an OverflowError from NumPy)."""
+    with pytest.raises(ValueError, match=re.escape("info['sinkhorn_iterations'][0]")):
+        sinkhorn_summary({"sinkhorn_iterations": [count]})

@@ -189,6 +189,10 @@ def _check_mapping(info: Any) -> None:
                                 f"{type_name(info)}{hint}")
 
 
+#: counts are summed as int64: one at or beyond 2**63 cannot be a count and is refused
+_COUNT_LIMIT = 2 ** 63
+
+
 def _counts(info: Mapping[str, Any], key: str, *, none_ok: bool = False) -> list:
     """The entry ``key`` of ``info`` (default ``[]``) as a list of integers >= 0 (``None``
     entries kept where ``none_ok``); anything else raises naming ``info[key]``."""
@@ -205,10 +209,15 @@ def _counts(info: Mapping[str, Any], key: str, *, none_ok: bool = False) -> list
         shape = f" of shape {value.shape}" if isinstance(value, np.ndarray) else ""
         raise ArgumentTypeError(f"{name} must be a list of {what}, got {type_name(value)}"
                                 f"{shape}")
-    if all(type(v) is int and v >= 0 for v in value):  # the common case, at list speed
+    if all(type(v) is int and 0 <= v < _COUNT_LIMIT for v in value):  # the common case
         return list(value)
-    return [None if v is None and none_ok else integer(f"{name}[{i}]", v, minimum=0)
-            for i, v in enumerate(value)]
+    counts = [None if v is None and none_ok else integer(f"{name}[{i}]", v, minimum=0)
+              for i, v in enumerate(value)]
+    for i, v in enumerate(counts):
+        if v is not None and v >= _COUNT_LIMIT:
+            raise ArgumentError(f"{name}[{i}] = {v} is not a count of iterations (beyond "
+                                "the 64-bit integers the summary sums in)")
+    return counts
 
 
 def _times(info: Mapping[str, Any], key: str) -> list[float]:
