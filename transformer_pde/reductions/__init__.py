@@ -18,6 +18,9 @@ Symmetric configurations and linearisations turn the particle flow of tokens on
   context (:func:`long_context_cosine`, :func:`long_context_limit`).
 * :mod:`~transformer_pde.reductions.pairs` — the causal pair and the pairing angle
   (:func:`causal_pair`, :func:`pairing_angle`).
+* :mod:`~transformer_pde.reductions.lost_in_middle` — the kinetic retrieval profile of
+  causal ALiBi attention on the circle and its critical time (:func:`retrieval_profile`,
+  :func:`critical_time`), and its estimate from particle runs.
 * :mod:`~transformer_pde.reductions.args` — the argument checks they share.
 
 The derivations are on the documentation page *Exact reductions on the sphere*.
