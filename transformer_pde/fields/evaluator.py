@@ -29,9 +29,9 @@ __all__ = ["FieldEvaluator", "velocity"]
 class FieldEvaluator:
     r"""Evaluate :math:`\Gamma_{\mu}` repeatedly for a fixed attention, weights and positions.
 
-    Token positions never move, so the keys are put in kernel order once (for masked
-    attention sorted by position inside each segment) and every token gets its range of
-    visible keys (:mod:`~transformer_pde.attention.visibility`,
+    Token positions never move, so the keys are put in kernel order once (for masked or
+    ALiBi attention sorted by position inside each segment) and every token gets its range
+    of visible keys (:mod:`~transformer_pde.attention.visibility`,
     :class:`~transformer_pde.backends.ranges.KeyRanges`).  Sinkhorn
     potentials are kept between calls (warm start) in ``state``; every Sinkhorn solve is
     recorded (:attr:`info`).
@@ -332,8 +332,10 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
         Non-negative masses (normalised to sum 1, in each segment; uniform by default).
     positions : array (N,), optional
         Token positions :math:`s_j \in [0,1]`; required for masked attention, where a
-        query at position :math:`s` sees tokens with :math:`s_j \le s`, and for rotary
-        attention (``Attention(rotary=...)``), which rotates queries and keys by them.
+        query at position :math:`s` sees tokens with :math:`s_j \le s`, for rotary
+        attention (``Attention(rotary=...)``), which rotates queries and keys by them, and
+        for ALiBi (``Attention(alibi=...)``), whose scores lose
+        :math:`\lambda_h |s_i - s_j|`.
     segments : sequence of int, optional
         Sizes of consecutive groups of tokens, each its own measure (weights normalised
         per group; see :class:`FieldEvaluator`): every token moves by the field of its
@@ -342,7 +344,7 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
     queries : array (M, d), optional
         Evaluate the field of the same measure at these points instead of at ``X``.
     query_positions : array (M,), optional
-        Positions of ``queries`` (masked or rotary attention).
+        Positions of ``queries`` (masked, rotary or ALiBi attention).
     t : float
         Time (depth) at which time-dependent parameters are evaluated.
     backend : {"auto", "numpy", "numba", "cupy"} or a backend object
