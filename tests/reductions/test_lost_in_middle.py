@@ -31,7 +31,10 @@ from scipy.integrate import solve_ivp
 from scipy.optimize import brentq
 from scipy.special import iv
 
+import transformer_pde as tp
 from transformer_pde.errors import ArgumentError
+from transformer_pde.integrate import SaveAt
+from transformer_pde.particles.ensemble import simulate_ensemble
 from transformer_pde.reductions.lost_in_middle import (critical_time, measure_retrieval,
                                                        mode_rates, mode_response, psi,
                                                        retrieval_profile, soft_weights)
@@ -216,9 +219,6 @@ def _particles(n, runs, t, edges, seed=0, probes=16):
     """S_t on the bins of ``edges`` from ``runs`` prompts of ``n`` tokens (softmax with
     alibi=1, V = beta I_0(beta) I, on the circle; zero-weight probes at the last position),
     and its standard error (the construction of examples/lost_in_the_middle.py)."""
-    import transformer_pde as tp
-    from transformer_pde.integrate import SaveAt
-    from transformer_pde.particles.ensemble import simulate_ensemble
     rng = np.random.default_rng(seed)
     theta0 = rng.uniform(0, 2 * np.pi, (runs, n))
     probe = rng.uniform(0, 2 * np.pi / probes, (runs, 1)) + 2 * np.pi * np.arange(probes) / probes
