@@ -3,7 +3,9 @@ r"""Lost in the middle: the kinetic retrieval profile of causal ALiBi attention 
 Duerinckx, Geshkovski and Rossi (arXiv 2605.09213) study :math:`N` tokens
 :math:`\theta_j \in \mathbb S^1` at positions :math:`u_j = j/N`, i.i.d. uniform at
 :math:`t = 0`, moving by causal attention whose weights carry the ALiBi factor
-:math:`e^{-\lambda(u_j - u_k)}`.  The uniform law is stationary; a perturbation of the law
+:math:`e^{-\lambda(u_j - u_k)}` (normalised over the earlier tokens; the force
+:math:`\partial_\theta e^{\beta\cos(\theta - \theta_k)}`; softmax attention with
+:math:`V = \beta I_0(\beta) I` has the same linearisation).  The uniform law is stationary; a perturbation of the law
 of the tokens at position :math:`u` in Fourier mode :math:`n` obeys, in the limit
 :math:`N \to \infty`,
 
