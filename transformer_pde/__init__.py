@@ -32,7 +32,9 @@ from .fields import FieldEvaluator, attention_matrix
 from .integrate.loop import Limits, Monitor, SaveAt
 from .integrate.solvers import (AdamsBashforth, Dop853, Dopri5, Euler, Heun, ImplicitMidpoint,
                                 RK4)
+from .noise import EulerMaruyama, HeunStratonovich, Milstein, Noise
 from .particles import FieldOptions, ParticleTrajectory, load, simulate, velocity
+from .particles import simulate_ensemble
 from .results import Status
 from .sinkhorn import sinkhorn_coupling, sinkhorn_summary
 
@@ -42,7 +44,8 @@ __version__ = "0.1.0"
 # ``import transformer_pde`` does not pull in POT, matplotlib or hypothesis.
 _LAZY_SUBMODULES = ("gaussian", "diagnostics", "plot", "cli", "paper", "testing",
                     "integrate", "pretrained", "reductions", "meanfield",
-                    "blocks", "sinkhorn", "fields", "particles", "attention", "backends")
+                    "blocks", "sinkhorn", "fields", "particles", "attention", "backends",
+                    "noise")
 
 
 def __getattr__(name: str) -> Any:
@@ -87,6 +90,11 @@ __all__ = [
     "load",
     "register_kind",
     "simulate",
+    "simulate_ensemble",
+    "EulerMaruyama",
+    "HeunStratonovich",
+    "Milstein",
+    "Noise",
     "sinkhorn_coupling",
     "sinkhorn_summary",
     "attention_matrix",

@@ -309,3 +309,11 @@ def test_the_configuration_reads_it():
     assert build_attention({"d": 2, "alibi": 1.5}).alibi == 1.5
     with pytest.raises(ConfigError, match="attention.alibi"):
         build_attention({"d": 2, "alibi": 1.0, "kind": "linear"})
+
+
+def test_the_harmonic_field_refuses_it():
+    # the exact harmonic expansion is that of position-free (isotropic) attention
+    att = tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2), alibi=1.0)
+    X = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    with pytest.raises(ArgumentError, match="alibi"):
+        tp.velocity(att, X, positions=[0.0, 0.5, 1.0], method="harmonic")

@@ -19,7 +19,7 @@ LAYERS: list[set[str]] = [
     {"io"},
     {"integrate"},
     {"sinkhorn", "blocks"},
-    {"fields"},
+    {"fields", "noise"},
     {"particles", "gaussian", "reductions"},
     {"diagnostics"},
     {"plot"},

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError
 from ..integrate.solvers import Solver, check_solver, restore_solver_state, solver_state
-from .block import Block
+from .block import Block, Sphere
 from .norms import LayerNorm
 from .normalization import sphere_retract, tangent_project, unit_rows
 
@@ -19,6 +19,27 @@ __all__ = ["BlockStepper"]
 
 
 # --------------------------------------------------------------------------- stepper
+def _check_noise(solver: Any, block: Block, splitting: str) -> None:
+    """Refuse the blocks on which the noise of a stochastic solver is not defined: only
+    no constraint (tokens in R^d) or the sphere, no normalisation scheme, no operator
+    splitting (the noise enters the one combined field), and the solver's noise built
+    for the same geometry."""
+    c = block.constraint
+    if block.normalization is not None or (c is not None and not isinstance(c, Sphere)):
+        what = "normalization" if block.normalization is not None else type(c).__name__
+        raise ArgumentError(
+            f"noise: the stochastic dynamics are defined in R^d or on the sphere "
+            f"(Block(constraint=Sphere())), not with {what}")
+    if splitting != "none":
+        raise ArgumentError(
+            f"noise: a block with an MLP and splitting={splitting!r} is not supported with "
+            "noise; pass Block(..., splitting='none') (the noise then drives the combined "
+            "field)")
+    if bool(getattr(solver, "on_sphere", False)) != isinstance(c, Sphere):
+        raise ArgumentError("noise: the stochastic solver was built for another geometry "
+                            "than the block's constraint")
+
+
 class BlockStepper:
     r"""Solver wrapper that advances a Transformer block flow by operator splitting.
 
@@ -31,7 +52,10 @@ class BlockStepper:
     ----------
     solver : Solver
         Integrates every sub-flow.  Multistep solvers are refused with a splitting (their
-        history would mix states moved by the other sub-flow).
+        history would mix states moved by the other sub-flow).  A stochastic one
+        (``stochastic = True``, :class:`~transformer_pde.noise.SDEStepper`) is accepted
+        without a constraint or with the sphere, and without splitting: its tangent
+        increments are projected and retracted like the field's.
     block : Block
     d : int
         Token dimension.
@@ -68,6 +92,8 @@ class BlockStepper:
             raise ArgumentError(
                 f"solver={solver.name!r} is multistep and its history would reach across "
                 "the switch of normalization='mix'; use a one-step solver (e.g. 'rk4')")
+        if getattr(solver, "stochastic", False):
+            _check_noise(solver, block, splitting)
         self.block = block
         self.inner = solver
         self.d = d

@@ -29,6 +29,7 @@ from ..blocks import MLP, NORMALIZATIONS, SPLITTINGS, Block, LayerNorm, Normaliz
 from ..errors import ArgumentError, ConfigError
 from ..integrate.loop import Limits, SaveAt
 from ..integrate.solvers import SOLVERS
+from ..noise import CONVENTIONS, SDE_SOLVERS, Noise, check_grid, refinement_level
 from ..particles import FieldOptions
 from .config import (Table, check_memory, library_call, numeric_array, read_options,
                      typed_parameters)
@@ -41,6 +42,7 @@ __all__ = [
     "build_block",
     "build_layernorm",
     "build_mlp",
+    "build_noise",
     "build_simulate",
     "build_solver",
     "build_tokens",
@@ -389,6 +391,83 @@ def build_solver(value: Any, key: str) -> Any:
     return library_call(key, factory, names=kwargs, **kwargs)
 
 
+#: the keys of a ``[noise]`` table
+NOISE_KEYS = ("sigma", "common", "convention", "seed", "path", "base_dt", "solver")
+
+
+def _common_matrices(value: Any, key: str, d: int, base: str | None) -> np.ndarray:
+    """``noise.common``: an inline array (K, d, d) or (d, d), or the path of a ``.npy``
+    file holding one (relative to the configuration's folder)."""
+    if not isinstance(value, str):
+        A = numeric_array(value, key, f"an array of shape (K, {d}, {d}) or ({d}, {d})")
+    else:
+        path = Path(value)
+        if not path.is_absolute() and base is not None:
+            path = Path(base) / path
+        try:
+            A = np.load(path, allow_pickle=False)
+        except OSError as exc:
+            raise ConfigError(f"{key}: cannot read {str(path)!r}: {exc.strerror or exc}") from None
+        except (ValueError, EOFError) as exc:
+            raise ConfigError(f"{key}: {str(path)!r} is not a .npy array ({exc})") from None
+        if not isinstance(A, np.ndarray) or A.dtype.kind not in "iuf":
+            raise ConfigError(f"{key}: {str(path)!r} must hold a real .npy array of shape "
+                              f"(K, {d}, {d})")
+    if A.ndim == 2:
+        A = A[None]
+    if A.ndim != 3 or A.shape[1:] != (d, d) or A.shape[0] < 1:
+        raise ConfigError(f"{key}: expected an array of shape (K, {d}, {d}) or ({d}, {d}) "
+                          f"(attention.d = {d}), got shape {A.shape}")
+    return A
+
+
+def build_noise(table: Any, d: int, *, base: str | None = None,
+                section: str = "noise") -> tuple[Noise, Any]:
+    """The :class:`~transformer_pde.Noise` and the stochastic solver of a ``[noise]`` table:
+    ``sigma``, ``common`` (inline (K, d, d) or (d, d) array, or a ``.npy`` file),
+    ``convention`` (``"stratonovich"``, ``"ito"``), ``seed``, ``path``, ``base_dt`` and
+    ``solver`` (a name of :data:`transformer_pde.noise.SDE_SOLVERS`, default
+    ``"euler_maruyama"``)."""
+    sec = Table(table, section, NOISE_KEYS)
+    kwargs: dict[str, Any] = {"sigma": sec.number("sigma", 0.0, nonneg=True),
+                              "convention": sec.choice("convention", "stratonovich",
+                                                       CONVENTIONS),
+                              "seed": sec.integer("seed", 0), "path": sec.integer("path", 0)}
+    if sec.has("base_dt"):
+        kwargs["base_dt"] = sec.number("base_dt", positive=True)
+    if sec.has("common"):
+        kwargs["common"] = _common_matrices(sec.raw("common"), sec.key("common"), d, base)
+    noise = library_call(section, Noise, names=kwargs, **kwargs)
+    solver = SDE_SOLVERS[sec.choice("solver", "euler_maruyama", sorted(SDE_SOLVERS))]()
+    return noise, solver
+
+
+def _check_noise(out: dict[str, Any]) -> None:
+    """Refuse, naming the key, a noisy run the library would refuse before its first step:
+    steps off the grid of the Brownian path, Milstein without commuting noise or on the
+    sphere."""
+    noise, scheme, saveat = out["noise"], out["solver"], out["saveat"]
+    base_dt = out["dt"] if noise.base_dt is None else noise.base_dt
+    try:
+        refinement_level(base_dt, out["dt"])
+    except ArgumentError as exc:
+        raise ConfigError(f"run.dt: {exc}") from None
+    try:
+        check_grid(out["t_max"], out["dt"], saveat.ts)
+    except ArgumentError as exc:
+        key = "run.save_at" if "saveat" in str(exc) else "run.t_max"
+        raise ConfigError(f"{key}: {exc}") from None
+    block = out["block"]
+    sphere = block is not None and getattr(block.constraint, "name", None) == "sphere"
+    if scheme.needs_commuting and not noise.commutative():
+        raise ConfigError(f"noise.solver: {scheme.name!r} needs commuting noise (sigma alone, "
+                          "or commuting matrices noise.common alone: A_k A_l = A_l A_k); use "
+                          "'euler_maruyama' or 'heun_stratonovich'")
+    if sphere and not scheme.on_sphere:
+        raise ConfigError(f"noise.solver: {scheme.name!r} is not defined on the sphere; use "
+                          "'euler_maruyama' or 'heun_stratonovich'")
+
+
 #: keys that belong to another table than ``[run]``, and where they are set
 _MOVED = {"method": "run.solver", "backend": "[field]", "dtype": "[field]",
           "sinkhorn_tol": "[field]", "sinkhorn_max_iter": "[field]",
@@ -415,6 +494,9 @@ def build_simulate(cfg: dict, att: Any) -> dict[str, Any]:
         ``max_memory`` in bytes).
     ``[block]``
         :func:`build_block`.
+    ``[noise]``
+        :func:`build_noise`: the run is stochastic, its solver is ``noise.solver`` (then
+        ``run.solver`` must not be set).
 
     An option that does not apply (Sinkhorn tolerances for another kind, solver options
     of another solver, block options with an adaptive solver, a splitting without an MLP)
@@ -458,4 +540,10 @@ def build_simulate(cfg: dict, att: Any) -> dict[str, Any]:
         raise ConfigError(f"run.solver: the [block] options need a fixed-step solver, got "
                           f"the adaptive {out['solver']!r}")
     out["block"] = block
+    if cfg.get("noise") is not None:
+        if run.has("solver"):
+            raise ConfigError("run.solver: with a [noise] table the solver is noise.solver "
+                              f"(one of {', '.join(map(repr, sorted(SDE_SOLVERS)))})")
+        out["noise"], out["solver"] = build_noise(cfg["noise"], att.d, base=cfg.get("__dir__"))
+        _check_noise(out)
     return out

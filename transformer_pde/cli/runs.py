@@ -209,7 +209,7 @@ def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True, force: bo
                  checkpoint: str | Path | None = None, checkpoint_every: float | None = None,
                  resume: bool = False, report_every: float | None = None) -> dict:
     """Particle simulation from a configuration (tables ``attention``, ``tokens``, ``run``,
-    ``field``, ``limits``, ``block``, ``output``); writes ``trajectory.npz``,
+    ``field``, ``limits``, ``block``, ``noise``, ``output``); writes ``trajectory.npz``,
     ``summary.json`` and ``particles.png``.
 
     With ``masked = true`` (or ``alibi``) the tokens get positions ``linspace(0, 1, N)``
@@ -224,8 +224,8 @@ def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True, force: bo
     # deferred: matplotlib takes seconds to import; only this path needs it
     from .. import plot  # noqa: PLC0415
 
-    sections(cfg, ("attention", "tokens", "run", "field", "limits", "block", "output",
-                   "title"))
+    sections(cfg, ("attention", "tokens", "run", "field", "limits", "block", "noise",
+                   "output", "title"))
     att = build_attention(cfg.get("attention"))
     X0 = build_tokens(cfg.get("tokens"), att.d, base=cfg.get("__dir__"))
     opts = build_simulate(cfg, att)

@@ -32,10 +32,14 @@ What users measure on a run of :func:`transformer_pde.simulate` (a
   similarities (:func:`cosine_similarity`) and size of a token cloud at every saved depth;
   :func:`distance_to_first`: every token's cosine and distance to the first token and the
   token norms (the radius of the residual stream), the quantities of causal attention.
+* **Synchronisation on the circle** -- :func:`synchronization_runs` classifies runs as
+  synchronised (certified: tokens in an open half-circle), stopped at an equilibrium, or
+  undecided; :func:`polygon_spectrum` and :func:`equilibrium_spectrum` decide the stability
+  of non-synchronised equilibria.
 
 Modules, by concern: :mod:`.distances`, :mod:`.stability`, :mod:`.ranks`, :mod:`.growth`,
 :mod:`.clustering`, :mod:`.energy`, :mod:`.depth`, :mod:`.decoder`, :mod:`.pairs`,
-:mod:`.metastability`;
+:mod:`.metastability`, :mod:`.synchronization`;
 every public name is re-exported here.
 """
 
@@ -52,6 +56,9 @@ from .ranks import (RankCollapse, RankProfile, effective_rank, numerical_rank, r
                     rank_profile, stable_rank)
 from .stability import (StabilityProfile, gaussian_stability_profile, stability_bound,
                         stability_profile)
+from .synchronization import (SyncRuns, circle_clusters, circle_initial_states,
+                              equilibrium_spectrum, largest_gap, order_parameter,
+                              polygon_spectrum, synchronization_runs)
 
 __all__ = ["Classification", "Clusters", "FirstTokenDistances", "KineticEnergy", "MergeEvents",
            "RankCollapse", "RankProfile", "StabilityProfile", "EXACT_MAX_PAIRS",
@@ -61,4 +68,6 @@ __all__ = ["Classification", "Clusters", "FirstTokenDistances", "KineticEnergy",
            "gaussian_stability_profile", "interaction_energy", "kinetic_energy", "merge_events",
            "numerical_rank", "pair_fraction", "rank_collapse", "rank_profile", "stability_bound",
            "stability_profile", "stable_rank", "wasserstein", "wasserstein_result",
-           "WassersteinResult"]
+           "WassersteinResult", "SyncRuns", "circle_clusters", "circle_initial_states",
+           "equilibrium_spectrum", "largest_gap", "order_parameter", "polygon_spectrum",
+           "synchronization_runs"]

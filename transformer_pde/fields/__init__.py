@@ -29,6 +29,10 @@ cosines and sines computed once) and keeps warm-start state between evaluations.
 positions rotate the projected queries and keys in the head fields
 (:mod:`~transformer_pde.fields.kinds`), before any primitive.  The weights themselves:
 :func:`~transformer_pde.attention.matrix.attention_matrix`.
+
+Isotropic attention on the circle or :math:`S^2` (:math:`Q = K = I`, :math:`V = \pm I`) also
+has an exact :math:`O(NK)` evaluation by its Fourier / spherical-harmonic expansion,
+``FieldEvaluator(method="harmonic")`` (:mod:`~transformer_pde.fields.harmonic`).
 """
 
 from ..attention.matrix import attention_matrix

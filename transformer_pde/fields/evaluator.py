@@ -21,6 +21,7 @@ from ..sinkhorn import SinkhornRecord, SinkhornWarmStart
 from ..sinkhorn.options import DEFAULT_MAX_ITER, DEFAULT_TOL
 from ..validation import type_name as _what
 from .alibi import AlibiRanges
+from .harmonic import DEFAULT_HARMONIC_TOL, METHODS, HarmonicField, isotropic_sign
 from .kinds import BUILTIN_FIELDS, HEAD_FIELDS, FieldContext
 
 __all__ = ["FieldEvaluator", "velocity"]
@@ -56,6 +57,15 @@ class FieldEvaluator:
         Stopping rule of the inner Sinkhorn solve (log-domain marginal error).
     dtype : {numpy.float64, numpy.float32}
         Floating type of the backend arrays.
+    method : {"direct", "harmonic"}, default "direct"
+        ``"harmonic"``: the exact harmonic expansion of isotropic attention on the circle or
+        :math:`S^2` (:mod:`~transformer_pde.fields.harmonic`), :math:`O(NK)` instead of
+        :math:`O(N^2)`; tokens and queries are used through their radial projections.
+        Other attentions raise :class:`~transformer_pde.errors.ArgumentError`.
+    harmonic_tol : float, default 1e-13
+        Bound on the error of every harmonic answer (relative to the field's local scale;
+        queries the expansion cannot serve to it are evaluated by the direct sum and
+        counted in :attr:`info`).
     check_finite : bool, default False
         Raise :class:`~transformer_pde.errors.ScoreOverflowError` (naming the kind, the
         head, ``beta`` and the dtype) when the field of the tokens is not finite, instead
@@ -83,7 +93,8 @@ class FieldEvaluator:
     def __init__(self, att: Attention, n_tokens: int, *, weights: Any = None,
                  positions: Any = None, segments: Any = None, backend: Any = DEFAULT_BACKEND,
                  dtype: Any = np.float64, sinkhorn_tol: float = DEFAULT_TOL,
-                 sinkhorn_max_iter: int = DEFAULT_MAX_ITER, check_finite: bool = False):
+                 sinkhorn_max_iter: int = DEFAULT_MAX_ITER, check_finite: bool = False,
+                 method: str = "direct", harmonic_tol: float = DEFAULT_HARMONIC_TOL):
         if not isinstance(att, Attention):
             raise ArgumentTypeError(f"att must be a transformer_pde.Attention, got "
                                     f"{_what(att)}")
@@ -91,6 +102,14 @@ class FieldEvaluator:
         sinkhorn_max_iter = validation.integer("sinkhorn_max_iter", sinkhorn_max_iter, minimum=1)
         if not isinstance(check_finite, (bool, np.bool_)):
             raise ArgumentTypeError(f"check_finite must be a bool, got {check_finite!r:.60}")
+        self.method = validation.choice("method", method, METHODS)
+        harmonic_tol = validation.positive("harmonic_tol", harmonic_tol)
+        if self.method == "harmonic":
+            isotropic_sign(att)      # before the checks of positions, masks, rotary
+            if att.alibi is not None:   # ALiBi weighs keys by position: not isotropic
+                raise ArgumentError("field: method='harmonic' evaluates isotropic attention "
+                                    "only; att.alibi is set (ALiBi slopes weigh the keys by "
+                                    "their positions)")
         self.att = att
         self.n = validation.integer("n_tokens", n_tokens, minimum=1)
         self.dtype = float_dtype(dtype)
@@ -124,14 +143,24 @@ class FieldEvaluator:
             self._alibi = AlibiRanges(be.asarray(vis.sorted_pos, self.dtype),
                                       be.asarray(self.positions, self.dtype),
                                       KeyRanges(vis.lo, split, self.n), after)
+        self._harmonic = None
+        if self.method == "harmonic":
+            if self.dtype != np.float64:
+                raise ArgumentError("dtype: method='harmonic' runs in float64")
+            self._harmonic = HarmonicField(att, self.n, w_sorted, vis.bounds, be, harmonic_tol)
 
     @property
     def info(self) -> dict[str, list]:
         """The Sinkhorn solves so far, one entry per head and evaluation:
         ``{"sinkhorn_iterations", "sinkhorn_times", "sinkhorn_stages"}`` (a copy of
         :meth:`SinkhornRecord.as_info <transformer_pde.sinkhorn.SinkhornRecord.as_info>`;
-        ``{}`` before any, and for every other kind)."""
-        return self.ctx.sinkhorn.as_info()
+        ``{}`` before any, and for every other kind); with ``method="harmonic"`` also
+        :attr:`HarmonicField.info <transformer_pde.fields.harmonic.HarmonicField>`
+        (``harmonic_modes``, ``harmonic_evaluations``, ``harmonic_direct_queries``)."""
+        info = self.ctx.sinkhorn.as_info()
+        if self._harmonic is not None:
+            info.update(self._harmonic.get_info())
+        return info
 
     @property
     def state(self) -> dict:
@@ -197,8 +226,11 @@ class FieldEvaluator:
                 raise ValueError(f"field evaluator state: bad warm start entry ({exc!r})") from None
         if not isinstance(state["info"], dict):
             raise ValueError("field evaluator state: 'info' is not a mapping")
+        info = {k: v for k, v in state["info"].items() if not k.startswith("harmonic_")}
+        if self._harmonic is not None:
+            self._harmonic.set_info(state["info"])
         try:
-            record = SinkhornRecord.from_info(state["info"])
+            record = SinkhornRecord.from_info(info)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"field evaluator state: bad 'info' ({exc})") from None
         self.state.clear()
@@ -265,6 +297,11 @@ class FieldEvaluator:
             raise ArgumentError("queries: a field evaluator with segments evaluates each "
                                 "segment's field at its own tokens only; evaluate one segment "
                                 "alone (an evaluator without segments) at queries")
+        if self._harmonic is not None:   # isotropic: one head, no W_O or biases
+            out = self._harmonic(P, X, queries)
+            if self.check_finite:
+                self._check(out, P, 0)
+            return out
         Xk = X if self._perm_be is None else X[self._perm_be]
         Xq, ranges = (X, self._ranges) if queries is None else (queries, query_limits)
         rot = self._rotary(P, queries, query_positions)
@@ -308,7 +345,8 @@ class FieldEvaluator:
 def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = None,
              segments: Any = None, queries: Any = None, query_positions: Any = None,
              t: float = 0.0, backend: Any = DEFAULT_BACKEND, sinkhorn_tol: float = DEFAULT_TOL,
-             sinkhorn_max_iter: int = DEFAULT_MAX_ITER) -> Any:
+             sinkhorn_max_iter: int = DEFAULT_MAX_ITER, method: str = "direct",
+             harmonic_tol: float = DEFAULT_HARMONIC_TOL) -> Any:
     r"""Attention velocity field :math:`\Gamma_{\mu}` of :math:`\mu = \sum_j w_j \delta_{X_j}`.
 
     Evaluates, at each row of ``X`` (or of ``queries``),
@@ -350,6 +388,12 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
     backend : {"auto", "numpy", "numba", "cupy"} or a backend object
     sinkhorn_tol, sinkhorn_max_iter : float, int
         Inner-solve controls for ``kind="sinkhorn"``.
+    method : {"direct", "harmonic"}, default "direct"
+        ``"harmonic"``: the exact expansion of isotropic attention on the unit circle or
+        sphere (:mod:`~transformer_pde.fields.harmonic`); ``X`` and ``queries`` must lie
+        on the unit sphere (:math:`||x| - 1| \le 10^{-6}`).
+    harmonic_tol : float, default 1e-13
+        The harmonic field's per-query error bound.
 
     Returns
     -------
@@ -400,7 +444,10 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
                             "own tokens only, not at queries; call velocity once per segment")
     ev = FieldEvaluator(att, Xn.shape[0], weights=weights, positions=positions,
                         segments=segments, backend=be, dtype=dtype, sinkhorn_tol=sinkhorn_tol,
-                        sinkhorn_max_iter=sinkhorn_max_iter, check_finite=True)
+                        sinkhorn_max_iter=sinkhorn_max_iter, check_finite=True,
+                        method=method, harmonic_tol=harmonic_tol)
+    if ev.method == "harmonic":
+        _on_sphere("X", Xn)
     Xb = be.asarray(Xn, dtype)
     Qb = None
     qlim = None
@@ -408,6 +455,8 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
         Qn = validation.points("queries", queries if isinstance(queries, (list, tuple))
                                else to_host(queries), att.d)
         Qb = be.asarray(Qn, dtype)
+        if ev.method == "harmonic":
+            _on_sphere("queries", Qn)
         if att.masked:
             qlim = ev.query_limits(query_positions, Qn.shape[0])
         else:   # used by rotary and ALiBi only, but always checked like positions
@@ -417,3 +466,12 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
     with np.errstate(over="ignore", invalid="ignore"):
         out = ev(float(t), Xb, Qb, qlim, query_positions=query_positions)
     return to_host(out) if array_namespace(X) is np else out   # X's namespace
+
+
+def _on_sphere(name: str, X: np.ndarray) -> None:
+    """Refuse rows of ``X`` off the unit sphere by more than 1e-6 (harmonic method)."""
+    dev = np.abs(np.sqrt((X * X).sum(axis=1)) - 1.0)
+    if dev.size and not dev.max() <= 1e-6:
+        i = int(np.argmax(dev))
+        raise ArgumentError(f"{name}: method='harmonic' evaluates tokens on the unit sphere; "
+                            f"row {i} has norm {1.0 + dev[i]:.9g} (| |x| - 1 | > 1e-6)")

@@ -3,12 +3,14 @@ r"""The mean-field equation of attention on the circle, solved as a PDE.
 Tokens on :math:`S^1` (angle :math:`\theta`, :math:`Q = K = V = I`, post-LN flow) have, in
 the mean-field limit, a density :math:`\mu(t, \theta)` solving the continuity equation
 
-.. math:: \partial_t \mu + \partial_\theta(\mu\, v[\mu]) = 0, \qquad
+.. math:: \partial_t \mu + \partial_\theta(\mu\, v[\mu]) = D\,\partial_\theta^2\mu, \qquad
           v_{SA} = \frac{1}{\beta}\partial_\theta \log(K*\mu), \quad
           v_{USA} = \frac{e^{-c}}{\beta}\partial_\theta (K*\mu),
 
-with :math:`K(\theta) = e^{\beta\cos\theta}` and :math:`c` the ``shift`` of the
-unnormalised kernel.  :func:`solve_circle` integrates it pseudo-spectrally
+with :math:`K(\theta) = e^{\beta\cos\theta}`, :math:`c` the ``shift`` of the
+unnormalised kernel and :math:`D = \sigma^2/2 \ge 0` the diffusion of independent noise
+:math:`\sigma\,dW` on every token (the McKean–Vlasov equation; :math:`D = 0` by
+default).  :func:`solve_circle` integrates it pseudo-spectrally
 (:mod:`~transformer_pde.meanfield.spectral`) with the adaptive DOP853 pair of the
 package's time loop (:class:`~transformer_pde.integrate.TimeLoop`), doubling the number
 of Fourier modes whenever the top third of the spectrum grows above a tolerance, and
@@ -74,6 +76,8 @@ class CircleSolution(display.Summarised, HasStatus, LabelledSave):
     beta, shift, tol : float
     n_steps : int
         Attempted time steps (all resolutions together).
+    diffusion : float
+        The diffusion coefficient :math:`D` of the equation (0 without noise).
     """
 
     times: np.ndarray
@@ -91,6 +95,7 @@ class CircleSolution(display.Summarised, HasStatus, LabelledSave):
     shift: float
     tol: float
     n_steps: int = 0
+    diffusion: float = 0.0
 
     def _summary(self) -> tuple[str, list[tuple[str, str]]]:
         """Title and rows of the text and HTML summaries (never the arrays)."""
@@ -100,14 +105,15 @@ class CircleSolution(display.Summarised, HasStatus, LabelledSave):
                 ("modes", display.stats_text(self.modes)),
                 ("min density", display.stats_text(self.min_density)),
                 ("steps", str(self.n_steps)), ("message", self.message)]
+        noise = f", diffusion={self.diffusion:g}" if self.diffusion else ""
         return (f"CircleSolution(status='{self.status}', model={self.model!r}, "
-                f"beta={self.beta:g}, saved={len(self.times)})", rows)
+                f"beta={self.beta:g}{noise}, saved={len(self.times)})", rows)
 
     def to_xarray(self) -> Any:
         """The solution as a labelled :class:`xarray.Dataset`: ``density (time, theta)``,
         ``spectrum (time, mode)`` (:math:`|\\hat\\mu_k|`), ``modes``, ``mass``,
-        ``min_density``, ``tail`` over ``time``; ``model``, ``beta``, ``shift``, ``tol``,
-        ``status`` and ``message`` as attributes.  Needs the ``io`` extra (xarray)."""
+        ``min_density``, ``tail`` over ``time``; ``model``, ``beta``, ``shift``,
+        ``diffusion``, ``tol``, ``status`` and ``message`` as attributes.  Needs the ``io`` extra (xarray)."""
         xr = require("xarray", "CircleSolution.to_xarray")
         data = {"density": (("time", "theta"), self.density),
                 "spectrum": (("time", "mode"), np.abs(self.coefficients)),
@@ -116,7 +122,8 @@ class CircleSolution(display.Summarised, HasStatus, LabelledSave):
         coords = {"time": self.times, "theta": self.theta,
                   "mode": np.arange(self.coefficients.shape[1])}
         attrs = {"transformer_pde": "meanfield-circle", "model": self.model,
-                 "beta": self.beta, "shift": self.shift, "tol": self.tol,
+                 "beta": self.beta, "shift": self.shift, "diffusion": self.diffusion,
+                 "tol": self.tol,
                  "status": str(self.status), "message": self.message}
         return xr.Dataset(data, coords=coords, attrs=attrs)
 
@@ -268,7 +275,8 @@ def _integrate(run: _Run, c0: np.ndarray, beta: float, model: str, opts: dict
     n, tau_max = c0.size, float(run.tau[-1])
     if tau_max == 0:
         return Status.OK, "t_max=0: nothing to integrate", 0
-    field_ = CircleField(n, beta, model)
+    diffusion = opts["diffusion"] / run.scale      # in the time of the field
+    field_ = CircleField(n, beta, model, diffusion)
     y = as_real(c0)
     st = LoopState(t=0.0, y=y, h=_first_step(field_, y, opts["rtol"], opts["atol"], tau_max))
     while True:
@@ -289,14 +297,15 @@ def _integrate(run: _Run, c0: np.ndarray, beta: float, model: str, opts: dict
                 "the modes resolve it (the states up to the last resolved one, at "
                 f"t={t_stop:.6g}, are kept)"), st.n_steps
         n *= 2
-        field_ = CircleField(n, beta, model)
+        field_ = CircleField(n, beta, model, diffusion)
         st = LoopState(t=st.t, y=as_real(pad(as_complex(st.y), n)), h=st.h,
                        n_steps=st.n_steps, n_rejected=st.n_rejected, target=st.target,
                        err_prev=st.err_prev)
 
 
 def _check_options(beta: Any, model: Any, modes: Any, tol: Any, rtol: Any, atol: Any,
-                   max_modes: Any, shift: Any, n_theta: Any, max_steps: Any) -> dict:
+                   max_modes: Any, shift: Any, n_theta: Any, max_steps: Any,
+                   diffusion: Any = 0.0) -> dict:
     beta = nonnegative("beta", beta)
     model = choice("model", model, MODELS)
     max_modes = integer("max_modes", max_modes, minimum=MIN_MODES)
@@ -309,7 +318,8 @@ def _check_options(beta: Any, model: Any, modes: Any, tol: Any, rtol: Any, atol:
     opts = {"beta": beta, "model": model, "modes": modes, "max_modes": max_modes, "tol": tol,
             "rtol": positive("rtol", rtol), "shift": scalar("shift", shift),
             "n_theta": None if n_theta is None else integer("n_theta", n_theta, minimum=4),
-            "max_steps": integer("max_steps", max_steps, minimum=1)}
+            "max_steps": integer("max_steps", max_steps, minimum=1),
+            "diffusion": nonnegative("diffusion", diffusion)}
     # default: the integration error of a coefficient stays 1000 times below the
     # resolution tolerance (times the mean coefficient 1/(2 pi)), so that it does not
     # count as spectral content of the top modes
@@ -345,18 +355,19 @@ def _solution(run: _Run, ts: np.ndarray, status: Status, message: str, n_steps: 
         coefficients=coeffs, modes=modes, mass=density.mean(axis=1) * 2.0 * np.pi,
         min_density=density.min(axis=1), tail=tails, status=status, message=message,
         model=opts["model"], beta=opts["beta"], shift=opts["shift"], tol=opts["tol"],
-        n_steps=n_steps)
+        n_steps=n_steps, diffusion=opts["diffusion"])
 
 
 def solve_circle(density0: Callable[[np.ndarray], Any] | Any, beta: float, t: Any, *,
                  model: str = "sa", modes: int | None = None, tol: float = 1e-12,
                  rtol: float = 1e-10, atol: float | None = None, max_modes: int = 4096,
                  shift: float = 0.0, n_theta: int | None = None,
-                 max_steps: int = 1_000_000, warn: bool = True) -> CircleSolution:
+                 max_steps: int = 1_000_000, diffusion: float = 0.0,
+                 warn: bool = True) -> CircleSolution:
     r"""Solve the mean-field equation of attention on the circle from ``density0``.
 
-    .. math:: \partial_t\mu + \partial_\theta(\mu v) = 0, \qquad
-              \partial_t\hat\mu_k = -ik\sum_m \hat v_m\,\hat\mu_{k-m},
+    .. math:: \partial_t\mu + \partial_\theta(\mu v) = D\,\partial_\theta^2\mu, \qquad
+              \partial_t\hat\mu_k = -ik\sum_m \hat v_m\,\hat\mu_{k-m} - D k^2\hat\mu_k,
 
     with :math:`v = \beta^{-1}\partial_\theta\log(K*\mu)` (``"sa"``, normalised
     self-attention, ``Attention("softmax", I, I, I, beta)`` on the circle) or
@@ -413,6 +424,13 @@ def solve_circle(density0: Callable[[np.ndarray], Any] | Any, beta: float, t: An
         twice the largest number of modes used, whichever is larger).
     max_steps : int, default 1_000_000
         Budget of attempted time steps.
+    diffusion : float, default 0.0
+        :math:`D \ge 0`: the McKean–Vlasov equation of tokens with independent noise
+        :math:`\sigma\,dW`, :math:`D = \sigma^2/2` (exact in Fourier:
+        :math:`-Dk^2\hat\mu_k`; each linear rate about the uniform density drops by
+        :math:`Dk^2`).  Explicit in time, so a large :math:`D` on many modes makes the
+        steps small (of order :math:`1/(D n^2)`); the noise keeps the density smooth
+        and the modes few.
     warn : bool, default True
         Issue an :class:`~transformer_pde.errors.EarlyStopWarning` when the solve ends
         without an answer (``failed``, ``max_steps``, ``nonfinite``, ``interrupted``);
@@ -438,7 +456,7 @@ def solve_circle(density0: Callable[[np.ndarray], Any] | Any, beta: float, t: An
     ('ok', True)
     """
     opts = _check_options(beta, model, modes, tol, rtol, atol, max_modes, shift, n_theta,
-                          max_steps)
+                          max_steps, diffusion)
     warn = check_warn(warn)
     ts = _times(t)
     c0, grid = initial_coefficients(density0, opts["tol"], opts["modes"], opts["max_modes"])

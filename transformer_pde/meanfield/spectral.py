@@ -23,6 +23,9 @@ it cancels in the logarithmic derivative of SA and is a time scale for USA (the 
 integrates in :math:`\tau = e^{\beta - c} t`).  The mean is exactly constant: the
 derivative of :math:`\hat\mu_0` is set to zero, not computed.
 
+With noise, a diffusion :math:`D\,\partial_\theta^2\mu` adds :math:`-Dk^2\hat\mu_k`
+exactly (the McKean–Vlasov equation).
+
 The state handed to the time loop is the complex vector :math:`(\hat\mu_0, \dots,
 \hat\mu_{n-1})` viewed as ``2n`` real numbers.
 """
@@ -125,6 +128,10 @@ class CircleField:
         ``"sa"``: :math:`v = \beta^{-1}\partial_\theta\log(K*\mu)`;
         ``"usa"``: :math:`v = e^{-\beta}\beta^{-1}\partial_\theta(K*\mu)` (the time
         :math:`\tau = e^{\beta - c}t` absorbs :math:`e^{\beta - c}`).
+    diffusion : float, default 0.0
+        :math:`D_\tau \ge 0` of the term :math:`D_\tau\,\partial_\theta^2\mu`, exact in
+        Fourier: :math:`-D_\tau k^2\hat\mu_k` (in the time of the field: the caller
+        divides the diffusion coefficient of :math:`t` by the time scale).
 
     Notes
     -----
@@ -132,10 +139,12 @@ class CircleField:
     (``left`` and ``stage`` are not used: the field does not depend on time).
     """
 
-    def __init__(self, n: int, beta: float, model: str):
+    def __init__(self, n: int, beta: float, model: str, diffusion: float = 0.0):
         self.n, self.beta, self.model = int(n), float(beta), model
         self.m = 3 * self.n
         self.ik = 1j * np.arange(self.n)
+        self.diffusion = float(diffusion)
+        self.damping = self.diffusion * np.arange(self.n, dtype=float) ** 2
         w, a = kernel_coefficients(self.beta, self.n)
         self.w = w
         self.da = self.ik * a        # velocity coefficients (USA) / numerator (SA)
@@ -158,6 +167,8 @@ class CircleField:
         c = as_complex(y)
         flux = np.fft.rfft(self.grid(c) * self.velocity(c))[:self.n] / self.m
         out = -self.ik * flux
+        if self.diffusion:
+            out -= self.damping * c
         out[0] = 0.0                 # the mass is exactly conserved
         return as_real(out)
 

@@ -26,6 +26,7 @@ from ..backends import DEFAULT_BACKEND, to_host
 from ..blocks import Block
 from ..errors import ArgumentError, ArgumentTypeError
 from ..integrate.loop import Limits, Monitor, SaveAt
+from ..noise import Noise
 from ..results import ResultKind, check_warn, warn_stop
 from .. import results_display as display
 from .. import validation
@@ -156,7 +157,9 @@ def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
                       solver: Any = "rk4", saveat: SaveAt | None = None,
                       weights: Any = None, positions: Any = None, block: Any = None,
                       backend: Any = DEFAULT_BACKEND, limits: Limits | None = None,
-                      monitor: Monitor | None = None, warn: bool = True) -> EnsembleTrajectory:
+                      monitor: Monitor | None = None, warn: bool = True,
+                      field: FieldOptions | None = None,
+                      noise: Noise | None = None) -> EnsembleTrajectory:
     r"""Integrate :math:`B` independent token systems of the same attention together.
 
     System :math:`b` starts from ``X0[b]`` and follows the flow that
@@ -205,6 +208,15 @@ def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
         Issue an :class:`~transformer_pde.errors.EarlyStopWarning` when the run ends
         without an answer (``nonfinite``, ``failed``, ``max_steps``, ``interrupted``);
         ``False`` leaves the status as the only report.
+    field : FieldOptions, optional
+        As for :func:`~transformer_pde.simulate` (e.g. ``FieldOptions(method="harmonic")``:
+        the moments are taken per system); its backend replaces ``backend``, which must
+        then be left at its default.
+    noise : Noise, optional
+        Brownian noise as for :func:`~transformer_pde.simulate` (with a stochastic
+        ``solver``).  Every system is driven by its own part of the path of
+        ``(noise.seed, noise.path)``: independent individual noise and its own common
+        Brownian motions :math:`B_k`, so the members are independent samples.
 
     Returns
     -------
@@ -248,11 +260,16 @@ def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
     if saveat is not None and isinstance(saveat, SaveAt) and saveat.fn is not None:
         saveat = dataclasses.replace(saveat, fn=SystemStatistic(saveat.fn, (B, n, d)))
     warn = check_warn(warn)
+    if field is None:
+        field = FieldOptions(backend=backend)
+    elif not (isinstance(backend, str) and backend == DEFAULT_BACKEND):
+        raise ArgumentError("backend: give the backend inside field=FieldOptions(backend=...) "
+                            "when passing field")
     traj = simulate(att, X.reshape(B * n, d), t_max=t_max, dt=dt, solver=solver,
                     saveat=saveat, weights=np.tile(w, B),
                     positions=None if pos is None else np.tile(pos, B), block=block,
-                    field=FieldOptions(backend=backend), limits=limits, monitor=monitor,
-                    warn=False, segments=[n] * B)
+                    field=field, limits=limits, monitor=monitor,
+                    warn=False, segments=[n] * B, noise=noise)
     warn_stop(traj.status, traj.message, warn=warn)
     info = {k: v for k, v in traj.info.items() if k != "segments"}
     info.update(n_systems=B, n_tokens=n)

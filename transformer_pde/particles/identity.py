@@ -94,7 +94,7 @@ def _solver_key(solver: Any) -> str:
 def run_identity(*, att: Any, X0: np.ndarray, weights: np.ndarray, positions: Any,
                  dtype: Any, backend: str, field_options: dict[str, Any], solver: Any,
                  t_max: float, dt: float, saveat: Any, block: Any, limits: Any = None,
-                 segments: Any = None) -> RunIdentity:
+                 segments: Any = None, noise: Any = None) -> RunIdentity:
     """The identity of a :func:`~transformer_pde.simulate` run (see the module docstring).
 
     ``X0`` is the initial state as the run starts from it (after a constraint's
@@ -103,7 +103,9 @@ def run_identity(*, att: Any, X0: np.ndarray, weights: np.ndarray, positions: An
     :class:`~transformer_pde.Limits` (kept apart from the fields compared for equality,
     so a run's fingerprint :attr:`~RunIdentity.static` does not depend on them);
     ``segments`` the sizes of packed sequences (recorded only when there are several,
-    so the fingerprints of runs without them are those of earlier versions)."""
+    so the fingerprints of runs without them are those of earlier versions); ``noise``
+    the run's :class:`~transformer_pde.noise.Noise` (recorded only when given: sigma,
+    convention, seed, path, base step and a hash of the common matrices)."""
     static: dict[str, str] = {}
     calls: dict[str, Callable[[float], Any]] = {}
 
@@ -128,6 +130,11 @@ def run_identity(*, att: Any, X0: np.ndarray, weights: np.ndarray, positions: An
                                     array_digest(positions)])
     if segments is not None and len(segments) > 1:   # absent from single-set runs
         static["segments"] = repr([int(s) for s in segments])
+    if noise is not None:   # absent from deterministic runs
+        for key, value in sorted(noise.describe().items()):
+            static[f"noise.{key}"] = repr(value)
+        static["noise.common"] = "None" if noise.common is None else \
+            "sha256:" + array_digest(noise.common)
     static["dtype"] = str(np.dtype(dtype))
     static["backend"] = str(backend)
     for key in sorted(field_options):

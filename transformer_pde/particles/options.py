@@ -1,4 +1,4 @@
-"""How the attention field of a particle run is evaluated: :class:`FieldOptions`."""
+r"""How the attention field of a particle run is evaluated: :class:`FieldOptions`."""
 
 from __future__ import annotations
 
@@ -10,15 +10,18 @@ import numpy as np
 
 from ..attention import Attention
 from ..backends import DEFAULT_BACKEND
+from ..blocks import Sphere
 from ..errors import ArgumentError, ArgumentTypeError
+from ..fields.harmonic import DEFAULT_HARMONIC_TOL, METHODS, isotropic_sign
 from ..sinkhorn.options import DEFAULT_MAX_ITER, DEFAULT_TOL
+from ..validation import choice, positive
 
 __all__ = ["FieldOptions"]
 
 
 @dataclass(frozen=True, eq=False)
 class FieldOptions:
-    """How the attention field is evaluated.
+    r"""How the attention field is evaluated.
 
     Parameters
     ----------
@@ -34,14 +37,36 @@ class FieldOptions:
         :data:`~transformer_pde.sinkhorn.options.DEFAULT_TOL` and
         :data:`~transformer_pde.sinkhorn.options.DEFAULT_MAX_ITER`; warm-started from the
         previous evaluation).  Only for ``kind="sinkhorn"``: an error otherwise.
+    method : {"direct", "harmonic"}, default "direct"
+        ``"direct"``: the sum over all token pairs.  ``"harmonic"``: the exact
+        :math:`O(NK)` expansion of isotropic attention on the circle or :math:`S^2`
+        (:mod:`~transformer_pde.fields.harmonic`: kinds ``softmax`` / ``exp``, d = 2 or 3,
+        :math:`Q = K = I`, :math:`V = \pm I`, one head, no mask, bias, rotary or ``W_O``;
+        float64); :func:`~transformer_pde.simulate` then needs
+        ``block=Block(constraint="sphere")`` without a pre-LayerNorm.  The field is
+        evaluated at the radial projections of the tokens: exact on the sphere, the
+        natural extension at Runge–Kutta stage points off it.
+    harmonic_tol : float, optional
+        Bound on the error of every harmonic field value (default
+        :data:`~transformer_pde.fields.harmonic.DEFAULT_HARMONIC_TOL`, 1e-13; queries the
+        expansion cannot serve to it are evaluated by the direct sum and counted in
+        ``info["harmonic_direct_queries"]``).  Only with ``method="harmonic"``.
     """
 
     backend: Any = DEFAULT_BACKEND
     dtype: Any = None
     sinkhorn_tol: float | None = None
     sinkhorn_max_iter: int | None = None
+    method: str = "direct"
+    harmonic_tol: float | None = None
 
     def __post_init__(self) -> None:
+        choice("method", self.method, METHODS)
+        if self.harmonic_tol is not None:
+            if self.method != "harmonic":
+                raise ArgumentError("FieldOptions(harmonic_tol=...) applies only with "
+                                    "method='harmonic'")
+            positive("harmonic_tol", self.harmonic_tol)
         if self.backend is None:
             raise ArgumentTypeError("backend must be a backend name or object, got None")
         if self.dtype is not None:
@@ -65,8 +90,17 @@ class FieldOptions:
             if v < 1:
                 raise ArgumentError(f"sinkhorn_max_iter must be >= 1, got {v!r}")
 
-    def check(self, att: Attention) -> None:
-        """Refuse options that do not apply to ``att``."""
+    def check(self, att: Attention, block: Any = None) -> None:
+        """Refuse options that do not apply to ``att`` (and, for the harmonic method, to
+        ``block``: the tokens must stay on the unit sphere)."""
+        if self.method == "harmonic":
+            isotropic_sign(att)
+            if not isinstance(getattr(block, "constraint", None), Sphere) or \
+                    block.pre_norms[0] is not None:
+                raise ArgumentError(
+                    "block: FieldOptions(method='harmonic') evaluates the field of tokens on "
+                    "the unit sphere and needs block=Block(constraint='sphere') (without a "
+                    "pre-LayerNorm of the attention input)")
         if att.kind != "sinkhorn":
             for name in ("sinkhorn_tol", "sinkhorn_max_iter"):
                 if getattr(self, name) is not None:
@@ -83,3 +117,14 @@ class FieldOptions:
                 "sinkhorn_max_iter": DEFAULT_MAX_ITER if self.sinkhorn_max_iter is None
                 else int(self.sinkhorn_max_iter)}
 
+
+    def evaluator_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of :class:`~transformer_pde.fields.FieldEvaluator`:
+        :meth:`sinkhorn_kwargs` and, with ``method="harmonic"``, ``method`` and
+        ``harmonic_tol`` (absent for the direct method, so that its run identity is
+        unchanged)."""
+        out: dict[str, Any] = self.sinkhorn_kwargs()
+        if self.method == "harmonic":
+            out.update(method="harmonic", harmonic_tol=DEFAULT_HARMONIC_TOL
+                       if self.harmonic_tol is None else float(self.harmonic_tol))
+        return out

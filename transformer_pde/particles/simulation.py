@@ -30,6 +30,7 @@ from ..integrate.loop import Limits, LoopState, Monitor, Progress, SaveAt, TimeL
 from ..integrate.plan import preflight
 from ..integrate.solvers import get_solver, restore_solver_state, solver_state
 from ..integrate.state import check_resumed
+from ..noise import Noise, is_sde_solver, sde_stepper
 from ..results import Status, check_warn, warn_stop
 from ..validation import points, positive
 from .identity import run_identity
@@ -175,6 +176,8 @@ class RunSpec:
         all use this object.
     segments : sequence of int or None
         Sizes of the independent token groups (checked by the field evaluator).
+    noise : Noise or None
+        The Brownian forcing (``None``: the deterministic flow).
     """
 
     att: Attention
@@ -189,10 +192,11 @@ class RunSpec:
     dtype: np.dtype
     backend: Any
     segments: Any = None
+    noise: Noise | None = None
 
     @classmethod
     def of(cls, att: Any, X0: Any, t_max: Any, dt: Any, saveat: Any, block: Any, field: Any,
-           limits: Any, monitor: Any, segments: Any = None) -> "RunSpec":
+           limits: Any, monitor: Any, segments: Any = None, noise: Any = None) -> "RunSpec":
         """Check :func:`simulate`'s arguments (``ArgumentError`` / ``ArgumentTypeError``
         naming the argument), fill in the defaults and resolve the backend."""
         if not isinstance(att, Attention):
@@ -206,7 +210,8 @@ class RunSpec:
         fopts = _option("field", field, FieldOptions, FieldOptions())
         limits = _option("limits", limits, Limits, Limits())
         monitor = _option("monitor", monitor, Monitor, Monitor())
-        fopts.check(att)
+        noise = _option("noise", noise, Noise, None)
+        fopts.check(att, block)
         if saveat.ts is not None and saveat.ts[-1] > t_max:
             raise ArgumentError(f"SaveAt(ts=...) asks for t={saveat.ts[-1]:g} > t_max={t_max:g}")
         dtype = fopts.dtype
@@ -214,7 +219,7 @@ class RunSpec:
             dtype = X0n.dtype if X0n.dtype in (np.float32, np.float64) else np.dtype(np.float64)
         be = get_backend(fopts.backend, n_tokens=X0n.shape[0])
         return cls(att, X0n, t_max, dt, saveat, block, fopts, limits, monitor, np.dtype(dtype),
-                   be, segments)
+                   be, segments, noise)
 
 
 # ------------------------------------------------------------------ parts
@@ -222,8 +227,23 @@ def _solver(solver: Any, spec: RunSpec, sizes: Any) -> tuple[Any, BlockStepper |
                                                               np.ndarray]:
     """The run's own solver (a :class:`BlockStepper` around it for a block), the stepper
     (or ``None``) and the initial tokens (renormalised by a constraint).  With several
-    ``sizes`` (segments) the block's constraint must act token by token."""
-    solver = get_solver(solver)
+    ``sizes`` (segments) the block's constraint must act token by token.  With noise the
+    solver is a stochastic scheme bound to the run's Brownian path
+    (:func:`~transformer_pde.noise.sde_stepper`)."""
+    if spec.noise is None:
+        if is_sde_solver(solver):
+            raise ArgumentError(
+                f"solver={getattr(solver, 'name', solver)!r} is a stochastic solver: pass "
+                "noise=Noise(...), or use a deterministic solver such as 'euler' or 'rk4'")
+        solver = get_solver(solver)
+    else:
+        c = None if spec.block is None else spec.block.constraint
+        be, dtype = spec.backend, spec.dtype
+        solver = sde_stepper(solver, spec.noise, d=spec.att.d, dt=spec.dt, t_max=spec.t_max,
+                             sizes=[spec.X0.shape[0]] if sizes is None else sizes,
+                             ts=spec.saveat.ts, dtype=dtype, xp=be.xp,
+                             to_device=lambda a: be.asarray(a, dtype),
+                             sphere=isinstance(c, Sphere))
     if spec.block is None:
         return solver, None, spec.X0
     c = spec.block.constraint
@@ -292,9 +312,9 @@ def _checkpoint(spec: RunSpec, X0: np.ndarray, ev: FieldEvaluator, solver: Any
     check_path(path, resume=spec.monitor.resume)
     identity = run_identity(
         att=spec.att, X0=X0, weights=ev.weights, positions=ev.positions, dtype=spec.dtype,
-        backend=spec.backend.name, field_options=spec.field.sinkhorn_kwargs(), solver=solver,
+        backend=spec.backend.name, field_options=spec.field.evaluator_kwargs(), solver=solver,
         t_max=spec.t_max, dt=spec.dt, saveat=spec.saveat, block=spec.block, limits=spec.limits,
-        segments=ev.sizes)
+        segments=ev.sizes, noise=spec.noise)
     if not (spec.monitor.resume and path.exists()):
         return identity, None
     return identity, read_checkpoint(path, identity, lambda a: spec.backend.asarray(a, a.dtype))
@@ -361,6 +381,9 @@ def _result(spec: RunSpec, solver: Any, stepper: BlockStepper | None, parts: Run
     info.update(ev.info)
     if stepper is not None:
         info.update(stepper.describe())
+    sde = solver if stepper is None else stepper.inner
+    if getattr(sde, "stochastic", False):
+        info["noise"] = sde.describe()
     if not saver.times:
         # SaveAt(ts) without 0 and a run that stopped before ts[0]: keep the last state
         # computed (at its own time) rather than return an empty trajectory
@@ -391,8 +414,14 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
              saveat: SaveAt | None = None, weights: Any = None, positions: Any = None,
              block: Block | None = None, field: FieldOptions | None = None,
              limits: Limits | None = None, monitor: Monitor | None = None,
-             warn: bool = True, segments: Any = None) -> ParticleTrajectory:
+             warn: bool = True, segments: Any = None,
+             noise: Noise | None = None) -> ParticleTrajectory:
     r"""Integrate the particle attention flow :math:`\dot X_i = \Gamma_{\mu_t}(X_i)` on :math:`[0, t_{max}]`.
+
+    With ``noise`` the stochastic flow
+    :math:`dX_i = \Gamma_{\mu_t}(X_i)\,dt + \sigma\,dW_i + \sum_k (A_k X_i)\circ dB_k`
+    (:class:`~transformer_pde.noise.Noise`; projected on the tangent space with the sphere
+    constraint) with a stochastic solver.
 
     Parameters
     ----------
@@ -423,7 +452,8 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
         needs a fixed-step solver.  With segments its constraint must be token-wise
         (``Sphere``, ``PostLayerNorm``).
     field : FieldOptions, optional
-        Backend (default ``"auto"``), dtype, Sinkhorn tolerances.
+        Backend (default ``"auto"``), dtype, Sinkhorn tolerances, the evaluation method
+        (``method="harmonic"``: the exact harmonic field of isotropic attention).
     limits : Limits, optional
         ``max_norm`` (blow-up event), ``max_steps``, ``max_memory``; runs that would exceed
         the last two are refused before they start.
@@ -443,6 +473,13 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
         (an adaptive solver's error norm is taken over all of them) and one status.
         ``info["segments"]`` records the sizes, the moments are per segment and
         :meth:`~transformer_pde.ParticleTrajectory.segment` gives one of them.
+        With noise every segment is an independent system (its own common :math:`B_k`).
+    noise : Noise, optional
+        Individual and common Brownian noise (see :class:`~transformer_pde.noise.Noise`).
+        Needs a stochastic ``solver``: ``"euler_maruyama"``, ``"heun_stratonovich"`` or
+        ``"milstein"`` (or their objects), fixed steps with ``t_max`` and the save times
+        multiples of ``dt``; ``info["noise"]`` records it.  A deterministic solver with
+        noise, or a stochastic one without, is refused.
 
     Returns
     -------
@@ -487,11 +524,12 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
     >>> traj.states.shape, str(traj.status)
     ((11, 50, 2), 'ok')
     """
-    spec = RunSpec.of(att, X0, t_max, dt, saveat, block, field, limits, monitor, segments)
+    spec = RunSpec.of(att, X0, t_max, dt, saveat, block, field, limits, monitor, segments,
+                      noise)
     warn = check_warn(warn)
     ev = FieldEvaluator(att, spec.X0.shape[0], weights=weights, positions=positions,
                         segments=spec.segments, dtype=spec.dtype, backend=spec.backend,
-                        **spec.field.sinkhorn_kwargs())
+                        **spec.field.evaluator_kwargs())
     solver, stepper, X0 = _solver(solver, spec, ev.sizes)
     parts = RunParts(solver, ev, Saver(spec.backend, spec.saveat.fn, ev.weights, ev.sizes))
     tables = layer_tables(att, stepper.tables if stepper is not None else None)

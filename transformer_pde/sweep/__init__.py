@@ -21,7 +21,7 @@ Example
 """
 
 from .cells import (CELLS, STATUS_CODES, ClusterCell, ConeCell, ConePathCell, RankCell,
-                    RankSweepCell, StabilityCell, status_code)
+                    RankSweepCell, StabilityCell, SyncCell, status_code)
 from .grid import Cell, Grid
 from .run import (CellFailureWarning, SchedulerArgumentError, SchedulerError, check_scheduler,
                   run, summary)
@@ -31,5 +31,5 @@ from .study import DONE, FAILED, MISSING, Output, Study
 __all__ = ["CELLS", "STATUS_CODES", "Cell", "CellFailureWarning", "ClusterCell", "ConeCell",
            "ConePathCell", "RankSweepCell",
            "DONE", "FAILED", "Grid", "MISSING", "Output", "RankCell", "SchedulerArgumentError",
-           "SchedulerError", "StabilityCell", "StoreError", "StoreIntegrityError", "Study",
+           "SchedulerError", "StabilityCell", "SyncCell", "StoreError", "StoreIntegrityError", "Study",
            "check_scheduler", "open_results", "run", "status_code", "summary"]

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..attention import Attention
 from ..errors import ArgumentError
+from ..particles import FieldOptions
 # the paper's functions are called through the module, so that a test (or a user) patching
 # transformer_pde.paper.rank_sweep_trials reaches the cells
 from .. import paper
@@ -26,7 +27,7 @@ from .particle_runs import softmax_pair_run, sphere_run
 from .study import Output
 
 __all__ = ["RankCell", "RankSweepCell", "ConeCell", "ConePathCell", "ClusterCell",
-           "StabilityCell", "status_code", "STATUS_CODES", "CELLS"]
+           "StabilityCell", "SyncCell", "status_code", "STATUS_CODES", "CELLS"]
 
 #: ``status`` outputs hold ``STATUS_CODES.index(status)``
 STATUS_CODES: tuple[str, ...] = tuple(s.value for s in Status)
@@ -355,6 +356,83 @@ class ConePathCell:
         return out
 
 
+@dataclass(frozen=True)
+class SyncCell(_Cell):
+    r"""One random initial state of ``n`` tokens on the circle under isotropic attention
+    (:math:`Q = K = V = I`) at inverse temperature ``beta`` (any sign): does it synchronise?
+
+    The state is drawn by :func:`~transformer_pde.diagnostics.circle_initial_states`
+    (``init`` ``"uniform"``: i.i.d. uniform angles; ``"triangle"``: three groups at 120°
+    moved by :math:`N(0, \text{spread}^2)` angles) and classified by
+    :func:`~transformer_pde.diagnostics.synchronization_runs` (RK4 step ``dt`` on the
+    circle up to ``t_max``, checks every ``check_every``): synchronised when the tokens lie
+    in an open half-circle (``largest gap > pi + margin``, a certificate), equilibrium when
+    no token moved more than ``speed_tol * check_every`` over the last interval,
+    undecided otherwise.  ``kind`` is ``"exp"`` (unnormalised, the dynamics of
+    Polyanskiy--Rigollet--Yao, arXiv 2507.22857) or ``"softmax"``; ``backend`` and
+    ``method`` choose how the field is evaluated (``FieldOptions``).
+
+    Outputs: ``verdict`` (0 synchronised, 1 equilibrium, 2 undecided), ``t_decided``
+    (NaN when undecided), ``order`` (order parameter), ``gap`` (largest gap), ``speed``,
+    ``clusters`` (groups separated by more than 1e-3 rad), all at the verdict's time;
+    ``max_eig``, the largest eigenvalue of the linearisation without the rotation
+    (:func:`~transformer_pde.diagnostics.equilibrium_spectrum`: negative for a stable
+    equilibrium) for equilibria of at most ``spectrum_max_n`` tokens, else NaN; ``status``
+    (code of the run's status).  :meth:`run_batch` runs the draws of a task that share
+    their options as one ensemble; each verdict is that of its run alone.
+    """
+
+    beta: float = -0.5
+    n: int = 64
+    kind: str = "exp"
+    init: str = "uniform"
+    spread: float = 0.3
+    t_max: float = 200.0
+    dt: float = 0.05
+    check_every: float = 1.0
+    margin: float = 1e-2
+    speed_tol: float = 1e-8
+    backend: str = "numpy"
+    method: str = "direct"
+    spectrum_max_n: int = 256
+
+    OUTPUTS = {"verdict": Output((), "int8"), "t_decided": Output(), "order": Output(),
+               "gap": Output(), "speed": Output(), "clusters": Output((), "int64"),
+               "max_eig": Output(), "status": Output((), "int8")}
+
+    def __call__(self, params: dict, rng: np.random.Generator) -> dict:
+        return self.run_batch([params], [rng])[0]
+
+    def run_batch(self, params_list: list, rngs: list) -> list:
+        """The cells of one task, grouped by their options: one ensemble run each."""
+        from .. import diagnostics  # noqa: PLC0415 (numba, scipy: ~1 s, paid where a cell runs)
+
+        opts = [self.options(p) for p in params_list]
+        groups: dict[str, list[int]] = {}
+        for j, o in enumerate(opts):
+            groups.setdefault(repr(sorted(o.items())), []).append(j)
+        out: list = [None] * len(opts)
+        for members in groups.values():
+            o = opts[members[0]]
+            n, beta, kind = int(o["n"]), float(o["beta"]), str(o["kind"])
+            X0 = np.stack([diagnostics.circle_initial_states(
+                rngs[j], 1, n, str(o["init"]), float(o["spread"]))[0] for j in members])
+            field = FieldOptions(backend=str(o["backend"]), method=str(o["method"]))
+            r = diagnostics.synchronization_runs(
+                beta, X0, kind=kind, t_max=float(o["t_max"]), dt=float(o["dt"]),
+                check_every=float(o["check_every"]), margin=float(o["margin"]),
+                speed_tol=float(o["speed_tol"]), field=field)
+            for b, j in enumerate(members):
+                eig = math.nan
+                if r.verdict[b] == 1 and 2 <= n <= int(o["spectrum_max_n"]):
+                    eig = float(diagnostics.equilibrium_spectrum(r.states[b], beta, kind)[-1])
+                out[j] = {"verdict": int(r.verdict[b]), "t_decided": float(r.t_decided[b]),
+                          "order": float(r.order[b]), "gap": float(r.gap[b]),
+                          "speed": float(r.speed[b]), "clusters": int(r.clusters[b]),
+                          "max_eig": eig, "status": status_code(r.status[b])}
+        return out
+
+
 #: built-in cell functions by the name used in study configuration files
 CELLS: dict[str, type] = {"ranks": RankCell, "cone": ConeCell, "clusters": ClusterCell,
-                          "stability": StabilityCell}
+                          "stability": StabilityCell, "synchronization": SyncCell}
