@@ -129,10 +129,11 @@ def test_runs_that_leave_the_sphere_are_refused(rng):
     ln = tp.Block(constraint="sphere", layernorm=tp.LayerNorm(mode="pre"))
     with pytest.raises(ArgumentError, match="pre-LayerNorm"):
         tp.simulate(att, X0, t_max=0.1, dt=0.05, block=ln, field=HARMONIC)
-    # adaptive solvers do not integrate a constrained block (the block stepper says so)
+    # adaptive solvers integrate Block(constraint=Sphere()) alone, not with other options
     with pytest.raises(ArgumentError, match="fixed-step solver"):
         tp.simulate(att, X0, t_max=0.1, dt=0.05, solver="dop853",
-                    block=tp.Block(constraint="sphere"), field=HARMONIC)
+                    block=tp.Block(constraint="sphere", mlp=tp.MLP(np.ones((3, 2)), np.ones((2, 3)))),
+                    field=HARMONIC)
     with pytest.raises(ArgumentError, match="field: method='harmonic'.*kind='l2'"):
         tp.simulate(tp.Attention("l2", np.eye(2), np.eye(2), np.eye(2)), X0, t_max=0.1,
                     dt=0.05, block=tp.Block(constraint="sphere"), field=HARMONIC)

@@ -104,4 +104,4 @@ def test_an_object_without_adaptive_is_held_to_the_fixed_step_protocol():
 
 def test_a_block_refuses_an_adaptive_solver_by_its_protocol():
     with pytest.raises(ArgumentError, match="solver='my_pair'.*fixed-step"):
-        BlockStepper(MyPair(), tp.Block(constraint="sphere"), 2)
+        BlockStepper(MyPair(), tp.Block(normalization="pre"), 2)

@@ -193,7 +193,7 @@ def test_ensemble_refusals(rng):
     with pytest.raises(ArgumentError, match="X0 must lie on the unit sphere"):
         simulate_ensemble(soft, 2 * X0, block="sphere", **kw)
     with pytest.raises(ArgumentError, match="fixed-step solver"):
-        simulate_ensemble(soft, X0, block="sphere", solver="dop853", **kw)
+        simulate_ensemble(soft, X0, block=tp.Block(normalization="pre"), solver="dop853", **kw)
     with pytest.raises(ArgumentError, match="weights"):
         simulate_ensemble(soft, X0, weights=np.ones(4), **kw)
     with pytest.raises(ArgumentError, match="positions"):

@@ -391,7 +391,7 @@ def test_simulate_validation_errors():
         (dict(monitor=1), TypeError, "monitor must be"),
         (dict(field=tp.FieldOptions(sinkhorn_tol=1e-6)), ValueError,
          r"sinkhorn_tol=\.\.\.\) applies only to kind='sinkhorn'"),
-        (dict(solver=tp.Dopri5(), block=tp.Block(constraint="sphere")), ValueError,
+        (dict(solver=tp.Dopri5(), block=tp.Block(normalization="pre")), ValueError,
          "need a fixed-step solver"),
         (dict(field=tp.FieldOptions(backend="nope")), ValueError, "backend must be one of"),
         (dict(X0=np.zeros((3, 3))), ValueError, "X0 must have shape"),

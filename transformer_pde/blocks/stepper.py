@@ -38,6 +38,12 @@ def _check_noise(solver: Any, block: Block, splitting: str) -> None:
     if bool(getattr(solver, "on_sphere", False)) != isinstance(c, Sphere):
         raise ArgumentError("noise: the stochastic solver was built for another geometry "
                             "than the block's constraint")
+def _sphere_only(block: Block) -> bool:
+    """Whether ``block`` is ``Block(constraint=Sphere())`` and nothing else (what an
+    adaptive solver can integrate: see :meth:`BlockStepper.attempt`)."""
+    return (isinstance(block.constraint, Sphere) and block.mlp is None
+            and block.normalization is None
+            and all(n is None for n in block.pre_norms))
 
 
 class BlockStepper:
@@ -67,11 +73,13 @@ class BlockStepper:
         if not isinstance(block, Block):
             raise ArgumentTypeError(
                 f"block must be a transformer_pde.Block, got {type(block).__name__}")
-        if check_solver(solver).adaptive:
+        self.adaptive = bool(check_solver(solver).adaptive)
+        if self.adaptive and not _sphere_only(block):
             raise ArgumentError(
-                f"solver={solver.name!r}: block options (mlp, layernorm, "
-                "constraint) need a fixed-step solver (e.g. 'euler', 'heun', 'rk4', "
-                "'implicit_midpoint')")
+                f"solver={solver.name!r}: block options (mlp, layernorm, normalization, "
+                "a constraint other than Sphere) need a fixed-step solver (e.g. 'euler', "
+                "'heun', 'rk4', 'implicit_midpoint'); an adaptive solver takes "
+                "Block(constraint=Sphere()) alone")
         mlp = block.mlp
         splitting = (block.splitting or "strang") if mlp is not None else "none"
         if mlp is not None:
@@ -124,6 +132,26 @@ class BlockStepper:
 
     def reset(self) -> None:
         self.inner.reset()
+
+    def controller(self) -> Any:
+        """The step-size controller of the wrapped adaptive solver."""
+        return self.inner.controller()
+
+    def attempt(self, f: Callable, t: float, y: Any, h: float, fy: Any
+                ) -> tuple[Any, float, Any]:
+        r"""One trial step of an adaptive solver on the sphere (``Block(constraint=Sphere())``
+        alone): the standard projection method.  The embedded pair integrates the
+        tangential field :math:`P_x f(x)`, of which every :math:`|x_i|` is an exact first
+        integral, so the error estimate is that of a smooth ODE; an accepted proposal is
+        retracted onto the sphere (it moved off it only by the local error) and the field
+        is evaluated afresh there for the next step (the first-same-as-last value of the
+        pair belongs to the unretracted point).  ``fy`` is the field at ``y``."""
+        fa = self._attention(f)
+        y_new, err, _ = self.inner.attempt(fa, t, y, h, self.constraint.tangent(y, fy))
+        if not err <= 1.0:
+            return y_new, err, None
+        y_new = sphere_retract(y_new)
+        return y_new, err, f(t + h, y_new)
 
     #: version of the plain data of :meth:`get_state`
     STATE_VERSION = 1

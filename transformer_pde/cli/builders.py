@@ -187,20 +187,27 @@ TOKEN_KEYS = ("n", "distribution", "mean", "std", "cov", "seed", "file")
 DISTRIBUTIONS = ("gaussian", "uniform-ball", "uniform-cube", "sphere")
 
 
+def _load_npy(key: str, name: str, base: str | None) -> tuple[Path, Any]:
+    """The path ``name`` (relative to the configuration's folder ``base``) and what
+    ``numpy.load`` reads there; a file that cannot be read or is not NumPy's is a
+    :class:`ConfigError` naming ``key``."""
+    path = Path(name)
+    if not path.is_absolute() and base is not None:
+        path = Path(base) / path
+    try:
+        return path, np.load(path, allow_pickle=False)
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    except (ValueError, EOFError) as exc:
+        raise ConfigError(f"{key}: {str(path)!r} is not a .npy array ({exc})") from None
+
+
 def _token_file(sec: Table, d: int, base: str | None) -> np.ndarray:
     key = sec.key("file")
     name = sec.raw("file")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{key}: expected the path of a .npy file, got {name!r}")
-    path = Path(name)
-    if not path.is_absolute() and base is not None:
-        path = Path(base) / path
-    try:
-        X = np.load(path, allow_pickle=False)
-    except OSError as exc:
-        raise ConfigError(f"{key}: cannot read {str(path)!r}: {exc.strerror or exc}") from None
-    except (ValueError, EOFError) as exc:
-        raise ConfigError(f"{key}: {str(path)!r} is not a .npy array ({exc})") from None
+    path, X = _load_npy(key, name, base)
     if not isinstance(X, np.ndarray):  # an .npz archive
         X.close()
         raise ConfigError(f"{key}: {str(path)!r} is an .npz archive; expected a .npy array "
@@ -401,15 +408,7 @@ def _common_matrices(value: Any, key: str, d: int, base: str | None) -> np.ndarr
     if not isinstance(value, str):
         A = numeric_array(value, key, f"an array of shape (K, {d}, {d}) or ({d}, {d})")
     else:
-        path = Path(value)
-        if not path.is_absolute() and base is not None:
-            path = Path(base) / path
-        try:
-            A = np.load(path, allow_pickle=False)
-        except OSError as exc:
-            raise ConfigError(f"{key}: cannot read {str(path)!r}: {exc.strerror or exc}") from None
-        except (ValueError, EOFError) as exc:
-            raise ConfigError(f"{key}: {str(path)!r} is not a .npy array ({exc})") from None
+        path, A = _load_npy(key, value, base)
         if not isinstance(A, np.ndarray) or A.dtype.kind not in "iuf":
             raise ConfigError(f"{key}: {str(path)!r} must hold a real .npy array of shape "
                               f"(K, {d}, {d})")

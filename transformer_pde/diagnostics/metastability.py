@@ -13,6 +13,12 @@ of plateaus.  Two diagnostics measure it along a run:
   is flat on the plateaus);
 * :func:`merge_events`, the number of clusters at every saved time and the times at
   which it drops.
+
+Before the plateaus, tokens spread uniformly on the circle leave the uniform state through
+its unstable Fourier modes.  :func:`circle_modes` measures the modes
+:math:`c_k(t) = \sum_j w_j e^{-ik\theta_j(t)}` along a run, and :func:`fit_mode_growth`
+their exponential growth rates in the linear phase, to compare with
+:func:`~transformer_pde.reductions.modes.mode_growth_rate`.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ from .. import validation
 from ..errors import ArgumentError, ArgumentTypeError, ScoreOverflowError
 from ..results import ResultKind, kind_of
 
-__all__ = ["MergeEvents", "interaction_energy", "merge_events"]
+__all__ = ["MergeEvents", "ModeGrowth", "circle_modes", "fit_mode_growth", "interaction_energy",
+           "merge_events"]
 
 #: log of the largest float64
 _LOG_MAX = math.log(float(np.finfo(float).max))
@@ -235,3 +242,163 @@ def merge_events(traj: Any, *, tol: float = 1e-2, times: Any = None) -> MergeEve
         elif counts[k] > counts[k - 1]:
             splits.append(entry)
     return MergeEvents(np.asarray(t, dtype=float), counts, events, splits, tol)
+
+
+def circle_modes(traj_or_states: Any, ks: Any, *, weights: Any = None) -> np.ndarray:
+    r"""Fourier modes of the tokens on the circle at every saved time.
+
+    .. math:: c_k(t) = \sum_{j=1}^N w_j\, e^{-ik\theta_j(t)}, \qquad
+              \theta_j = \operatorname{atan2}(x_{j,2}, x_{j,1}),
+
+    the Fourier coefficients of the empirical measure (:math:`c_0 = 1`; for i.i.d.
+    uniform tokens of equal mass :math:`\mathbb E|c_k|^2 = 1/N`, :math:`k \ne 0`).
+
+    Parameters
+    ----------
+    traj_or_states : ParticleTrajectory or array (T, N, 2) or (N, 2)
+        A run of :func:`~transformer_pde.simulate` on the circle (its states and weights),
+        or states; only the directions of the tokens count.
+    ks : int or array_like of int
+        The modes :math:`k`.
+    weights : array (N,), optional
+        Token masses (normalised to sum 1); default the trajectory's weights, or uniform.
+
+    Returns
+    -------
+    ndarray (T, K) complex
+        :math:`c_k` at each saved time, one column per entry of ``ks``.
+
+    Raises
+    ------
+    ArgumentTypeError, ArgumentError
+        Malformed states (not 2 coordinates, a token at the origin), ``ks`` not
+        integers, bad ``weights``.
+    """
+    X, w_traj, _ = _states(traj_or_states, "traj_or_states")
+    if X.shape[2] != 2:
+        raise ArgumentError(f"traj_or_states: circle_modes needs tokens in the plane (d = 2), "
+                            f"got d = {X.shape[2]}")
+    k = validation.real_array("ks", ks)
+    if k.ndim > 1 or k.size == 0 or not np.all(np.isfinite(k)) or np.any(k != np.round(k)):
+        raise ArgumentError(f"ks must be one integer or a vector of integers, got {ks!r:.60}")
+    k = np.atleast_1d(k)
+    w = validation.weights("weights", w_traj if weights is None else weights, X.shape[1])
+    if np.any((X[..., 0] == 0) & (X[..., 1] == 0)):
+        raise ArgumentError("traj_or_states: a token at the origin has no angle")
+    theta = np.arctan2(X[..., 1], X[..., 0])
+    return np.stack([np.exp(-1j * kk * theta) @ w for kk in k], axis=-1)
+
+
+@dataclass
+class ModeGrowth:
+    r"""Growth rates of Fourier modes fitted in the linear phase (:func:`fit_mode_growth`).
+
+    Attributes
+    ----------
+    rates : ndarray (K,)
+        Fitted :math:`\hat\lambda_k`.
+    stderr : ndarray (K,)
+        Their standard errors: jackknife over the draws; NaN for one draw (the scatter
+        between draws, from the quadratic terms, is then unknown: the residuals of one
+        smooth curve do not measure it).
+    t_end : float
+        End of the fitted window :math:`[0, t_{end}]` (the linear phase).
+    points : int
+        Saved times in the window.
+    draws : int
+        Number of independent runs pooled.
+    """
+
+    rates: np.ndarray
+    stderr: np.ndarray
+    t_end: float
+    points: int
+    draws: int
+
+
+def _pooled_slopes(t: np.ndarray, amp2: np.ndarray) -> np.ndarray:
+    """Least-squares slopes of ``log(mean over draws of amp2) / 2`` against ``t``
+    (``amp2``: (D, T, K))."""
+    y = 0.5 * np.log(amp2.mean(axis=0))
+    u = t - t.mean()
+    return u @ (y - y.mean(axis=0)) / (u @ u)
+
+
+def fit_mode_growth(times: Any, modes: Any, *, t_end: float | None = None,
+                    amplitude: float = 0.05) -> ModeGrowth:
+    r"""Exponential growth rates of Fourier modes in the linear phase of one or many runs.
+
+    Near the uniform state the modes of a run from i.i.d. uniform tokens grow as
+    :math:`c_k(t) = c_k(0)e^{\lambda_k t}` up to quadratic terms (products
+    :math:`c_m c_{k-m}`, relatively of order :math:`\max_m |c_m|`), so over draws
+    :math:`\mathbb E|c_k(t)|^2 = e^{2\lambda_k t}\,\mathbb E|c_k(0)|^2`.  The rate is the
+    least-squares slope of
+
+    .. math:: g_k(t) = \tfrac12 \log\Big(\frac1D\sum_{d=1}^D |c^{(d)}_k(t)|^2\Big)
+
+    over the saved times in :math:`[0, t_{end}]`.  Pooling the squared amplitudes before
+    the logarithm averages out the quadratic terms (their phases are independent of
+    :math:`c_k(0)`), which a per-draw fit of :math:`\log|c_k|` would not: a draw whose
+    :math:`|c_k(0)|` happens to be small is dominated by them.  The standard error is the
+    jackknife over the draws (leave one draw out); with one draw there is none (NaN).
+
+    Parameters
+    ----------
+    times : array (T,)
+        Saved times, increasing.
+    modes : array (T, K) or (D, T, K)
+        :math:`c_k` of one run, or of ``D`` independent runs saved at the same times
+        (:func:`circle_modes`).
+    t_end : float, optional
+        End of the linear phase.  Default: the last saved time at which the pooled
+        root-mean-square amplitude :math:`(\frac1D\sum_d|c^{(d)}_k|^2)^{1/2}` of every
+        mode is at most ``amplitude``.
+    amplitude : float, default 0.05
+        The amplitude up to which the dynamics count as linear (quadratic terms below
+        about that fraction), when ``t_end`` is not given.
+
+    Returns
+    -------
+    ModeGrowth
+
+    Raises
+    ------
+    ArgumentTypeError, ArgumentError
+        Malformed ``times`` or ``modes``, a mode that vanishes, or a window with fewer
+        than three saved times (naming ``t_end`` or ``amplitude``).
+    """
+    t = validation.real_array("times", times, what="vector")
+    if t.ndim != 1 or t.size < 3 or not np.all(np.isfinite(t)) or np.any(np.diff(t) <= 0):
+        raise ArgumentError(f"times must be at least three increasing finite numbers, got "
+                            f"shape {np.shape(times)}")
+    c = np.asarray(modes)
+    if not np.issubdtype(c.dtype, np.number) or c.ndim not in (2, 3):
+        raise ArgumentError(f"modes must be complex numbers of shape (T, K) or (D, T, K), "
+                            f"got {c.dtype} of shape {c.shape}")
+    c = c[None] if c.ndim == 2 else c
+    if c.shape[1] != t.size or 0 in c.shape:
+        raise ArgumentError(f"modes must have one row per saved time ({t.size}), got shape "
+                            f"{np.shape(modes)}")
+    amp2 = np.abs(c.astype(complex)) ** 2
+    if not np.all(np.isfinite(amp2)) or np.any(amp2.mean(axis=0) == 0):
+        raise ArgumentError("modes must be finite and no mode may vanish at a saved time")
+    if t_end is None:
+        amplitude = validation.positive("amplitude", amplitude)
+        linear = np.all(np.sqrt(amp2.mean(axis=0)) <= amplitude, axis=1)
+        n = int(np.argmin(linear)) if not np.all(linear) else t.size
+        name, what = "amplitude", f"amplitude={amplitude:g}"
+    else:
+        t_end = validation.scalar("t_end", t_end)
+        n = int(np.searchsorted(t, t_end, side="right"))
+        name, what = "t_end", f"t_end={t_end:g}"
+    if n < 3:
+        raise ArgumentError(f"{name}: the linear phase ({what}) holds {n} saved time(s); "
+                            "the fit needs at least three (save more often, or raise it)")
+    tw, a = t[:n], amp2[:, :n]
+    rates = _pooled_slopes(tw, a)
+    D = a.shape[0]
+    se = np.full(rates.shape, np.nan)
+    if D > 1:
+        jack = np.array([_pooled_slopes(tw, np.delete(a, i, axis=0)) for i in range(D)])
+        se = np.sqrt((D - 1) / D * ((jack - jack.mean(axis=0)) ** 2).sum(axis=0))
+    return ModeGrowth(rates, se, float(tw[-1]), n, D)

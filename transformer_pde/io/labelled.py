@@ -119,6 +119,15 @@ VARIABLE_ATTRS: dict[str, str] = {
     "w2_t": "Wasserstein-2 distance of the two token measures at the final depth",
     "ratio": "growth of the Wasserstein-2 distance, w2_t / w2_0",
     "bound": "a-priori bound on the growth of the Wasserstein-2 distance",
+    # the synchronisation cell (tokens on the circle)
+    "verdict": "0 synchronised (certified: tokens in an open half-circle), 1 stopped at an "
+               "equilibrium, 2 undecided",
+    "t_decided": "depth of the check that gave the verdict (NaN when undecided)",
+    "order": "order parameter |sum_j w_j e^{i theta_j}| at the last check",
+    "gap": "largest angular gap between consecutive tokens at the last check",
+    "speed": "largest token speed over the last check interval",
+    "clusters": "number of clusters at the last check",
+    "max_eig": "largest eigenvalue of the linearisation at the final state (rotation removed)",
     "run": "index of the run",
     "draw": "random draw of the grid point",
     "trial": "index of the random trial",

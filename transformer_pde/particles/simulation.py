@@ -449,8 +449,10 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
         masked attention).
     block : Block, optional
         Full Transformer block: MLP, LayerNorm, constraint (sphere, post-norm), splitting;
-        needs a fixed-step solver.  With segments its constraint must be token-wise
-        (``Sphere``, ``PostLayerNorm``).
+        needs a fixed-step solver, except ``Block(constraint=Sphere())`` alone, which an
+        adaptive one integrates by projection
+        (:meth:`~transformer_pde.blocks.BlockStepper.attempt`).  With segments its
+        constraint must be token-wise (``Sphere``, ``PostLayerNorm``).
     field : FieldOptions, optional
         Backend (default ``"auto"``), dtype, Sinkhorn tolerances, the evaluation method
         (``method="harmonic"``: the exact harmonic field of isotropic attention).
