@@ -18,6 +18,8 @@ that may depend on depth :math:`t`.  Conventions (see ``docs/conventions.md``):
   blocks, query head :math:`h` uses block :math:`\lfloor h/(H/G)\rfloor`.
 * ``rotary``: queries and keys are rotated by their tokens' positions
   (:class:`~transformer_pde.attention.Rotary`).
+* ``alibi``: the score of head :math:`h` loses :math:`\lambda_h |p_i - p_j|` (ALiBi,
+  :mod:`~transformer_pde.attention.alibi`).
 * ``masked=True``: tokens carry positions :math:`s\in[0,1]`; a query at position
   :math:`s` only attends to tokens with :math:`s_j \le s`; ``window = w`` keeps the last
   :math:`w` of them (sliding-window attention).
@@ -32,6 +34,7 @@ The package holds one concern per module: :mod:`~transformer_pde.attention.kinds
 registry), :mod:`~transformer_pde.attention.layers` (per-layer tables),
 :mod:`~transformer_pde.attention.heads` (parameters frozen at one time),
 :mod:`~transformer_pde.attention.rotary` (rotary positions),
+:mod:`~transformer_pde.attention.alibi` (ALiBi slopes),
 :mod:`~transformer_pde.attention.matrix` (attention matrices),
 :mod:`~transformer_pde.attention.visibility` (which keys each token sees: causal order,
 segments, windows) and

@@ -102,6 +102,8 @@ class AttentionParams:
     :class:`~transformer_pde.Attention`; only the unnormalised ``exp`` field depends on it).
     ``rotary`` is the attention's :class:`~transformer_pde.attention.Rotary` (or ``None``):
     the head fields rotate the projected queries and keys by their tokens' positions.
+    ``alibi`` holds the ALiBi slope of every query head (``None``: no
+    ALiBi; :mod:`~transformer_pde.attention.alibi`).
     """
 
     kind: str
@@ -116,6 +118,7 @@ class AttentionParams:
     b_O: np.ndarray | None = None
     shift: float = 0.0
     rotary: Rotary | None = None
+    alibi: np.ndarray | None = None
 
     @property
     def n_heads(self) -> int:

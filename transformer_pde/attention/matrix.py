@@ -15,6 +15,7 @@ with the token weights :math:`w_j`, the causal indicator :math:`[p_j \le p_i]` o
 masked attention and the rotation :math:`R(p)` only with rotary positions
 (:class:`~transformer_pde.attention.Rotary`); ``l2`` uses
 :math:`s_{ij} = -\beta'|R(p_i)(Q_h x_i + b_{Q,h}) - R(p_j)(K_h x_j + b_{K,h})|^2` instead.
+With ALiBi slopes :math:`\lambda_h` the scores lose :math:`\lambda_h |p_i - p_j|`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 from .. import validation
 from ..errors import ArgumentError, ArgumentTypeError, ScoreOverflowError
 from ..validation import type_name as _what
+from .alibi import require_alibi_positions
 from .heads import AttentionParams, Head
 from .rotary import require_positions
 from .spec import Attention
@@ -63,7 +65,7 @@ def attention_matrix(att: Attention, X: Any, *, t: float = 0.0, weights: Any = N
     ----------
     att : Attention
         Of a kind in :data:`MATRIX_KINDS` (``"softmax"``, ``"l2"``); any heads, grouped
-        key/value heads, biases, masking and rotary positions.
+        key/value heads, biases, masking, rotary positions and ALiBi.
     X : array (N, d)
         Tokens.
     t : float, default 0.0
@@ -71,7 +73,7 @@ def attention_matrix(att: Attention, X: Any, *, t: float = 0.0, weights: Any = N
     weights : array (N,), optional
         Token masses :math:`w_j` (normalised; uniform by default).
     positions : array (N,), optional
-        Token positions in [0, 1], required for masked or rotary attention.
+        Token positions in [0, 1], required for masked, rotary or ALiBi attention.
     dtype : {numpy.float64, numpy.float32}
         Floating type of the computation and of the result.
 
@@ -106,6 +108,7 @@ def attention_matrix(att: Attention, X: Any, *, t: float = 0.0, weights: Any = N
     n = Xn.shape[0]
     w = validation.weights("weights", weights, n)
     require_positions(att.rotary, positions)
+    require_alibi_positions(att.alibi, positions)
     pos = validation.positions("positions", positions, n, required=att.masked)
     P = att.at(validation.scalar("t", t))
     with np.errstate(divide="ignore"):
@@ -147,6 +150,8 @@ def _head_matrix(P: AttentionParams, head: Head, X: np.ndarray, pos: np.ndarray 
         raise ScoreOverflowError(f"attention_matrix: the scores of head {h} overflow the "
                                  f"float range in {dt}; lower beta or rescale Q, K or the "
                                  "tokens")
+    if P.alibi is not None and P.alibi[h] > 0.0:
+        logits = logits - (P.alibi[h] * np.abs(pos[:, None] - pos[None, :])).astype(dt)
     logits = logits + logw
     if hidden is not None:
         logits[hidden] = -np.inf

@@ -12,6 +12,7 @@ from ..validation import integer, matrix, positive, real_array, scalar
 from ..validation import type_name as _what
 from .heads import AttentionParams, Head
 from .kinds import KINDS
+from .alibi import alibi_slopes, check_alibi
 from .layers import Layers
 from .rotary import Rotary
 
@@ -141,6 +142,16 @@ class Attention:
         :math:`\lfloor h / (H/G) \rfloor` (consecutive query heads share one).  ``None``
         means :math:`G = H` (one key/value head per query head); :meth:`at` expands the
         shared maps, so every kind and backend supports it.
+    alibi : float, array (H,) or None, default None
+        ALiBi slopes :math:`\lambda_h \ge 0` (Press, Smith & Lewis, arXiv 2108.12409):
+        one for every head, or one per query head.  The score of head :math:`h` becomes
+        :math:`\beta\langle Q_h x_i + b_Q, K_h x_j + b_K\rangle - \lambda_h |p_i - p_j|`
+        with the token positions :math:`p \in [0, 1]` (then required by every field
+        evaluation, as for masks): the kernel gains the factor
+        :math:`e^{-\lambda_h |p_i - p_j|}`.  Defined for ``softmax``, ``exp`` and ``l2``;
+        combines with ``masked``, ``window``, heads, ``kv_heads``, biases, ``rotary``,
+        segments and weights, on every backend, exact to round-off however large
+        :math:`\lambda` (:mod:`~transformer_pde.attention.alibi`).
 
     Raises
     ------
@@ -155,7 +166,8 @@ class Attention:
         non-zero one for a kind without an exponential kernel, ``kv_heads`` not dividing
         ``heads`` or ``K`` / ``V`` without its :math:`G m` rows, ``rotary`` with a kind
         that normalises its projections or a head width it cannot rotate, ``window`` below
-        1, not an integer or without ``masked=True``.
+        1, not an integer or without ``masked=True``, ``alibi`` with a kind other than
+        ``softmax``, ``exp``, ``l2``, negative or not one slope per head.
 
     Examples
     --------
@@ -183,6 +195,7 @@ class Attention:
     rotary: Rotary | None = None
     kv_heads: int | None = None
     window: int | None = None
+    alibi: float | ArrayLike | None = None
     d: int = field(init=False)
     time_dependent: bool = field(init=False)
 
@@ -217,6 +230,7 @@ class Attention:
                 f"shift={self.shift:g} is defined only for the exponential kernels "
                 f"{list(SHIFT_KINDS)}; kind={self.kind!r} has none (use shift=0)")
         self._check_groups()
+        set_(self, "alibi", check_alibi(self.alibi, self.kind, self.heads))
         if self.masked and not KINDS[self.kind].maskable:
             raise ArgumentError(
                 f"masked=True is not defined for kind={self.kind!r}: no doubly-stochastic "
@@ -372,7 +386,7 @@ class Attention:
                 raise ArgumentError(f"W_O must have shape (d, d) = {(d, d)}, got {W_O.shape}")
         return AttentionParams(self.kind, d, heads, W_O, self.beta, self.eps,
                                self.l2_beta, self.masked, float(t), b_O, self.shift,
-                               self.rotary)
+                               self.rotary, alibi_slopes(self.alibi, H))
 
     def _check_kv_shapes(self, Q: np.ndarray, K: np.ndarray, V: np.ndarray, t: float) -> int:
         """Check the shapes of ``K`` and ``V`` against ``Q``; return the rows of ``K``."""
@@ -395,7 +409,7 @@ class Attention:
         """A copy with some constructor arguments changed (validated again)."""
         args = {n: getattr(self, n) for n in
                 ("kind", "Q", "K", "V", "heads", "masked", "beta", "eps", "l2_beta", "W_O")
-                + _BIASES + ("shift", "rotary", "kv_heads", "window")}
+                + _BIASES + ("shift", "rotary", "kv_heads", "window", "alibi")}
         args.update(changes)
         return Attention(**args)
 
@@ -404,7 +418,8 @@ class Attention:
         """Plain description (scalars and arrays) for saving; callables become ``None``
         with ``"serialisable": False``; :class:`Layers` are stored with their table.
         ``shift`` is stored only when it is not zero, ``rotary`` (as
-        ``{"base", "span", "dim", "pairing"}``), ``kv_heads`` and ``window`` only when set: the
+        ``{"base", "span", "dim", "pairing"}``), ``kv_heads``, ``window`` and ``alibi`` (a
+        float or an array of slopes) only when set: the
         descriptions of attentions without them, and the run fingerprints built from them,
         stay as they were."""
         out: dict[str, Any] = {"kind": self.kind, "heads": self.heads, "masked": self.masked,
@@ -415,7 +430,7 @@ class Attention:
         if self.rotary is not None:
             r = self.rotary
             out["rotary"] = {"base": r.base, "span": r.span, "dim": r.dim, "pairing": r.pairing}
-        for name in ("kv_heads", "window"):
+        for name in ("kv_heads", "window", "alibi"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         for name in ("Q", "K", "V", "W_O") + _BIASES:
@@ -435,7 +450,7 @@ class Attention:
     def from_dict(cls, data: dict[str, Any]) -> "Attention":
         """Inverse of :meth:`to_dict` (raises if the spec held callables); a description
         without ``shift`` has ``shift=0``, one without ``rotary`` / ``kv_heads`` /
-        ``window`` has ``None``."""
+        ``window`` / ``alibi`` has ``None``."""
         if not data.get("serialisable", True):
             raise ArgumentError("this attention held callables of time and cannot be rebuilt")
         kw = {}
@@ -457,7 +472,8 @@ class Attention:
                    eps=float(data["eps"]), l2_beta=float(data["l2_beta"]), W_O=kw["W_O"],
                    shift=data.get("shift", 0.0), rotary=rot,
                    kv_heads=None if kv is None else int(kv),
-                   window=None if window is None else int(window), **{n: kw[n] for n in _BIASES})
+                   window=None if window is None else int(window), alibi=data.get("alibi"),
+                   **{n: kw[n] for n in _BIASES})
 
     def __repr__(self) -> str:
         extra = "" if not self.time_dependent else ", time-dependent"
@@ -471,6 +487,9 @@ class Attention:
             extra += f", window={self.window}"
         if self.rotary is not None:
             extra += f", rotary={self.rotary!r}"
+        if self.alibi is not None:
+            a = self.alibi
+            extra += f", alibi={a if isinstance(a, float) else a.tolist()}"
         return (f"Attention(kind={self.kind!r}, d={self.d}, heads={self.heads}, "
                 f"masked={self.masked}, beta={self.beta}, eps={self.eps}, "
                 f"l2_beta={self.l2_beta}{extra})")

@@ -17,6 +17,10 @@ layout (``positions``, ``segments``), as plain NumPy integers:
 * ``window`` :math:`w` (masked only): the last :math:`w` of those keys,
   :math:`[\max(o_b, h_i - w), h_i)` in kernel order.  Tokens at one position see the same
   keys (with distinct positions, :math:`w = 1` is the token itself).
+* ``alibi`` (:mod:`~transformer_pde.attention.alibi`): the keys are put in the causal
+  order even unmasked, and every token gets its split point :math:`h_i`: unmasked, it sees
+  the keys at or before it, :math:`[o_b, h_i)`, and those after it,
+  :math:`[h_i, o_{b+1})`, two ranges that ALiBi reduces separately.
 """
 
 from __future__ import annotations
@@ -77,23 +81,38 @@ class Visibility:
     ``perm``: key :math:`j` (kernel order) is token ``perm[j]`` (``None``: the tokens as
     given); ``lo``, ``hi`` (N,) per token in the tokens' order (``None``: every token sees
     every key); ``sorted_pos``: the positions in kernel order (``None`` unless masked);
-    ``bounds``: ``[(start, end)]`` of every segment in kernel order (``None``: one)."""
+    ``bounds``: ``[(start, end)]`` of every segment in kernel order (``None``: one);
+    ``split``, ``end`` (N,): the causal end :math:`h_i` of every token and the end of its
+    segment (``None`` unless unmasked with ALiBi: the keys before the token are
+    ``[lo, split)``, those after it ``[split, end)``)."""
 
     perm: np.ndarray | None
     lo: np.ndarray | None
     hi: np.ndarray | None
     sorted_pos: np.ndarray | None
     bounds: list[tuple[int, int]] | None = None
+    split: np.ndarray | None = None
+    end: np.ndarray | None = None
 
 
 def token_visibility(positions: np.ndarray | None, sizes: np.ndarray | None, *, masked: bool,
-                     window: int | None = None) -> Visibility:
-    """The :class:`Visibility` of checked ``positions`` (required when ``masked``) and
-    segment ``sizes`` (:func:`segment_sizes`; ``None``: one segment)."""
+                     window: int | None = None, alibi: bool = False) -> Visibility:
+    """The :class:`Visibility` of checked ``positions`` (required when ``masked`` or
+    ``alibi``) and segment ``sizes`` (:func:`segment_sizes`; ``None``: one segment)."""
     bounds = None
     if sizes is not None and sizes.size > 1:
         ends = np.cumsum(sizes)
         bounds = list(zip((ends - sizes).tolist(), ends.tolist(), strict=True))
+    if alibi and not masked:
+        if positions is None:
+            raise ArgumentError("ALiBi attention needs positions: an array of N token "
+                                "positions in [0, 1]")
+        causal = token_visibility(positions, sizes, masked=True)
+        full = np.cumsum(sizes) if sizes is not None else np.array([positions.shape[0]])
+        sz = sizes if sizes is not None else full
+        end = np.repeat(full, sz)
+        return Visibility(causal.perm, causal.lo, end, causal.sorted_pos, bounds,
+                          causal.hi, end)
     if not masked:
         if bounds is None:
             return Visibility(None, None, None, None)

@@ -212,8 +212,8 @@ def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True, force: bo
     ``field``, ``limits``, ``block``, ``noise``, ``output``); writes ``trajectory.npz``,
     ``summary.json`` and ``particles.png``.
 
-    With ``masked = true`` the tokens get positions ``linspace(0, 1, N)`` in input order
-    (token ``i`` attends to tokens ``j <= i``).  A run interrupted by Ctrl-C (status
+    With ``masked = true`` (or ``alibi``) the tokens get positions ``linspace(0, 1, N)``
+    in input order (token ``i`` attends to tokens ``j <= i``).  A run interrupted by Ctrl-C (status
     ``interrupted``) writes the states computed so far, without figures.  ``checkpoint``,
     ``checkpoint_every``, ``resume`` and ``report_every`` are those of
     :class:`~transformer_pde.Monitor` (progress lines every ``report_every`` seconds): the
@@ -255,7 +255,8 @@ def run_simulate(cfg: dict, out: str | Path, *, progress: bool = True, force: bo
         monitor = Monitor(progress=progress, checkpoint=checkpoint, resume=resume, **timing)
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    positions = np.linspace(0.0, 1.0, X0.shape[0]) if att.masked else None
+    positions = np.linspace(0.0, 1.0, X0.shape[0]) \
+        if att.masked or att.alibi is not None else None
     with OutputDir(out, force=force,
                    replaceable=_interrupted_run if resume else None) as outdir:
         logger.info("simulate: %d tokens in d = %d, t in [0, %g]; Ctrl-C stops the run and "

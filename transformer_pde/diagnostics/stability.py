@@ -141,6 +141,9 @@ def stability_bound(att: Attention, R0: float, times: Any, *, n_sub: int = 8
     if att.rotary is not None:
         raise ArgumentError("stability_bound is derived for position-free scores; att has "
                             "rotary positions (att.rotary), for which the bound is not derived")
+    if att.alibi is not None:
+        raise ArgumentError("stability_bound is derived for position-free scores; att has "
+                            "ALiBi slopes (att.alibi), for which the bound is not derived")
     if att.has_bias:
         raise ArgumentError("stability_bound is derived for linear query/key/value maps; att has "
                             "bias vectors (b_Q/b_K/b_V/b_O), for which the bound does not hold")
@@ -232,7 +235,8 @@ def stability_profile(att: Attention, X0: Any, Y0: Any, *, t_max: float, dt: flo
     bound = radius_bound = None
     info: dict[str, Any] = {"w2_method": "conditional" if positions is not None else w2_method,
                             "dt": dt, "method": get_solver(solver).name}
-    if att.kind == "softmax" and not att.masked:
+    if att.kind == "softmax" and not att.masked and att.rotary is None and att.alibi is None \
+            and not att.has_bias:
         bound, radius_bound = stability_bound(att, float(radius[0]), times, n_sub=n_sub)
         info["R0"] = float(radius[0])
         info["bound"] = "Theorem 3.1 (softmax, compact support): see stability_bound"

@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import validation
 from ..attention import Attention, AttentionParams
+from ..attention.alibi import require_alibi_positions
 from ..attention.matrix import float_dtype
 from ..attention.rotary import require_positions
 from ..attention.visibility import (query_ranges, segment_sizes, segment_weights,
@@ -19,6 +20,7 @@ from ..errors import ArgumentError, ArgumentTypeError, ScoreOverflowError
 from ..sinkhorn import SinkhornRecord, SinkhornWarmStart
 from ..sinkhorn.options import DEFAULT_MAX_ITER, DEFAULT_TOL
 from ..validation import type_name as _what
+from .alibi import AlibiRanges
 from .harmonic import DEFAULT_HARMONIC_TOL, METHODS, HarmonicField, isotropic_sign
 from .kinds import BUILTIN_FIELDS, HEAD_FIELDS, FieldContext
 
@@ -28,9 +30,9 @@ __all__ = ["FieldEvaluator", "velocity"]
 class FieldEvaluator:
     r"""Evaluate :math:`\Gamma_{\mu}` repeatedly for a fixed attention, weights and positions.
 
-    Token positions never move, so the keys are put in kernel order once (for masked
-    attention sorted by position inside each segment) and every token gets its range of
-    visible keys (:mod:`~transformer_pde.attention.visibility`,
+    Token positions never move, so the keys are put in kernel order once (for masked or
+    ALiBi attention sorted by position inside each segment) and every token gets its range
+    of visible keys (:mod:`~transformer_pde.attention.visibility`,
     :class:`~transformer_pde.backends.ranges.KeyRanges`).  Sinkhorn
     potentials are kept between calls (warm start) in ``state``; every Sinkhorn solve is
     recorded (:attr:`info`).
@@ -41,7 +43,7 @@ class FieldEvaluator:
     n_tokens : int
     weights, positions : array_like, optional
         Token weights (normalised to sum 1 in each segment; uniform by default) and
-        positions in [0, 1] (required when ``att.masked`` or ``att.rotary``).
+        positions in [0, 1] (required when ``att.masked``, ``att.rotary`` or ``att.alibi``).
     segments : sequence of int, optional
         Sizes :math:`n_1, \dots, n_B` (each >= 1, summing to ``n_tokens``) of consecutive
         groups of tokens that never see each other: packed sequences, or an ensemble of
@@ -104,6 +106,10 @@ class FieldEvaluator:
         harmonic_tol = validation.positive("harmonic_tol", harmonic_tol)
         if self.method == "harmonic":
             isotropic_sign(att)      # before the checks of positions, masks, rotary
+            if att.alibi is not None:   # ALiBi weighs keys by position: not isotropic
+                raise ArgumentError("field: method='harmonic' evaluates isotropic attention "
+                                    "only; att.alibi is set (ALiBi slopes weigh the keys by "
+                                    "their positions)")
         self.att = att
         self.n = validation.integer("n_tokens", n_tokens, minimum=1)
         self.dtype = float_dtype(dtype)
@@ -115,11 +121,12 @@ class FieldEvaluator:
         if att.rotary is not None and att.kind not in BUILTIN_FIELDS:
             raise ArgumentError(f"rotary: the head field registered for kind {att.kind!r} does "
                                 "not rotate queries and keys (built-in kinds only)")
+        require_alibi_positions(att.alibi, positions)
         self.positions = validation.positions("positions", positions, self.n, required=att.masked)
         self._rot_tables: dict[int, tuple] = {}
         be = self.be
         vis = token_visibility(self.positions, self.sizes, masked=att.masked,
-                               window=att.window)
+                               window=att.window, alibi=att.alibi is not None)
         self.perm, self.sorted_pos = vis.perm, vis.sorted_pos
         self._perm_be = None if vis.perm is None else be.asarray(vis.perm)
         self._ranges = None if vis.lo is None else KeyRanges(vis.lo, vis.hi, self.n)
@@ -129,6 +136,13 @@ class FieldEvaluator:
         self.ctx = FieldContext(be, be.asarray(w_sorted, self.dtype), be.asarray(logw, self.dtype),
                                 self._ranges, float(sinkhorn_tol), int(sinkhorn_max_iter),
                                 segments=vis.bounds)
+        self._alibi = None          # the tokens' ALiBi ranges (keys before / after each)
+        if att.alibi is not None:
+            split = vis.hi if vis.split is None else vis.split
+            after = None if vis.split is None else KeyRanges(vis.split, vis.end, self.n)
+            self._alibi = AlibiRanges(be.asarray(vis.sorted_pos, self.dtype),
+                                      be.asarray(self.positions, self.dtype),
+                                      KeyRanges(vis.lo, split, self.n), after)
         self._harmonic = None
         if self.method == "harmonic":
             if self.dtype != np.float64:
@@ -233,6 +247,21 @@ class FieldEvaluator:
         lo, hi = query_ranges(self.sorted_pos, qp, self.att.window)
         return KeyRanges(lo, hi, self.n, "query_limits")
 
+    def _alibi_ranges(self, queries: Any, query_positions: Any) -> AlibiRanges | None:
+        """The ALiBi ranges of the tokens, or of ``queries`` at ``query_positions``."""
+        if self._alibi is None or queries is None:
+            return self._alibi
+        if query_positions is None:
+            raise ArgumentError("ALiBi attention (Attention(alibi=...)) evaluated at queries "
+                                "needs query_positions: their positions in [0, 1]")
+        qp = validation.positions("query_positions", query_positions, queries.shape[0],
+                                  required=True)
+        lo, hi = query_ranges(self.sorted_pos, qp, self.att.window)
+        after = None if self.att.masked else \
+            KeyRanges(hi, np.full_like(hi, self.n), self.n, "query_limits")
+        return AlibiRanges(self._alibi.key_pos, self.be.asarray(qp, self.dtype),
+                           KeyRanges(lo, hi, self.n, "query_limits"), after)
+
     def _rotary(self, P: AttentionParams, queries: Any, query_positions: Any) -> tuple:
         """The rotary tables (queries, keys in kernel order) of ``P``, or ``(None, None)``."""
         if P.rotary is None:
@@ -276,8 +305,9 @@ class FieldEvaluator:
         Xk = X if self._perm_be is None else X[self._perm_be]
         Xq, ranges = (X, self._ranges) if queries is None else (queries, query_limits)
         rot = self._rotary(P, queries, query_positions)
-        saved = ctx.ranges, ctx.rot_q, ctx.rot_k
+        saved = ctx.ranges, ctx.rot_q, ctx.rot_k, ctx.alibi
         ctx.ranges, (ctx.rot_q, ctx.rot_k) = ranges, rot
+        ctx.alibi = self._alibi_ranges(queries, query_positions)
         check = self._check if self.check_finite else None
         try:
             fn = HEAD_FIELDS[P.kind]
@@ -294,7 +324,7 @@ class FieldEvaluator:
                     if check is not None:
                         check(part, P, h)
         finally:
-            ctx.ranges, ctx.rot_q, ctx.rot_k = saved
+            ctx.ranges, ctx.rot_q, ctx.rot_k, ctx.alibi = saved
         if P.W_O is not None:
             out = out @ self.be.asarray(P.W_O.T, out.dtype)
         if P.b_O is not None:
@@ -340,8 +370,10 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
         Non-negative masses (normalised to sum 1, in each segment; uniform by default).
     positions : array (N,), optional
         Token positions :math:`s_j \in [0,1]`; required for masked attention, where a
-        query at position :math:`s` sees tokens with :math:`s_j \le s`, and for rotary
-        attention (``Attention(rotary=...)``), which rotates queries and keys by them.
+        query at position :math:`s` sees tokens with :math:`s_j \le s`, for rotary
+        attention (``Attention(rotary=...)``), which rotates queries and keys by them, and
+        for ALiBi (``Attention(alibi=...)``), whose scores lose
+        :math:`\lambda_h |s_i - s_j|`.
     segments : sequence of int, optional
         Sizes of consecutive groups of tokens, each its own measure (weights normalised
         per group; see :class:`FieldEvaluator`): every token moves by the field of its
@@ -350,7 +382,7 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
     queries : array (M, d), optional
         Evaluate the field of the same measure at these points instead of at ``X``.
     query_positions : array (M,), optional
-        Positions of ``queries`` (masked or rotary attention).
+        Positions of ``queries`` (masked, rotary or ALiBi attention).
     t : float
         Time (depth) at which time-dependent parameters are evaluated.
     backend : {"auto", "numpy", "numba", "cupy"} or a backend object
@@ -427,7 +459,7 @@ def velocity(att: Attention, X: Any, *, weights: Any = None, positions: Any = No
             _on_sphere("queries", Qn)
         if att.masked:
             qlim = ev.query_limits(query_positions, Qn.shape[0])
-        else:   # used by rotary only, but always checked like positions
+        else:   # used by rotary and ALiBi only, but always checked like positions
             validation.positions("query_positions", query_positions, Qn.shape[0])
     elif query_positions is not None:
         raise ArgumentError("query_positions given without queries")

@@ -15,6 +15,7 @@ from ..errors import ArgumentError, ArgumentTypeError, ScoreOverflowError
 from ..sinkhorn import SinkhornRecord, SinkhornWarmStart, is_symmetric, sinkhorn_field
 from ..sinkhorn.options import DEFAULT_MAX_ITER, DEFAULT_TOL
 from ..validation import type_name as _what
+from .alibi import alibi_softmax
 
 __all__ = ["FieldContext", "HEAD_FIELDS", "register_head_field"]
 
@@ -34,6 +35,7 @@ class FieldContext:
     rot_q: Any = None            # RotaryTable of the query positions (rotary attention)
     rot_k: Any = None            # RotaryTable of the key positions, in kernel order
     segments: Any = None         # [(start, end)] of each segment of the tokens, or None
+    alibi: Any = None            # AlibiRanges of the queries (ALiBi attention), or None
 
 
 HeadField = Callable[[FieldContext, AttentionParams, int, Head, Any, Any], Any]
@@ -107,11 +109,20 @@ def _v(be, X, head):
     return _proj(be, X, head.V, head.bV)
 
 
+def _reduce(ctx, P, h, q, k, v, bias):
+    # the softmax primitive over each query's keys; with ALiBi (slope of head h > 0) its
+    # before / after passes (transformer_pde.fields.alibi)
+    lam = 0.0 if P.alibi is None else float(P.alibi[h])
+    if ctx.alibi is None or lam == 0.0:
+        return ctx.backend.softmax(q, k, v, bias, ctx.ranges)
+    return alibi_softmax(ctx.backend, ctx.alibi, lam, q, k, v, bias)
+
+
 @register_head_field("softmax")
 def _softmax(ctx, P, h, head, Xq, Xk):
     be = ctx.backend
     q = _q(ctx, Xq, head) * P.beta
-    return be.softmax(q, _k(ctx, Xk, head), _v(be, Xk, head), ctx.logw, ctx.ranges)[0]
+    return _reduce(ctx, P, h, q, _k(ctx, Xk, head), _v(be, Xk, head), ctx.logw)[0]
 
 
 @register_head_field("l2")
@@ -142,14 +153,14 @@ def _l2(ctx, P, h, head, Xq, Xk):
         raise ScoreOverflowError(
             f"l2 attention scores overflow (head {h}): the projected tokens K x are spread "
             "beyond the float range of |Kx - Ky|^2; rescale the tokens or K")
-    return be.softmax(q * (2.0 * P.l2_beta), k, _v(be, Xk, head), bias, ctx.ranges)[0]
+    return _reduce(ctx, P, h, q * (2.0 * P.l2_beta), k, _v(be, Xk, head), bias)[0]
 
 
 @register_head_field("exp")
 def _exp(ctx, P, h, head, Xq, Xk):
     be = ctx.backend
     q = _q(ctx, Xq, head) * P.beta
-    out, lse = be.softmax(q, _k(ctx, Xk, head), _v(be, Xk, head), ctx.logw, ctx.ranges)
+    out, lse = _reduce(ctx, P, h, q, _k(ctx, Xk, head), _v(be, Xk, head), ctx.logw)
     return _times_exp(be.xp, out, lse - P.shift if P.shift else lse)  # e^{-shift}, exactly
 
 

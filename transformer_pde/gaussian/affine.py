@@ -41,6 +41,10 @@ def check_attention(att: Any) -> Attention:
         raise ArgumentError(
             "att.rotary is set: rotary positions rotate queries and keys by token positions, "
             "which Gaussian measures do not carry; use the particle engine (simulate)")
+    if getattr(att, "alibi", None) is not None:
+        raise ArgumentError(
+            "att.alibi is set: ALiBi biases the scores by token positions, which Gaussian "
+            "measures do not carry; use the particle engine (simulate)")
     if att.has_bias:
         # The field stays affine on Gaussians with biases (softmax: the tilt becomes
         # beta K^T (Q x + b_Q), values V y + b_V, output + b_O; b_K cancels), but the closed

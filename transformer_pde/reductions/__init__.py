@@ -25,6 +25,9 @@ Symmetric configurations and linearisations turn the particle flow of tokens on
 * :mod:`~transformer_pde.reductions.common_noise` — two tokens driven by a common matrix
   noise: the diffusion of their cosine and the probability that they end antipodal
   (:func:`antipodal_probability`, :func:`critical_beta`).
+* :mod:`~transformer_pde.reductions.lost_in_middle` — the kinetic retrieval profile of
+  causal ALiBi attention on the circle and its critical time (:func:`retrieval_profile`,
+  :func:`critical_time`), and its estimate from particle runs.
 * :mod:`~transformer_pde.reductions.args` — the argument checks they share.
 
 The derivations are on the documentation page *Exact reductions on the sphere*.

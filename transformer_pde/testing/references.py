@@ -32,7 +32,9 @@ galerkin    :math:`w_j \beta\, q \cdot \mathrm{LN}(k_j)`, with the values :math:
 fourier     :math:`w_j \beta\, \mathrm{LN}(q) \cdot \mathrm{LN}(k_j)`
 =========== =================================================================================
 
-(:math:`\mathrm{LN}` is :func:`layer_norm`).  A query that sees no key gets 0.  The layer
+(:math:`\mathrm{LN}` is :func:`layer_norm`).  With ALiBi slopes :math:`\lambda_h` the
+exponent of ``softmax``, ``l2`` and ``exp`` loses :math:`\lambda_h |p(y) - p_j|`
+(:attr:`HeadProblem.penalty`).  A query that sees no key gets 0.  The layer
 concatenates its heads (head :math:`h` writes rows :math:`hk \ldots (h+1)k - 1`) and applies
 :math:`W_O` and :math:`b_O`: :func:`field` from explicit matrices, :func:`velocity` from an
 :class:`~transformer_pde.Attention`, as :func:`transformer_pde.velocity` does.
@@ -130,6 +132,9 @@ class HeadProblem:
         :math:`w_j e^{\beta q\cdot k_j - \text{shift}}` (it cancels in the normalised kinds).
     sinkhorn_tol : float
         Stopping tolerance of :func:`sinkhorn_potentials`.
+    penalty : ndarray (M, N) or None
+        ALiBi: :math:`\lambda_h |p_i - p_j|`, subtracted from the exponent of the
+        ``softmax``, ``l2`` and ``exp`` kernels (``None``: no ALiBi).
     """
 
     q: np.ndarray
@@ -143,6 +148,11 @@ class HeadProblem:
     l2_beta: float = 0.5
     shift: float = 0.0
     sinkhorn_tol: float = 1e-13
+    penalty: np.ndarray | None = None
+
+    def minus_penalty(self, i: int, j: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """The exponents ``s`` of query ``i`` over keys ``j`` less the ALiBi penalty."""
+        return s if self.penalty is None else s - self.penalty[i, j]
 
 
 #: A head reference: ``fn(problem) -> ndarray (M, c)``, the head's output at every query
@@ -177,7 +187,7 @@ def _per_query(p: HeadProblem, coefficients: Callable[[int, np.ndarray], np.ndar
 def softmax_head(p: HeadProblem) -> np.ndarray:
     r"""Softmax: :math:`\sum_{j\in J} w_j e^{\beta q\cdot k_j} v_j / \sum_{j\in J} w_j e^{\beta q\cdot k_j}`."""
     def a(i, j):
-        s = p.beta * (p.k[j] @ p.q[i])
+        s = p.minus_penalty(i, j, p.beta * (p.k[j] @ p.q[i]))
         e = p.w[j] * np.exp(s - s.max())
         return e / e.sum()
     return _per_query(p, a)
@@ -186,7 +196,7 @@ def softmax_head(p: HeadProblem) -> np.ndarray:
 def l2_head(p: HeadProblem) -> np.ndarray:
     r"""L2: weights :math:`\propto w_j e^{-\beta' |q - k_j|^2}` over the visible keys (``beta`` unused)."""
     def a(i, j):
-        ell = -p.l2_beta * np.sum((p.q[i] - p.k[j]) ** 2, axis=1)
+        ell = p.minus_penalty(i, j, -p.l2_beta * np.sum((p.q[i] - p.k[j]) ** 2, axis=1))
         e = p.w[j] * np.exp(ell - ell.max())
         return e / e.sum()
     return _per_query(p, a)
@@ -212,7 +222,8 @@ def relu_head(p: HeadProblem) -> np.ndarray:
 
 def exp_head(p: HeadProblem) -> np.ndarray:
     r"""Exp (unnormalised): :math:`\sum_{j\in J} w_j e^{\beta q\cdot k_j - \text{shift}} v_j`."""
-    return _per_query(p, lambda i, j: p.w[j] * np.exp(p.beta * (p.k[j] @ p.q[i]) - p.shift))
+    return _per_query(p, lambda i, j: p.w[j] * np.exp(
+        p.minus_penalty(i, j, p.beta * (p.k[j] @ p.q[i])) - p.shift))
 
 
 def galerkin_head(p: HeadProblem) -> np.ndarray:
@@ -323,7 +334,8 @@ def field(kind: str, X: ArrayLike, Q: ArrayLike, K: ArrayLike, V: ArrayLike, *,
           b_Q: ArrayLike | None = None, b_K: ArrayLike | None = None,
           b_V: ArrayLike | None = None, W_O: ArrayLike | None = None,
           b_O: ArrayLike | None = None, shift: float = 0.0,
-          sinkhorn_tol: float = 1e-13) -> np.ndarray:
+          sinkhorn_tol: float = 1e-13, alibi: ArrayLike | None = None,
+          masked: bool | None = None) -> np.ndarray:
     r"""The attention field :math:`\Gamma_\mu` of a layer, from explicit matrices.
 
     :math:`\Gamma_\mu(y) = W_O\, \mathrm{concat}_h \Gamma_h(y) + b_O`, with
@@ -344,7 +356,8 @@ def field(kind: str, X: ArrayLike, Q: ArrayLike, K: ArrayLike, V: ArrayLike, *,
         Token weights, normalised here (uniform if None).
     positions, query_positions : array, optional
         Token and query positions; when ``positions`` is given a query at position
-        :math:`p` sees the tokens with :math:`p_j \le p` (masked attention).
+        :math:`p` sees the tokens with :math:`p_j \le p` (masked attention) unless
+        ``masked=False``.
     queries : array (M, d), optional
         Where to evaluate the field (the tokens if None; then the query positions are the
         token positions).
@@ -356,6 +369,11 @@ def field(kind: str, X: ArrayLike, Q: ArrayLike, K: ArrayLike, V: ArrayLike, *,
         As for :class:`~transformer_pde.Attention` (the ``exp`` kernel's exponent shift).
     sinkhorn_tol : float
         Stopping tolerance of :func:`sinkhorn_potentials`.
+    alibi : float or array (heads,), optional
+        ALiBi slopes :math:`\lambda_h` (needs ``positions``): the exponents lose
+        :math:`\lambda_h |p(y) - p_j|`.
+    masked : bool, optional
+        Whether ``positions`` mask (default: masked when ``positions`` is given).
 
     Returns
     -------
@@ -367,12 +385,18 @@ def field(kind: str, X: ArrayLike, Q: ArrayLike, K: ArrayLike, V: ArrayLike, *,
     bQ, bK, bV, bO = (_vector(b) for b in (b_Q, b_K, b_V, b_O))
     w = _weights(weights, N)
     Y = X if queries is None else np.asarray(queries, dtype=float)
-    if positions is None:
-        visible = np.ones((Y.shape[0], N), dtype=bool)
-    else:
+    visible = np.ones((Y.shape[0], N), dtype=bool)
+    slopes = dist = None
+    if positions is not None:
         pos = np.asarray(positions, dtype=float)
         qpos = pos if queries is None else np.asarray(query_positions, dtype=float)
-        visible = pos[None, :] <= qpos[:, None]
+        if masked or masked is None:
+            visible = pos[None, :] <= qpos[:, None]
+        dist = np.abs(qpos[:, None] - pos[None, :])
+    if alibi is not None:
+        if dist is None:
+            raise ValueError("ALiBi needs positions")
+        slopes = np.broadcast_to(np.asarray(alibi, dtype=float), (heads,))
     reference = REFERENCES[kind]
     out = np.zeros((Y.shape[0], d))
     k = d // heads
@@ -387,7 +411,8 @@ def field(kind: str, X: ArrayLike, Q: ArrayLike, K: ArrayLike, V: ArrayLike, *,
                         v=X @ V[vrows].T + (0.0 if bV is None else bV[vrows]),
                         q_tokens=project(Q, bQ, X), w=w, visible=visible, beta=float(beta),
                         eps=float(eps), l2_beta=float(l2_beta), shift=float(shift),
-                        sinkhorn_tol=sinkhorn_tol)
+                        sinkhorn_tol=sinkhorn_tol,
+                        penalty=None if slopes is None else slopes[h] * dist)
         out[:, vrows] = reference(p)
     if W_O is not None:
         out = out @ np.asarray(W_O, dtype=float).T
@@ -410,18 +435,22 @@ def velocity(att: Any, X: ArrayLike, *, t: float = 0.0, weights: ArrayLike | Non
 
     Reads ``att.kind``, ``att.Q``, ``att.K``, ``att.V``, ``att.W_O``, the biases ``att.b_Q``
     ... ``att.b_O`` (each an array, a callable of ``t`` or a layer table, evaluated here at
-    ``t``), ``att.heads``, ``att.masked``, ``att.beta``, ``att.eps`` and ``att.l2_beta``.
-    Positions are used only when ``att.masked``.
+    ``t``), ``att.heads``, ``att.masked``, ``att.beta``, ``att.eps``, ``att.l2_beta`` and
+    ``att.alibi`` (ALiBi slopes).  Positions are used only when ``att.masked`` or
+    ``att.alibi``.
     """
     if getattr(att, "rotary", None) is not None or getattr(att, "kv_heads", None) is not None:
         raise ValueError("the plain reference takes no rotary positions nor grouped key/value "
                          "heads (att.rotary, att.kv_heads)")
     masked = bool(att.masked)
-    if masked and positions is None:
-        raise ValueError("masked attention needs positions")
+    alibi = getattr(att, "alibi", None)
+    used = masked or alibi is not None
+    if used and positions is None:
+        raise ValueError("masked or ALiBi attention needs positions")
     return field(att.kind, X, _at(att.Q, t), _at(att.K, t), _at(att.V, t), weights=weights,
-                 positions=positions if masked else None, queries=queries,
-                 query_positions=query_positions if masked else None, heads=att.heads,
+                 positions=positions if used else None, queries=queries,
+                 query_positions=query_positions if used else None, heads=att.heads,
+                 alibi=alibi, masked=masked,
                  beta=att.beta, eps=att.eps, l2_beta=att.l2_beta, b_Q=_at(att.b_Q, t),
                  b_K=_at(att.b_K, t), b_V=_at(att.b_V, t), W_O=_at(att.W_O, t),
                  b_O=_at(att.b_O, t), sinkhorn_tol=sinkhorn_tol)
