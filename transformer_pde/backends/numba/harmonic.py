@@ -307,7 +307,7 @@ def circle_field(be: Any, X: np.ndarray, w: np.ndarray, bounds: list, Q: np.ndar
     unit tokens ``X`` with weights ``w``: scaled :math:`\hat F_w` (M,), the numerator
     (M, 2) (``post`` 0), the softmax field :math:`\hat N\,\mathrm{scale}/\hat F`
     (``post`` 1) or :math:`\hat N\,\mathrm{scale}` (``post`` 2; zero where ``bad``), and
-    ``bad`` (M,): :math:`\hat F \le 0` or ``thr / F > tol``.  Kernels run on the
+    ``bad`` (M,): where not (:math:`\hat F > 0` and ``thr / F <= tol``).  Kernels run on the
     backend's threads (:meth:`NumbaBackend._run`: fewer for small calls)."""
     X = np.ascontiguousarray(X, dtype=np.float64)
     Q = np.ascontiguousarray(Q, dtype=np.float64)
