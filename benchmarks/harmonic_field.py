@@ -15,6 +15,9 @@ evaluated directly).  For each row:
 * ``max_rel_error``: max over tokens of |harmonic - direct| / max |direct| at ``N_ref``;
 * ``direct_queries``: the queries the harmonic evaluation answered by the direct sum.
 
+A second table times one evaluation at small N (beta = 5, uniform tokens) on the NumPy
+and the Numba backends (best of ``--small-repeat``): the per-call overhead.
+
 The machine's load average is printed and stored (timings on a loaded machine are longer;
 the ratios are measured under the same load).
 
@@ -58,10 +61,29 @@ def best(fn, repeat: int) -> tuple[float, object]:
     return min(times), out
 
 
+def small_rows(repeat: int) -> list:
+    """One evaluation at small N on the NumPy and Numba backends (beta = 5)."""
+    att = tp.Attention("softmax", np.eye(2), np.eye(2), np.eye(2), beta=5.0)
+    print(f"\n{'N':>7} {'t_numpy':>10} {'t_numba':>10} {'numba/numpy':>11}")
+    out = []
+    for n in (100, 600, 10**4):
+        X = tokens("uniform", n)
+        t = {}
+        for be in ("numpy", "numba"):
+            ev = FieldEvaluator(att, n, backend=be, method="harmonic")
+            ev(0.0, X)
+            t[be], _ = best(lambda ev=ev, X=X: ev(0.0, X), repeat)
+        out.append({"N": n, "t_numpy": t["numpy"], "t_numba": t["numba"]})
+        print(f"{n:7d} {1e3 * t['numpy']:8.3f}ms {1e3 * t['numba']:8.3f}ms "
+              f"{t['numba'] / t['numpy']:11.2f}", flush=True)
+    return out
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="N = 10^5 and 10^6, N_ref = 10^4")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--small-repeat", type=int, default=50)
     p.add_argument("--out", default=str(RESULTS / "harmonic_field.json"))
     a = p.parse_args(argv)
     n_ref = 10**4 if a.quick else 10**5
@@ -97,9 +119,10 @@ def main(argv=None) -> None:
             print(f"{beta:5g} {kind:>8} {tol:6.0e} {n:9.0e} {row['modes']:5d} {t_h:10.3f}s "
                   f"{t_ext:13.0f}s {row['speedup']:9.3g} {fell:8d} {err:11.1e}", flush=True)
             del Xn, evn
+    small = small_rows(a.small_repeat)
     res = {"machine": {"platform": platform.platform(), "processor": platform.processor(),
                        "cores": os.cpu_count(), "load_average": load},
-           "rows": rows}
+           "rows": rows, "small": small}
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2))

@@ -176,6 +176,60 @@ def test_numba_and_numpy_agree(d, rng):
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-14 * np.abs(a).max())
 
 
+@pytest.mark.parametrize("d", [2, 3])
+def test_numba_result_does_not_depend_on_the_thread_count(d, rng):
+    # fixed blocks, and the same arithmetic for every query whatever the chunking: one
+    # thread and two give the same bits.  N is large enough that the launcher gives the
+    # kernels (moments and mode sums) two threads, checked first so the test can fail
+    if "numba" not in HARMONIC_BACKENDS:
+        pytest.skip("Numba not installed")
+    import numba  # Numba is optional: imported once the test knows it is installed
+
+    from transformer_pde.backends.numba import NumbaBackend  # (same)
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("one Numba thread")
+    n = 80_000 if d == 2 else 4_000
+    X = clustered_tokens(rng, n, d, clusters=5, width=0.3)
+    att = att_of("softmax", d, 5.0)
+    one, two = NumbaBackend(n_threads=1), NumbaBackend(n_threads=2)
+    ev1 = FieldEvaluator(att, n, backend=one, method="harmonic")
+    order = ev1._harmonic.modes.order
+    work = n * (order + 1) ** (d - 1)                       # the mode sums' work
+    assert two.threads(work) == 2 and one.threads(work) == 1
+    a = ev1(0.0, X)
+    b = FieldEvaluator(att, n, backend=two, method="harmonic")(0.0, X)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_numba_circle_groups_of_mixed_segments_equal_single_segment_groups(rng):
+    # the Numba mode sums broadcast one segment's coefficients over a group of queries,
+    # and take each query's own segment when a group mixes them: the same arithmetic,
+    # so the same bits.  And the fused field (softmax N / F in the kernel) equals the
+    # raw sums divided afterwards, bit for bit
+    if "numba" not in HARMONIC_BACKENDS:
+        pytest.skip("Numba not installed")
+    n, m = 100, 64
+    X = clustered_tokens(rng, n, 2, clusters=2, width=0.2)
+    w = rng.random(n) + 0.1
+    w[:50] /= w[:50].sum()
+    w[50:] /= w[50:].sum()
+    be = tp.backends.get_backend("numba")
+    att = att_of("softmax", 2, 5.0)
+    hf = HarmonicField(att, n, w, [(0, 50), (50, n)], be, 1e-13)
+    Q = random_tokens(rng, m, 2)
+    alt = np.arange(m) % 2
+    F, N = hf._sums(X, Q, alt)
+    for s in (0, 1):
+        Fs, Ns = hf._sums(X, Q, np.full(m, s))
+        np.testing.assert_array_equal(F[alt == s], Fs[alt == s])
+        np.testing.assert_array_equal(N[alt == s], Ns[alt == s])
+    Xu = hf._unit(X, "X")                                   # the rows the field uses
+    F, N = hf._sums(Xu, Xu, hf.seg)
+    out = hf(att.at(0.0), X)
+    assert hf.info["harmonic_direct_queries"] == 0
+    np.testing.assert_array_equal(out, N * (1.0 / F)[:, None])
+
+
 @pytest.mark.parametrize("be_name", HARMONIC_BACKENDS)
 @pytest.mark.parametrize("d", [2, 3])
 def test_segments_equal_separate_fields(be_name, d, rng):

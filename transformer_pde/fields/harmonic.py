@@ -214,13 +214,16 @@ def isotropic_sign(att: Attention, name: str = "field") -> float:
     raise refuse("V is neither I nor -I")
 
 
+def _zero_row(name: str, i: int) -> ArgumentError:
+    return ArgumentError(f"{name}: row {i} is zero (or not finite); method='harmonic' "
+                         "evaluates the field at the radial projections x/|x|")
+
+
 def unit_rows(X: np.ndarray, name: str) -> np.ndarray:
     """``X / |X|`` row by row; a zero row raises ArgumentError naming ``name``."""
     r = np.sqrt((X * X).sum(axis=1))
     if not np.all(r > 0):
-        i = int(np.nonzero(~(r > 0))[0][0])
-        raise ArgumentError(f"{name}: row {i} is zero (or not finite); method='harmonic' "
-                            "evaluates the field at the radial projections x/|x|")
+        raise _zero_row(name, int(np.nonzero(~(r > 0))[0][0]))
     return X / r[:, None]
 
 
@@ -295,34 +298,55 @@ class HarmonicField:
         (``P``: the attention's parameters, for the queries answered by the direct sum)."""
         be = self.be
         dtype = X.dtype
-        Xh = unit_rows(np.asarray(to_host(X), dtype=np.float64), "X")
+        Xh = self._unit(X, "X")
         if queries is None:
             Qh, qseg = Xh, self.seg
         else:
-            Qh = unit_rows(np.asarray(to_host(queries), dtype=np.float64), "queries")
+            Qh = self._unit(queries, "queries")
             qseg = np.zeros(Qh.shape[0], dtype=np.int64)
-        F, Nn = self._sums(Xh, Qh, qseg)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            bound = np.where(F > 0, self.c * (self.modes.tail + self.R) / F, np.inf)
-            if self.kind == "softmax":
-                out = Nn * (self.sign / F)[:, None]
-            else:                   # e^{|beta| - shift} N, the power of two apart (exact)
-                e = max(0, math.floor((abs(self.beta) - self.shift) / math.log(2.0)) - 1000)
-                r = abs(self.beta) - self.shift - e * math.log(2.0)
-                out = np.ldexp(Nn * (self.sign * math.exp(r)), e)
-        bad = np.nonzero(~(bound <= self.tol))[0]
+        thr = self.c * (self.modes.tail + self.R)
+        if self.kind == "softmax":
+            post, scale, e = 1, self.sign, 0
+        else:                       # e^{|beta| - shift} N, the power of two apart (exact)
+            e = max(0, math.floor((abs(self.beta) - self.shift) / math.log(2.0)) - 1000)
+            r = abs(self.beta) - self.shift - e * math.log(2.0)
+            post, scale = 2, self.sign * math.exp(r)
+        if self._numba and self.d == 2:      # one fused pass: sums, field, bound
+            from ..backends.numba import harmonic as nb  # noqa: PLC0415 (Numba is optional)
+            _, out, flag = nb.circle_field(be, Xh, self.w, self.bounds, Qh, qseg,
+                                           self.modes.coef, post, thr, self.tol, scale)
+            bad = np.flatnonzero(flag)
+        else:
+            F, Nn = self._sums(Xh, Qh, qseg)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                bound = np.where(F > 0, thr / F, np.inf)
+                out = Nn * (scale / F)[:, None] if post == 1 else Nn * scale
+            bad = np.nonzero(~(bound <= self.tol))[0]
+        if e:
+            out = np.ldexp(out, e)
         if bad.size:
             out[bad] = self._direct(P, Xh, Qh[bad], qseg[bad])
         self.info["harmonic_evaluations"] += 1
         self.info["harmonic_direct_queries"] += int(bad.size)
         return be.asarray(np.ascontiguousarray(out), dtype)
 
+    def _unit(self, X: Any, name: str) -> np.ndarray:
+        """The host rows ``X / |X|`` (:func:`unit_rows`; in one compiled pass with Numba)."""
+        Xh = np.asarray(to_host(X), dtype=np.float64)
+        if not self._numba:
+            return unit_rows(Xh, name)
+        from ..backends.numba import harmonic as nb  # noqa: PLC0415 (Numba is optional)
+        out, first = nb.unit_rows(Xh)
+        if first >= 0:
+            raise _zero_row(name, first)
+        return out
+
     def _sums(self, Xh: np.ndarray, Qh: np.ndarray, qseg: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray]:
         """Scaled :math:`\\hat F_w` (M,) and numerator :math:`\\hat N` (M, d) at ``Qh``."""
         if self._numba:
             from ..backends.numba import harmonic as nb  # noqa: PLC0415 (Numba is optional)
-            return nb.harmonic_sums(self.d, Xh, self.w, self.bounds, Qh, qseg,
+            return nb.harmonic_sums(self.be, self.d, Xh, self.w, self.bounds, Qh, qseg,
                                     self.modes.coef)
         if self.d == 2:
             return _circle_sums(Xh, self.w, self.bounds, Qh, qseg, self.modes.coef)

@@ -3,26 +3,37 @@ r"""Numba kernels of the harmonic field (:mod:`transformer_pde.fields.harmonic`)
 Moments.  The tokens of each segment are cut into fixed blocks of at most
 :data:`BLOCK` tokens (the cut depends on the segment sizes only, never on the number of
 threads, so results are deterministic); a parallel loop over blocks sums each block in
-sub-blocks of :data:`SUB` tokens (a sub-block sequentially, then the sub-blocks
-sequentially: summation depth :math:`SUB + BLOCK/SUB`), and the blocks' sums of a
-segment are then added pairwise (NumPy's pairwise sum along the contiguous axis).  On
-the circle the powers :math:`\bar z_j^k` come from the recurrence
-:math:`\bar z^{k} = \bar z^{k-1}\bar z`; on the sphere the real harmonics of a token from
-the associated Legendre recurrences of :mod:`~transformer_pde.fields.harmonic_sphere`.
+:data:`SUB` lanes (on the circle token ``SUB r + i`` of a block goes to lane ``i``, so
+the powers of ``SUB`` tokens advance side by side in SIMD registers; on the sphere
+consecutive sub-blocks of ``SUB`` tokens), each in order, then the lanes in order
+(summation depth :math:`SUB + BLOCK/SUB`), and the blocks' sums of a segment are then
+added pairwise (NumPy's pairwise sum along the contiguous axis).  On the circle the
+powers :math:`\bar z_j^k` come from the recurrence :math:`\bar z^{k} = \bar z^{k-1}\bar
+z`; on the sphere the real harmonics of a token from the associated Legendre
+recurrences of :mod:`~transformer_pde.fields.harmonic_sphere`.
 
-Mode sums.  A parallel loop over queries; on the circle the modes are summed in runs of
-:data:`MODE_RUN` (depth about :math:`8 + K/8`), on the sphere first over :math:`m` within
-a degree, then over the degrees (depth :math:`\le 3L + 3`).  No fast-math: the kernels keep IEEE arithmetic.
+Mode sums.  A parallel loop over chunks of :data:`EVAL_CHUNK` queries; on the circle
+``SUB`` queries side by side sum their modes in runs of :data:`MODE_RUN` (depth about
+:math:`8 + K/8`) against per-segment coefficients :math:`2a_kM_k`,
+:math:`a_k(M_{k-1} \pm M_{k+1})` formed once per call, and the same kernel divides by
+:math:`\hat F` and flags the queries whose error bound exceeds the tolerance (one pass
+over the queries); on the sphere first over :math:`m` within a degree, then over the
+degrees (depth :math:`\le 3L + 3`).  Every query's arithmetic is the same whatever the
+chunking and the thread count.  Kernels run through the backend's launcher (the
+backend's thread count, one thread for small calls).  No fast-math: the kernels keep
+IEEE arithmetic.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["BLOCK", "MODE_RUN", "SUB", "harmonic_sums", "sphere_block"]
+__all__ = ["BLOCK", "EVAL_CHUNK", "MODE_RUN", "SUB", "circle_field", "harmonic_sums",
+           "sphere_block", "unit_rows", "unit_rows_kernel"]
 
 #: tokens per sub-block (summed sequentially)
 SUB = 16
@@ -30,6 +41,8 @@ SUB = 16
 BLOCK = SUB * SUB
 #: modes per run of the circle's mode sums (depth MODE_RUN + K / MODE_RUN)
 MODE_RUN = 8
+#: queries per parallel task of the mode sums (scratch allocated once per task)
+EVAL_CHUNK = 2048
 #: most bytes of the sphere's per-block moment sums before the blocks grow
 _SPHERE_BYTES = 1 << 28
 
@@ -53,85 +66,139 @@ def sphere_block(n: int, nlm: int) -> int:
     return max(BLOCK, SUB * math.ceil(n / nb / SUB))
 
 
-@njit(parallel=True, cache=True)
-def _circle_block_moments(zr, zi, w, starts, ends, count):   # pragma: no cover (compiled)
-    nb = starts.shape[0]
-    out = np.zeros((nb, count), dtype=np.complex128)
-    for b in prange(nb):
-        accr = np.zeros(count)
-        acci = np.zeros(count)
-        pr = np.empty(SUB)
-        pi = np.empty(SUB)
-        j = starts[b]
-        while j < ends[b]:
-            m = min(ends[b], j + SUB) - j
-            for i in range(m):                 # the powers of a sub-block, side by side
-                pr[i] = w[j + i]
-                pi[i] = 0.0
-            for k in range(count):
-                sr = 0.0
-                si = 0.0
-                for i in range(m):
-                    sr += pr[i]
-                    si += pi[i]
-                accr[k] += sr
-                acci[k] += si
-                for i in range(m):             # p <- p * conj(z)
-                    a, c = pr[i], pi[i]
-                    pr[i] = a * zr[j + i] + c * zi[j + i]
-                    pi[i] = c * zr[j + i] - a * zi[j + i]
-            j += m
+@njit(cache=True)
+def unit_rows_kernel(X, out):   # pragma: no cover (compiled)
+    # out = X / |X| row by row, in NumPy's order of operations; the first row that is
+    # zero or not finite (|x| > 0 fails), or -1
+    first = -1
+    d = X.shape[1]
+    for i in range(X.shape[0]):
+        r = 0.0
+        for c in range(d):
+            r += X[i, c] * X[i, c]
+        r = math.sqrt(r)
+        if not r > 0.0 and first < 0:
+            first = i
+        for c in range(d):
+            out[i, c] = X[i, c] / r
+    return first
+
+
+@njit(cache=True)
+def _circle_block(X, w, j0, j1, count, out):   # pragma: no cover (compiled)
+    # the moments of tokens j0..j1-1: token j0 + SUB * r + i goes to lane i (powers of
+    # SUB tokens side by side, vectorised), each lane sums its <= BLOCK / SUB tokens in
+    # order, then the SUB lanes are summed in order.  out: (2 count,) real, imaginary
+    accr = np.zeros(count * SUB)
+    acci = np.zeros(count * SUB)
+    pr, pi = np.empty(SUB), np.empty(SUB)
+    cr, ci = np.empty(SUB), np.empty(SUB)
+    for j in range(j0, j1, SUB):
+        m = min(j1 - j, SUB)
+        for i in range(SUB):                   # padding: weight 0 adds exact zeros
+            pr[i] = w[j + i] if i < m else 0.0
+            pi[i] = 0.0
+            cr[i] = X[j + i, 0] if i < m else 1.0
+            ci[i] = X[j + i, 1] if i < m else 0.0
         for k in range(count):
-            out[b, k] = complex(accr[k], acci[k])
-    return out
+            o = k * SUB
+            for i in range(SUB):               # add p, then p <- p * conj(z)
+                a, c = pr[i], pi[i]
+                accr[o + i] += a
+                acci[o + i] += c
+                pr[i] = a * cr[i] + c * ci[i]
+                pi[i] = c * cr[i] - a * ci[i]
+    for k in range(count):
+        sr = 0.0
+        si = 0.0
+        for i in range(SUB):
+            sr += accr[k * SUB + i]
+            si += acci[k * SUB + i]
+        out[k] = sr
+        out[count + k] = si
 
 
 @njit(parallel=True, cache=True)
-def _circle_eval(qr, qi, qseg, Mr, Mi, coef, F, N):   # pragma: no cover (compiled)
-    # queries in groups of SUB side by side (independent chains, vectorisable); each
-    # query sums its modes k = 1..K in runs of MODE_RUN (a run sequentially, then the runs
-    # sequentially).  Mr, Mi: real and imaginary moments (S, K+2)
-    K = coef.shape[0] - 1
-    m = qr.shape[0]
-    for g in prange((m + SUB - 1) // SUB):
-        i0 = g * SUB
-        n = min(m, i0 + SUB) - i0
-        pr, pi = np.ones(SUB), np.zeros(SUB)
-        f, nr, ni = np.empty(SUB), np.empty(SUB), np.empty(SUB)
-        fp, nrp, nip = np.zeros(SUB), np.zeros(SUB), np.zeros(SUB)
-        sg = np.empty(SUB, dtype=np.int64)
-        for i in range(n):
-            s = qseg[i0 + i]
-            sg[i] = s
-            f[i] = coef[0] * Mr[s, 0]
-            nr[i] = coef[0] * Mr[s, 1]
-            ni[i] = -coef[0] * Mi[s, 1]
-        for k in range(1, K + 1):
-            a = coef[k]
+def _circle_moments(X, w, starts, ends, count, parts):   # pragma: no cover (compiled)
+    for b in prange(starts.shape[0]):
+        _circle_block(X, w, starts[b], ends[b], count, parts[b])
+
+
+@njit(cache=True)
+def _circle_group(Q, qseg, T0, T, i0, n, post, thr, tol, scale, F, out, bad,
+                  s_):   # pragma: no cover (compiled)
+    # queries i0..i0+n-1 (n <= SUB) side by side; each sums its modes k = 1..K in runs
+    # of MODE_RUN (a run in order, then the runs in order).  T0[s] = (a_0 M_0, a_0 M_1):
+    # the k = 0 terms; T[s, k-1] = 2 a_k M_k, a_k (M_{k-1} + M_{k+1}),
+    # a_k (M_{k-1} - M_{k+1}) (real, imaginary parts).  s_: scratch (11, SUB)
+    K = T.shape[1]
+    pr, pi, qr, qi = s_[0], s_[1], s_[2], s_[3]
+    f, nr, ni, fp, nrp, nip = s_[4], s_[5], s_[6], s_[7], s_[8], s_[9]
+    sg = s_[10]
+    s0 = qseg[i0]
+    same = True
+    for i in range(n):
+        s = qseg[i0 + i]
+        same = same and s == s0
+        sg[i] = s
+        qr[i], qi[i] = Q[i0 + i, 0], Q[i0 + i, 1]
+        pr[i], pi[i] = 1.0, 0.0
+        f[i], nr[i], ni[i] = T0[s, 0], T0[s, 1], -T0[s, 2]
+        fp[i], nrp[i], nip[i] = 0.0, 0.0, 0.0
+    for k in range(1, K + 1):
+        if same:                               # one segment: coefficients broadcast
+            cr, c_i = T[s0, k - 1, 0], T[s0, k - 1, 1]
+            sr, si = T[s0, k - 1, 2], T[s0, k - 1, 3]
+            dr, di = T[s0, k - 1, 4], T[s0, k - 1, 5]
             for i in range(n):
-                s = sg[i]
                 x, y = pr[i], pi[i]
-                u, v = qr[i0 + i], qi[i0 + i]
-                x, y = x * u - y * v, x * v + y * u           # p = q^k
+                x, y = x * qr[i] - y * qi[i], x * qi[i] + y * qr[i]     # p = q^k
                 pr[i], pi[i] = x, y
-                # 2 a Re(p M_k);  a (p M_{k-1} + conj(p M_{k+1}))
-                fp[i] += 2.0 * a * (x * Mr[s, k] - y * Mi[s, k])
-                nrp[i] += a * ((x * Mr[s, k - 1] - y * Mi[s, k - 1])
-                               + (x * Mr[s, k + 1] - y * Mi[s, k + 1]))
-                nip[i] += a * ((x * Mi[s, k - 1] + y * Mr[s, k - 1])
-                               - (x * Mi[s, k + 1] + y * Mr[s, k + 1]))
-            if k % MODE_RUN == 0 or k == K:
-                for i in range(n):
-                    f[i] += fp[i]
-                    nr[i] += nrp[i]
-                    ni[i] += nip[i]
-                    fp[i] = 0.0
-                    nrp[i] = 0.0
-                    nip[i] = 0.0
-        for i in range(n):
-            F[i0 + i] = f[i]
-            N[i0 + i, 0] = nr[i]
-            N[i0 + i, 1] = ni[i]
+                fp[i] += x * cr - y * c_i
+                nrp[i] += x * sr - y * si
+                nip[i] += x * di + y * dr
+        else:                                  # the same arithmetic, per query's segment
+            for i in range(n):
+                s = int(sg[i])
+                x, y = pr[i], pi[i]
+                x, y = x * qr[i] - y * qi[i], x * qi[i] + y * qr[i]
+                pr[i], pi[i] = x, y
+                fp[i] += x * T[s, k - 1, 0] - y * T[s, k - 1, 1]
+                nrp[i] += x * T[s, k - 1, 2] - y * T[s, k - 1, 3]
+                nip[i] += x * T[s, k - 1, 5] + y * T[s, k - 1, 4]
+        if k % MODE_RUN == 0 or k == K:
+            for i in range(n):
+                f[i] += fp[i]
+                nr[i] += nrp[i]
+                ni[i] += nip[i]
+                fp[i], nrp[i], nip[i] = 0.0, 0.0, 0.0
+    for i in range(n):
+        # post 0: the raw sums; 1: softmax N (sign / F); 2: exp N * scale.  bad: the
+        # per-query bound thr / F above tol (or F <= 0): answered by the direct sum
+        Fi = f[i]
+        F[i0 + i] = Fi
+        ok = Fi > 0.0 and thr / Fi <= tol
+        bad[i0 + i] = not ok
+        if post == 0:
+            out[i0 + i, 0], out[i0 + i, 1] = nr[i], ni[i]
+        elif not ok:
+            out[i0 + i, 0], out[i0 + i, 1] = 0.0, 0.0
+        elif post == 1:
+            r = scale / Fi
+            out[i0 + i, 0], out[i0 + i, 1] = nr[i] * r, ni[i] * r
+        else:
+            out[i0 + i, 0], out[i0 + i, 1] = nr[i] * scale, ni[i] * scale
+
+
+@njit(parallel=True, cache=True)
+def _circle_eval(Q, qseg, T0, T, post, thr, tol, scale, F, out,
+                 bad):   # pragma: no cover (compiled)
+    m = Q.shape[0]
+    for c in prange((m + EVAL_CHUNK - 1) // EVAL_CHUNK):
+        s_ = np.empty((11, SUB))
+        for i0 in range(c * EVAL_CHUNK, min(m, (c + 1) * EVAL_CHUNK), SUB):
+            _circle_group(Q, qseg, T0, T, i0, min(m - i0, SUB), post, thr, tol, scale,
+                          F, out, bad, s_)
 
 
 @njit(cache=True)
@@ -162,11 +229,9 @@ def _ylm(x, y, t, L, A, Bc, out):   # pragma: no cover (compiled)
 
 
 @njit(parallel=True, cache=True)
-def _sphere_block_moments(X, w, starts, ends, L, A, Bc):   # pragma: no cover (compiled)
-    nb = starts.shape[0]
+def _sphere_block_moments(X, w, starts, ends, L, A, Bc, out):   # pragma: no cover (compiled)
     nlm = (L + 1) * (L + 1)
-    out = np.zeros((nb, 4, nlm))
-    for b in prange(nb):
+    for b in prange(starts.shape[0]):
         y = np.empty(nlm)
         acc = np.zeros((4, nlm))
         sub = np.zeros((4, nlm))
@@ -187,24 +252,25 @@ def _sphere_block_moments(X, w, starts, ends, L, A, Bc):   # pragma: no cover (c
                     acc[c, r] += sub[c, r]
             j = stop
         out[b] = acc
-    return out
 
 
 @njit(parallel=True, cache=True)
 def _sphere_eval(Q, qseg, G, L, A, Bc, out):   # pragma: no cover (compiled)
     nlm = (L + 1) * (L + 1)
-    for i in prange(Q.shape[0]):
+    m = Q.shape[0]
+    for ch in prange((m + EVAL_CHUNK - 1) // EVAL_CHUNK):
         y = np.empty(nlm)
-        _ylm(Q[i, 0], Q[i, 1], Q[i, 2], L, A, Bc, y)
-        g = G[qseg[i]]
-        for c in range(4):
-            tot = 0.0
-            for l in range(L + 1):
-                part = 0.0
-                for r in range(l * l, (l + 1) * (l + 1)):
-                    part += g[c, r] * y[r]
-                tot += part
-            out[i, c] = tot
+        for i in range(ch * EVAL_CHUNK, min(m, (ch + 1) * EVAL_CHUNK)):
+            _ylm(Q[i, 0], Q[i, 1], Q[i, 2], L, A, Bc, y)
+            g = G[qseg[i]]
+            for c in range(4):
+                tot = 0.0
+                for l in range(L + 1):
+                    part = 0.0
+                    for r in range(l * l, (l + 1) * (l + 1)):
+                        part += g[c, r] * y[r]
+                    tot += part
+                out[i, c] = tot
 
 
 def _recurrence(L: int) -> tuple[np.ndarray, np.ndarray]:
@@ -224,34 +290,74 @@ def _pairwise(parts: np.ndarray, spans: list) -> np.ndarray:
                      for b0, b1 in spans])
 
 
-def harmonic_sums(d: int, X: np.ndarray, w: np.ndarray, bounds: list, Q: np.ndarray,
-                  qseg: np.ndarray, coef: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def unit_rows(X: np.ndarray) -> tuple[np.ndarray, int]:
+    """``X / |X|`` row by row in one pass (the operations of
+    :func:`transformer_pde.fields.harmonic.unit_rows`), and the first row that is zero or
+    not finite (-1: none)."""
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    out = np.empty_like(X)
+    return out, int(unit_rows_kernel(X, out))
+
+
+def circle_field(be: Any, X: np.ndarray, w: np.ndarray, bounds: list, Q: np.ndarray,
+                 qseg: np.ndarray, coef: np.ndarray, post: int = 0, thr: float = 0.0,
+                 tol: float = 0.0, scale: float = 1.0
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r"""The harmonic sums on the circle at the unit rows ``Q`` (segment ``qseg``) of the
+    unit tokens ``X`` with weights ``w``: scaled :math:`\hat F_w` (M,), the numerator
+    (M, 2) (``post`` 0), the softmax field :math:`\hat N\,\mathrm{scale}/\hat F`
+    (``post`` 1) or :math:`\hat N\,\mathrm{scale}` (``post`` 2; zero where ``bad``), and
+    ``bad`` (M,): where not (:math:`\hat F > 0` and ``thr / F <= tol``).  Kernels run on the
+    backend's threads (:meth:`NumbaBackend._run`: fewer for small calls)."""
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    Q = np.ascontiguousarray(Q, dtype=np.float64)
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    qseg = np.ascontiguousarray(qseg, dtype=np.int64)
+    K = coef.shape[0] - 1
+    count = K + 2
+    starts, ends, spans = _blocks(bounds, BLOCK)
+    parts = np.empty((starts.shape[0], 2 * count))
+    be._run(_circle_moments, X.shape[0] * count, X, w, starts, ends, count, parts)
+    M = _pairwise(parts, spans)
+    Mr, Mi = M[:, :count], M[:, count:]
+    a = np.asarray(coef[1:], dtype=np.float64)
+    T = np.empty((M.shape[0], K, 6))
+    T[:, :, 0], T[:, :, 1] = (2.0 * a) * Mr[:, 1:K + 1], (2.0 * a) * Mi[:, 1:K + 1]
+    T[:, :, 2], T[:, :, 3] = a * (Mr[:, :K] + Mr[:, 2:]), a * (Mi[:, :K] + Mi[:, 2:])
+    T[:, :, 4], T[:, :, 5] = a * (Mr[:, :K] - Mr[:, 2:]), a * (Mi[:, :K] - Mi[:, 2:])
+    c0 = float(coef[0])
+    T0 = np.ascontiguousarray(np.stack([c0 * Mr[:, 0], c0 * Mr[:, 1], c0 * Mi[:, 1]], axis=1))
+    m = Q.shape[0]
+    F, out, bad = np.empty(m), np.empty((m, 2)), np.empty(m, dtype=np.bool_)
+    be._run(_circle_eval, m * max(K, 1), Q, qseg, T0, T, int(post), float(thr),
+            float(tol), float(scale), F, out, bad)
+    return F, out, bad
+
+
+def harmonic_sums(be: Any, d: int, X: np.ndarray, w: np.ndarray, bounds: list,
+                  Q: np.ndarray, qseg: np.ndarray, coef: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
     r"""Scaled :math:`\hat F_w` (M,) and numerator (M, d) of the harmonic field at the unit
     rows ``Q`` (segment ``qseg``) of the unit tokens ``X`` with weights ``w`` (see
     :func:`transformer_pde.fields.harmonic._circle_sums` and
     :func:`transformer_pde.fields.harmonic_sphere.sphere_sums` for the formulas)."""
+    if d == 2:
+        F, N, _ = circle_field(be, X, w, bounds, Q, qseg, coef)
+        return F, N
     X = np.ascontiguousarray(X, dtype=np.float64)
     Q = np.ascontiguousarray(Q, dtype=np.float64)
     w = np.ascontiguousarray(w, dtype=np.float64)
     qseg = np.ascontiguousarray(qseg, dtype=np.int64)
     order = coef.shape[0] - 1
     m = Q.shape[0]
-    if d == 2:
-        starts, ends, spans = _blocks(bounds, BLOCK)
-        parts = _circle_block_moments(X[:, 0].copy(), X[:, 1].copy(), w, starts, ends,
-                                      order + 2)
-        M = np.ascontiguousarray(_pairwise(parts, spans))
-        F, N = np.empty(m), np.empty((m, 2))
-        _circle_eval(Q[:, 0].copy(), Q[:, 1].copy(), qseg, np.ascontiguousarray(M.real),
-                     np.ascontiguousarray(M.imag), np.asarray(coef, float), F, N)
-        return F, N
     nlm = (order + 1) ** 2
     A, B = _recurrence(order)
     starts, ends, spans = _blocks(bounds, sphere_block(X.shape[0], nlm))
-    parts = _sphere_block_moments(X, w, starts, ends, order, A, B)
+    parts = np.empty((starts.shape[0], 4, nlm))
+    be._run(_sphere_block_moments, X.shape[0] * nlm, X, w, starts, ends, order, A, B, parts)
     ell = np.repeat(np.arange(order + 1), 2 * np.arange(order + 1) + 1)
     g = 4.0 * math.pi * coef[ell] / (2.0 * ell + 1.0)
     G = np.ascontiguousarray(_pairwise(parts, spans) * g)
     out = np.empty((m, 4))
-    _sphere_eval(Q, qseg, G, order, A, B, out)
+    be._run(_sphere_eval, m * nlm, Q, qseg, G, order, A, B, out)
     return out[:, 0].copy(), np.ascontiguousarray(out[:, 1:])
