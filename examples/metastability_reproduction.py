@@ -19,7 +19,7 @@ c_k = (1/N) sum_j e^{-ik theta_j} grow at lambda_k = k^2 I_k(beta) / beta = pi g
 (:func:`~transformer_pde.reductions.modes.mode_growth_rate` with ``model="usa"``); the
 softmax flow of the same tokens has lambda_k / I_0(beta).
 
-Panels: (a) the tokens' angles with the predicted cluster positions; (b) |c_k(t)| against
+Panels: (a) the tokens' angles with the predicted cluster positions; (b) the moduli of the modes c_k(t) against
 c_k(0) e^{lambda_k t}; (c) the rates measured from particles (pooled over draws, two
 standard errors) against lambda_k and the published gamma_k; (d) the W1 distance between
 the particles and the mean-field PDE (uniform for all t: the uniform state is stationary)
@@ -187,7 +187,7 @@ print(f"t = {T_END}: W1(particles, PDE) = {w1_T:.3f} at N = {N_MAIN}")
 # Their setting on this machine: explicit Euler, dt = 1e-4, the direct field at N_MAIN,
 # ten steps timed and extrapolated to the 6000 steps of T = 0.6.  Accuracy: both schemes
 # at N_ACC tokens against DOP853 at rtol = atol = 1e-13 (the largest angle error over the
-# tokens at T, and the error of |c_3(T)|).
+# tokens at T, and the error of the modulus of c_3(T)).
 
 euler = tp.FieldOptions()                # the direct field, as published
 tp.simulate(ATT, X0, t_max=EULER_DT, dt=EULER_DT, solver="euler", block=SPHERE, field=euler)

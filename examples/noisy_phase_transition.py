@@ -8,7 +8,7 @@ uniform state loses stability at sigma_# (K_# = 1/sigma_#^2 = beta/(2 I_1(beta))
 transition is continuous for beta < beta* = 2.446918 and discontinuous, with hysteresis,
 above.
 
-(a) beta = 1.5, (b) beta = 6: the first moment m = |int e^{i theta} dmu| of the stationary
+(a) beta = 1.5, (b) beta = 6: the first moment m (the modulus of the integral of e^{i theta} dmu) of the stationary
 states against sigma/sigma_#.  Lines: the branch of stationary states (continuation of
 the self-consistency mu ~ exp(2 (W * mu)/(beta sigma^2)), stable solid, unstable dashed),
 the uniform state m = 0.  Markers: long-time states of the PDE, sweeping the noise down

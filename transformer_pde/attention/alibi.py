@@ -33,7 +33,7 @@ from ..validation import type_name as _what
 
 __all__ = ["ALIBI_KINDS", "alibi_slopes", "check_alibi", "require_alibi_positions"]
 
-#: kinds with an exponential kernel, where ALiBi's factor e^{-lambda |p_i - p_j|} is defined
+#: kinds with an exponential kernel, where ALiBi's factor :math:`e^{-\lambda |p_i - p_j|}` is defined
 ALIBI_KINDS = ("softmax", "exp", "l2")
 
 
