@@ -136,3 +136,10 @@ def test_the_simulate_template_names_the_field_and_noise_keys():
     assert re.search(r'# method = "direct" ', text)
     noise = text[text.index("# [noise]"):text.index("[output]")]
     assert set(re.findall(r"^# (\w+) = ", noise, flags=re.M)) == set(NOISE_KEYS)
+
+
+def test_the_method_in_the_run_table_points_to_the_field_table(tmp_path, capsys):
+    cfg = _write(tmp_path, BASE.replace("dt = 0.05", 'dt = 0.05\nmethod = "harmonic"'))
+    assert cli.main(["simulate", cfg, "--out", str(tmp_path / "o"), "-q"]) == 2
+    assert "run.method: unknown key; the field's method 'harmonic' is field.method" in \
+        capsys.readouterr().err

@@ -544,6 +544,9 @@ def build_simulate(cfg: dict, att: Any) -> dict[str, Any]:
     raw_run = cfg.get("run")
     if isinstance(raw_run, dict):
         for k in raw_run:
+            if k == "method" and raw_run[k] in METHODS:
+                raise ConfigError(f"run.method: unknown key; the field's method "
+                                  f"{raw_run[k]!r} is field.method")
             if k in _MOVED:
                 raise ConfigError(f"run.{k}: unknown key; this option is now {_MOVED[k]}")
     run = Table(raw_run, "run", ("t_max", "dt", "solver", "save_every", "save_at"))
