@@ -89,6 +89,7 @@ def test_an_adaptive_solver_takes_the_sphere_block_with_the_harmonic_field(tmp_p
     ('[field]\nmethod = "harmonic"\nharmonic_tol = "small"\n', "field.harmonic_tol",
      "expected a number"),
     ('[field]\nmethod = "harmonic"\nmethods = 1\n', "field.methods", "did you mean 'method'"),
+    ('[field]\nmethod = "harmonic"\ndtype = "float32"\n', "field.dtype", "runs in float64"),
 ])
 def test_bad_field_values_are_named(tmp_path, capsys, edit, key, words):
     cfg = _write(tmp_path, BASE + edit)

@@ -494,6 +494,9 @@ def build_field(table: Any, att: Any, block: Any = None, *,
             isotropic_sign(att, sec.key("method"))
         except ArgumentError as exc:
             raise ConfigError(str(exc)) from None
+        if kwargs.get("dtype", "float64") != "float64":
+            raise ConfigError(f"{sec.key('dtype')}: {sec.key('method')} = 'harmonic' runs "
+                              f"in float64, got {kwargs['dtype']!r}")
     fopts = library_call(section, FieldOptions, names=kwargs, **kwargs)
     try:
         fopts.check(att, block)
