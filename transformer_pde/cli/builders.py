@@ -7,9 +7,10 @@ returns the library object it describes: ``[attention]`` an
 :data:`MATRIX_FORM`, :func:`parse_matrix`), ``[tokens]`` the initial tokens
 (:func:`build_tokens`), ``[block]`` a :class:`~transformer_pde.Block`
 (:func:`build_block`, :func:`build_mlp`, :func:`build_layernorm`), ``run.solver`` a
-solver (:func:`build_solver`), and ``[run]``, ``[field]``, ``[limits]``, ``[block]``
-together the keyword arguments of :func:`~transformer_pde.simulate`
-(:func:`build_simulate`).  The keywords and defaults are those of the library objects'
+solver (:func:`build_solver`), ``[field]`` the field options (:func:`build_field`),
+``[noise]`` the noise and its solver (:func:`build_noise`), and ``[run]``, ``[field]``,
+``[limits]``, ``[block]``, ``[noise]`` together the keyword arguments of
+:func:`~transformer_pde.simulate` (:func:`build_simulate`).  The keywords and defaults are those of the library objects'
 own signatures, and the objects' own argument checks decide what is refused.
 """
 
