@@ -58,7 +58,9 @@ def _clusters() -> None:
 
 def _harmonic() -> None:
     # deferred: the particle engine is only needed by this path
-    from .. import Attention, Block, FieldOptions, Sphere, simulate  # noqa: PLC0415
+    from ..attention import Attention  # noqa: PLC0415
+    from ..blocks import Block, Sphere  # noqa: PLC0415
+    from ..particles import FieldOptions, simulate  # noqa: PLC0415
 
     field = FieldOptions(backend="numba", method="harmonic")
     for d in (2, 3):
