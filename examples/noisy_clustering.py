@@ -52,6 +52,9 @@ T_MAX = 4.0 if FAST else 30.0
 DT = 0.1 if FAST else 0.05
 SEED = 0
 
+# sigma_c of softmax attention.  ``reductions.critical_noise`` is the threshold of the
+# unnormalised kind "exp" (1.063 at beta = 1); at the uniform state softmax divides that
+# field by Z = I_0(beta), so this sigma_c is critical_noise(BETA, 2, shift=log I_0(BETA)).
 LAMBDA_1 = float(mode_growth_rate(BETA, 2, 1))
 SIGMA_C = np.sqrt(2.0 * LAMBDA_1)
 

@@ -101,7 +101,8 @@ def test_backends_are_those_that_exist(tmp_path, capsys):
     ({"block": "[block.layernorm]\ncolour = 1"}, "block.layernorm.colour"),
     ({"block": '[block]\nconstraint = "sphere"\n[block.layernorm]\nmode = "post"',
       "tokens": 'distribution = "sphere"'}, "block"),           # two constraints
-    ({"run": 'solver = "dopri5"', "block": '[block]\nconstraint = "sphere"',
+    # an adaptive solver takes constraint = "sphere" alone, not an MLP
+    ({"run": 'solver = "dopri5"', "block": '[block]\nconstraint = "sphere"\n[block.mlp]',
       "tokens": 'distribution = "sphere"'}, "run.solver"),
     ({"block": '[block]\nconstraint = "sphere"'}, "tokens"),    # tokens not on the sphere
     ({"tokens": 'distribution = "sphere"\nstd = 2.0'}, "tokens.std"),

@@ -67,3 +67,15 @@ def test_warmup_refuses_an_unknown_path(capsys):
     err = capsys.readouterr().err
     assert "unknown warmup path" in err and "Traceback" not in err
     assert all(name in err for name in WARMUP_PATHS)
+
+
+def test_the_harmonic_path_compiles_the_harmonic_kernels(capsys):
+    # after it, a harmonic run on the circle and on S^2 with the Numba backend needs no
+    # compilation: every kernel of backends.numba.harmonic has a compiled signature
+    from transformer_pde.backends.numba import harmonic as nb
+
+    assert cli.main(["warmup", "harmonic"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("warmup: harmonic ready (")
+    for name in ("_circle_block_moments", "_circle_eval", "_sphere_block_moments",
+                 "_sphere_eval"):
+        assert getattr(nb, name).signatures, name

@@ -77,3 +77,54 @@ def test_circle_quantile_inverts_the_cdf():
 def test_bad_arguments_raise(kwargs, match):
     with pytest.raises(ArgumentError, match=match):
         convergence_study(_density, 1.0, 0.5, **kwargs)
+
+
+@pytest.mark.parametrize("model", ["sa", "usa"])
+def test_the_harmonic_field_gives_the_direct_study(model):
+    # the same draws (same grid seed) run with the exact harmonic field and with the direct
+    # sum.  On the circle the two fields agree to harmonic_tol = 1e-12; at the RK4 stage
+    # points off it the harmonic field is the field at the radial projection, so the two
+    # runs are two RK4 discretisations of one flow on the circle and differ by O(dt^4)
+    # (measured: max token difference 2e-12 at dt = 0.0125, 16x more at each doubling of
+    # dt).  W1 is 1-Lipschitz in the tokens: the W1 values (~1e-1) agree to 1e-10, which a
+    # wrong mode or sign in the harmonic field (an O(1) field error) could not meet
+    from transformer_pde import FieldOptions
+
+    kw = dict(Ns=(40, 160), seeds=2, seed=3, model=model, sampling="random", dt=0.0125)
+    direct = convergence_study(_density, 1.0, 0.3, field=FieldOptions(backend="numpy"), **kw)
+    harmonic = convergence_study(_density, 1.0, 0.3, **kw,
+                                 field=FieldOptions(method="harmonic", harmonic_tol=1e-12))
+    assert np.all(direct.w1 > 1e-3)
+    np.testing.assert_allclose(harmonic.w1, direct.w1, rtol=0, atol=1e-10)
+    # ... and the runs did use another field: the values are not bit-for-bit the same
+    assert np.any(harmonic.w1 != direct.w1)
+    assert harmonic.slope == pytest.approx(direct.slope, abs=1e-8)
+
+
+
+def test_the_field_method_is_part_of_the_cell_identity():
+    # a sweep store of the harmonic study is not resumed as the direct one; without field
+    # options the identity is the one of studies written before the option existed
+    from transformer_pde import FieldOptions
+    from transformer_pde.meanfield.study import CircleParticleCell
+
+    base = CircleParticleCell((1.0, 1.0), (1.0, 1.0), 1.0, 0.5, 0.1)
+    harmonic = CircleParticleCell((1.0, 1.0), (1.0, 1.0), 1.0, 0.5, 0.1,
+                                  field=FieldOptions(method="harmonic"))
+    assert "field" not in base.config()
+    assert harmonic.config()["field"] == {"method": "harmonic", "harmonic_tol": None,
+                                          "dtype": None}
+    numba = CircleParticleCell((1.0, 1.0), (1.0, 1.0), 1.0, 0.5, 0.1,
+                               field=FieldOptions(backend="numba"))
+    assert numba.config()["field"]["method"] == "direct"
+
+
+def test_a_bad_field_is_refused():
+    from transformer_pde import FieldOptions
+    from transformer_pde.errors import ArgumentTypeError
+
+    with pytest.raises(ArgumentTypeError, match="field"):
+        convergence_study(_density, 1.0, 0.5, field="harmonic")
+    # kind="softmax" refuses Sinkhorn options before any run
+    with pytest.raises(ArgumentError, match="sinkhorn_tol"):
+        convergence_study(_density, 1.0, 0.5, field=FieldOptions(sinkhorn_tol=1e-6))

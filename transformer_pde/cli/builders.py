@@ -7,9 +7,10 @@ returns the library object it describes: ``[attention]`` an
 :data:`MATRIX_FORM`, :func:`parse_matrix`), ``[tokens]`` the initial tokens
 (:func:`build_tokens`), ``[block]`` a :class:`~transformer_pde.Block`
 (:func:`build_block`, :func:`build_mlp`, :func:`build_layernorm`), ``run.solver`` a
-solver (:func:`build_solver`), and ``[run]``, ``[field]``, ``[limits]``, ``[block]``
-together the keyword arguments of :func:`~transformer_pde.simulate`
-(:func:`build_simulate`).  The keywords and defaults are those of the library objects'
+solver (:func:`build_solver`), ``[field]`` the field options (:func:`build_field`),
+``[noise]`` the noise and its solver (:func:`build_noise`), and ``[run]``, ``[field]``,
+``[limits]``, ``[block]``, ``[noise]`` together the keyword arguments of
+:func:`~transformer_pde.simulate` (:func:`build_simulate`).  The keywords and defaults are those of the library objects'
 own signatures, and the objects' own argument checks decide what is refused.
 """
 
@@ -25,8 +26,10 @@ import numpy as np
 from .. import validation
 from ..attention import KINDS, Attention
 from ..backends import BACKENDS
-from ..blocks import MLP, NORMALIZATIONS, SPLITTINGS, Block, LayerNorm, Normalization
+from ..blocks import (MLP, NORMALIZATIONS, SPLITTINGS, Block, BlockStepper, LayerNorm,
+                      Normalization)
 from ..errors import ArgumentError, ConfigError
+from ..fields.harmonic import METHODS, isotropic_sign
 from ..integrate.loop import Limits, SaveAt
 from ..integrate.solvers import SOLVERS
 from ..noise import CONVENTIONS, SDE_SOLVERS, Noise, check_grid, refinement_level
@@ -40,6 +43,7 @@ __all__ = [
     "TOKEN_KEYS",
     "build_attention",
     "build_block",
+    "build_field",
     "build_layernorm",
     "build_mlp",
     "build_noise",
@@ -467,6 +471,46 @@ def _check_noise(out: dict[str, Any]) -> None:
                           "'euler_maruyama' or 'heun_stratonovich'")
 
 
+def build_field(table: Any, att: Any, block: Any = None, *,
+                section: str = "field") -> FieldOptions:
+    """The :class:`~transformer_pde.FieldOptions` of a ``[field]`` table, checked against
+    the attention ``att`` and the ``block`` of the run: ``backend`` (the names of
+    :data:`transformer_pde.backends.BACKENDS` and ``"auto"``), ``dtype`` (``"float32"``,
+    ``"float64"``), ``sinkhorn_tol``, ``sinkhorn_max_iter`` (Sinkhorn attention only),
+    ``method`` (``"direct"`` or ``"harmonic"``: the exact expansion of isotropic attention
+    on the circle or :math:`S^2`, which needs ``[block] constraint = "sphere"``) and
+    ``harmonic_tol`` (only with ``method = "harmonic"``)."""
+    spec = typed_parameters(FieldOptions, exclude=("backend", "dtype", "method"))
+    sec = Table(table, section, inspect.signature(FieldOptions).parameters)
+    kwargs = read_options(sec, spec)
+    for k, options in (("backend", [*BACKENDS, "auto"]), ("dtype", ("float32", "float64")),
+                       ("method", METHODS)):
+        if sec.has(k):
+            kwargs[k] = sec.choice(k, None, options)
+    if sec.has("harmonic_tol") and kwargs.get("method") != "harmonic":
+        raise ConfigError(f"{sec.key('harmonic_tol')}: applies only with "
+                          f"{sec.key('method')} = 'harmonic'")
+    if kwargs.get("method") == "harmonic":
+        try:
+            isotropic_sign(att, sec.key("method"))
+        except ArgumentError as exc:
+            raise ConfigError(str(exc)) from None
+        if kwargs.get("dtype", "float64") != "float64":
+            raise ConfigError(f"{sec.key('dtype')}: {sec.key('method')} = 'harmonic' runs "
+                              f"in float64, got {kwargs['dtype']!r}")
+    fopts = library_call(section, FieldOptions, names=kwargs, **kwargs)
+    try:
+        fopts.check(att, block)
+    except ArgumentError as exc:
+        # the library's messages start with the argument they refuse
+        if str(exc).startswith("block:"):
+            raise ConfigError(f"{sec.key('method')}: 'harmonic' evaluates the field of tokens "
+                              "on the unit sphere and needs [block] constraint = 'sphere' "
+                              "(without [block.layernorm] or block.normalization)") from None
+        library_call(section, fopts.check, att, block, names=kwargs)
+    return fopts
+
+
 #: keys that belong to another table than ``[run]``, and where they are set
 _MOVED = {"method": "run.solver", "backend": "[field]", "dtype": "[field]",
           "sinkhorn_tol": "[field]", "sinkhorn_max_iter": "[field]",
@@ -484,10 +528,9 @@ def build_simulate(cfg: dict, att: Any) -> dict[str, Any]:
         default ``"rk4"``), ``save_every`` or ``save_at`` (:class:`~transformer_pde.SaveAt`
         ``every`` or ``ts``).
     ``[field]``
-        The keywords of :class:`~transformer_pde.FieldOptions`: ``backend`` (the names of
-        :data:`transformer_pde.backends.BACKENDS` and ``"auto"``), ``dtype``
-        (``"float32"``, ``"float64"``), ``sinkhorn_tol``, ``sinkhorn_max_iter`` (Sinkhorn
-        attention only).
+        :func:`build_field`: the keywords of :class:`~transformer_pde.FieldOptions`
+        (``backend``, ``dtype``, ``sinkhorn_tol``, ``sinkhorn_max_iter``, ``method``,
+        ``harmonic_tol``).
     ``[limits]``
         The keywords of :class:`~transformer_pde.Limits` (``max_norm``, ``max_steps``,
         ``max_memory`` in bytes).
@@ -498,12 +541,16 @@ def build_simulate(cfg: dict, att: Any) -> dict[str, Any]:
         ``run.solver`` must not be set).
 
     An option that does not apply (Sinkhorn tolerances for another kind, solver options
-    of another solver, block options with an adaptive solver, a splitting without an MLP)
-    is an error naming its key.
+    of another solver, block options other than ``constraint = "sphere"`` with an
+    adaptive solver, a splitting without an MLP, the harmonic field of attention that is
+    not isotropic or of tokens off the sphere) is an error naming its key.
     """
     raw_run = cfg.get("run")
     if isinstance(raw_run, dict):
         for k in raw_run:
+            if k == "method" and raw_run[k] in METHODS:
+                raise ConfigError(f"run.method: unknown key; the field's method "
+                                  f"{raw_run[k]!r} is field.method")
             if k in _MOVED:
                 raise ConfigError(f"run.{k}: unknown key; this option is now {_MOVED[k]}")
     run = Table(raw_run, "run", ("t_max", "dt", "solver", "save_every", "save_at"))
@@ -518,17 +565,6 @@ def build_simulate(cfg: dict, att: Any) -> dict[str, Any]:
     else:
         out["saveat"] = SaveAt(every=run.integer("save_every", 1, minimum=1))
 
-    spec = typed_parameters(FieldOptions, exclude=("backend", "dtype"))
-    field = Table(cfg.get("field"), "field", inspect.signature(FieldOptions).parameters)
-    kwargs = read_options(field, spec)
-    if field.has("backend"):
-        kwargs["backend"] = field.choice("backend", None, [*BACKENDS, "auto"])
-    if field.has("dtype"):
-        kwargs["dtype"] = field.choice("dtype", None, ("float32", "float64"))
-    fopts = library_call("field", FieldOptions, names=kwargs, **kwargs)
-    library_call("field", fopts.check, att, names=kwargs)
-    out["field"] = fopts
-
     spec = typed_parameters(Limits)
     limits = Table(cfg.get("limits"), "limits", spec)
     kwargs = read_options(limits, spec)
@@ -536,9 +572,10 @@ def build_simulate(cfg: dict, att: Any) -> dict[str, Any]:
 
     block = build_block(cfg.get("block"), att.d)
     if block is not None and out["solver"].adaptive:
-        raise ConfigError(f"run.solver: the [block] options need a fixed-step solver, got "
-                          f"the adaptive {out['solver']!r}")
+        # the library's rule: an adaptive solver takes Block(constraint=Sphere()) alone
+        library_call("run", BlockStepper, out["solver"], block, att.d, names=["solver"])
     out["block"] = block
+    out["field"] = build_field(cfg.get("field"), att, block)
     if cfg.get("noise") is not None:
         if run.has("solver"):
             raise ConfigError("run.solver: with a [noise] table the solver is noise.solver "

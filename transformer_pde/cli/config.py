@@ -2,7 +2,7 @@ r"""TOML configurations of the ``transformer-pde`` commands: reading and checkin
 
 A configuration is a TOML file (``tomllib``; ``tomli`` on Python 3.10) of tables, one per
 concern: ``[attention]``, ``[tokens]``, ``[run]``, ``[field]``, ``[limits]``, ``[block]``,
-``[output]`` for ``simulate``, ``[gaussian]``, ``[cone]``, ``[ranks]`` for the other
+``[noise]``, ``[output]`` for ``simulate``, ``[gaussian]``, ``[cone]``, ``[ranks]`` for the other
 commands.  This module reads the file (:func:`load_config`) and gives typed access to one
 table (:class:`Table`); :mod:`~transformer_pde.cli.builders` turns tables into library
 objects.  The keys and their defaults are those of the library's own objects, read from

@@ -14,7 +14,9 @@ in any process, load the cached machine code.  The paths (:data:`WARMUP_PATHS`):
   lockstep kernel of softmax / linear);
 * ``gaussian-general``: the same for a Sinkhorn member (the kernel of l2 / sinkhorn);
 * ``clusters``: :func:`~transformer_pde.diagnostics.clusters` (the minimum-spanning-tree
-  kernel of up to :data:`~transformer_pde.diagnostics.clustering.EXACT_MST_MAX` tokens).
+  kernel of up to :data:`~transformer_pde.diagnostics.clustering.EXACT_MST_MAX` tokens);
+* ``harmonic``: the exact harmonic field (``FieldOptions(method="harmonic")``, the
+  kernels of its moments and evaluations on the circle and on :math:`S^2`).
 
 Each kernel compiles once: a kernel already compiled (in this process or in the disk
 cache) is loaded, not compiled again, and not reported.  While it compiles, the command
@@ -54,10 +56,25 @@ def _clusters() -> None:
     clusters(np.random.default_rng(0).standard_normal((32, 2)))
 
 
+def _harmonic() -> None:
+    # deferred: the particle engine is only needed by this path
+    from ..attention import Attention  # noqa: PLC0415
+    from ..blocks import Block, Sphere  # noqa: PLC0415
+    from ..particles import FieldOptions, simulate  # noqa: PLC0415
+
+    field = FieldOptions(backend="numba", method="harmonic")
+    for d in (2, 3):
+        X = np.random.default_rng(0).standard_normal((16, d))
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+        simulate(Attention("softmax", np.eye(d), np.eye(d), np.eye(d)), X, t_max=0.1,
+                 dt=0.1, solver="euler", block=Block(constraint=Sphere()), field=field)
+
+
 #: The paths :func:`warmup` compiles, by name.
 WARMUP_PATHS: dict[str, Callable[[], object]] = {
     "backend": compile_kernels, "gaussian": _gaussian,
-    "gaussian-general": lambda: _gaussian(True), "clusters": _clusters}
+    "gaussian-general": lambda: _gaussian(True), "clusters": _clusters,
+    "harmonic": _harmonic}
 #: older names of a path
 _ALIASES = {"particles": "backend", "sinkhorn": "backend"}
 

@@ -29,6 +29,11 @@ The PDE's density is first interpolated to ``refine`` times more points by zero-
 its Fourier series (an exact interpolation of the trigonometric polynomial), and then read
 as a periodic piecewise-linear density, both to draw the tokens (inverse CDF) and to
 measure :math:`W_1`.
+
+The particle field is the direct sum over all pairs, :math:`O(N^2)` per evaluation, or,
+with ``field=FieldOptions(method="harmonic")``, the exact :math:`O(NK)` harmonic expansion
+(:mod:`~transformer_pde.fields.harmonic`; both models are isotropic attention on the
+circle), which makes :math:`N = 10^5` cheap on a CPU.
 """
 
 from __future__ import annotations
@@ -41,9 +46,9 @@ import numpy as np
 
 from ..attention import Attention
 from ..blocks import Block
-from ..errors import ArgumentError
+from ..errors import ArgumentError, ArgumentTypeError
 from ..integrate import SaveAt
-from ..particles import simulate
+from ..particles import FieldOptions, simulate
 from ..sweep import Grid, Output, Study, run, status_code
 from ..validation import choice, integer, nonnegative, positive
 from .circle import solve_circle
@@ -52,6 +57,23 @@ from .distance import circle_quantile, w1_circle
 __all__ = ["ConvergenceStudy", "CircleParticleCell", "convergence_study", "fit_rate"]
 
 TWO_PI = 2.0 * math.pi
+
+
+def _attention(model: str, beta: float, shift: float) -> Attention:
+    """The attention of the particle runs: softmax (``"sa"``) or ``kind="exp"`` with
+    ``shift`` (``"usa"``), :math:`Q = K = V = I_2`."""
+    I2 = np.eye(2)
+    return (Attention("softmax", I2, I2, I2, beta=beta) if model == "sa" else
+            Attention("exp", I2, I2, I2, beta=beta, shift=shift))
+
+
+def _field_config(fopts: FieldOptions | None) -> dict:
+    """What of ``fopts`` changes the particle runs' numbers (the method, its tolerance,
+    the precision; not the backend), for the study's identity; empty for the default."""
+    if fopts is None:
+        return {}
+    return {"field": {"method": fopts.method, "harmonic_tol": fopts.harmonic_tol,
+                      "dtype": None if fopts.dtype is None else str(fopts.dtype)}}
 
 
 def _refine(density: np.ndarray, factor: int) -> np.ndarray:
@@ -68,8 +90,9 @@ class CircleParticleCell:
     :math:`2\pi j/M`, periodic piecewise linear): i.i.d. with the cell's generator
     (``sampling="random"``) or at the quantiles :math:`(i + 1/2)/N` rotated by a uniform
     random offset of the mass coordinate (``"quantile"``: different draws differ by
-    that offset only), runs the flow to ``t`` with RK4 steps ``dt``, and returns ``w1``
-    (to ``density_t``, the PDE at ``t``) and ``status`` (code).
+    that offset only), runs the flow to ``t`` with RK4 steps ``dt`` and the field options
+    ``field`` (``None``: the defaults of :func:`~transformer_pde.simulate`), and returns
+    ``w1`` (to ``density_t``, the PDE at ``t``) and ``status`` (code).
     """
 
     density0: tuple
@@ -81,6 +104,7 @@ class CircleParticleCell:
     shift: float = 0.0
     sampling: str = "random"
     N: int = 100
+    field: FieldOptions | None = None
 
     def outputs(self, grid: Grid) -> dict:
         return {"w1": Output(), "status": Output((), "int8")}
@@ -89,7 +113,8 @@ class CircleParticleCell:
         return {"cell": type(self).__name__, "beta": self.beta, "t": self.t, "dt": self.dt,
                 "model": self.model, "shift": self.shift, "sampling": self.sampling,
                 "density0": np.round(np.asarray(self.density0, float), 15).tolist(),
-                "density_t": np.round(np.asarray(self.density_t, float), 15).tolist()}
+                "density_t": np.round(np.asarray(self.density_t, float), 15).tolist(),
+                **_field_config(self.field)}
 
     def __call__(self, params: dict, rng: np.random.Generator) -> dict:
         n = int(params.get("N", self.N))
@@ -100,11 +125,9 @@ class CircleParticleCell:
             m = np.mod((np.arange(n) + 0.5) / n + rng.random(), 1.0)
         ang = circle_quantile(theta, np.asarray(self.density0, float), m)
         X0 = np.column_stack([np.cos(ang), np.sin(ang)])
-        I2 = np.eye(2)
-        att = (Attention("softmax", I2, I2, I2, beta=self.beta) if self.model == "sa" else
-               Attention("exp", I2, I2, I2, beta=self.beta, shift=self.shift))
-        traj = simulate(att, X0, t_max=self.t, dt=self.dt, solver="rk4",
-                        block=Block(constraint="sphere"), saveat=SaveAt(ts=[self.t]))
+        traj = simulate(_attention(self.model, self.beta, self.shift), X0, t_max=self.t,
+                        dt=self.dt, solver="rk4", block=Block(constraint="sphere"),
+                        saveat=SaveAt(ts=[self.t]), field=self.field)
         dens = np.asarray(self.density_t, float)
         w1 = w1_circle(traj.states[-1], (TWO_PI * np.arange(dens.size) / dens.size, dens))
         return {"w1": float(w1), "status": status_code(traj.status)}
@@ -155,8 +178,9 @@ class ConvergenceStudy:
 def convergence_study(density0: Any, beta: float, t: float, *,
                       Ns: Any = (100, 1000, 10000, 100000), seeds: int = 4, seed: int = 0,
                       model: str = "sa", shift: float = 0.0, sampling: str = "random",
-                      dt: float = 0.01, refine: int = 8, scheduler: Any = "serial",
-                      progress: bool = False, **solve_options: Any) -> ConvergenceStudy:
+                      dt: float = 0.01, refine: int = 8, field: FieldOptions | None = None,
+                      scheduler: Any = "serial", progress: bool = False,
+                      **solve_options: Any) -> ConvergenceStudy:
     r"""Particles against the PDE on the circle: :math:`W_1` at time ``t`` versus :math:`N`.
 
     Parameters
@@ -168,8 +192,9 @@ def convergence_study(density0: Any, beta: float, t: float, *,
     t : float
         Final time (> 0).
     Ns : sequence of int
-        Token counts (each >= 2; at least two distinct).  A run costs :math:`O(N^2)` per
-        field evaluation (all pairs): :math:`N = 10^5` needs a GPU or hours of CPU.
+        Token counts (each >= 2; at least two distinct).  With the direct field a run
+        costs :math:`O(N^2)` per field evaluation (all pairs): :math:`N = 10^5` needs a GPU
+        or hours of CPU; with ``field=FieldOptions(method="harmonic")``, :math:`O(NK)`.
     seeds : int
         Draws per ``N`` (independent samples, seeded from ``seed`` through the sweep grid).
     seed : int
@@ -185,6 +210,11 @@ def convergence_study(density0: Any, beta: float, t: float, *,
     refine : int
         Factor of the trigonometric interpolation of the PDE's density before it is read
         as a piecewise-linear density (>= 1).
+    field : FieldOptions, optional
+        How the particle runs evaluate the field (:class:`~transformer_pde.FieldOptions`;
+        default that of :func:`~transformer_pde.simulate`): ``method="harmonic"`` for the
+        exact harmonic expansion, ``backend``, ``dtype``.  Checked against the model before
+        any run.
     scheduler : "serial", None or a Dask scheduler
         As :func:`transformer_pde.sweep.run` (default: this process).
     progress : bool
@@ -213,13 +243,18 @@ def convergence_study(density0: Any, beta: float, t: float, *,
     Ns = [integer("Ns", n, minimum=2) for n in Ns]
     if len(set(Ns)) < 2:
         raise ArgumentError(f"Ns needs at least two distinct token counts, got {Ns}")
+    if field is not None:
+        if not isinstance(field, FieldOptions):
+            raise ArgumentTypeError(f"field must be a transformer_pde.FieldOptions or None, "
+                                    f"got {type(field).__name__}")
+        field.check(_attention(model, beta, float(shift)), Block(constraint="sphere"))
     sol = solve_circle(density0, beta, [0.0, t], model=model, shift=shift, **solve_options)
     if not sol.success or abs(sol.times[-1] - t) > 1e-12 * max(1.0, t):
         raise ArgumentError(f"the PDE solve did not reach t={t:g}: {sol.message}")
     d0 = np.maximum(_refine(np.asarray(sol.density[0], float), refine), 0.0)
     dT = np.maximum(_refine(np.asarray(sol.density[-1], float), refine), 0.0)
     cell = CircleParticleCell(tuple(d0.tolist()), tuple(dT.tolist()), beta, t, dt, model,
-                              float(shift), sampling)
+                              float(shift), sampling, field=field)
     study = Study(Grid({"N": sorted(Ns)}, draws=seeds, seed=integer("seed", seed, minimum=0)),
                   cell, name="meanfield-convergence")
     ds = run(study, scheduler=scheduler, progress=progress)
