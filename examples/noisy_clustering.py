@@ -1,16 +1,17 @@
 """Noisy tokens on the circle: clusters form at small noise and blur away at large noise
-====================================================================================
+=====================================================================================
 
 Tokens on the unit circle S^1 with softmax attention (Q = K = V = I, beta = 1) and
 individual noise sigma dW projected on the circle (the Stratonovich SDE, generator
 (sigma^2/2) d^2/dtheta^2), integrated by ``simulate_ensemble`` with the Stratonovich Heun
 scheme: every member is an independent system with its own Brownian path.
 
-(a) The order parameter |c_1| = |(1/n) sum_j e^{i theta_j}| along depth, averaged over the
+(a) The order parameter, the modulus of c_1 = (1/n) sum_j e^{i theta_j}, along depth, averaged over the
 members, for several noise levels.  The uniform state's first Fourier mode grows at the
 rate lambda_1 - sigma^2/2, with lambda_1 = I_1(beta) / (beta I_0(beta)) the noiseless rate
 (``reductions.modes.mode_growth_rate``): the tokens gather into one blurred cluster when
-sigma < sigma_c = sqrt(2 lambda_1) and stay spread (|c_1| of order n^{-1/2}) above it.
+sigma < sigma_c = sqrt(2 lambda_1) and stay spread (the modulus of c_1 of order n^{-1/2})
+above it.
 
 (b) The final angles of all members, each turned so that its mean direction is at 0: one
 sharp cluster without noise, a blurred one below sigma_c, a flat histogram above.  (At

@@ -196,6 +196,8 @@ def isotropic_sign(att: Attention, name: str = "field") -> float:
         raise refuse("masked=True")
     if att.rotary is not None:
         raise refuse("rotary positions are set")
+    if att.alibi is not None:
+        raise refuse("alibi slopes are set")
     if att.has_bias:
         raise refuse("a bias is set")
     if att.W_O is not None:

@@ -188,7 +188,7 @@ def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
         weights)`` receives the read-only (B, n, d) states and one system's weights (n,).
     weights, positions : array (n,), optional
         Token masses (normalised; uniform by default) and positions in [0, 1] (required
-        for masked or rotary attention), the same for every system.
+        for masked, rotary or ALiBi attention), the same for every system.
     block : None, "sphere" or Block
         ``"sphere"`` is ``Block(constraint="sphere")``: tokens on :math:`S^{d-1}`, the
         field projected on the tangent space

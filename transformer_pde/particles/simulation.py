@@ -446,7 +446,7 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
         ``SaveAt(fn=statistic)`` (keep a statistic instead of the (T, N, d) states).
     weights, positions : array (N,), optional
         Token masses (normalised, in each segment) and positions in [0, 1] (required for
-        masked attention).
+        masked, rotary or ALiBi attention).
     block : Block, optional
         Full Transformer block: MLP, LayerNorm, constraint (sphere, post-norm), splitting;
         needs a fixed-step solver, except ``Block(constraint=Sphere())`` alone, which an
