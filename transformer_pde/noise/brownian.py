@@ -1,16 +1,27 @@
-r"""The Brownian path of a noisy run: counter-based, refinable, generated on the host.
+r"""The Brownian path of a noisy run: counter-based, refinable, one stream per system.
 
 A run's noise is one Brownian motion :math:`Z` in :math:`\mathbb R^D` (:math:`D` the
 number of scalar Brownian motions of the run: :math:`d` per token and :math:`K` per
 system), named by ``(seed, path)``.
 
-**Counter-based.**  The random numbers of the coarse step :math:`j` (the interval
-:math:`[j b, (j+1) b]` of the base step :math:`b`) at refinement level :math:`\ell` come
-from NumPy's ``Philox`` with the key derived from ``(seed, path)`` (``SeedSequence``) and
-the counter :math:`(0, 0, \ell, j)`: any step can be drawn alone, in any order, so the
-path does not depend on the backend, the thread count, a checkpoint and resume, or which
-steps were drawn before.  The numbers are float64 on the host; the run moves them to its
-backend in its working precision.
+**One stream per system.**  System :math:`g` (its index: ``Noise.system`` plus its place
+in the run) draws its :math:`D_g = K + n_g d` coordinates from its own stream, the
+Philox-4x64-10 blocks with the key :math:`k` of ``SeedSequence([seed, path])`` and the
+counters :math:`(c, g, \ell, j)`, :math:`c = 0, 1, \dots`, for refinement level
+:math:`\ell` and coarse step :math:`j` (the interval :math:`[j b, (j+1) b]` of the base
+step :math:`b`).  Each block gives four 64-bit words, turned into four standard normals
+by Box–Muller (two pairs of uniforms :math:`((w \gg 11) + \tfrac12)\,2^{-53}`).  Within
+the stream, number :math:`q = i R + r` is row :math:`r` of coordinate :math:`i` (:math:`R`
+rows at the level), and the coordinates of a system are its :math:`K` common ones first,
+then its tokens' :math:`d` individual ones token by token.  So a system's path depends only
+on ``(seed, path)``, its index :math:`g` and its own coordinates: not on the number or the
+sizes of the systems packed with it (member :math:`b` of an ensemble is the single run
+with ``Noise(system=b)``); its common Brownian motions and the noise of its first tokens do
+not depend on its number of tokens either.  Every block is drawn alone (one vectorised
+Philox evaluation for all the systems of a step), so the path does not depend on the
+backend, the thread count, a checkpoint and resume, or which steps were drawn before.  The
+numbers are float64 on the host; the run moves them to its backend in its working
+precision.  :func:`philox4x64` is NumPy's ``Philox`` bijection (tested against it).
 
 **Refinable.**  Level 0 draws the coarse increments
 :math:`\Delta Z_j = \sqrt b\, \xi_j`.  Level :math:`\ell \ge 1` splits each interval of
@@ -22,9 +33,8 @@ independent increments over the halves.  A run with :math:`\Delta t = b/2^L` use
 rounding, :math:`\sim 10^{-16}` relative), so runs at different :math:`\Delta t` see the
 same path at the coarse times (strong-order tests need exactly this).
 
-**Layout.**  The :math:`D` coordinates are ordered system by system (segment by segment):
-first the :math:`n_s d` individual coordinates of the tokens of system :math:`s` (token
-by token), then its :math:`K` common ones.
+**Layout.**  The :math:`D` columns of an increment are the systems' coordinates, system by
+system, each in its stream's order (common, then individual).
 """
 
 from __future__ import annotations
@@ -37,7 +47,7 @@ import numpy as np
 from ..errors import ArgumentError
 from ..integrate.controller import STEP_TOL
 
-__all__ = ["BrownianPath", "check_grid", "refinement_level"]
+__all__ = ["BrownianPath", "check_grid", "philox4x64", "refinement_level", "standard_normals"]
 
 #: relative tolerance of the grid checks (``dt = base_dt / 2**L``, times on the grid)
 GRID_TOL = 1e-9
@@ -73,6 +83,68 @@ def check_grid(t_max: float, dt: float, ts: Any = None) -> None:
                     f"a multiple of dt; {float(t)!r} is {float(t) / dt:.12g} steps")
 
 
+_U32 = np.uint64(0xFFFFFFFF)
+_S32, _S11 = np.uint64(32), np.uint64(11)
+#: Philox-4x64 multipliers and Weyl key increments (Salmon et al., SC 2011), as columns
+#: acting on the words (0, 2) of the counter
+_PHILOX_M = np.array([[0xD2E7470EE14C6C93], [0xCA5A826395121157]], dtype=np.uint64)
+_PHILOX_W = (0x9E3779B97F4A7C15, 0xBB67AE8584CAA73B)
+_MASK64 = (1 << 64) - 1
+_M_LO, _M_HI = _PHILOX_M & _U32, _PHILOX_M >> _S32
+
+
+def philox4x64(counter: tuple[Any, Any, Any, Any], key: Any) -> np.ndarray:
+    r"""The Philox-4x64-10 bijection of the counters ``counter`` (four uint64 words,
+    arrays or scalars that broadcast) under ``key`` (two uint64): the four output words,
+    shape ``(n, 4)``.  It is the block NumPy's ``Philox(key=key, counter=c)`` returns
+    first for ``c`` one less (NumPy increments its counter before each block).
+
+    Words 0 and 2 (multiplied) and words 1 and 3 are kept as two ``(2, n)`` arrays so
+    that a round is one vectorised 64x64 -> 128-bit product (from 32-bit halves)."""
+    c0, c1, c2, c3 = np.broadcast_arrays(*(np.asarray(c, dtype=np.uint64) for c in counter))
+    x, y = np.stack([c0.ravel(), c2.ravel()]), np.stack([c1.ravel(), c3.ravel()])
+    k0, k1 = int(key[0]), int(key[1])
+    with np.errstate(over="ignore"):
+        for r in range(10):
+            if r:
+                k0, k1 = (k0 + _PHILOX_W[0]) & _MASK64, (k1 + _PHILOX_W[1]) & _MASK64
+            x0, x1 = x & _U32, x >> _S32
+            p01, p10 = _M_LO * x1, _M_HI * x0
+            mid = ((_M_LO * x0) >> _S32) + (p01 & _U32) + (p10 & _U32)
+            hi = _M_HI * x1 + (p01 >> _S32) + (p10 >> _S32) + (mid >> _S32)
+            lo = _PHILOX_M * x
+            x = hi[::-1] ^ y ^ np.array([[k0], [k1]], dtype=np.uint64)
+            y = lo[::-1]
+    return np.stack([x[0], y[0], x[1], y[1]], axis=-1)
+
+
+def standard_normals(words: np.ndarray) -> np.ndarray:
+    r"""Standard normals from 64-bit words, one per word, by Box–Muller on consecutive
+    pairs: :math:`u = ((w \gg 11) + \tfrac12)\,2^{-53} \in (0, 1)`,
+    :math:`(\sqrt{-2\log u_0}\cos 2\pi u_1, \sqrt{-2\log u_0}\sin 2\pi u_1)`.  ``words``
+    has an even number of entries; the result has its shape."""
+    u = ((words >> _S11).astype(np.float64) + 0.5) * 2.0 ** -53
+    pairs = u.reshape(-1, 2)
+    radius, angle = np.sqrt(-2.0 * np.log(pairs[:, 0])), 2.0 * np.pi * pairs[:, 1]
+    out = np.empty_like(pairs)
+    out[:, 0], out[:, 1] = radius * np.cos(angle), radius * np.sin(angle)
+    return out.reshape(words.shape)
+
+
+class _Draw:
+    """The counters and the gather of one row count ``rows``: the blocks of every
+    system's stream and where each needed number goes in the ``(rows, D)`` output."""
+
+    def __init__(self, dims: np.ndarray, first: int, rows: int):
+        blocks = -(-dims * rows // 4)                        # ceil(D_g R / 4) per system
+        offset = np.concatenate([[0], np.cumsum(blocks)])
+        self.c0 = (np.arange(offset[-1]) - np.repeat(offset[:-1], blocks)).astype(np.uint64)
+        self.c1 = np.repeat(np.arange(dims.size, dtype=np.uint64) + np.uint64(first), blocks)
+        system = np.repeat(np.arange(dims.size), dims)       # the system of each column
+        coord = np.arange(int(dims.sum())) - np.repeat(np.cumsum(dims) - dims, dims)
+        self.index = (4 * offset[system] + coord * rows)[None, :] + np.arange(rows)[:, None]
+
+
 class BrownianPath:
     r"""Increments of one Brownian path in :math:`\mathbb R^D` on the grid of step
     :math:`\Delta t = b/2^L` (see the module docstring).
@@ -81,26 +153,41 @@ class BrownianPath:
     ----------
     seed, path : int
         Name the path.
-    dim : int
-        :math:`D`, the number of scalar Brownian motions.
+    dim : int or sequence of int
+        The coordinates :math:`D_g` of each system (an int: one system), in the order of
+        the columns; :math:`D = \sum_g D_g`.
     base_dt : float
         The base step :math:`b`.
     level : int
         Refinement level :math:`L` (0: the base grid itself).
+    system : int, default 0
+        The index :math:`g` of the first system (the next ones follow: ``system + 1``,
+        ...); it names the systems' streams.
     """
 
-    def __init__(self, seed: int, path: int, dim: int, base_dt: float, level: int = 0):
-        self.seed, self.path, self.dim = int(seed), int(path), int(dim)
+    def __init__(self, seed: int, path: int, dim: Any, base_dt: float, level: int = 0,
+                 system: int = 0):
+        self.seed, self.path, self.system = int(seed), int(path), int(system)
+        self.dims = np.atleast_1d(np.asarray(dim, dtype=np.int64))
+        if self.dims.ndim != 1 or self.dims.size < 1 or np.any(self.dims < 0) \
+                or self.system < 0:
+            raise ArgumentError(f"dim must be a count or a sequence of counts >= 0 and system "
+                                f">= 0, got dim={dim!r}, system={system!r}")
+        self.dim = int(self.dims.sum())
         self.base_dt, self.level = float(base_dt), int(level)
         self.dt = self.base_dt / 2 ** self.level
         self._key = np.random.SeedSequence([self.seed, self.path]).generate_state(2, np.uint64)
+        self._draws: dict[int, _Draw] = {}
         self._coarse: int | None = None
         self._fine: np.ndarray | None = None
 
     def _normals(self, j: int, level: int, rows: int) -> np.ndarray:
-        counter = np.array([0, 0, level, j], dtype=np.uint64)
-        gen = np.random.Generator(np.random.Philox(key=self._key, counter=counter))
-        return gen.standard_normal((rows, self.dim))
+        """The ``(rows, D)`` standard normals of level ``level`` at coarse step ``j``."""
+        draw = self._draws.get(rows)
+        if draw is None:
+            draw = self._draws[rows] = _Draw(self.dims, self.system, rows)
+        words = philox4x64((draw.c0, draw.c1, level, j), self._key)
+        return standard_normals(words).reshape(-1)[draw.index]
 
     def coarse_increments(self, j: int, level: int | None = None) -> np.ndarray:
         r"""The increments over the :math:`2^\ell` sub-steps of coarse step ``j`` at level
@@ -137,13 +224,20 @@ class BrownianPath:
                 f"from t={t!r} of size {h!r}")
         return k
 
-    #: version of the plain data of :meth:`get_state`
-    STATE_VERSION = 1
+    #: version of the plain data of :meth:`get_state` (2: one stream per system)
+    STATE_VERSION = 2
 
     def get_state(self) -> dict[str, Any]:
-        """What names the path (a checkpoint stores it and refuses another)."""
+        """What names the path (a checkpoint stores it and refuses another): seed, path,
+        the first system's index, the systems' coordinate counts (run-length encoded as
+        ``[count, repeats]`` pairs), base step and level."""
+        cut = np.flatnonzero(np.diff(self.dims)) + 1
+        starts = np.concatenate([[0], cut])
+        lengths = np.diff(np.concatenate([starts, [self.dims.size]]))
+        runs = [[int(self.dims[a]), int(m)] for a, m in zip(starts, lengths, strict=True)]
         return {"version": self.STATE_VERSION, "seed": self.seed, "path": self.path,
-                "dim": self.dim, "base_dt": self.base_dt, "level": self.level}
+                "system": self.system, "dims": runs, "base_dt": self.base_dt,
+                "level": self.level}
 
     def check_state(self, state: dict[str, Any]) -> None:
         """``ValueError`` unless ``state`` (of :meth:`get_state`) names this very path."""
