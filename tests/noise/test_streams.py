@@ -11,7 +11,7 @@ from scipy import stats
 import transformer_pde as tp
 from transformer_pde import Noise, simulate, simulate_ensemble
 from transformer_pde.noise import BrownianPath
-from transformer_pde.noise.brownian import philox4x64, standard_normals
+from transformer_pde.noise.philox import philox_words
 
 NP = tp.FieldOptions(backend="numpy")
 #: tolerance of a run against the same run packed with others: the increments are equal
@@ -24,18 +24,42 @@ RUN_TOL = 1e-14
 # ------------------------------------------------------------------ the generator
 @pytest.mark.parametrize("seed, path", [(0, 0), (3, 4), (2**31, 77)])
 def test_philox_is_numpys_philox(seed, path):
-    """The vectorised bijection equals NumPy's ``Philox`` stream word for word (NumPy
+    """The compiled bijection equals NumPy's ``Philox`` stream word for word (NumPy
     increments the counter before each block, with the carry into the next word)."""
     key = np.random.SeedSequence([seed, path]).generate_state(2, np.uint64)
     for ctr in [(0, 0, 0, 0), (5, 7, 2, 9), (2**64 - 2, 3, 1, 2**40), (17, 2**63, 20, 3)]:
         ref = np.random.Philox(key=key, counter=np.array(ctr, dtype=np.uint64)).random_raw(16)
         c = [ctr[0] + i + 1 for i in range(4)]
-        c0 = np.array([x % 2**64 for x in c], dtype=np.uint64)
-        c1 = np.array([ctr[1] + x // 2**64 for x in c], dtype=np.uint64)
-        assert np.array_equal(philox4x64((c0, c1, ctr[2], ctr[3]), key).ravel(), ref)
+        counters = np.array([[x % 2**64, ctr[1] + x // 2**64, ctr[2], ctr[3]] for x in c],
+                            dtype=np.uint64)
+        out = np.empty_like(counters)
+        philox_words(counters, key, out)
+        assert np.array_equal(out.ravel(), ref)
 
 
-def test_box_muller_normals_have_the_normal_law():
+def _box_muller(words):
+    """NumPy's Box–Muller of 64-bit words (an independent evaluation of the transform)."""
+    u = ((words >> np.uint64(11)).astype(float) + 0.5) * 2.0 ** -53
+    r, a = np.sqrt(-2.0 * np.log(u[0::2])), 2.0 * np.pi * u[1::2]
+    return np.stack([r * np.cos(a), r * np.sin(a)], axis=-1).ravel()
+
+
+@pytest.mark.parametrize("level, rows", [(0, 1), (3, 4)])
+def test_a_stream_is_box_muller_of_numpys_philox_blocks(level, rows):
+    """Coordinate i, row r of system g at (level, j) is number q = i R + r of the
+    Box–Muller normals of NumPy's Philox blocks with the counters (c, g, level, j), c = 0,
+    1, ... (NumPy started one before: (2**64 - 1, g - 1, level, j)); the transcendental
+    functions of the two evaluations may differ by an ulp, so to 1e-14 relative."""
+    seed, path, g, j, dims = 2, 9, 5, 11, 7
+    key = np.random.SeedSequence([seed, path]).generate_state(2, np.uint64)
+    start = np.array([2**64 - 1, g - 1, level, j], dtype=np.uint64)
+    words = np.random.Philox(key=key, counter=start).random_raw(4 * (-(-dims * rows // 4)))
+    ref = _box_muller(words)[:dims * rows].reshape(dims, rows).T
+    got = BrownianPath(seed, path, dims, 1.0, level, system=g)._normals(j, level, rows)
+    np.testing.assert_allclose(got, ref, rtol=1e-14, atol=1e-15)
+
+
+def test_the_stream_normals_have_the_normal_law():
     """2**18 normals from the streams of 4096 systems: the Kolmogorov–Smirnov test against
     N(0, 1) (p > 1e-7), the mean and variance within 5.5 standard errors, and the
     correlation of the two members of a Box–Muller pair within 5.5 standard errors of 0."""
@@ -47,8 +71,6 @@ def test_box_muller_normals_have_the_normal_law():
     assert abs(z.var() - 1.0) < 5.5 * np.sqrt(2.0 / n)
     pairs = z.reshape(-1, 2)
     assert abs(np.mean(pairs[:, 0] * pairs[:, 1])) < 5.5 / np.sqrt(n / 2)
-    words = np.random.Philox(5).random_raw(8)
-    assert standard_normals(words).shape == (8,)
 
 
 # ------------------------------------------------------------------ the path

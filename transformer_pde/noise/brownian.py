@@ -17,11 +17,12 @@ then its tokens' :math:`d` individual ones token by token.  So a system's path d
 on ``(seed, path)``, its index :math:`g` and its own coordinates: not on the number or the
 sizes of the systems packed with it (member :math:`b` of an ensemble is the single run
 with ``Noise(system=b)``); its common Brownian motions and the noise of its first tokens do
-not depend on its number of tokens either.  Every block is drawn alone (one vectorised
-Philox evaluation for all the systems of a step), so the path does not depend on the
-backend, the thread count, a checkpoint and resume, or which steps were drawn before.  The
+not depend on its number of tokens either.  Every block is a function of its counter
+alone (one compiled pass draws all the systems of a step), so the path does not depend on
+the backend, the thread count, a checkpoint and resume, or which steps were drawn before.  The
 numbers are float64 on the host; the run moves them to its backend in its working
-precision.  :func:`philox4x64` is NumPy's ``Philox`` bijection (tested against it).
+precision.  The generator is compiled (:mod:`~transformer_pde.noise.philox`); its blocks
+are NumPy's ``Philox`` ones (tested against it).
 
 **Refinable.**  Level 0 draws the coarse increments
 :math:`\Delta Z_j = \sqrt b\, \xi_j`.  Level :math:`\ell \ge 1` splits each interval of
@@ -47,7 +48,7 @@ import numpy as np
 from ..errors import ArgumentError
 from ..integrate.controller import STEP_TOL
 
-__all__ = ["BrownianPath", "check_grid", "philox4x64", "refinement_level", "standard_normals"]
+__all__ = ["BrownianPath", "check_grid", "refinement_level"]
 
 #: relative tolerance of the grid checks (``dt = base_dt / 2**L``, times on the grid)
 GRID_TOL = 1e-9
@@ -83,66 +84,11 @@ def check_grid(t_max: float, dt: float, ts: Any = None) -> None:
                     f"a multiple of dt; {float(t)!r} is {float(t) / dt:.12g} steps")
 
 
-_U32 = np.uint64(0xFFFFFFFF)
-_S32, _S11 = np.uint64(32), np.uint64(11)
-#: Philox-4x64 multipliers and Weyl key increments (Salmon et al., SC 2011), as columns
-#: acting on the words (0, 2) of the counter
-_PHILOX_M = np.array([[0xD2E7470EE14C6C93], [0xCA5A826395121157]], dtype=np.uint64)
-_PHILOX_W = (0x9E3779B97F4A7C15, 0xBB67AE8584CAA73B)
-_MASK64 = (1 << 64) - 1
-_M_LO, _M_HI = _PHILOX_M & _U32, _PHILOX_M >> _S32
-
-
-def philox4x64(counter: tuple[Any, Any, Any, Any], key: Any) -> np.ndarray:
-    r"""The Philox-4x64-10 bijection of the counters ``counter`` (four uint64 words,
-    arrays or scalars that broadcast) under ``key`` (two uint64): the four output words,
-    shape ``(n, 4)``.  It is the block NumPy's ``Philox(key=key, counter=c)`` returns
-    first for ``c`` one less (NumPy increments its counter before each block).
-
-    Words 0 and 2 (multiplied) and words 1 and 3 are kept as two ``(2, n)`` arrays so
-    that a round is one vectorised 64x64 -> 128-bit product (from 32-bit halves)."""
-    c0, c1, c2, c3 = np.broadcast_arrays(*(np.asarray(c, dtype=np.uint64) for c in counter))
-    x, y = np.stack([c0.ravel(), c2.ravel()]), np.stack([c1.ravel(), c3.ravel()])
-    k0, k1 = int(key[0]), int(key[1])
-    with np.errstate(over="ignore"):
-        for r in range(10):
-            if r:
-                k0, k1 = (k0 + _PHILOX_W[0]) & _MASK64, (k1 + _PHILOX_W[1]) & _MASK64
-            x0, x1 = x & _U32, x >> _S32
-            p01, p10 = _M_LO * x1, _M_HI * x0
-            mid = ((_M_LO * x0) >> _S32) + (p01 & _U32) + (p10 & _U32)
-            hi = _M_HI * x1 + (p01 >> _S32) + (p10 >> _S32) + (mid >> _S32)
-            lo = _PHILOX_M * x
-            x = hi[::-1] ^ y ^ np.array([[k0], [k1]], dtype=np.uint64)
-            y = lo[::-1]
-    return np.stack([x[0], y[0], x[1], y[1]], axis=-1)
-
-
-def standard_normals(words: np.ndarray) -> np.ndarray:
-    r"""Standard normals from 64-bit words, one per word, by Box–Muller on consecutive
-    pairs: :math:`u = ((w \gg 11) + \tfrac12)\,2^{-53} \in (0, 1)`,
-    :math:`(\sqrt{-2\log u_0}\cos 2\pi u_1, \sqrt{-2\log u_0}\sin 2\pi u_1)`.  ``words``
-    has an even number of entries; the result has its shape."""
-    u = ((words >> _S11).astype(np.float64) + 0.5) * 2.0 ** -53
-    pairs = u.reshape(-1, 2)
-    radius, angle = np.sqrt(-2.0 * np.log(pairs[:, 0])), 2.0 * np.pi * pairs[:, 1]
-    out = np.empty_like(pairs)
-    out[:, 0], out[:, 1] = radius * np.cos(angle), radius * np.sin(angle)
-    return out.reshape(words.shape)
-
-
-class _Draw:
-    """The counters and the gather of one row count ``rows``: the blocks of every
-    system's stream and where each needed number goes in the ``(rows, D)`` output."""
-
-    def __init__(self, dims: np.ndarray, first: int, rows: int):
-        blocks = -(-dims * rows // 4)                        # ceil(D_g R / 4) per system
-        offset = np.concatenate([[0], np.cumsum(blocks)])
-        self.c0 = (np.arange(offset[-1]) - np.repeat(offset[:-1], blocks)).astype(np.uint64)
-        self.c1 = np.repeat(np.arange(dims.size, dtype=np.uint64) + np.uint64(first), blocks)
-        system = np.repeat(np.arange(dims.size), dims)       # the system of each column
-        coord = np.arange(int(dims.sum())) - np.repeat(np.cumsum(dims) - dims, dims)
-        self.index = (4 * offset[system] + coord * rows)[None, :] + np.arange(rows)[:, None]
+def _stream_normals() -> Any:
+    """The compiled generator (:func:`~transformer_pde.noise.philox.stream_normals`)."""
+    # deferred: the kernel module imports numba, heavy to import, on the first noisy draw
+    from .philox import stream_normals   # noqa: PLC0415
+    return stream_normals
 
 
 class BrownianPath:
@@ -177,17 +123,15 @@ class BrownianPath:
         self.base_dt, self.level = float(base_dt), int(level)
         self.dt = self.base_dt / 2 ** self.level
         self._key = np.random.SeedSequence([self.seed, self.path]).generate_state(2, np.uint64)
-        self._draws: dict[int, _Draw] = {}
         self._coarse: int | None = None
         self._fine: np.ndarray | None = None
 
     def _normals(self, j: int, level: int, rows: int) -> np.ndarray:
         """The ``(rows, D)`` standard normals of level ``level`` at coarse step ``j``."""
-        draw = self._draws.get(rows)
-        if draw is None:
-            draw = self._draws[rows] = _Draw(self.dims, self.system, rows)
-        words = philox4x64((draw.c0, draw.c1, level, j), self._key)
-        return standard_normals(words).reshape(-1)[draw.index]
+        out = np.empty((rows, self.dim))
+        _stream_normals()(self.dims, np.uint64(self.system), np.uint64(level),
+                          np.uint64(j), self._key, out)
+        return out
 
     def coarse_increments(self, j: int, level: int | None = None) -> np.ndarray:
         r"""The increments over the :math:`2^\ell` sub-steps of coarse step ``j`` at level
