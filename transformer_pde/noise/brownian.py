@@ -128,10 +128,10 @@ class BrownianPath:
 
     def _normals(self, j: int, level: int, rows: int) -> np.ndarray:
         """The ``(rows, D)`` standard normals of level ``level`` at coarse step ``j``."""
-        out = np.empty((rows, self.dim))
-        _stream_normals()(self.dims, np.uint64(self.system), np.uint64(level),
+        out = np.empty(self.dim * rows)
+        _stream_normals()(self.dims, rows, np.uint64(self.system), np.uint64(level),
                           np.uint64(j), self._key, out)
-        return out
+        return out.reshape(self.dim, rows).T
 
     def coarse_increments(self, j: int, level: int | None = None) -> np.ndarray:
         r"""The increments over the :math:`2^\ell` sub-steps of coarse step ``j`` at level

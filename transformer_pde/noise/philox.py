@@ -69,29 +69,24 @@ def philox_words(counters, key, out):   # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
-def stream_normals(dims, first, level, step, key, out):   # pragma: no cover - compiled
-    """Fill ``out`` (R, D) with the normals of the streams of the systems ``first``,
-    ``first + 1``, ... (``dims[s]`` coordinates each, all uint64 scalars but ``dims``) at
-    ``(level, step)``: number ``q = i R + r`` of system ``g``'s stream (its block
-    ``q // 4`` has the counter ``(q // 4, g, level, step)``) goes to row ``r`` of the
-    system's column ``i``."""
-    rows = out.shape[0]
-    col = 0
+def stream_normals(dims, rows, first, level, step, key, out):   # pragma: no cover - compiled
+    """Fill ``out`` (flat, ``D * rows``) with the normals of the streams of the systems
+    ``first``, ``first + 1``, ... (``dims[s]`` coordinates each; ``first``, ``level``,
+    ``step`` uint64) at ``(level, step)``: system ``s``'s numbers are consecutive, number
+    ``q`` (its block ``q // 4`` has the counter ``(q // 4, first + s, level, step)``) at
+    ``start_s * rows + q`` (``start_s`` its first column), so ``out.reshape(D, rows).T``
+    has number ``q = i R + r`` of a system at row ``r`` of its column ``i``."""
+    start = 0
     for s in range(dims.shape[0]):
         count = dims[s] * rows
         g = first + np.uint64(s)
-        q = r = 0
-        i = col
         for c in range((count + 3) // 4):
             w = _philox(np.uint64(c), g, level, step, key[0], key[1])
             z0, z1 = _box_muller(w[0], w[1])
             z2, z3 = _box_muller(w[2], w[3])
+            q = 4 * c
             for z in (z0, z1, z2, z3):
-                if q < count:               # q = (i - col) * rows + r
-                    out[r, i] = z
-                    q += 1
-                    r += 1
-                    if r == rows:
-                        r = 0
-                        i += 1
-        col += dims[s]
+                if q < count:
+                    out[start + q] = z
+                q += 1
+        start += count
