@@ -122,7 +122,8 @@ def test_a_resumed_noisy_run_continues_the_same_path_bit_for_bit(tmp_path, spher
     np.testing.assert_array_equal(again.states, ref.states)   # bit for bit
     # the checkpoint names the path: another seed or path is another run
     for other in (Noise(sigma=0.3, common=0.2 * np.eye(d)[None], seed=5, path=1),
-                  Noise(sigma=0.3, common=0.2 * np.eye(d)[None], seed=4, path=2)):
+                  Noise(sigma=0.3, common=0.2 * np.eye(d)[None], seed=4, path=2),
+                  Noise(sigma=0.3, common=0.2 * np.eye(d)[None], seed=4, path=1, system=1)):
         with pytest.raises(CheckpointError, match="noise"):
             simulate_ensemble(att, X0, monitor=tp.Monitor(checkpoint=path, resume=True),
                               **dict(kw, noise=other))

@@ -30,6 +30,7 @@ def _sphere(n, d, seed=0):
     ({"convention": "ito-ish"}, "noise.convention"),
     ({"seed": 1.5}, "noise.seed"), ({"seed": -1}, "noise.seed"),
     ({"path": 0.5}, "noise.path"), ({"path": -2}, "noise.path"),
+    ({"system": -1}, "noise.system"), ({"system": 2.5}, "noise.system"),
     ({"base_dt": 0.0}, "noise.base_dt"),
     ({"common": np.zeros((2, 2, 3))}, "noise.common"),
     ({"common": np.zeros(3)}, "noise.common"),
@@ -42,6 +43,7 @@ def test_bad_noise_arguments_name_the_argument(kwargs, name):
 
 @pytest.mark.parametrize("kwargs, name", [
     ({"seed": "0"}, "noise.seed"), ({"path": None}, "noise.path"),
+    ({"system": "1"}, "noise.system"),
     ({"sigma": "0.1"}, "noise.sigma"), ({"common": "A"}, "noise.common"),
 ])
 def test_noise_arguments_of_the_wrong_type(kwargs, name):

@@ -51,11 +51,11 @@ def _x0(d, seed=0):
 
 
 def _B_T(noise, d, K):
-    """Each member's B_k(T): the sum of the coarse increments of its common coordinates."""
-    dim = B * (d + K)
-    path = BrownianPath(noise.seed, noise.path, dim, BASE, 0)
+    """Each member's B_k(T): the sum of the coarse increments of its common coordinates,
+    the first K of its stream (member b is system b)."""
+    path = BrownianPath(noise.seed, noise.path, [K + d] * B, BASE, 0)
     z = sum(path.increment(j) for j in range(round(T / BASE)))
-    return z.reshape(B, d + K)[:, d:]
+    return z.reshape(B, K + d)[:, :K]
 
 
 def _exact(A, BT, x0, convention, sphere):

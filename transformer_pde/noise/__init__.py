@@ -10,7 +10,9 @@ With ``simulate(..., noise=Noise(...), solver="euler_maruyama")`` the tokens fol
 * :mod:`~transformer_pde.noise.spec` — :class:`Noise` (sigma, common matrices,
   convention, seed, path, base step), checked at construction.
 * :mod:`~transformer_pde.noise.brownian` — :class:`BrownianPath`: counter-based (Philox),
-  refinable by Brownian bridges, generated on the host.
+  one stream per system, refinable by Brownian bridges, generated on the host.
+* :mod:`~transformer_pde.noise.philox` — the compiled generator of the streams
+  (Philox-4x64-10, Box–Muller), imported on the first draw.
 * :mod:`~transformer_pde.noise.term` — :class:`NoiseTerm`: the diffusion on the backend
   (displacement, convention correction on :math:`\mathbb R^d` and the sphere, Milstein
   term).

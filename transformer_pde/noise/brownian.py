@@ -1,16 +1,28 @@
-r"""The Brownian path of a noisy run: counter-based, refinable, generated on the host.
+r"""The Brownian path of a noisy run: counter-based, refinable, one stream per system.
 
 A run's noise is one Brownian motion :math:`Z` in :math:`\mathbb R^D` (:math:`D` the
 number of scalar Brownian motions of the run: :math:`d` per token and :math:`K` per
 system), named by ``(seed, path)``.
 
-**Counter-based.**  The random numbers of the coarse step :math:`j` (the interval
-:math:`[j b, (j+1) b]` of the base step :math:`b`) at refinement level :math:`\ell` come
-from NumPy's ``Philox`` with the key derived from ``(seed, path)`` (``SeedSequence``) and
-the counter :math:`(0, 0, \ell, j)`: any step can be drawn alone, in any order, so the
-path does not depend on the backend, the thread count, a checkpoint and resume, or which
-steps were drawn before.  The numbers are float64 on the host; the run moves them to its
-backend in its working precision.
+**One stream per system.**  System :math:`g` (its index: ``Noise.system`` plus its place
+in the run) draws its :math:`D_g = K + n_g d` coordinates from its own stream, the
+Philox-4x64-10 blocks with the key :math:`k` of ``SeedSequence([seed, path])`` and the
+counters :math:`(c, g, \ell, j)`, :math:`c = 0, 1, \dots`, for refinement level
+:math:`\ell` and coarse step :math:`j` (the interval :math:`[j b, (j+1) b]` of the base
+step :math:`b`).  Each block gives four 64-bit words, turned into four standard normals
+by Box–Muller (two pairs of uniforms :math:`((w \gg 11) + \tfrac12)\,2^{-53}`).  Within
+the stream, number :math:`q = i R + r` is row :math:`r` of coordinate :math:`i` (:math:`R`
+rows at the level), and the coordinates of a system are its :math:`K` common ones first,
+then its tokens' :math:`d` individual ones token by token.  So a system's path depends only
+on ``(seed, path)``, its index :math:`g` and its own coordinates: not on the number or the
+sizes of the systems packed with it (member :math:`b` of an ensemble is the single run
+with ``Noise(system=b)``); its common Brownian motions and the noise of its first tokens do
+not depend on its number of tokens either.  Every block is a function of its counter
+alone (one compiled pass draws all the systems of a step), so the path does not depend on
+the backend, the thread count, a checkpoint and resume, or which steps were drawn before.  The
+numbers are float64 on the host; the run moves them to its backend in its working
+precision.  The generator is compiled (:mod:`~transformer_pde.noise.philox`); its blocks
+are NumPy's ``Philox`` ones (tested against it).
 
 **Refinable.**  Level 0 draws the coarse increments
 :math:`\Delta Z_j = \sqrt b\, \xi_j`.  Level :math:`\ell \ge 1` splits each interval of
@@ -22,9 +34,8 @@ independent increments over the halves.  A run with :math:`\Delta t = b/2^L` use
 rounding, :math:`\sim 10^{-16}` relative), so runs at different :math:`\Delta t` see the
 same path at the coarse times (strong-order tests need exactly this).
 
-**Layout.**  The :math:`D` coordinates are ordered system by system (segment by segment):
-first the :math:`n_s d` individual coordinates of the tokens of system :math:`s` (token
-by token), then its :math:`K` common ones.
+**Layout.**  The :math:`D` columns of an increment are the systems' coordinates, system by
+system, each in its stream's order (common, then individual).
 """
 
 from __future__ import annotations
@@ -73,6 +84,13 @@ def check_grid(t_max: float, dt: float, ts: Any = None) -> None:
                     f"a multiple of dt; {float(t)!r} is {float(t) / dt:.12g} steps")
 
 
+def _stream_normals() -> Any:
+    """The compiled generator (:func:`~transformer_pde.noise.philox.stream_normals`)."""
+    # deferred: the kernel module imports numba, heavy to import, on the first noisy draw
+    from .philox import stream_normals   # noqa: PLC0415
+    return stream_normals
+
+
 class BrownianPath:
     r"""Increments of one Brownian path in :math:`\mathbb R^D` on the grid of step
     :math:`\Delta t = b/2^L` (see the module docstring).
@@ -81,16 +99,27 @@ class BrownianPath:
     ----------
     seed, path : int
         Name the path.
-    dim : int
-        :math:`D`, the number of scalar Brownian motions.
+    dim : int or sequence of int
+        The coordinates :math:`D_g` of each system (an int: one system), in the order of
+        the columns; :math:`D = \sum_g D_g`.
     base_dt : float
         The base step :math:`b`.
     level : int
         Refinement level :math:`L` (0: the base grid itself).
+    system : int, default 0
+        The index :math:`g` of the first system (the next ones follow: ``system + 1``,
+        ...); it names the systems' streams.
     """
 
-    def __init__(self, seed: int, path: int, dim: int, base_dt: float, level: int = 0):
-        self.seed, self.path, self.dim = int(seed), int(path), int(dim)
+    def __init__(self, seed: int, path: int, dim: Any, base_dt: float, level: int = 0,
+                 system: int = 0):
+        self.seed, self.path, self.system = int(seed), int(path), int(system)
+        self.dims = np.atleast_1d(np.asarray(dim, dtype=np.int64))
+        if self.dims.ndim != 1 or self.dims.size < 1 or np.any(self.dims < 0) \
+                or self.system < 0:
+            raise ArgumentError(f"dim must be a count or a sequence of counts >= 0 and system "
+                                f">= 0, got dim={dim!r}, system={system!r}")
+        self.dim = int(self.dims.sum())
         self.base_dt, self.level = float(base_dt), int(level)
         self.dt = self.base_dt / 2 ** self.level
         self._key = np.random.SeedSequence([self.seed, self.path]).generate_state(2, np.uint64)
@@ -98,9 +127,11 @@ class BrownianPath:
         self._fine: np.ndarray | None = None
 
     def _normals(self, j: int, level: int, rows: int) -> np.ndarray:
-        counter = np.array([0, 0, level, j], dtype=np.uint64)
-        gen = np.random.Generator(np.random.Philox(key=self._key, counter=counter))
-        return gen.standard_normal((rows, self.dim))
+        """The ``(rows, D)`` standard normals of level ``level`` at coarse step ``j``."""
+        out = np.empty(self.dim * rows)
+        _stream_normals()(self.dims, rows, np.uint64(self.system), np.uint64(level),
+                          np.uint64(j), self._key, out)
+        return out.reshape(self.dim, rows).T
 
     def coarse_increments(self, j: int, level: int | None = None) -> np.ndarray:
         r"""The increments over the :math:`2^\ell` sub-steps of coarse step ``j`` at level
@@ -137,13 +168,20 @@ class BrownianPath:
                 f"from t={t!r} of size {h!r}")
         return k
 
-    #: version of the plain data of :meth:`get_state`
-    STATE_VERSION = 1
+    #: version of the plain data of :meth:`get_state` (2: one stream per system)
+    STATE_VERSION = 2
 
     def get_state(self) -> dict[str, Any]:
-        """What names the path (a checkpoint stores it and refuses another)."""
+        """What names the path (a checkpoint stores it and refuses another): seed, path,
+        the first system's index, the systems' coordinate counts (run-length encoded as
+        ``[count, repeats]`` pairs), base step and level."""
+        cut = np.flatnonzero(np.diff(self.dims)) + 1
+        starts = np.concatenate([[0], cut])
+        lengths = np.diff(np.concatenate([starts, [self.dims.size]]))
+        runs = [[int(self.dims[a]), int(m)] for a, m in zip(starts, lengths, strict=True)]
         return {"version": self.STATE_VERSION, "seed": self.seed, "path": self.path,
-                "dim": self.dim, "base_dt": self.base_dt, "level": self.level}
+                "system": self.system, "dims": runs, "base_dt": self.base_dt,
+                "level": self.level}
 
     def check_state(self, state: dict[str, Any]) -> None:
         """``ValueError`` unless ``state`` (of :meth:`get_state`) names this very path."""

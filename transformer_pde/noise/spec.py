@@ -11,7 +11,8 @@ the system (*common* noise).  ``convention`` says how the multiplicative common 
 read (Stratonovich :math:`\circ dB_k` or Itô :math:`dB_k`); the additive individual term is
 the same in both readings on :math:`\mathbb R^d`.  On the sphere every term is projected on
 the tangent space (:mod:`~transformer_pde.noise.term`).  ``(seed, path)`` names the Brownian
-path (:mod:`~transformer_pde.noise.brownian`).
+path; every system of a run (an ensemble member, a packed segment) draws its own stream of
+it, named by its index ``system + s`` (:mod:`~transformer_pde.noise.brownian`).
 """
 
 from __future__ import annotations
@@ -57,13 +58,22 @@ class Noise:
         Step of the coarsest grid of the path (default: the run's ``dt``).  A run may
         use ``dt = base_dt / 2**L``: its increments are the Brownian-bridge refinement of
         the coarse ones, so runs at different ``dt`` see the same path at the coarse times.
+    system : int, default 0
+        Index of the run's first system (>= 0).  System :math:`s` of the run (segment
+        :math:`s` of :func:`~transformer_pde.simulate`, member :math:`s` of
+        :func:`~transformer_pde.simulate_ensemble`; 0 for a single system) draws the
+        stream of index ``system + s``, which depends only on ``(seed, path)``, that index
+        and the system's own size.  So member ``b`` of an ensemble run with
+        ``Noise(seed=S, path=P)`` is the single run ``simulate(X0[b],
+        noise=Noise(seed=S, path=P, system=b))``, and a system's noise does not depend on
+        the systems packed with it.
 
     Raises
     ------
     ArgumentError, ArgumentTypeError
         Naming the argument: negative or non-finite ``sigma``, ``common`` not of shape
         (K, d, d) or not finite, an unknown ``convention``, a non-integer or negative
-        ``seed`` or ``path``, a non-positive ``base_dt``.
+        ``seed``, ``path`` or ``system``, a non-positive ``base_dt``.
     """
 
     sigma: float = 0.0
@@ -72,6 +82,7 @@ class Noise:
     seed: int = 0
     path: int = 0
     base_dt: float | None = None
+    system: int = 0
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -79,6 +90,7 @@ class Noise:
         set_(self, "convention", choice("noise.convention", self.convention, CONVENTIONS))
         set_(self, "seed", integer("noise.seed", self.seed, minimum=0))
         set_(self, "path", integer("noise.path", self.path, minimum=0))
+        set_(self, "system", integer("noise.system", self.system, minimum=0))
         if self.base_dt is not None:
             set_(self, "base_dt", positive("noise.base_dt", self.base_dt))
         if self.common is not None:
@@ -129,9 +141,11 @@ class Noise:
     def describe(self) -> dict[str, Any]:
         """JSON-friendly summary for a trajectory's ``info["noise"]``."""
         return {"sigma": self.sigma, "n_common": self.n_common, "convention": self.convention,
-                "seed": self.seed, "path": self.path, "base_dt": self.base_dt}
+                "seed": self.seed, "path": self.path, "base_dt": self.base_dt,
+                "system": self.system}
 
     def __repr__(self) -> str:
         common = "None" if self.common is None else f"<{self.n_common} matrices>"
         return (f"Noise(sigma={self.sigma:g}, common={common}, convention={self.convention!r}, "
-                f"seed={self.seed}, path={self.path}, base_dt={self.base_dt!r})")
+                f"seed={self.seed}, path={self.path}, base_dt={self.base_dt!r}, "
+                f"system={self.system})")

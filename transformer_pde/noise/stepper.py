@@ -75,8 +75,8 @@ class SDEStepper:
     STATE_VERSION = 1
 
     def get_state(self) -> dict[str, Any]:
-        """What a checkpoint keeps: the path's name (seed, path, dimension, base step,
-        level) and the index of the next step."""
+        """What a checkpoint keeps: the path's name (seed, path, first system, the
+        systems' dimensions, base step, level) and the index of the next step."""
         return {"version": self.STATE_VERSION, "path": self.path.get_state(),
                 "next_step": self._next}
 
@@ -124,5 +124,5 @@ def sde_stepper(solver: Any, noise: Noise, *, sizes: Any, d: int, dt: float, t_m
     level = refinement_level(base_dt, dt)
     check_grid(t_max, dt, ts)
     term = NoiseTerm(noise, sizes, d, dtype, to_device, xp, sphere=sphere)
-    path = BrownianPath(noise.seed, noise.path, term.dim, base_dt, level)
+    path = BrownianPath(noise.seed, noise.path, term.dims, base_dt, level, noise.system)
     return SDEStepper(scheme, term, path)

@@ -70,7 +70,8 @@ class NoiseTerm:
     ----------
     noise : Noise
     sizes : sequence of int
-        Token counts of the systems (segments), summing to :math:`N`.
+        Token counts of the systems (segments), summing to :math:`N`.  ``dims`` is the
+        number of Brownian coordinates of each, :math:`K + n_s d`.
     d : int
     dtype : numpy dtype
         Working precision of the state.
@@ -89,11 +90,14 @@ class NoiseTerm:
         self.K = noise.n_common
         self.dim = self.n_tokens * self.d + self.sizes.size * self.K
         self.dtype, self.to_device = np.dtype(dtype), to_device
-        starts = np.concatenate([[0], np.cumsum(self.sizes * self.d + self.K)])
-        idx = [np.arange(s, s + n * self.d) for s, n in zip(starts[:-1], self.sizes, strict=True)]
+        # the columns of a step's increment (BrownianPath): system by system, its K
+        # common coordinates first, then its tokens' individual ones
+        self.dims = self.sizes * self.d + self.K
+        starts = np.concatenate([[0], np.cumsum(self.dims)])[:-1]
+        idx = [np.arange(s + self.K, s + self.K + n * self.d)
+               for s, n in zip(starts, self.sizes, strict=True)]
         self._individual = np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)
-        self._common = (starts[:-1, None] + self.sizes[:, None] * self.d
-                        + np.arange(self.K)[None, :])
+        self._common = starts[:, None] + np.arange(self.K)[None, :]
         self._equal = bool(np.all(self.sizes == self.sizes[0]))
         self._system = np.repeat(np.arange(self.sizes.size), self.sizes)
         if self.K:

@@ -214,9 +214,11 @@ def simulate_ensemble(att: Attention, X0: Any, *, t_max: float, dt: float,
         then be left at its default.
     noise : Noise, optional
         Brownian noise as for :func:`~transformer_pde.simulate` (with a stochastic
-        ``solver``).  Every system is driven by its own part of the path of
-        ``(noise.seed, noise.path)``: independent individual noise and its own common
-        Brownian motions :math:`B_k`, so the members are independent samples.
+        ``solver``).  Member :math:`b` draws its own stream of the path of
+        ``(noise.seed, noise.path)``, the stream of system ``noise.system + b``:
+        independent individual noise and its own common Brownian motions :math:`B_k`, so
+        the members are independent samples, and member :math:`b` is the single run
+        ``simulate(att, X0[b], ..., noise=Noise(..., system=b))`` (the same increments).
 
     Returns
     -------

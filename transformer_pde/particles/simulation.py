@@ -475,7 +475,8 @@ def simulate(att: Attention, X0: Any, *, t_max: float, dt: float, solver: Any = 
         (an adaptive solver's error norm is taken over all of them) and one status.
         ``info["segments"]`` records the sizes, the moments are per segment and
         :meth:`~transformer_pde.ParticleTrajectory.segment` gives one of them.
-        With noise every segment is an independent system (its own common :math:`B_k`).
+        With noise every segment is an independent system (its own common :math:`B_k`):
+        segment :math:`s` draws the stream of system ``noise.system + s``.
     noise : Noise, optional
         Individual and common Brownian noise (see :class:`~transformer_pde.noise.Noise`).
         Needs a stochastic ``solver``: ``"euler_maruyama"``, ``"heun_stratonovich"`` or
