@@ -45,6 +45,7 @@ common = "A.npy"
 convention = "ito"
 seed = 7
 path = 2
+system = 3
 solver = "heun_stratonovich"
 """)
     out = tmp_path / "o"
@@ -52,12 +53,13 @@ solver = "heun_stratonovich"
     s = json.loads((out / "summary.json").read_text())
     assert s["status"] == "ok"
     noise = s["info"]["noise"]
-    assert (noise["sigma"], noise["convention"], noise["seed"], noise["path"],
-            noise["solver"]) == (0.3, "ito", 7, 2, "heun_stratonovich")
+    assert (noise["sigma"], noise["convention"], noise["seed"], noise["path"], noise["system"],
+            noise["solver"]) == (0.3, "ito", 7, 2, 3, "heun_stratonovich")
     traj = tp.load(out / "trajectory.npz")
     att = tp.Attention("softmax", np.eye(3), np.eye(3), np.eye(3))
     ref = tp.simulate(att, traj.states[0], t_max=0.4, dt=0.05, solver="heun_stratonovich",
-                      noise=tp.Noise(sigma=0.3, common=A, convention="ito", seed=7, path=2),
+                      noise=tp.Noise(sigma=0.3, common=A, convention="ito", seed=7, path=2,
+                                     system=3),
                       block=tp.Block(constraint=tp.Sphere()))
     np.testing.assert_allclose(traj.states, ref.states, rtol=0, atol=1e-12)
 
@@ -75,6 +77,7 @@ def test_inline_common_matrices(tmp_path):
     ('convention = "ito-ish"', "noise.convention"),
     ("seed = 1.5", "noise.seed"),
     ("path = -1", "noise.path"),
+    ("system = -2", "noise.system"),
     ("base_dt = 0.03", "run.dt"),
     ('solver = "rk4"', "noise.solver"),
     ('solver = "milstein"', "noise.solver"),

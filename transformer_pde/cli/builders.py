@@ -403,7 +403,7 @@ def build_solver(value: Any, key: str) -> Any:
 
 
 #: the keys of a ``[noise]`` table
-NOISE_KEYS = ("sigma", "common", "convention", "seed", "path", "base_dt", "solver")
+NOISE_KEYS = ("sigma", "common", "convention", "seed", "path", "system", "base_dt", "solver")
 
 
 def _common_matrices(value: Any, key: str, d: int, base: str | None) -> np.ndarray:
@@ -428,14 +428,15 @@ def build_noise(table: Any, d: int, *, base: str | None = None,
                 section: str = "noise") -> tuple[Noise, Any]:
     """The :class:`~transformer_pde.Noise` and the stochastic solver of a ``[noise]`` table:
     ``sigma``, ``common`` (inline (K, d, d) or (d, d) array, or a ``.npy`` file),
-    ``convention`` (``"stratonovich"``, ``"ito"``), ``seed``, ``path``, ``base_dt`` and
+    ``convention`` (``"stratonovich"``, ``"ito"``), ``seed``, ``path``, ``system``, ``base_dt`` and
     ``solver`` (a name of :data:`transformer_pde.noise.SDE_SOLVERS`, default
     ``"euler_maruyama"``)."""
     sec = Table(table, section, NOISE_KEYS)
     kwargs: dict[str, Any] = {"sigma": sec.number("sigma", 0.0, nonneg=True),
                               "convention": sec.choice("convention", "stratonovich",
                                                        CONVENTIONS),
-                              "seed": sec.integer("seed", 0), "path": sec.integer("path", 0)}
+                              "seed": sec.integer("seed", 0), "path": sec.integer("path", 0),
+                              "system": sec.integer("system", 0)}
     if sec.has("base_dt"):
         kwargs["base_dt"] = sec.number("base_dt", positive=True)
     if sec.has("common"):

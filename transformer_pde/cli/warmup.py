@@ -16,7 +16,9 @@ in any process, load the cached machine code.  The paths (:data:`WARMUP_PATHS`):
 * ``clusters``: :func:`~transformer_pde.diagnostics.clusters` (the minimum-spanning-tree
   kernel of up to :data:`~transformer_pde.diagnostics.clustering.EXACT_MST_MAX` tokens);
 * ``harmonic``: the exact harmonic field (``FieldOptions(method="harmonic")``, the
-  kernels of its moments and evaluations on the circle and on :math:`S^2`).
+  kernels of its moments and evaluations on the circle and on :math:`S^2`);
+* ``noise``: the Brownian path of a noisy run (``simulate(noise=...)``: the kernel that
+  draws its counter-based normals).
 
 Each kernel compiles once: a kernel already compiled (in this process or in the disk
 cache) is loaded, not compiled again, and not reported.  While it compiles, the command
@@ -70,11 +72,22 @@ def _harmonic() -> None:
                  dt=0.1, solver="euler", block=Block(constraint=Sphere()), field=field)
 
 
+def _noise() -> None:
+    # deferred: the particle engine and the noise are only needed by this path
+    from ..attention import Attention  # noqa: PLC0415
+    from ..noise import Noise  # noqa: PLC0415
+    from ..particles import FieldOptions, simulate  # noqa: PLC0415
+
+    simulate(Attention("softmax", np.eye(2), np.eye(2), np.eye(2)), np.eye(2), t_max=0.1,
+             dt=0.1, solver="euler_maruyama", noise=Noise(sigma=0.1),
+             field=FieldOptions(backend="numpy"))
+
+
 #: The paths :func:`warmup` compiles, by name.
 WARMUP_PATHS: dict[str, Callable[[], object]] = {
     "backend": compile_kernels, "gaussian": _gaussian,
     "gaussian-general": lambda: _gaussian(True), "clusters": _clusters,
-    "harmonic": _harmonic}
+    "harmonic": _harmonic, "noise": _noise}
 #: older names of a path
 _ALIASES = {"particles": "backend", "sinkhorn": "backend"}
 
