@@ -68,7 +68,7 @@ DEFAULT_BACKEND = "auto"
 XP_FUNCTIONS: frozenset[str] = frozenset({
     "asarray", "zeros", "ones", "full", "empty", "stack", "concatenate",   # constructors
     "abs", "sqrt", "exp", "log", "floor", "ldexp", "maximum", "minimum", "where",
-    "isfinite", "isnan", "isneginf",                                      # element-wise
+    "isfinite", "isnan", "isneginf", "isposinf",                          # element-wise
     "max", "sum", "mean", "all", "einsum",                                # reductions
     "float32", "float64", "int32", "int64", "nan", "inf",                 # dtypes, values
 })
