@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from interrupts import StopOnce
 
 import transformer_pde as tp
 from transformer_pde import Noise, simulate, simulate_ensemble
@@ -88,18 +89,6 @@ def test_the_save_grid_does_not_change_the_path():
     assert np.array_equal(a.states[::4], c.states)
 
 
-class _StopOnce:
-    """A constant query matrix that raises KeyboardInterrupt once, after ``t_stop``."""
-
-    def __init__(self, M, t_stop=None):
-        self.M, self.t_stop = M, t_stop
-
-    def __call__(self, t):
-        if self.t_stop is not None and t > self.t_stop:
-            self.t_stop = None
-            raise KeyboardInterrupt
-        return self.M
-
 
 @pytest.mark.parametrize("sphere", [False, True])
 def test_a_resumed_noisy_run_continues_the_same_path_bit_for_bit(tmp_path, sphere):
@@ -111,9 +100,9 @@ def test_a_resumed_noisy_run_continues_the_same_path_bit_for_bit(tmp_path, spher
     noise = Noise(sigma=0.3, common=0.2 * np.eye(d)[None], seed=4, path=1)
     kw = dict(t_max=0.6, dt=0.05, solver="euler_maruyama", noise=noise, backend="numpy",
               block="sphere" if sphere else None)
-    ref = simulate_ensemble(tp.Attention("softmax", _StopOnce(np.eye(d)), np.eye(d), np.eye(d)),
+    ref = simulate_ensemble(tp.Attention("softmax", StopOnce(np.eye(d)), np.eye(d), np.eye(d)),
                             X0, **kw)
-    att = tp.Attention("softmax", _StopOnce(np.eye(d), t_stop=0.3), np.eye(d), np.eye(d))
+    att = tp.Attention("softmax", StopOnce(np.eye(d), t_stop=0.3), np.eye(d), np.eye(d))
     with pytest.warns(EarlyStopWarning, match="interrupted"):
         cut = simulate_ensemble(att, X0, monitor=tp.Monitor(checkpoint=path,
                                                             checkpoint_every=1e-9), **kw)

@@ -10,6 +10,7 @@ import pytest
 
 import transformer_pde as tp
 from block_constraints import Centre
+from interrupts import StopOnce
 from transformer_pde.errors import ArgumentError, ArgumentTypeError, EarlyStopWarning
 from transformer_pde.particles.ensemble import (EnsembleTrajectory, ensemble_moments,
                                                 simulate_ensemble)
@@ -245,18 +246,6 @@ def test_ensemble_every_fixed_step_solver_equals_separate_runs(rng, solver):
     ens = simulate_ensemble(att, X0, **kw)
     assert rel(ens.states, separate(att, X0, **kw)) < 1e-12
 
-
-class StopOnce:
-    """A constant query matrix that raises KeyboardInterrupt once, after ``t_stop``."""
-
-    def __init__(self, M, t_stop=None):
-        self.M, self.t_stop = M, t_stop
-
-    def __call__(self, t):
-        if self.t_stop is not None and t > self.t_stop:
-            self.t_stop = None
-            raise KeyboardInterrupt
-        return self.M
 
 
 def test_ensemble_checkpoint_resumes_to_the_uninterrupted_run(rng, tmp_path):

@@ -12,6 +12,7 @@ import warnings
 
 import numpy as np
 import pytest
+from interrupts import StopOnce
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -216,18 +217,6 @@ def test_progress_is_reported_by_time(caplog):
     assert sum("t = " in r.getMessage() for r in caplog.records) >= 3
 
 
-class _Once:
-    """A time-dependent matrix that raises KeyboardInterrupt once, after t_stop."""
-
-    def __init__(self, M, t_stop):
-        self.M, self.t_stop, self.fired = M, t_stop, t_stop is None
-
-    def __call__(self, t):
-        if not self.fired and t > self.t_stop:
-            self.fired = True
-            raise KeyboardInterrupt
-        return self.M
-
 
 def _resume_case(name):
     rng = np.random.default_rng(5)
@@ -244,7 +233,7 @@ def _resume_case(name):
     kind, extra, solver = cases[name]
 
     def att(t_stop):
-        kw = {"Q": _Once(M, t_stop), "K": np.eye(2), "V": np.eye(2), **extra}
+        kw = {"Q": StopOnce(M, t_stop), "K": np.eye(2), "V": np.eye(2), **extra}
         return tp.Attention(kind, **kw)
     return att, solver
 
@@ -276,7 +265,7 @@ def test_resume_with_a_block_and_a_solver_object(tmp_path):
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     mlp = tp.blocks.MLP(rng.normal(size=(4, 3)), rng.normal(size=(3, 4)) / 2)
     M = np.eye(3)
-    att = lambda t_stop: tp.Attention("softmax", _Once(M, t_stop), np.eye(3), np.eye(3))  # noqa: E731
+    att = lambda t_stop: tp.Attention("softmax", StopOnce(M, t_stop), np.eye(3), np.eye(3))  # noqa: E731
     kw = dict(t_max=0.6, dt=0.05, solver=tp.ImplicitMidpoint(tol=1e-12),
               block=tp.Block(mlp=mlp, constraint="sphere", splitting="lie"))
     ref = tp.simulate(att(None), X, **kw)
