@@ -140,9 +140,9 @@ NOISES = {
 def test_an_ensemble_member_is_the_single_run_of_its_system(kind, sphere, backend):
     """Member b of ``simulate_ensemble(X0, noise=Noise(seed, path))`` equals
     ``simulate(X0[b], noise=Noise(seed, path, system=b))``, with a refined path
-    (dt = base_dt / 2) and Stratonovich Heun: to the bit with individual noise alone (the
-    same arithmetic), to RUN_TOL with common matrices (the packed run multiplies by the
-    members' matrices in one einsum, the single run by a matmul: measured 4e-16)."""
+    (dt = base_dt / 2) and Stratonovich Heun, to RUN_TOL: the packed run and the single
+    one are two computations (with common matrices the packed run multiplies in one einsum,
+    the single run by a matmul: measured 4e-16; with individual noise alone measured 0)."""
     B, n, d = 4, 5, 3
     X0 = _X0(B, n, d, sphere)
     kw = dict(t_max=0.4, dt=0.02, solver="heun_stratonovich")
@@ -154,8 +154,8 @@ def test_an_ensemble_member_is_the_single_run_of_its_system(kind, sphere, backen
     for b in (0, 3):
         one = simulate(_att(d), X0[b], noise=Noise(**noise, system=b), block=block,
                        field=tp.FieldOptions(backend=backend), **kw)
-        if kind == "individual":    # the same arithmetic: equal to the bit
-            np.testing.assert_array_equal(one.states, ens.states[:, b])
+        # a packed run and a single one are two computations (the backend may reduce the
+        # keys of a segment in another layout): equal to RUN_TOL, not bit for bit
         np.testing.assert_allclose(one.states, ens.states[:, b], rtol=0, atol=RUN_TOL)
     # the member's noise matters: another system's stream is another run
     other = simulate(_att(d), X0[3], noise=Noise(**noise, system=2), block=block,
